@@ -1,0 +1,127 @@
+"""The `packager` command line: flags in, library calls, results and exit codes out. The only click module."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+import click
+
+from . import __version__
+from .errors import PackagerError
+
+INTERRUPTED = 130
+
+
+class PackagerGroup(click.Group):
+    """Maps PackagerError to its one line and exit code, Ctrl-C to 130; tracebacks only with --debug."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except PackagerError as exc:
+            if _debug(ctx):
+                traceback.print_exc()
+                if exc.details:
+                    click.echo(exc.details, err=True)
+            click.echo(f"packager: error: {exc.one_line()}", err=True)
+            ctx.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            click.echo("packager: interrupted; nothing was left half-written", err=True)
+            ctx.exit(INTERRUPTED)
+
+
+def _debug(ctx: click.Context) -> bool:
+    return bool((ctx.obj or {}).get("debug"))
+
+
+class StderrProgress:
+    """Prints each long step with the time since the command started."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet
+        self.start = time.monotonic()
+
+    def __call__(self, stage: str) -> None:
+        if not self.quiet:
+            click.echo(f"packager: [{time.monotonic() - self.start:6.1f}s] {stage}", err=True)
+
+
+@click.group(cls=PackagerGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--debug", is_flag=True, help="Show tracebacks and tool logs on errors.")
+@click.version_option(__version__, prog_name="packager")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool) -> None:
+    """Build, check and publish MNN draft-model bundles.
+
+    Example: packager convert ./my-qwen3-draft --out ./bundle
+    """
+    ctx.obj = {"debug": debug}
+
+
+def _path(**kwargs: Any) -> click.Path:
+    return click.Path(path_type=Path, **kwargs)
+
+
+@cli.command()
+@click.argument("checkpoint", type=_path())
+@click.option("--out", "out", required=True, type=_path(), help="Bundle folder to create.")
+@click.option("--lora", "lora", type=_path(), help="peft LoRA adapter folder to merge into CHECKPOINT first.")
+@click.option("--spec", "spec_path", type=_path(), help="Release spec (TOML) with [convert] and [runtime.*].")
+@click.option("--quant-bits", type=int, default=None, help="Weight bits, 4 or 8.  [default: 4]")
+@click.option("--quant-block", type=int, default=None, help="Quantization block size.  [default: 128]")
+@click.option("--force", is_flag=True, help="Replace --out if it exists.")
+@click.option("--quiet", is_flag=True, help="No progress on stderr.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def convert(checkpoint: Path, out: Path, lora: Path | None, spec_path: Path | None, quant_bits: int | None,
+            quant_block: int | None, force: bool, quiet: bool, as_json: bool) -> None:
+    """Convert a Qwen3 checkpoint (optionally + LoRA) into the ten-file MNN bundle.
+
+    Example: packager convert ./qwen3-draft --lora ./adapter --out ./bundle --quant-bits 4 --quant-block 128
+    """
+    from . import spec as spec_module
+    from .convert.pipeline import ConvertRequest
+    from .convert.pipeline import convert as run_convert
+
+    spec = spec_module.load(spec_path) if spec_path else None
+    result = run_convert(ConvertRequest(checkpoint=checkpoint, out=out, adapter=lora, spec=spec,
+                                        quant_bits=quant_bits, quant_block=quant_block, force=force),
+                         progress=StderrProgress(quiet))
+    summary = {
+        "bundle": str(result.out), "files": result.sizes, "xxh3_128": result.digests,
+        "quant": {"bits": result.quant_bits, "block": result.quant_block},
+        "min_mnn_engine": result.engine.text, "min_mnn_engine_because": list(result.engine.reasons),
+        "tokenizer": {"format": result.tokenizer.format,
+                      "agreement": {a.format: f"{a.matched}/{a.total}" for a in result.tokenizer.agreements}},
+        "graph_uuid": result.graph_uuid, "provenance": str(result.provenance),
+        "sandbox_blocked": list(result.blocked),
+    }
+    _emit(summary, as_json, _convert_text)
+
+
+def _convert_text(s: dict[str, Any]) -> str:
+    total = sum(s["files"].values())
+    agree = ", ".join(f"{k} {v}" for k, v in s["tokenizer"]["agreement"].items())
+    lines = [f"bundle: {s['bundle']} ({len(s['files'])} files, {total / 1e6:.1f} MB)",
+             f"quantization: {s['quant']['bits']}-bit, block {s['quant']['block']}",
+             f"minimum MNN engine: {s['min_mnn_engine']}",
+             f"tokenizer.txt format: {s['tokenizer']['format']} (agreement with HF: {agree})",
+             f"provenance: {s['provenance']}"]
+    lines += [f"warning: the sandbox blocked {item}" for item in s["sandbox_blocked"]]
+    return "\n".join(lines)
+
+
+def _emit(data: dict[str, Any], as_json: bool, text: Callable[[dict[str, Any]], str]) -> None:
+    click.echo(json.dumps(data, indent=2, ensure_ascii=False) if as_json else text(data))
+
+
+def main() -> None:
+    cli(prog_name="packager")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Checkpoint -> MNN bundle conversion."""

@@ -1,0 +1,124 @@
+"""`convert`: checkpoint (+ LoRA) -> the ten-file MNN bundle, built in a stage and moved into place at the end."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import resources
+from ..bundle import FILES
+from ..engine import EngineRequirement, combine, graph_requirement
+from ..errors import ConversionFailed, InvalidOption
+from ..hashing import xxh3_128_file
+from ..spec import ReleaseSpec
+from ..staging import StagedDir, check_target
+from . import presets, provenance
+from .checkpoint import CheckpointInfo, inspect_checkpoint
+from .launch import Progress, Runner, WorkerJob, WorkerResult, run_worker
+from .lora import AdapterInfo, inspect_adapter
+from .reproducible import stamp_uuid
+from .tokenizer import MIN_ENGINE, TokenizerChoice, agreement, choose, hf_encodings
+
+QUANT_BITS = (4, 8)
+DEFAULT_BITS, DEFAULT_BLOCK = 4, 128
+
+
+@dataclass(frozen=True)
+class ConvertRequest:
+    checkpoint: Path
+    out: Path
+    adapter: Path | None = None
+    spec: ReleaseSpec | None = None
+    quant_bits: int | None = None
+    quant_block: int | None = None
+    force: bool = False
+
+
+@dataclass(frozen=True)
+class ConvertResult:
+    out: Path
+    sizes: dict[str, int]
+    digests: dict[str, str]
+    engine: EngineRequirement
+    tokenizer: TokenizerChoice
+    quant_bits: int
+    quant_block: int
+    graph_uuid: str
+    provenance: Path
+    blocked: tuple[str, ...]
+
+
+def provenance_path(out: Path) -> Path:
+    """Provenance sits beside the bundle, so the bundle folder stays exactly ten files."""
+    return out.with_name(out.name + ".provenance.json")
+
+
+def _quant(request: ConvertRequest, info: CheckpointInfo) -> tuple[int, int]:
+    settings = request.spec.convert if request.spec else None
+    bits = request.quant_bits or (settings.quant_bits if settings else None) or DEFAULT_BITS
+    block = request.quant_block if request.quant_block is not None else (
+        settings.quant_block if settings and settings.quant_block is not None else DEFAULT_BLOCK)
+    if bits not in QUANT_BITS:
+        raise InvalidOption(f"--quant-bits {bits} is not supported", "use 4 or 8")
+    shape = info.shape
+    for name, size in (("hidden_size", shape.hidden_size), ("intermediate_size", shape.intermediate_size)):
+        if block <= 0 or size % block:
+            raise InvalidOption(f"--quant-block {block} does not divide the model's {name} {size}",
+                                "use a block size that divides both (128 for Qwen3)")
+    return bits, block
+
+
+def convert(request: ConvertRequest, progress: Progress = lambda _: None,
+            runner: Runner = run_worker) -> ConvertResult:
+    """Inspect, export through the fenced worker, assemble, and move the bundle into place."""
+    info = inspect_checkpoint(request.checkpoint)
+    adapter: AdapterInfo | None = inspect_adapter(request.adapter, info) if request.adapter else None
+    bits, block = _quant(request, info)
+    out = request.out.absolute()
+    check_target(out, request.force)
+    corpus = resources.tokenizer_corpus()
+    with StagedDir(out, request.force) as stage:
+        job = WorkerJob(source=info.path, adapter=adapter.path if adapter else None, workdir=stage.subdir("work"),
+                        quant_bits=bits, quant_block=block, stop_ids=info.stop_ids, corpus=corpus)
+        worker = runner(job, progress)
+        progress("assembling the bundle")
+        built = stage.subdir("bundle")
+        engine, choice, graph_uuid = _assemble(worker, info, request, built, corpus)
+        digests = {name: xxh3_128_file(built / name) for name in FILES}
+        sizes = {name: (built / name).stat().st_size for name in FILES}
+        record = provenance.build(info=info, adapter=adapter, bits=bits, block=block, engine=engine,
+                                  tokenizer=choice, digests=digests, versions=worker.versions,
+                                  graph_uuid=graph_uuid, blocked=worker.blocked, spec=request.spec)
+        staged_record = stage.path / "provenance.json"  # type: ignore[operator]
+        provenance.write(staged_record, record)
+        stage.commit(built)
+        os.replace(staged_record, provenance_path(out))
+    return ConvertResult(out=out, sizes=sizes, digests=digests, engine=engine, tokenizer=choice,
+                         quant_bits=bits, quant_block=block, graph_uuid=graph_uuid,
+                         provenance=provenance_path(out), blocked=worker.blocked)
+
+
+def _assemble(worker: WorkerResult, info: CheckpointInfo, request: ConvertRequest, built: Path,
+              corpus: tuple[str, ...]) -> tuple[EngineRequirement, TokenizerChoice, str]:
+    export = worker.export_dir
+    for name in ("llm.mnn", "llm.mnn.json", "llm.mnn.weight", "llm_config.json"):
+        if not (export / name).is_file():
+            raise ConversionFailed(f"the converter did not write {name}")
+        os.replace(export / name, built / name)
+    graph_uuid = stamp_uuid(built / "llm.mnn", built / "llm.mnn.json", xxh3_128_file(built / "llm.mnn.weight"))
+    graph_engine = graph_requirement(built / "llm.mnn.json")
+    reference = hf_encodings(info.path / "tokenizer.json", corpus)
+    agreements = tuple(agreement(fmt, worker.encodings[fmt], reference, corpus)  # type: ignore[arg-type]
+                       for fmt in ("text", "pipeline"))
+    choice = choose(agreements, graph_engine.version)
+    shutil.copyfile(worker.tokenizers[choice.format], built / "tokenizer.txt")
+    tokenizer_engine = EngineRequirement(MIN_ENGINE[choice.format], (
+        ("tokenizer.txt is in the PIPELINE format (type 4), first read by MNN 3.5.0",)
+        if choice.format == "pipeline" else ()))
+    engine = combine(graph_engine, tokenizer_engine)
+    overrides = request.spec.runtime if request.spec else presets.RuntimeOverrides()
+    for name, data in presets.render(overrides, engine).items():
+        (built / name).write_bytes(data)
+    return engine, choice, graph_uuid

@@ -1,0 +1,55 @@
+"""Provenance of a conversion: tool and library versions, source digests, options. Kept outside the bundle."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from .. import __version__
+from ..engine import EngineRequirement
+from ..hashing import xxh3_128_file
+from ..spec import ReleaseSpec
+from ..staging import write_atomic
+from .checkpoint import CheckpointInfo
+from .lora import AdapterInfo
+from .tokenizer import TokenizerChoice
+
+
+def _sources(folder: Path) -> dict[str, str]:
+    return {p.relative_to(folder).as_posix(): xxh3_128_file(p)
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def build(*, info: CheckpointInfo, adapter: AdapterInfo | None, bits: int, block: int,
+          engine: EngineRequirement, tokenizer: TokenizerChoice, digests: dict[str, str],
+          versions: dict[str, str], graph_uuid: str, blocked: tuple[str, ...],
+          spec: ReleaseSpec | None) -> dict[str, Any]:
+    return {
+        "tool": {"name": "packager", "version": __version__},
+        "versions": versions,
+        "source": {"path": str(info.path), "model_type": info.model_type, "shape": asdict(info.shape),
+                   "dtype": info.dtype, "files_xxh3_128": _sources(info.path)},
+        "adapter": None if adapter is None else {
+            "path": str(adapter.path), "rank": adapter.rank, "alpha": adapter.alpha,
+            "target_modules": list(adapter.target_modules), "base_model": adapter.base_model,
+            "files_xxh3_128": _sources(adapter.path)},
+        "options": {"quant_bits": bits, "quant_block": block, "spec": str(spec.path) if spec and spec.path else None},
+        "min_mnn_engine": {"version": engine.text, "because": list(engine.reasons)},
+        "tokenizer": {
+            "format": tokenizer.format, "reason": tokenizer.reason, "stop_ids": list(info.stop_ids),
+            "agreement": {a.format: {"matched": a.matched, "total": a.total, "rate": round(a.rate, 4),
+                                     "mismatched": list(a.mismatched)} for a in tokenizer.agreements}},
+        "graph_uuid": graph_uuid,
+        "bundle_xxh3_128": digests,
+        "sandbox_blocked": list(blocked),
+    }
+
+
+def write(path: Path, record: dict[str, Any]) -> None:
+    write_atomic(path, (json.dumps(record, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
+
+
+def read(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text(encoding="utf-8"))

@@ -1,0 +1,29 @@
+"""Replace the random graph uuid MNN writes on every export with one derived from the bundle's content."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from pathlib import Path
+
+from ..errors import ConversionFailed
+from ..hashing import xxh3_128_bytes
+
+_UUID_IN_JSON = re.compile(rb'"mnn_uuid"\s*:\s*"([0-9a-fA-F-]{36})"')
+
+
+def stamp_uuid(graph: Path, graph_json: Path, weight_digest: str) -> str:
+    """Rewrite mnn_uuid in llm.mnn and llm.mnn.json to a uuid made from the graph and weight content."""
+    text = graph_json.read_bytes()
+    found = _UUID_IN_JSON.findall(text)
+    if len(found) != 1:
+        raise ConversionFailed(f"llm.mnn.json holds {len(found)} mnn_uuid values, expected 1")
+    old = found[0]
+    data = graph.read_bytes()
+    if data.count(old) != 1:
+        raise ConversionFailed("llm.mnn does not hold its mnn_uuid exactly once; cannot make it reproducible")
+    neutral = data.replace(old, b"0" * len(old))
+    new = str(uuid.UUID(hex=xxh3_128_bytes(neutral + weight_digest.encode("ascii")))).encode("ascii")
+    graph.write_bytes(data.replace(old, new))
+    graph_json.write_bytes(text.replace(old, new))
+    return new.decode("ascii")

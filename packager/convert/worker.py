@@ -1,0 +1,161 @@
+"""The converter worker: runs llmexport and the MNN converter inside the sandbox fence.
+
+Started by `launch.run_worker` as `python -m packager.convert.worker JOB.json` with the work folder as its
+current directory. It reports progress and its result as JSON lines on the file descriptor named by
+PACKAGER_EVENTS_FD; everything the third-party code prints goes to the log file the parent gave it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import sys
+import traceback
+import types
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from .sandbox import Fence
+
+
+class Events:
+    def __init__(self, fd: int) -> None:
+        self._out = os.fdopen(fd, "w", buffering=1, encoding="utf-8")
+
+    def send(self, event: str, **data: Any) -> None:
+        self._out.write(json.dumps({"event": event, **data}) + "\n")
+
+
+def _prepare_imports() -> None:
+    # MNN.tools' log module runs `pip install` and phones home at import; mnnconvert treats a None logger
+    # as "no telemetry", so a stub with mnn_logger = None turns both off without touching MNN.
+    stub = types.ModuleType("MNN.tools.utils.log")
+    stub.mnn_logger = None  # type: ignore[attr-defined]
+    sys.modules["MNN.tools.utils.log"] = stub
+    # llmexport 0.0.5 imports its own `utils` package by absolute name; its folder must lead sys.path.
+    spec = importlib.util.find_spec("llmexport")
+    if spec is None or spec.origin is None:
+        raise RuntimeError("llmexport is not installed (pip install 'packager[convert]')")
+    sys.path.insert(0, str(Path(spec.origin).parent))
+
+
+def _wrap(owner: Any, name: str, label: str, events: Events) -> None:
+    original = getattr(owner, name)
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        events.send("stage", name=label)
+        return original(*args, **kwargs)
+
+    setattr(owner, name, wrapper)
+
+
+def _export(job: dict[str, Any], source: Path, events: Events) -> Path:
+    import llmexport  # the module llmexport/llmexport.py, first on sys.path
+    from utils.mnn_converter import MNNConverter
+
+    dst = Path(job["workdir"]) / "export"
+    parser = llmexport.argparse.ArgumentParser()
+    llmexport.build_args(parser)
+    args = parser.parse_args([
+        "--path", str(source), "--tokenizer_path", str(source), "--dst_path", str(dst), "--export", "mnn",
+        "--quant_bit", str(job["quant_bits"]), "--quant_block", str(job["quant_block"]),
+        # A path that does not exist makes llmexport use pymnn's converter in this process, not os.popen.
+        "--mnnconvert", str(Path(job["workdir"]) / "no-native-mnnconvert"),
+    ])
+    _wrap(MNNConverter, "onnx2mnn", "converting the ONNX graph with MNN", events)
+    _wrap(MNNConverter, "rebuild", f"quantizing weights ({job['quant_bits']}-bit, block {job['quant_block']})",
+          events)
+    events.send("stage", name="loading the checkpoint into llmexport")
+    exporter = llmexport.LlmExporter(args)
+    exporter.tokenizer.stop_ids = list(job["stop_ids"])
+    _wrap(exporter, "export_onnx", "exporting the ONNX graph", events)
+    exporter.export("mnn")
+    return dst
+
+
+def _text_tokenizer(job: dict[str, Any], source: Path) -> Path:
+    from utils.tokenizer import LlmTokenizer
+
+    # Without tokenizer.json llmexport writes the text (HUGGINGFACE, type 3) format instead of .mtok.
+    work = Path(job["workdir"])
+    src = work / "tokenizer-text-source"
+    src.mkdir()
+    for name in ("vocab.json", "merges.txt", "tokenizer_config.json", "generation_config.json"):
+        if (source / name).is_file():
+            shutil.copy(source / name, src / name)
+    tokenizer = LlmTokenizer.from_pretrained(str(src), model_type="qwen3")
+    tokenizer.stop_ids = list(job["stop_ids"])
+    out = work / "tokenizer-text"
+    return Path(tokenizer.export(str(out)))
+
+
+def _encodings(export_dir: Path, tokenizer_file: Path, probe_dir: Path, corpus: list[str]) -> list[list[int]]:
+    import MNN.llm as mnn_llm
+
+    probe_dir.mkdir()
+    for name in ("llm.mnn", "llm.mnn.weight", "llm_config.json"):
+        os.symlink(export_dir / name, probe_dir / name)
+    shutil.copy(tokenizer_file, probe_dir / "tokenizer.txt")
+    config = {"llm_model": "llm.mnn", "llm_weight": "llm.mnn.weight", "tokenizer_file": "tokenizer.txt",
+              "backend_type": "cpu", "thread_num": 1}
+    (probe_dir / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    llm = mnn_llm.create(str(probe_dir / "config.json"))
+    if not llm._c_obj.load():
+        raise RuntimeError(f"MNN could not load the exported model with {tokenizer_file.name}")
+    return [list(llm.tokenizer_encode(text)) for text in corpus]
+
+
+def _versions() -> dict[str, str]:
+    names = ("mnn", "llmexport", "torch", "transformers", "peft", "tokenizers", "onnx")
+    found = {}
+    for name in names:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = "not installed"
+    return found
+
+
+def run(job: dict[str, Any], events: Events) -> dict[str, Any]:
+    work = Path(job["workdir"])
+    source = Path(job["source"])
+    if job.get("adapter"):
+        from .lora import merge
+
+        events.send("stage", name="merging the LoRA adapter into the base (peft)")
+        merged = work / "merged"
+        merge(source, Path(job["adapter"]), merged)
+        source = merged
+    export_dir = _export(job, source, events)
+    events.send("stage", name="writing the text tokenizer candidate")
+    candidates = {"pipeline": export_dir / "tokenizer.mtok", "text": _text_tokenizer(job, source)}
+    events.send("stage", name="measuring tokenizer agreement with the Hugging Face tokenizer")
+    encoded = {name: _encodings(export_dir, path, work / f"probe-{name}", job["corpus"])
+               for name, path in candidates.items()}
+    return {"export_dir": str(export_dir), "tokenizers": {k: str(v) for k, v in candidates.items()},
+            "encodings": encoded, "merged_source": str(source) if job.get("adapter") else None,
+            "versions": _versions()}
+
+
+def main(argv: list[str]) -> int:
+    job = json.loads(Path(argv[1]).read_text(encoding="utf-8"))
+    events = Events(int(os.environ["PACKAGER_EVENTS_FD"]))
+    fence = Fence(Path(job["workdir"]))
+    _prepare_imports()
+    fence.install()
+    try:
+        result = run(job, events)
+    except BaseException as exc:  # noqa: BLE001 - everything must reach the parent as one event
+        traceback.print_exc()
+        message = f"{type(exc).__name__}: {exc}" if not isinstance(exc, SystemExit) else "llmexport exited"
+        events.send("error", message=message, blocked=fence.blocked)
+        return 1
+    events.send("done", result=result, blocked=fence.blocked)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

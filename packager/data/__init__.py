@@ -1,0 +1,1 @@
+"""Package data: corpora and prompt sets."""

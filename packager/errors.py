@@ -1,0 +1,87 @@
+"""One error hierarchy; every subclass has its own exit code and a hint saying what to do next."""
+
+from __future__ import annotations
+
+
+class PackagerError(Exception):
+    """Base of every error the CLI turns into one line and an exit code."""
+
+    exit_code = 1
+    hint = ""
+
+    def __init__(self, message: str, hint: str | None = None, details: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        if hint is not None:
+            self.hint = hint
+        # Shown only with --debug (e.g. the converter's log tail).
+        self.details = details
+
+    def one_line(self) -> str:
+        text = self.message if not self.hint else f"{self.message}; {self.hint}"
+        return " ".join(text.split())
+
+
+# 2 is click's usage error; 130 is Ctrl-C.
+class CheckpointNotFound(PackagerError):
+    exit_code = 10
+    hint = "pass the folder that holds config.json and the *.safetensors files"
+
+
+class InvalidCheckpointConfig(PackagerError):
+    exit_code = 11
+    hint = "fix or re-save config.json with transformers"
+
+
+class UnsupportedModel(PackagerError):
+    exit_code = 12
+    hint = "packager converts dense Qwen3 (model_type qwen3) checkpoints only"
+
+
+class UntiedEmbeddings(PackagerError):
+    exit_code = 13
+    hint = ("the ten-file bundle has no embeddings file, so the embeddings must be tied to lm_head "
+            "(tie_word_embeddings: true, as in Qwen3-0.6B/1.7B/4B)")
+
+
+class CorruptWeights(PackagerError):
+    exit_code = 14
+    hint = "re-download or re-save the checkpoint's safetensors files"
+
+
+class MissingTokenizer(PackagerError):
+    exit_code = 15
+    hint = "copy the tokenizer files of the base model (tokenizer.json, tokenizer_config.json, vocab.json, merges.txt) into the checkpoint"
+
+
+class AdapterMismatch(PackagerError):
+    exit_code = 16
+    hint = "pass the LoRA adapter that was trained on this base checkpoint"
+
+
+class SpecError(PackagerError):
+    exit_code = 17
+    hint = "fix the release spec (see examples/release.toml)"
+
+
+class OutputExists(PackagerError):
+    exit_code = 18
+    hint = "choose another --out or pass --force to replace it"
+
+
+class InvalidOption(PackagerError):
+    exit_code = 19
+
+
+class ConversionFailed(PackagerError):
+    exit_code = 20
+    hint = "rerun with --debug to see the converter's log"
+
+
+class SandboxViolation(ConversionFailed):
+    exit_code = 21
+    hint = "the converter tried to reach the network, start a process or write outside its work folder; nothing was installed or sent"
+
+
+class BundleError(PackagerError):
+    exit_code = 22

