@@ -12,7 +12,7 @@ from typing import Any, Callable
 import click
 
 from . import __version__
-from .errors import PackagerError
+from .errors import CHECKSUM_MISMATCH, VALIDATION_FAILED, PackagerError
 
 INTERRUPTED = 130
 
@@ -101,6 +101,55 @@ def convert(checkpoint: Path, out: Path, lora: Path | None, spec_path: Path | No
         "sandbox_blocked": list(result.blocked),
     }
     _emit(summary, as_json, _convert_text)
+
+
+@cli.command()
+@click.argument("bundle", type=_path())
+@click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
+@click.option("--strict", is_flag=True, help="Fail on warnings too.")
+@click.pass_context
+def validate(ctx: click.Context, bundle: Path, as_json: bool, strict: bool) -> None:
+    """Check a bundle: JSON syntax, schemas, unknown keys, completeness, cross-file consistency, checksums.
+
+    Exit 0 when there is no error (warnings allowed unless --strict), 30 otherwise.
+
+    Example: packager validate ./bundle --strict
+    """
+    from .validate import validate as run_validate
+    from .validate.report import as_json as json_report
+    from .validate.report import as_text
+
+    report = run_validate(bundle)
+    click.echo(json_report(report, strict) if as_json else as_text(report, strict))
+    if not report.ok(strict):
+        ctx.exit(VALIDATION_FAILED)
+
+
+@cli.command()
+@click.argument("bundle", type=_path())
+@click.option("--check", is_flag=True, help="Verify the manifest instead of writing it.")
+@click.pass_context
+def checksum(ctx: click.Context, bundle: Path, check: bool) -> None:
+    """Write (or --check) the bundle's xxh3-128 manifest checksums.xxh128, in `xxhsum --tag -H2` format.
+
+    `cd BUNDLE && xxhsum -c checksums.xxh128` verifies it too.
+
+    Example: packager checksum ./bundle && packager checksum --check ./bundle
+    """
+    from .checksum import check_manifest, write_manifest
+
+    if not check:
+        manifest = write_manifest(bundle)
+        click.echo(f"wrote {manifest.path} ({len(manifest.digests)} files)")
+        return
+    result = check_manifest(bundle)
+    for label, names in (("MISMATCH", result.mismatched), ("MISSING", result.missing), ("EXTRA", result.extra)):
+        for name in names:
+            click.echo(f"{label:8} {name}")
+    if not result.ok:
+        click.echo(f"{bundle}: {len(result.mismatched) + len(result.missing) + len(result.extra)} problems", err=True)
+        ctx.exit(CHECKSUM_MISMATCH)
+    click.echo(f"{bundle}: all {result.checked} files match {result.manifest.name}")
 
 
 def _convert_text(s: dict[str, Any]) -> str:

@@ -35,18 +35,18 @@ BASELINE = parse_version("3.0.0")
 C4_FUSION = parse_version("3.6.1")
 
 
-def _has_c4(node: Any) -> bool:
+def has_c4_attention(node: Any) -> bool:
     if isinstance(node, dict):
-        return node.get("output_c4") is True or any(_has_c4(v) for v in node.values())
+        return node.get("output_c4") is True or any(has_c4_attention(v) for v in node.values())
     if isinstance(node, list):
-        return any(_has_c4(v) for v in node)
+        return any(has_c4_attention(v) for v in node)
     return False
 
 
 def graph_requirement(graph_json: Path) -> EngineRequirement:
     """What the graph needs: FuseTransformerC4 output (AttentionParam.output_c4) first runs in MNN 3.6.1."""
     graph = json.loads(graph_json.read_text(encoding="utf-8"))
-    if _has_c4(graph.get("oplists", [])):
+    if has_c4_attention(graph.get("oplists", [])):
         return EngineRequirement(C4_FUSION, ("the graph uses C4-fused attention (AttentionParam.output_c4), "
                                              "first run by MNN 3.6.1",))
     return EngineRequirement(BASELINE, ())

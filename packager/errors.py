@@ -85,3 +85,8 @@ class SandboxViolation(ConversionFailed):
 
 class BundleError(PackagerError):
     exit_code = 22
+
+
+# Exit codes of commands whose output is a full report rather than one error line.
+VALIDATION_FAILED = 30
+CHECKSUM_MISMATCH = 31

@@ -18,7 +18,8 @@ def schema(name: str) -> dict[str, Any]:
     return json.loads(_read_text("packager.schemas", f"{name}.schema.json"))
 
 
-SCHEMA_NAMES = ("mnn_runtime", "config", "draft_config", "config_opencl", "runtime_config", "release")
+SCHEMA_NAMES = ("mnn_runtime", "config", "draft_config", "config_opencl", "runtime_config", "llm_config",
+                "provenance", "release")
 
 
 @cache

@@ -155,6 +155,7 @@ def test_provenance_lives_outside_the_bundle(bundle4: ConvertResult, tiny_checkp
     assert record["options"] == {"quant_bits": 4, "quant_block": 128, "spec": None}
     assert record["bundle_xxh3_128"] == bundle4.digests
     assert record["sandbox_blocked"] == []
+    assert not list(resources.validator("provenance").iter_errors(record))
 
 
 def test_spec_overrides_reach_the_configs(tiny_checkpoint: Path, tmp_path: Path) -> None:

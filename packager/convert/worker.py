@@ -52,9 +52,18 @@ def _wrap(owner: Any, name: str, label: str, events: Events) -> None:
     setattr(owner, name, wrapper)
 
 
+# llmexport quantizes a weight in row chunks once it exceeds this many elements (its own default is 256M,
+# which makes lm_head one piece with several full-size temporaries). Rows quantize independently, so the
+# bytes are the same; only the peak memory falls.
+QUANT_CHUNK_ELEMENTS = 8 * 1024 * 1024
+
+
 def _export(job: dict[str, Any], source: Path, events: Events) -> Path:
     import llmexport  # the module llmexport/llmexport.py, first on sys.path
+    import utils.torch_utils
     from utils.mnn_converter import MNNConverter
+
+    utils.torch_utils._QUANT_MAX_ELEMENTS = QUANT_CHUNK_ELEMENTS
 
     dst = Path(job["workdir"]) / "export"
     parser = llmexport.argparse.ArgumentParser()
@@ -93,18 +102,31 @@ def _text_tokenizer(job: dict[str, Any], source: Path) -> Path:
 
 
 def _encodings(export_dir: Path, tokenizer_file: Path, probe_dir: Path, corpus: list[str]) -> list[list[int]]:
+    """MNN's ids for every corpus string, with `tokenizer_file` as the bundle's tokenizer.txt.
+
+    MNN 3.6.1 builds the tokenizer before it reads the graph, so a probe with empty stand-in graph files
+    gets a working tokenizer without loading the weights (load() then reports the missing graph). If that
+    ever stops working, the probe loads the real graph instead.
+    """
     import MNN.llm as mnn_llm
 
     probe_dir.mkdir()
-    for name in ("llm.mnn", "llm.mnn.weight", "llm_config.json"):
-        os.symlink(export_dir / name, probe_dir / name)
     shutil.copy(tokenizer_file, probe_dir / "tokenizer.txt")
+    shutil.copy(export_dir / "llm_config.json", probe_dir / "llm_config.json")
     config = {"llm_model": "llm.mnn", "llm_weight": "llm.mnn.weight", "tokenizer_file": "tokenizer.txt",
               "backend_type": "cpu", "thread_num": 1}
     (probe_dir / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    for name in ("llm.mnn", "llm.mnn.weight"):
+        (probe_dir / name).write_bytes(b"")
     llm = mnn_llm.create(str(probe_dir / "config.json"))
-    if not llm._c_obj.load():
-        raise RuntimeError(f"MNN could not load the exported model with {tokenizer_file.name}")
+    llm._c_obj.load()
+    if not list(llm.tokenizer_encode("Hello world")):
+        for name in ("llm.mnn", "llm.mnn.weight"):
+            (probe_dir / name).unlink()
+            os.symlink(export_dir / name, probe_dir / name)
+        llm = mnn_llm.create(str(probe_dir / "config.json"))
+        if not llm._c_obj.load():
+            raise RuntimeError(f"MNN could not load the exported model with {tokenizer_file.name}")
     return [list(llm.tokenizer_encode(text)) for text in corpus]
 
 

@@ -1,0 +1,181 @@
+"""Checks that span files: configs agree, paths exist, the graph, weights, tokenizer and settings fit together."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..convert.checkpoint import QWEN3_STOP_IDS
+from ..convert.tokenizer import MIN_ENGINE, TYPES, HeaderError, TokenizerHeader, read_header
+from ..engine import C4_FUSION, parse_version
+from .findings import Collector, pointer
+from .graph import GraphFacts
+
+Docs = dict[str, Any]  # file name -> parsed JSON object, or None when missing/unparsable
+_PATH_DEFAULTS = {"llm_model": "llm.mnn", "llm_weight": "llm.mnn.weight", "tokenizer_file": "tokenizer.txt",
+                  "llm_config": "llm_config.json"}
+
+
+def check_draft_configs(docs: Docs, out: Collector) -> None:
+    cpu, draft = docs.get("config_cpu.json"), docs.get("draft_config_cpu.json")
+    if cpu is None or draft is None or cpu == draft:
+        return
+    for key in sorted(set(cpu) | set(draft)):
+        if cpu.get(key) != draft.get(key):
+            out.error("draft_config_cpu.json", pointer([key]),
+                      f"differs from config_cpu.json ({draft.get(key)!r} vs {cpu.get(key)!r}); the two must be identical")
+
+
+def check_recommendation(docs: Docs, out: Collector) -> None:
+    runtime, cpu, opencl = docs.get("runtime_config.json"), docs.get("config_cpu.json"), docs.get("config_opencl.json")
+    rec = runtime.get("recommended") if isinstance(runtime, dict) else None
+    if not isinstance(rec, dict):
+        return
+    pairs = []
+    if cpu is not None:
+        pairs += [("draft_backend", "config_cpu.json", "backend_type", cpu.get("backend_type", "cpu")),
+                  ("draft_thread_num", "config_cpu.json", "thread_num", cpu.get("thread_num", 4)),
+                  ("draft_power", "config_cpu.json", "power", cpu.get("power", "normal")),
+                  ("draft_sampler_type", "config_cpu.json", "sampler_type", cpu.get("sampler_type", "mixed"))]
+    if opencl is not None:
+        pairs.append(("target_backend", "config_opencl.json", "backend_type", opencl.get("backend_type", "cpu")))
+        if "draft_predict_length" in opencl:
+            pairs.append(("draft_predict_length", "config_opencl.json", "draft_predict_length",
+                          opencl["draft_predict_length"]))
+    for key, other, other_key, value in pairs:
+        if key in rec and rec[key] != value:
+            out.error("runtime_config.json", pointer(["recommended", key]),
+                      f"recommends {rec[key]!r} but {other} has {other_key} {value!r}")
+
+
+def check_paths(bundle: Path, docs: Docs, out: Collector) -> None:
+    for name in ("config.json", "config_cpu.json", "draft_config_cpu.json", "config_opencl.json"):
+        config = docs.get(name)
+        if config is None:
+            continue
+        keys = dict(_PATH_DEFAULTS) if name == "config.json" else {}
+        keys.update({k: v for k, v in config.items() if k in _PATH_DEFAULTS or k in ("embedding_file",
+                                                                                      "draft_config_path")})
+        base = config.get("base_dir", "")
+        for key, value in sorted(keys.items()):
+            if not isinstance(value, str):
+                continue
+            where = pointer([key]) if key in config else f"{pointer([key])} (default)"
+            if key == "draft_config_path" and value.startswith("/"):
+                out.warning(name, where, f"{value!r} is an absolute device path; a bundle should name "
+                                         "draft_config_cpu.json relative to itself")
+                continue
+            target = (bundle / (base + value)).resolve()
+            if not target.is_relative_to(bundle.resolve()):
+                out.error(name, where, f"{value!r} leaves the bundle folder")
+            elif not target.is_file():
+                out.error(name, where, f"{value!r} does not exist in the bundle")
+
+
+def check_model_settings(docs: Docs, graph: GraphFacts | None, weight_size: int | None, out: Collector) -> None:
+    llm = docs.get("llm_config.json")
+    if llm is None or graph is None:
+        return
+    for key, found in (("hidden_size", graph.hidden_size), ("layer_nums", graph.layers)):
+        if isinstance(llm.get(key), int) and found is not None and llm[key] != found:
+            out.error("llm_config.json", pointer([key]), f"{key} is {llm[key]} but the graph has {found}")
+    tie = _tie(llm.get("tie_embeddings"))
+    lm = graph.lm_head
+    if tie is None or lm is None:
+        return
+    w, a, s, bits, block = tie
+    hidden, vocab = lm.in_features, lm.out_features
+    if a - w != vocab * hidden * bits // 8:
+        out.error("llm_config.json", "/tie_embeddings", f"weight span {a - w} bytes != vocab {vocab} x hidden "
+                                                         f"{hidden} x {bits} bits / 8 = {vocab * hidden * bits // 8}")
+    per_row = (hidden // block if block else 1) * (2 if lm.asymmetric else 1) * 4
+    if s != vocab * per_row:
+        out.error("llm_config.json", "/tie_embeddings", f"alpha size {s} != {vocab * per_row} for block {block}")
+    if weight_size is not None and a + s > weight_size:
+        out.error("llm_config.json", "/tie_embeddings", f"ends at byte {a + s}, past llm.mnn.weight ({weight_size})")
+    for lin in graph.linears:
+        if lin.bits is not None and lin.bits != bits:
+            out.error("llm.mnn.json", f"/oplists ({lin.name})", f"{lin.bits}-bit weights, the bundle declares {bits}")
+        elif lin.block is not None and block and lin.block != block:
+            out.error("llm.mnn.json", f"/oplists ({lin.name})", f"quant block {lin.block}, the bundle declares {block}")
+
+
+def _tie(value: Any) -> tuple[int, int, int, int, int] | None:
+    if isinstance(value, list) and len(value) >= 5 and all(isinstance(v, int) for v in value[:5]):
+        return value[0], value[1], value[2], value[3], value[4]
+    if isinstance(value, dict):
+        keys = ("weight_offset", "alpha_offset", "alpha_size", "quant_bit", "quant_block")
+        if all(isinstance(value.get(k), int) for k in keys):
+            return tuple(value[k] for k in keys)  # type: ignore[return-value]
+    return None
+
+
+def check_weight_ranges(graph: GraphFacts, weight_size: int, out: Collector) -> None:
+    """Every external range lies inside llm.mnn.weight, and together they cover it exactly, without overlap."""
+    position = 0
+    for name, offset, length in sorted(graph.ranges, key=lambda r: r[1]):
+        if offset + length > weight_size:
+            out.error("llm.mnn.json", f"/oplists ({name})", f"weight range {offset}+{length} ends past "
+                                                             f"llm.mnn.weight ({weight_size} bytes)")
+        elif offset < position:
+            out.error("llm.mnn.json", f"/oplists ({name})", f"weight range at {offset} overlaps the previous one")
+        elif offset > position:
+            out.error("llm.mnn.weight", "", f"bytes {position}..{offset} of llm.mnn.weight belong to no op")
+        position = max(position, offset + length)
+    if position < weight_size:
+        out.error("llm.mnn.weight", "", f"{weight_size - position} trailing bytes belong to no op "
+                                         f"(the graph covers {position} of {weight_size})")
+
+
+def check_tokenizer(path: Path, graph: GraphFacts | None, out: Collector) -> TokenizerHeader | None:
+    try:
+        header = read_header(path)
+    except HeaderError as exc:
+        out.error("tokenizer.txt", "", f"malformed header: {exc}")
+        return None
+    missing = [i for i in QWEN3_STOP_IDS if i not in header.stop]
+    if missing:
+        out.error("tokenizer.txt", "", f"stop ids {list(header.stop)} lack {missing} (Qwen3 ends turns with 151645 "
+                                       "and text with 151643)")
+    vocab = graph.lm_head.out_features if graph and graph.lm_head else None
+    if vocab is not None:
+        size = _text_vocab_size(path) if header.type == 3 else None
+        top = max([*header.special, *header.stop, *header.prefix], default=-1) + 1
+        if (size or top) > vocab:
+            out.error("tokenizer.txt", "", f"the tokenizer has {size or top} ids but the graph's vocabulary is {vocab}")
+    return header
+
+
+def _text_vocab_size(path: Path) -> int | None:
+    with open(path, "rb") as handle:
+        for _ in range(3):
+            handle.readline()
+        parts = handle.readline().split()
+    return int(parts[0]) if parts and parts[0].isdigit() else None
+
+
+def check_engine(docs: Docs, graph: GraphFacts | None, header: TokenizerHeader | None, out: Collector) -> None:
+    declared = (docs.get("runtime_config.json") or {}).get("min_mnn_engine", {})
+    if not isinstance(declared, dict) or not isinstance(declared.get("version"), str):
+        out.warning("runtime_config.json", "/min_mnn_engine", "the bundle does not declare its minimum MNN engine")
+        return
+    try:
+        version = parse_version(declared["version"])
+    except ValueError:
+        return  # the schema reports the pattern
+    needs = []
+    if graph is not None and graph.c4:
+        needs.append((C4_FUSION, "the graph uses C4-fused attention"))
+    if header is not None and TYPES.get(header.type) == "pipeline":
+        needs.append((MIN_ENGINE["pipeline"], "tokenizer.txt is in the PIPELINE format"))
+    for need, why in needs:
+        if version < need:
+            out.error("runtime_config.json", "/min_mnn_engine/version",
+                      f"declares {declared['version']} but {why}, which needs {'.'.join(map(str, need))}")
+
+
+def check_graph_copy(bundle: Path, graph: GraphFacts | None, out: Collector) -> None:
+    if graph is None or not graph.uuid or not (bundle / "llm.mnn").is_file():
+        return
+    if graph.uuid.encode("ascii", "replace") not in (bundle / "llm.mnn").read_bytes():
+        out.error("llm.mnn.json", "/mnn_uuid", "llm.mnn.json does not describe llm.mnn (their mnn_uuid differ)")

@@ -1,0 +1,90 @@
+"""The bundle's JSON files: syntax (line:column), schema violations and unknown keys with suggestions."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from .. import resources
+from .findings import Collector, pointer, suggest
+
+# File -> schema name. llm.mnn.json is the graph dump: parsed for syntax, checked by the graph checks.
+SCHEMA_FOR = {"config.json": "config", "config_cpu.json": "draft_config", "draft_config_cpu.json": "draft_config",
+              "config_opencl.json": "config_opencl", "llm_config.json": "llm_config",
+              "runtime_config.json": "runtime_config"}
+JSON_FILES = (*SCHEMA_FOR, "llm.mnn.json")
+APP_SPECIFIC = {"draft_config_path"}
+RUNTIME_FILES = ("config.json", "config_cpu.json", "draft_config_cpu.json", "config_opencl.json")
+
+
+def runtime_keys() -> set[str]:
+    return set(resources.schema("mnn_runtime")["$defs"]["properties"]) - {"jinja"}
+
+
+def load_json(path: Path, name: str, out: Collector) -> Any:
+    """The parsed document, or None after reporting why it cannot be used (MNN would silently ignore it)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        out.error(name, "", f"not UTF-8 text ({exc.reason} at byte {exc.start})")
+        return None
+    duplicates: list[str] = []
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        for key, value in items:
+            if key in seen:
+                duplicates.append(key)
+            seen[key] = value
+        return seen
+
+    try:
+        data = json.loads(text, object_pairs_hook=pairs)
+    except json.JSONDecodeError as exc:
+        out.error(name, "", f"invalid JSON: {exc.msg} (MNN ignores an unparsable file and runs on defaults)",
+                  line=exc.lineno, column=exc.colno)
+        return None
+    for key in duplicates:
+        out.warning(name, pointer([key]), f"key {key!r} appears more than once; only the last value counts")
+    if not isinstance(data, dict):
+        out.error(name, "", f"the top level is a JSON {type(data).__name__}, expected an object")
+        return None
+    return data
+
+
+def check_schema(name: str, data: dict[str, Any], out: Collector) -> None:
+    validator = resources.validator(SCHEMA_FOR[name])
+    for error in sorted(validator.iter_errors(data), key=lambda e: (list(map(str, e.absolute_path)), e.message)):
+        where = list(error.absolute_path)
+        if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+            allowed = set(error.schema.get("properties", {}))
+            for key in sorted(set(error.instance) - allowed):
+                _unknown_key(name, where + [key], key, sorted(allowed), out)
+        elif error.validator == "enum" and error.instance == "draftmodel":
+            out.error(name, pointer(where), "speculative_type 'draftmodel' is app-specific (upstream MNN falls back "
+                                            "to plain decoding) and belongs only in config_opencl.json")
+        elif error.validator == "enum" and isinstance(error.instance, str):
+            options = [str(o) for o in error.validator_value]
+            close = suggest(error.instance, options)
+            hint = f"; did you mean {close!r}?" if close else f"; allowed: {', '.join(map(repr, options))}"
+            out.error(name, pointer(where), f"{error.instance!r} is not an allowed value{hint}")
+        elif error.validator == "type":
+            out.error(name, pointer(where), f"{error.message} (MNN silently reads a wrong type as 0/false/\"\")")
+        else:
+            out.error(name, pointer(where), error.message)
+
+
+def _unknown_key(name: str, where: list[Any], key: str, allowed: list[str], out: Collector) -> None:
+    at = pointer(where)
+    if name == "llm_config.json" and key in runtime_keys():
+        out.error(name, at, f"runtime key {key!r} in llm_config.json silently overrides config.json; "
+                            "move it to config.json")
+    elif key in APP_SPECIFIC:
+        out.error(name, at, f"{key!r} is app-specific (TokForge) and belongs only in config_opencl.json")
+    else:
+        close = suggest(key, allowed, cutoff=0.75)
+        if close:
+            out.error(name, at, f"unknown key {key!r} (MNN ignores it); did you mean {close!r}?")
+        else:
+            out.warning(name, at, f"unknown key {key!r}; MNN ignores it")

@@ -1,0 +1,74 @@
+"""Findings: what validation reports, one per problem, with file, JSON pointer and severity."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Literal
+
+Severity = Literal["error", "warning"]
+
+
+@dataclass(frozen=True)
+class Finding:
+    file: str
+    pointer: str
+    severity: Severity
+    message: str
+    line: int | None = None
+    column: int | None = None
+
+    @property
+    def location(self) -> str:
+        if self.line is not None:
+            return f"{self.file}:{self.line}:{self.column}"
+        return f"{self.file}{' ' + self.pointer if self.pointer else ''}"
+
+
+@dataclass(frozen=True)
+class ValidationReport:
+    bundle: Path
+    findings: tuple[Finding, ...]
+    checked_files: tuple[str, ...] = field(default=())
+
+    @property
+    def errors(self) -> tuple[Finding, ...]:
+        return tuple(f for f in self.findings if f.severity == "error")
+
+    @property
+    def warnings(self) -> tuple[Finding, ...]:
+        return tuple(f for f in self.findings if f.severity == "warning")
+
+    def ok(self, strict: bool = False) -> bool:
+        return not self.errors and not (strict and self.warnings)
+
+
+def suggest(value: str, options: Iterable[str], cutoff: float = 0.6) -> str | None:
+    """The option a near miss most likely meant: same letters ignoring case and '_', else the closest."""
+    import difflib
+
+    options = list(options)
+    folded = {o.lower().replace("_", ""): o for o in options}
+    if value.lower().replace("_", "") in folded:
+        return folded[value.lower().replace("_", "")]
+    close = difflib.get_close_matches(value, options, n=1, cutoff=cutoff)
+    return close[0] if close else None
+
+
+def pointer(parts: Iterable[object]) -> str:
+    """RFC 6901 JSON pointer of a path inside a document."""
+    escaped = [str(p).replace("~", "~0").replace("/", "~1") for p in parts]
+    return "".join("/" + p for p in escaped)
+
+
+class Collector:
+    """Accumulates findings; checks call error()/warning() and go on, so every problem is reported at once."""
+
+    def __init__(self) -> None:
+        self.items: list[Finding] = []
+
+    def error(self, file: str, where: str, message: str, **kw: int | None) -> None:
+        self.items.append(Finding(file, where, "error", message, **kw))  # type: ignore[arg-type]
+
+    def warning(self, file: str, where: str, message: str, **kw: int | None) -> None:
+        self.items.append(Finding(file, where, "warning", message, **kw))  # type: ignore[arg-type]
