@@ -35,12 +35,10 @@ BASELINE = parse_version("3.0.0")
 C4_FUSION = parse_version("3.6.1")
 
 
-def has_c4_attention(node: Any) -> bool:
-    if isinstance(node, dict):
-        return node.get("output_c4") is True or any(has_c4_attention(v) for v in node.values())
-    if isinstance(node, list):
-        return any(has_c4_attention(v) for v in node)
-    return False
+def has_c4_attention(ops: list[Any]) -> bool:
+    """Whether any attention op writes C4-packed output (AttentionParam.output_c4, FuseTransformerC4)."""
+    return any(op.get("type") == "Attention" and isinstance(op.get("main"), dict)
+               and op["main"].get("output_c4") is True for op in ops)
 
 
 def graph_requirement(graph_json: Path) -> EngineRequirement:

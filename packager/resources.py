@@ -31,6 +31,7 @@ def registry() -> Any:
         (schema(name)["$id"], Resource.from_contents(schema(name))) for name in SCHEMA_NAMES)
 
 
+@cache
 def validator(name: str) -> Any:
     """A Draft 2020-12 validator for one of our schemas, with the others available to $ref."""
     from jsonschema import Draft202012Validator

@@ -214,18 +214,44 @@ def test_seed_card_config_values_pass_the_schemas() -> None:
         assert '"thread_num": 2' in text and '"sampler_type": "greedy"' in text
 
 
-def test_schemas_work_standalone_with_check_jsonschema(bundle4: ConvertResult, tmp_path: Path) -> None:
-    # The schemas need no packager code: plain jsonschema with a file-based registry accepts the bundle.
-    code = f"""
-import json, pathlib
-from jsonschema import Draft202012Validator
-from referencing import Registry, Resource
-root = pathlib.Path({str(Path(resources.__file__).parents[1] / 'schemas')!r})
-schemas = {{p.name: json.loads(p.read_text()) for p in root.glob('*.json')}}
-reg = Registry().with_resources((s['$id'], Resource.from_contents(s)) for s in schemas.values())
-v = Draft202012Validator(schemas['config.schema.json'], registry=reg)
-doc = json.loads(pathlib.Path({str(bundle4.out / 'config.json')!r}).read_text())
-print(len(list(v.iter_errors(doc))))
-"""
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert result.stdout.strip() == "0", result.stderr
+SCHEMA_DIR = Path(__file__).resolve().parents[1] / "schemas"
+FILE_SCHEMAS = {"config.json": "config", "config_cpu.json": "draft_config", "draft_config_cpu.json": "draft_config",
+                "config_opencl.json": "config_opencl", "llm_config.json": "llm_config",
+                "runtime_config.json": "runtime_config"}
+
+
+def _check_jsonschema(schema: str, *files: Path) -> subprocess.CompletedProcess[str]:
+    tool = Path(sys.executable).with_name("check-jsonschema")
+    prefix = ["unshare", "-n"] if shutil.which("unshare") and subprocess.run(
+        ["unshare", "-n", "true"], capture_output=True).returncode == 0 else []
+    return subprocess.run([*prefix, str(tool), "--schemafile", str(SCHEMA_DIR / f"{schema}.schema.json"),
+                           *map(str, files)], capture_output=True, text=True, timeout=120)
+
+
+def test_check_jsonschema_accepts_the_bundle_offline(bundle4: ConvertResult) -> None:
+    for name, schema in FILE_SCHEMAS.items():
+        result = _check_jsonschema(schema, bundle4.out / name)
+        assert result.returncode == 0, (name, result.stdout, result.stderr)
+    result = _check_jsonschema("provenance", bundle4.provenance)
+    assert result.returncode == 0, result.stdout
+
+
+def test_check_jsonschema_rejects_a_wrong_type(bundle4: ConvertResult, tmp_path: Path) -> None:
+    bad = tmp_path / "config_cpu.json"
+    data = json.loads((bundle4.out / "config_cpu.json").read_text())
+    data["thread_num"] = "2"
+    bad.write_text(json.dumps(data))
+    result = _check_jsonschema("draft_config", bad)
+    assert result.returncode == 1 and "thread_num" in result.stdout
+
+
+def test_schemas_are_self_contained_and_in_sync() -> None:
+    # No schema refers to another file, so editors and check-jsonschema need no network or registry;
+    # the per-file copies of the MNN key definitions must equal mnn_runtime.schema.json's.
+    keys = resources.schema("mnn_runtime")["$defs"]["properties"]
+    for name in resources.SCHEMA_NAMES:
+        text = json.dumps(resources.schema(name))
+        assert not re.search(r'"\$ref": "[^#]', text), name
+    for name in ("config", "draft_config", "config_opencl", "release"):
+        assert resources.schema(name)["$defs"]["keys"] == keys, name
+    assert resources.schema("llm_config")["properties"]["jinja"]["properties"] == keys["jinja"]["properties"]

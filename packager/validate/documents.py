@@ -40,7 +40,8 @@ def load_json(path: Path, name: str, out: Collector) -> Any:
         return seen
 
     try:
-        data = json.loads(text, object_pairs_hook=pairs)
+        # The graph dump is machine-written and large; duplicate keys are a hand-editing hazard.
+        data = json.loads(text) if name == "llm.mnn.json" else json.loads(text, object_pairs_hook=pairs)
     except json.JSONDecodeError as exc:
         out.error(name, "", f"invalid JSON: {exc.msg} (MNN ignores an unparsable file and runs on defaults)",
                   line=exc.lineno, column=exc.colno)
