@@ -9,7 +9,7 @@ DEMO := demo-output
 .PHONY: help venv system-deps test demo bench clean
 
 help:
-	@echo "make demo   - build a tiny Qwen3 checkpoint and convert it to an MNN bundle"
+	@echo "make demo   - build a tiny Qwen3 checkpoint, convert, validate, write its card and checksum manifest"
 	@echo "make test   - run the test suite"
 	@echo "make bench  - run the benchmarks in bench/ (slow: builds a 0.6B-shaped model)"
 
@@ -29,13 +29,20 @@ system-deps:
 test: venv system-deps
 	$(PY) -m pytest -q
 
-demo: venv
+demo: venv system-deps
 	$(PY) -m tests.models $(DEMO)/tiny-qwen3
 	$(PACKAGER) convert $(DEMO)/tiny-qwen3 --out $(DEMO)/bundle --force
-	@echo "demo bundle: $(DEMO)/bundle"
+	$(PACKAGER) validate $(DEMO)/bundle --strict
+	$(PACKAGER) card $(DEMO)/bundle --spec examples/release.toml
+	$(PACKAGER) checksum $(DEMO)/bundle
+	cd $(DEMO)/bundle && xxhsum -c --quiet checksums.xxh128
+	$(PACKAGER) validate $(DEMO)/bundle --strict
+	@echo "demo bundle with card and manifest: $(DEMO)/bundle"
 
-bench: venv
-	$(PY) bench/convert_bench.py
+bench: venv system-deps
+	$(PY) bench/convert_bench.py --runs 3
+	$(PY) bench/validate_bench.py
+	$(PY) bench/hash_bench.py
 
 clean:
 	rm -rf $(DEMO) build *.egg-info

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import datetime
+import math
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from . import resources
 from .convert.presets import RuntimeOverrides
@@ -14,8 +16,88 @@ from .errors import SpecError
 
 @dataclass(frozen=True)
 class ConvertSettings:
+    source: Path | None = None
+    lora: Path | None = None
     quant_bits: int | None = None
     quant_block: int | None = None
+
+
+@dataclass(frozen=True)
+class Release:
+    repo_id: str
+    title: str
+    version: str
+    license: str
+    summary: str
+    date: str | None = None
+    publisher: str | None = None
+    base_model_relation: str | None = None
+    tags: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Model:
+    base_model: str
+    teacher: str | None = None
+    parameters: str | None = None
+    architecture: str | None = None
+
+
+@dataclass(frozen=True)
+class Training:
+    method: str
+    lora_r: int | None = None
+    lora_alpha: float | None = None
+    samples: int | None = None
+    data: str | None = None
+    loss_kl: float | None = None
+    loss_ce: float | None = None
+    temperature: float | None = None
+    epochs: int | None = None
+    batch_size: int | None = None
+    grad_accum: int | None = None
+    optimizer_steps: int | None = None
+    final_kl: float | None = None
+    acceptance_alpha: float | None = None
+    hardware: str | None = None
+
+
+@dataclass(frozen=True)
+class Pairing:
+    target: str
+    uses: Literal["yes", "some chips", "no"]
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    device: str
+    target: str
+    ar_tok_s: float
+    draft_tok_s: float
+    draft_predict_length: int | None = None
+    notes: str | None = None
+
+    @property
+    def uplift_percent(self) -> float:
+        return (self.draft_tok_s / self.ar_tok_s - 1) * 100
+
+
+@dataclass(frozen=True)
+class CardText:
+    runs_on: str
+    limitations: tuple[str, ...]
+    phone_class: str | None = None
+    intended_use: str | None = None
+
+
+@dataclass(frozen=True)
+class Credit:
+    name: str
+    by: str
+    license: str
+    url: str | None = None
+    role: str | None = None
 
 
 @dataclass(frozen=True)
@@ -24,6 +106,20 @@ class ReleaseSpec:
     data: dict[str, Any]
     convert: ConvertSettings = field(default_factory=ConvertSettings)
     runtime: RuntimeOverrides = field(default_factory=RuntimeOverrides)
+    release: Release | None = None
+    model: Model | None = None
+    training: Training | None = None
+    pairing: tuple[Pairing, ...] = ()
+    benchmarks: tuple[Benchmark, ...] = ()
+    card: CardText | None = None
+    credits: tuple[Credit, ...] = ()
+
+    def need(self, table: str) -> Any:
+        """A table the caller cannot do without; its absence fails with the table's name."""
+        value = getattr(self, table)
+        if value is None:
+            raise SpecError(f"{self.path or 'the release spec'} has no [{table}] table, which this step needs")
+        return value
 
 
 def load(path: Path) -> ReleaseSpec:
@@ -36,18 +132,57 @@ def load(path: Path) -> ReleaseSpec:
         raise SpecError(f"release spec {path} cannot be read ({exc})") from None
     except tomllib.TOMLDecodeError as exc:
         raise SpecError(f"release spec {path} is not valid TOML: {exc}") from None
+    data = _dates_as_text(data)
     check(data, str(path))
     return from_dict(data, path)
 
 
+def _dates_as_text(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {k: _dates_as_text(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_dates_as_text(v) for v in node]
+    return node.isoformat() if isinstance(node, (datetime.date, datetime.datetime)) else node
+
+
 def check(data: dict[str, Any], where: str) -> None:
     validator = resources.validator("release")
-    errors = sorted(validator.iter_errors(data), key=lambda e: (list(e.absolute_path), e.message))
+    errors = sorted(validator.iter_errors(data), key=lambda e: (list(map(str, e.absolute_path)), e.message))
     if errors:
         first = errors[0]
         location = ".".join(str(p) for p in first.absolute_path) or "(top level)"
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         raise SpecError(f"{where}: {location}: {first.message}{more}")
+    _check_training(data.get("training"), where)
+
+
+def _check_training(training: dict[str, Any] | None, where: str) -> None:
+    if not training:
+        return
+    parts = [training.get(k) for k in ("samples", "batch_size", "grad_accum", "epochs")]
+    steps = training.get("optimizer_steps")
+    if steps is not None and all(p is not None for p in parts):
+        samples, batch, accum, epochs = parts
+        expected = math.ceil(samples / (batch * accum)) * epochs
+        if steps != expected:
+            raise SpecError(f"{where}: training.optimizer_steps is {steps} but samples / (batch_size x grad_accum) "
+                            f"x epochs = {expected}")
+    if training.get("loss_kl") is not None and training.get("loss_ce") is not None:
+        if abs(training["loss_kl"] + training["loss_ce"] - 1) > 1e-9:
+            raise SpecError(f"{where}: training.loss_kl + training.loss_ce must be 1")
+
+
+def _build(cls: type, data: dict[str, Any] | None) -> Any:
+    if data is None:
+        return None
+    names = {f.name for f in fields(cls)}
+    return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in names})
+
+
+def _relative(base: Path | None, value: str | None) -> Path | None:
+    if value is None:
+        return None
+    return (base.parent / value) if base is not None else Path(value)
 
 
 def from_dict(data: dict[str, Any], path: Path | None = None) -> ReleaseSpec:
@@ -55,8 +190,15 @@ def from_dict(data: dict[str, Any], path: Path | None = None) -> ReleaseSpec:
     runtime = data.get("runtime", {})
     return ReleaseSpec(
         path=path, data=data,
-        convert=ConvertSettings(quant_bits=convert.get("quant_bits"), quant_block=convert.get("quant_block")),
+        convert=ConvertSettings(source=_relative(path, convert.get("source")), lora=_relative(path, convert.get("lora")),
+                                quant_bits=convert.get("quant_bits"), quant_block=convert.get("quant_block")),
         runtime=RuntimeOverrides(main=runtime.get("main", {}), draft=runtime.get("draft", {}),
                                  opencl=runtime.get("opencl", {}),
                                  compatible_targets=runtime.get("compatible_targets"),
-                                 notes=runtime.get("notes")))
+                                 notes=runtime.get("notes")),
+        release=_build(Release, data.get("release")), model=_build(Model, data.get("model")),
+        training=_build(Training, data.get("training")),
+        pairing=tuple(_build(Pairing, p) for p in data.get("pairing", [])),
+        benchmarks=tuple(_build(Benchmark, b) for b in data.get("benchmarks", [])),
+        card=_build(CardText, data.get("card")),
+        credits=tuple(_build(Credit, c) for c in data.get("credits", [])))

@@ -1,0 +1,154 @@
+"""The model card: rendered from the release spec, the bundle's own files and measurements (Jinja2, strict)."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import resources
+from .bundle import APP_FILES, FILES
+from .engine import EngineRequirement, format_version, parse_version
+from .errors import PackagerError
+from .hashing import xxh3_128_file
+from .spec import ReleaseSpec
+
+DEFAULT_TEMPLATE = "model_card.md.j2"
+BASE_TAGS = ("mnn", "speculative-decoding", "draft-model", "qwen3", "on-device")
+
+
+class CardError(PackagerError):
+    exit_code = 24
+    hint = "fix the template or the spec field it names"
+
+
+@dataclass(frozen=True)
+class FileRow:
+    name: str
+    size: int
+    purpose: str
+    xxh3_128: str
+    app_downloads: bool
+
+
+@dataclass(frozen=True)
+class Card:
+    text: str
+    metadata: dict[str, Any]
+
+
+def human_size(size: int) -> str:
+    """Decimal units with three significant digits, as the Hub shows them: 211 B, 504 KB, 1.61 MB."""
+    if size < 1000:
+        return f"{size} B"
+    for unit in ("KB", "MB", "GB", "TB"):
+        size_f = size / 1000
+        if size_f < 1000 or unit == "TB":
+            return f"{size_f:.3g} {unit}" if size_f < 100 else f"{size_f:.0f} {unit}"
+        size = int(size_f)
+    raise AssertionError
+
+
+def _files(bundle: Path) -> list[FileRow]:
+    missing = [name for name in FILES if not (bundle / name).is_file()]
+    if missing:
+        raise CardError(f"{bundle} is missing {', '.join(missing)}", "the card describes a complete bundle; "
+                        "run packager validate")
+    return [FileRow(name=name, size=(bundle / name).stat().st_size, purpose=purpose,
+                    xxh3_128=xxh3_128_file(bundle / name), app_downloads=name in APP_FILES)
+            for name, purpose in FILES.items()]
+
+
+def _json(bundle: Path, name: str) -> dict[str, Any]:
+    try:
+        return json.loads((bundle / name).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise CardError(f"{bundle / name} cannot be read as JSON ({exc})", "run packager validate") from None
+
+
+def metadata(spec: ReleaseSpec, bits: int) -> dict[str, Any]:
+    """Hub front matter: license, base model and its relation, library, pipeline and tags."""
+    release, model = spec.need("release"), spec.need("model")
+    relation = release.base_model_relation or ("finetune" if spec.training else "quantized")
+    tags = list(dict.fromkeys([*BASE_TAGS, f"{bits}-bit", *release.tags]))
+    return {"license": release.license, "base_model": [model.base_model], "base_model_relation": relation,
+            "library_name": "mnn", "pipeline_tag": "text-generation", "tags": tags}
+
+
+def _engine(runtime: dict[str, Any]) -> EngineRequirement:
+    declared = runtime.get("min_mnn_engine") or {}
+    version = parse_version(declared["version"]) if "version" in declared else (3, 0, 0)
+    return EngineRequirement(version, tuple(declared.get("because", ())))
+
+
+def render(bundle: Path, spec: ReleaseSpec, template: Path | None = None,
+           measurements: dict[str, Any] | None = None) -> Card:
+    """Render the card; a missing fact fails with its name (StrictUndefined), never a placeholder."""
+    import jinja2
+
+    files = _files(bundle)
+    llm_config = _json(bundle, "llm_config.json")
+    tie = llm_config.get("tie_embeddings")
+    bits, block = (tie[3], tie[4]) if isinstance(tie, list) else (tie["quant_bit"], tie["quant_block"])
+    runtime = _json(bundle, "runtime_config.json")
+    meta = metadata(spec, bits)
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
+    env.filters["size"] = human_size
+    env.filters["signed_percent"] = lambda value: f"{value:+.0f}%"
+    env.filters["num"] = lambda value: f"{value:g}"
+    source = template.read_text(encoding="utf-8") if template else resources.template(DEFAULT_TEMPLATE)
+    context = {
+        "spec": spec, "release": spec.need("release"), "model": spec.need("model"), "card": spec.need("card"),
+        "training": spec.training, "pairing": spec.pairing, "benchmarks": spec.benchmarks, "credits": spec.credits,
+        "files": files, "total_size": sum(f.size for f in files), "file_count": len(files),
+        "app_files": [f for f in files if f.app_downloads], "bits": bits, "block": block,
+        "draft_config_text": (bundle / "config_cpu.json").read_text(encoding="utf-8").strip(),
+        "draft_config": _json(bundle, "config_cpu.json"), "opencl_config": _json(bundle, "config_opencl.json"),
+        "recommended": runtime.get("recommended", {}), "engine": _engine(runtime),
+        "format_version": format_version, "llm_config": llm_config,
+        "measurements": measurements or {},
+        "front_matter": _front_matter(meta),
+    }
+    try:
+        text = re.sub(r"\n{3,}", "\n\n", env.from_string(source).render(**context))
+    except jinja2.UndefinedError as exc:
+        raise CardError(f"the card template needs a value that is missing: {exc.message}") from None
+    except jinja2.TemplateError as exc:
+        raise CardError(f"the card template is broken: {exc}") from None
+    check_front_matter(text, meta)
+    return Card(text=text, metadata=meta)
+
+
+def measurements_from_provenance(record: dict[str, Any]) -> dict[str, Any]:
+    """What the card may state from a conversion's provenance: tokenizer agreement and tool versions."""
+    tokenizer = record["tokenizer"]
+    chosen = tokenizer["agreement"][tokenizer["format"]]
+    kinds = {item["text"]: item["category"] for item in resources.tokenizer_corpus_items()}
+    categories: dict[str, int] = {}
+    for text in chosen.get("mismatched", []):
+        kind = kinds.get(text, "other")
+        categories[kind] = categories.get(kind, 0) + 1
+    return {"tokenizer": {"format": tokenizer["format"], "matched": chosen["matched"], "total": chosen["total"],
+                          "mismatched_categories": dict(sorted(categories.items()))},
+            "versions": record["versions"], "tool_version": record["tool"]["version"]}
+
+
+def _front_matter(meta: dict[str, Any]) -> str:
+    from huggingface_hub import ModelCardData
+
+    return ModelCardData(**meta).to_yaml()
+
+
+def check_front_matter(text: str, expected: dict[str, Any]) -> None:
+    """Parse the card's YAML header with huggingface_hub's card classes (offline) and compare it."""
+    from huggingface_hub import ModelCard
+
+    try:
+        data = ModelCard(text, ignore_metadata_errors=False).data.to_dict()
+    except Exception as exc:  # noqa: BLE001 - any parse failure is the same user-facing problem
+        raise CardError(f"the card's front matter does not parse: {exc}") from None
+    wrong = sorted(k for k, v in expected.items() if data.get(k) != v)
+    if wrong:
+        raise CardError(f"the card's front matter has wrong or missing {', '.join(wrong)}")

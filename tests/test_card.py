@@ -1,0 +1,156 @@
+"""The card renders from the spec, the files and measurements; every figure moves with its source."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from packager import spec as spec_module
+from packager.card import CardError, human_size, render
+from packager.convert import provenance
+from packager.convert.pipeline import ConvertResult
+from packager.errors import SpecError
+from packager.validate import validate
+from tests.conftest import run_cli
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "release.toml"
+
+
+@pytest.fixture()
+def example() -> spec_module.ReleaseSpec:
+    return spec_module.load(EXAMPLE)
+
+
+def _spec_with(tmp_path: Path, old: str, new: str) -> Path:
+    text = EXAMPLE.read_text()
+    assert old in text
+    path = tmp_path / "release.toml"
+    path.write_text(text.replace(old, new, 1))
+    return path
+
+
+def test_card_renders_with_hub_front_matter(bundle4: ConvertResult, example: spec_module.ReleaseSpec) -> None:
+    from huggingface_hub import ModelCard
+
+    card = render(bundle4.out, example)
+    data = ModelCard(card.text).data.to_dict()
+    assert data["license"] == "apache-2.0" and data["library_name"] == "mnn"
+    assert data["base_model"] == ["Qwen/Qwen3-0.6B"] and data["base_model_relation"] == "finetune"
+    assert data["pipeline_tag"] == "text-generation"
+    assert {"speculative-decoding", "draft-model", "4-bit"} <= set(data["tags"])
+    for section in ("## Files", "## Which targets it pairs with", "## Recommended settings", "## How it was made",
+                    "## Benchmark", "## Measured by packager", "## Limitations", "## License", "## Credits"):
+        assert section in card.text
+
+
+def test_card_states_the_files_as_they_are(bundle4: ConvertResult, example: spec_module.ReleaseSpec) -> None:
+    text = render(bundle4.out, example).text
+    for name, digest in bundle4.digests.items():
+        assert f"| `{name}` | {human_size(bundle4.sizes[name])} |" in text
+        assert digest in text
+    assert f"{human_size(sum(bundle4.sizes.values()))} (10 files)" in text
+    assert (bundle4.out / "config_cpu.json").read_text().strip() in text
+    assert "Minimum MNN engine | 3.6.1" in text
+
+
+def test_card_follows_a_changed_file(bundle4: ConvertResult, example: spec_module.ReleaseSpec,
+                                     tmp_path: Path) -> None:
+    bundle = tmp_path / "b"
+    shutil.copytree(bundle4.out, bundle)
+    for name in ("config_cpu.json", "draft_config_cpu.json"):
+        data = json.loads((bundle / name).read_text())
+        data["thread_num"] = 3
+        (bundle / name).write_text(json.dumps(data, indent=2) + "\n")
+    before = render(bundle4.out, example).text
+    after = render(bundle, example).text
+    assert "| Draft threads | 2 |" in before and "| Draft threads | 3 |" in after
+    assert '"thread_num": 3' in after
+
+
+def test_card_follows_the_quantization_of_the_files(bundle8: ConvertResult, example: spec_module.ReleaseSpec) -> None:
+    text = render(bundle8.out, example).text
+    assert "MNN bundle, 8-bit weights (block 128)" in text and "- 8-bit" in text
+
+
+def test_uplift_is_computed_from_the_spec(bundle4: ConvertResult, tmp_path: Path) -> None:
+    assert "| +30% |" in render(bundle4.out, spec_module.load(EXAMPLE)).text
+    faster = spec_module.load(_spec_with(tmp_path, "draft_tok_s = 18.1", "draft_tok_s = 20.0"))
+    assert "| +44% |" in render(bundle4.out, faster).text
+
+
+def test_training_figures_come_from_the_spec(bundle4: ConvertResult, tmp_path: Path) -> None:
+    changed = spec_module.load(_spec_with(tmp_path, "final_kl = 0.339", "final_kl = 0.41"))
+    text = render(bundle4.out, changed).text
+    assert "- Final KL: 0.41" in text and "0.339" not in text
+    assert "LoRA r=16, alpha=32" in text and "1,875 optimizer steps" in text
+
+
+def test_measurements_come_from_provenance(bundle4: ConvertResult, example: spec_module.ReleaseSpec) -> None:
+    from packager.card import measurements_from_provenance
+
+    record = provenance.read(bundle4.provenance)
+    text = render(bundle4.out, example, measurements=measurements_from_provenance(record)).text
+    chosen = record["tokenizer"]["agreement"][record["tokenizer"]["format"]]
+    assert f"**{chosen['matched']}/{chosen['total']}**" in text
+    assert f"llmexport {record['versions']['llmexport']}" in text
+    assert "Tokenizer agreement" not in render(bundle4.out, example).text  # no measurement, no claim
+
+
+def test_missing_spec_field_fails_with_its_name(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match=r"release: 'title' is a required property"):
+        spec_module.load(_spec_with(tmp_path, 'title = "Qwen3 0.6B draft (MNN), KL-distilled from Qwen3 8B"\n', ""))
+
+
+def test_wrong_type_fails_with_its_path(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match=r"benchmarks\.0\.ar_tok_s: '13.9' is not of type 'number'"):
+        spec_module.load(_spec_with(tmp_path, "ar_tok_s = 13.9", 'ar_tok_s = "13.9"'))
+
+
+def test_inconsistent_training_figures_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="optimizer_steps is 1800 but .* = 1875"):
+        spec_module.load(_spec_with(tmp_path, "optimizer_steps = 1875", "optimizer_steps = 1800"))
+
+
+def test_card_needs_its_tables(bundle4: ConvertResult, tmp_path: Path) -> None:
+    path = tmp_path / "release.toml"
+    path.write_text("[convert]\nquant_bits = 4\n")
+    with pytest.raises(SpecError, match=r"no \[release\] table"):
+        render(bundle4.out, spec_module.load(path))
+
+
+def test_own_template_and_strict_undefined(bundle4: ConvertResult, example: spec_module.ReleaseSpec,
+                                           tmp_path: Path) -> None:
+    own = tmp_path / "card.j2"
+    own.write_text("---\n{{ front_matter }}\n---\n# {{ release.title }} ({{ bits }}-bit)\n")
+    assert render(bundle4.out, example, template=own).text.endswith("(4-bit)\n")
+    own.write_text("---\n{{ front_matter }}\n---\n{{ release.download_count }}\n")
+    with pytest.raises(CardError, match="download_count"):
+        render(bundle4.out, example, template=own)
+
+
+def test_broken_front_matter_is_refused(bundle4: ConvertResult, example: spec_module.ReleaseSpec,
+                                        tmp_path: Path) -> None:
+    own = tmp_path / "card.j2"
+    own.write_text("---\nlicense: [unclosed\n---\n# x\n")
+    with pytest.raises(CardError, match="front matter"):
+        render(bundle4.out, example, template=own)
+
+
+def test_cli_writes_readme_that_validate_accepts(bundle4: ConvertResult, tmp_path: Path) -> None:
+    bundle = tmp_path / "b"
+    shutil.copytree(bundle4.out, bundle)
+    shutil.copy(bundle4.provenance, tmp_path / "b.provenance.json")
+    result = run_cli("card", str(bundle), "--spec", str(EXAMPLE))
+    assert result.returncode == 0, result.stderr
+    text = (bundle / "README.md").read_text()
+    assert text.startswith("---\n") and "Tokenizer agreement" in text
+    assert validate(bundle).findings == ()
+
+
+def test_cli_spec_error_is_one_line(bundle4: ConvertResult, tmp_path: Path) -> None:
+    spec = _spec_with(tmp_path, 'uses = "yes"', 'uses = "maybe"')
+    result = run_cli("card", str(bundle4.out), "--spec", str(spec), "-o", "-")
+    assert result.returncode == 17 and result.stderr.count("\n") == 1 and "pairing.0.uses" in result.stderr
