@@ -65,8 +65,13 @@ def write_manifest(bundle: Path) -> Manifest:
 
 
 def read_manifest(path: Path) -> dict[str, str]:
+    return parse_manifest(path.read_text(encoding="utf-8"), path)
+
+
+def parse_manifest(text: str, path: Path) -> dict[str, str]:
+    """name -> digest; `path` only names the manifest in errors."""
     digests: dict[str, str] = {}
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         match = _LINE.match(line)

@@ -1,0 +1,1 @@
+"""Publishing to the Hugging Face Hub, and a local Hub-compatible server."""

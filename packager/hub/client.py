@@ -1,0 +1,151 @@
+"""The one seam to huggingface_hub: a configured HfApi, Xet only where the endpoint has it, errors mapped.
+
+The client's telemetry call is switched off before huggingface_hub is imported, and tokens are never put in
+messages: every error text passes through `redact`.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, TypeVar
+
+from ..errors import PackagerError
+
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+PUBLIC_HUB = "https://huggingface.co"
+T = TypeVar("T")
+
+
+class HubError(PackagerError):
+    exit_code = 40
+    hint = "rerun the same command; what the Hub already has is not sent again"
+
+
+class HubAuthError(HubError):
+    exit_code = 41
+    hint = "log in with `hf auth login` or set HF_TOKEN to a token with write access"
+
+
+class HubForbidden(HubError):
+    exit_code = 42
+    hint = "use a token with write access to this repo (or a namespace you own)"
+
+
+class HubNotFound(HubError):
+    exit_code = 43
+    hint = "check the repo id and revision (packager creates the repo on upload)"
+
+
+class HubConflict(HubError):
+    exit_code = 44
+    hint = "someone changed the repo meanwhile or the tag exists; check the remote and rerun"
+
+
+class HubVerificationFailed(HubError):
+    exit_code = 45
+    hint = "the remote revision is not what was uploaded; run packager verify-remote and re-upload"
+
+
+@dataclass(frozen=True)
+class Hub:
+    api: Any  # huggingface_hub.HfApi
+    endpoint: str
+    token: str | None
+
+    def redact(self, text: str) -> str:
+        return text.replace(self.token, "***") if self.token else text
+
+
+def connect(endpoint: str | None) -> Hub:
+    """HfApi for `endpoint` (default HF_ENDPOINT, else the public Hub) with the user's token."""
+    from huggingface_hub import HfApi, constants, get_token
+
+    constants.HF_HUB_DISABLE_TELEMETRY = True
+    url = (endpoint or os.environ.get("HF_ENDPOINT") or PUBLIC_HUB).rstrip("/")
+    token = get_token()
+    return Hub(api=HfApi(endpoint=url, token=token), endpoint=url, token=token)
+
+
+def configure_xet(hub: Hub, repo_id: str) -> bool:
+    """Keep Xet where the endpoint offers it; turn it off (plain LFS) where it does not. Returns Xet on/off."""
+    from huggingface_hub import constants
+    from huggingface_hub.utils import build_hf_headers, get_session
+
+    if hub.endpoint == PUBLIC_HUB:
+        return True
+    response = get_session().get(f"{hub.endpoint}/api/models/{repo_id}/xet-write-token/main",
+                                 headers=build_hf_headers(token=hub.token), timeout=10)
+    available = response.status_code == 200 and "casUrl" in (response.text or "")
+    constants.HF_HUB_DISABLE_XET = not available
+    return available
+
+
+def status_of(exc: BaseException) -> int | None:
+    response = getattr(exc, "response", None)
+    return getattr(response, "status_code", None)
+
+
+def is_transient(exc: BaseException) -> bool:
+    import httpx2
+
+    if isinstance(exc, (httpx2.TimeoutException, httpx2.NetworkError, httpx2.RemoteProtocolError,
+                        ConnectionError)):
+        return True
+    return status_of(exc) in (408, 429, 500, 502, 503, 504)
+
+
+def retry_after(exc: BaseException) -> float | None:
+    response = getattr(exc, "response", None)
+    value = getattr(response, "headers", {}).get("Retry-After") if response is not None else None
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def translate(hub: Hub, exc: BaseException, what: str) -> PackagerError:
+    """One clear line with the next step; never the token."""
+    status = status_of(exc)
+    server = getattr(exc, "server_message", None) or ""
+    detail = hub.redact(f" ({server})" if server else "")
+    if status == 401:
+        return HubAuthError(f"{what}: the Hub at {hub.endpoint} rejected the credentials (401){detail}")
+    if status == 403:
+        return HubForbidden(f"{what}: the token may not write here (403){detail}")
+    if status == 404:
+        return HubNotFound(f"{what}: not found on {hub.endpoint} (404){detail}")
+    if status in (409, 412):
+        return HubConflict(f"{what}: conflict ({status}){detail}")
+    if status == 429:
+        return HubError(f"{what}: the Hub is rate limiting (429) and retries ran out{detail}",
+                        "wait a while, then rerun the same command")
+    cause = exc.__cause__ or exc
+    return HubError(f"{what} failed: {hub.redact(type(cause).__name__ + ': ' + str(cause))[:300]}")
+
+
+def with_retries(hub: Hub, what: str, action: Callable[[], T], *, attempts: int = 4,
+                 before_retry: Callable[[], T | None] | None = None,
+                 sleep: Callable[[float], None] = time.sleep) -> T:
+    """Run `action`, retrying transient failures with backoff (Retry-After wins).
+
+    `before_retry` may find that the failed attempt in fact succeeded (a commit whose answer was lost) and
+    return its result, so nothing is done twice.
+    """
+    delay = 1.0
+    for attempt in range(1, attempts + 1):
+        try:
+            return action()
+        except Exception as exc:  # noqa: BLE001 - classified below
+            if attempt == attempts or not is_transient(exc):
+                raise translate(hub, exc, what) from None
+            sleep(retry_after(exc) or delay)
+            delay = min(delay * 2, 8.0)
+            if before_retry is not None:
+                done = before_retry()
+                if done is not None:
+                    return done
+    raise AssertionError("unreachable")

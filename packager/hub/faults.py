@@ -1,0 +1,43 @@
+"""Fault injection for the local Hub's tests: answer a matching request with a status, or drop it."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass
+class Fault:
+    method: str
+    path: str  # substring of the request path
+    status: int = 500
+    times: int = 1
+    retry_after: int | None = None
+    drop_after_bytes: int | None = None  # read this much of the body, then close the connection
+    after: bool = False  # perform the operation, then answer with the fault (a lost answer)
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after)} if self.retry_after is not None else {}
+
+
+class Faults:
+    def __init__(self) -> None:
+        self._rules: list[Fault] = []
+        self._lock = threading.Lock()
+
+    def replace(self, rules: list[dict[str, Any]]) -> None:
+        with self._lock:
+            self._rules = [Fault(**rule) for rule in rules]
+
+    def take(self, method: str, path: str) -> Fault | None:
+        with self._lock:
+            for rule in self._rules:
+                if rule.times > 0 and rule.method == method and rule.path in path:
+                    rule.times -= 1
+                    return rule
+        return None
+
+    def left(self) -> int:
+        with self._lock:
+            return sum(rule.times for rule in self._rules)
