@@ -6,10 +6,11 @@ PY := $(VENV)/bin/python
 PACKAGER := $(VENV)/bin/packager
 DEMO := demo-output
 
-.PHONY: help venv system-deps test demo bench clean
+.PHONY: help venv system-deps test demo release bench clean
 
 help:
-	@echo "make demo   - build a tiny Qwen3 checkpoint, convert, validate, write its card and checksum manifest"
+	@echo "make demo   - tiny Qwen3 checkpoint -> bundle -> validated, carded, checksummed -> released to a local Hub and verified"
+	@echo "make release SPEC=release.toml - release for real (ENDPOINT=... to target another Hub)"
 	@echo "make test   - run the test suite"
 	@echo "make bench  - run the benchmarks in bench/ (slow: builds a 0.6B-shaped model)"
 
@@ -30,14 +31,12 @@ test: venv system-deps
 	$(PY) -m pytest -q
 
 demo: venv system-deps
-	$(PY) -m tests.models $(DEMO)/tiny-qwen3
-	$(PACKAGER) convert $(DEMO)/tiny-qwen3 --out $(DEMO)/bundle --force
-	$(PACKAGER) validate $(DEMO)/bundle --strict
-	$(PACKAGER) card $(DEMO)/bundle --spec examples/release.toml
-	$(PACKAGER) checksum $(DEMO)/bundle
-	cd $(DEMO)/bundle && xxhsum -c --quiet checksums.xxh128
-	$(PACKAGER) validate $(DEMO)/bundle --strict
-	@echo "demo bundle with card and manifest: $(DEMO)/bundle"
+	PY=$(PY) DEMO=$(DEMO) bash examples/demo.sh
+
+# Release for real: make release SPEC=path/to/release.toml [ENDPOINT=https://huggingface.co]
+release: venv
+	@test -n "$(SPEC)" || { echo "usage: make release SPEC=release.toml [ENDPOINT=url]"; exit 2; }
+	$(PACKAGER) release $(SPEC) $(if $(ENDPOINT),--endpoint $(ENDPOINT),)
 
 bench: venv system-deps
 	$(PY) bench/convert_bench.py --runs 3

@@ -289,6 +289,40 @@ def hub_serve(root: Path, host: str, port: int, tokens: tuple[str, ...], read_to
         server.server_close()
 
 
+@cli.command()
+@click.argument("spec_path", metavar="RELEASE_TOML", type=_path())
+@click.option("--bundle", type=_path(), help="Release this built bundle instead of converting [convert] source.")
+@click.option("--out", type=_path(), help="Where to convert to.  [default: dist/NAME-VERSION beside the spec]")
+@click.option("--endpoint", help="Hub URL.  [default: $HF_ENDPOINT, else https://huggingface.co]")
+@click.option("--private", is_flag=True, help="Create the repo private.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@click.option("--quiet", is_flag=True, help="No progress on stderr.")
+@click.pass_context
+def release(ctx: click.Context, spec_path: Path, bundle: Path | None, out: Path | None, endpoint: str | None,
+            private: bool, as_json: bool, quiet: bool) -> None:
+    """Convert, validate, write the card and manifest, upload in one commit, verify, tag; stop at the first failure.
+
+    Example: packager release release.toml --endpoint http://127.0.0.1:8765
+    """
+    from . import spec as spec_module
+    from .release import ReleaseRequest, run
+
+    spec = spec_module.load(spec_path)
+    result = run(ReleaseRequest(spec=spec, bundle=bundle, out=out, endpoint=endpoint, private=private),
+                 progress=StderrProgress(quiet))
+    data = {"ok": result.ok, "repo_id": result.repo_id, "bundle": str(result.bundle) if result.bundle else None,
+            "commit": result.commit, "tag": result.tag,
+            "stages": [{"name": s.name, "ok": s.ok, "seconds": round(s.seconds, 3), "detail": s.detail}
+                       for s in result.stages],
+            "error": result.error.one_line() if result.error else None}
+    lines = [f"{'ok  ' if s['ok'] else 'FAIL'} {s['name']:20} {s['seconds']:7.2f}s  {s['detail']}" for s in data["stages"]]
+    lines.append(f"released {result.repo_id}@{result.tag} ({result.commit})" if result.ok
+                 else f"release stopped at {result.stages[-1].name if result.stages else 'start'}")
+    click.echo(json.dumps(data, indent=2) if as_json else "\n".join(lines))
+    if result.error is not None:
+        ctx.exit(result.error.exit_code)
+
+
 def _convert_text(s: dict[str, Any]) -> str:
     total = sum(s["files"].values())
     agree = ", ".join(f"{k} {v}" for k, v in s["tokenizer"]["agreement"].items())

@@ -12,7 +12,12 @@ import pytest
 from packager.convert.pipeline import ConvertRequest, ConvertResult, convert
 from tests.models import build_lora, build_qwen3
 
-# Nothing in the tests may reach a hub, and no real token may travel.
+# Nothing in the tests may reach a host other than 127.0.0.1 (the same guard is injected into the
+# processes the hub tests start), nothing may reach a hub, and no real token may travel.
+os.environ.setdefault("PACKAGER_NETGUARD_LOG", os.devnull)
+sys.path.insert(0, str(Path(__file__).parent / "netguard"))
+import sitecustomize as _netguard  # noqa: E402,F401  (installs the loopback-only audit hook)
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.pop("HF_TOKEN", None)

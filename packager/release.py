@@ -1,0 +1,143 @@
+"""`release`: convert (or take a built bundle), validate, card, checksum, upload, verify, tag - stopping at
+the first failure, with one summary of every stage."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from .errors import PackagerError, SpecError
+from .spec import ReleaseSpec
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    ok: bool
+    seconds: float
+    detail: str
+
+
+@dataclass(frozen=True)
+class ReleaseResult:
+    stages: tuple[Stage, ...]
+    bundle: Path | None
+    repo_id: str
+    commit: str | None = None
+    tag: str | None = None
+    error: PackagerError | None = field(default=None, compare=False)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@dataclass(frozen=True)
+class ReleaseRequest:
+    spec: ReleaseSpec
+    bundle: Path | None = None
+    out: Path | None = None
+    endpoint: str | None = None
+    private: bool = False
+
+
+def _default_out(spec: ReleaseSpec) -> Path:
+    release = spec.need("release")
+    base = spec.path.parent if spec.path else Path.cwd()
+    return base / "dist" / f"{release.repo_id.split('/')[-1]}-{release.version}"
+
+
+def run(request: ReleaseRequest, progress: Progress = lambda _: None) -> ReleaseResult:
+    spec = request.spec
+    release = spec.need("release")
+    spec.need("model")
+    spec.need("card")
+    stages: list[Stage] = []
+    state: dict[str, Any] = {"bundle": request.bundle}
+
+    def stage(name: str, action: Callable[[], str]) -> None:
+        progress(f"release: {name}")
+        start = time.monotonic()
+        try:
+            detail = action()
+        except PackagerError as exc:
+            stages.append(Stage(name, False, time.monotonic() - start, exc.one_line()))
+            raise
+        stages.append(Stage(name, True, time.monotonic() - start, detail))
+
+    try:
+        stage("convert", lambda: _convert(request, state, progress))
+        stage("validate", lambda: _validate(state["bundle"]))
+        stage("card", lambda: _card(spec, state["bundle"]))
+        stage("checksum", lambda: _checksum(state["bundle"]))
+        stage("upload, verify, tag", lambda: _upload(request, state, progress))
+    except PackagerError as exc:
+        return ReleaseResult(tuple(stages), state["bundle"], release.repo_id, state.get("commit"),
+                             state.get("tag"), error=exc)
+    return ReleaseResult(tuple(stages), state["bundle"], release.repo_id, state.get("commit"), state.get("tag"))
+
+
+def _convert(request: ReleaseRequest, state: dict[str, Any], progress: Progress) -> str:
+    if request.bundle is not None:
+        return f"using the built bundle {request.bundle}"
+    from .convert.pipeline import ConvertRequest, convert
+
+    settings = request.spec.convert
+    if settings.source is None:
+        raise SpecError("the release spec has no [convert] source and no --bundle was given",
+                        "set [convert] source = \"path/to/checkpoint\" or pass --bundle")
+    out = request.out or _default_out(request.spec)
+    result = convert(ConvertRequest(checkpoint=settings.source, out=out, adapter=settings.lora, spec=request.spec,
+                                    force=True), progress=progress)
+    state["bundle"] = result.out
+    return f"{result.out} ({result.quant_bits}-bit, block {result.quant_block}, MNN >= {result.engine.text})"
+
+
+def _validate(bundle: Path) -> str:
+    from .errors import BundleError
+    from .validate import validate
+
+    report = validate(bundle)
+    if report.errors:
+        first = report.errors[0]
+        raise BundleError(f"validation found {len(report.errors)} errors, first {first.location}: {first.message}",
+                          "run packager validate for all of them")
+    return f"ok ({len(report.warnings)} warnings)"
+
+
+def _card(spec: ReleaseSpec, bundle: Path) -> str:
+    from .card import measurements_from_provenance, render
+    from .convert import provenance
+    from .convert.pipeline import provenance_path
+    from .staging import write_atomic
+
+    record = provenance_path(bundle.absolute())
+    measurements = measurements_from_provenance(provenance.read(record)) if record.is_file() else None
+    card = render(bundle, spec, measurements=measurements)
+    write_atomic(bundle / "README.md", card.text.encode("utf-8"))
+    return f"README.md ({len(card.text):,} characters)"
+
+
+def _checksum(bundle: Path) -> str:
+    from .checksum import write_manifest
+
+    manifest = write_manifest(bundle)
+    return f"{manifest.path.name} ({len(manifest.digests)} files)"
+
+
+def _upload(request: ReleaseRequest, state: dict[str, Any], progress: Progress) -> str:
+    from . import __version__
+    from .hub.publish import upload
+
+    release = request.spec.need("release")
+    message = f"Release {release.version}: {release.title} (packager {__version__})"
+    result = upload(state["bundle"], release.repo_id, endpoint=request.endpoint, tag=release.version,
+                    private=request.private, message=message, progress=progress)
+    state["commit"], state["tag"] = result.commit, result.tag
+    sent = sum(r.action == "add" for r in result.plan)
+    what = f"committed {sent} file(s)" if result.committed else "unchanged, no commit"
+    return f"{what}; {release.repo_id}@{(result.commit or '')[:12]} verified, tagged {release.version}"

@@ -1,0 +1,27 @@
+"""Loaded by every Python process the hub tests start: refuse and record connections off 127.0.0.1."""
+
+import os
+import socket
+import sys
+
+_LOG = os.environ.get("PACKAGER_NETGUARD_LOG")
+
+
+def _guard(event, args):  # type: ignore[no-untyped-def]
+    if event not in ("socket.connect", "socket.getaddrinfo") or not _LOG:
+        return
+    if event == "socket.connect":
+        sock, address = args
+        if sock.family == socket.AF_UNIX:
+            return
+        host = address[0] if isinstance(address, tuple) else str(address)
+    else:
+        host = str(args[0])
+    if host in ("127.0.0.1", "localhost", "::1", "") or host.startswith("127."):
+        return
+    with open(_LOG, "a", encoding="utf-8") as log:
+        log.write(f"{event} {host}\n")
+    raise PermissionError(f"test network guard: {host} is not loopback")
+
+
+sys.addaudithook(_guard)

@@ -1,0 +1,65 @@
+"""The retry policy around huggingface_hub calls: backoff, Retry-After, no repeat of a commit that landed."""
+
+from __future__ import annotations
+
+import httpx2
+import pytest
+from huggingface_hub.errors import HfHubHTTPError
+
+from packager.hub.client import Hub, HubAuthError, HubError, translate, with_retries
+
+HUB = Hub(api=None, endpoint="http://127.0.0.1:1", token="hf_secret_value")
+
+
+def _http_error(status: int, retry_after: str | None = None, message: str = "") -> HfHubHTTPError:
+    request = httpx2.Request("POST", "http://127.0.0.1:1/api/models/a/b/commit/main")
+    headers = {"Retry-After": retry_after} if retry_after else {}
+    response = httpx2.Response(status, headers=headers, request=request, json={"error": message})
+    return HfHubHTTPError(f"{status} error", response=response, server_message=message or None)
+
+
+def test_transient_failures_back_off_and_honour_retry_after() -> None:
+    failures = [_http_error(503), _http_error(429, retry_after="7"), httpx2.ConnectError("reset")]
+    slept: list[float] = []
+
+    def action() -> str:
+        if failures:
+            raise failures.pop(0)
+        return "ok"
+
+    assert with_retries(HUB, "committing", action, attempts=4, sleep=slept.append) == "ok"
+    assert slept == [1.0, 7.0, 4.0]
+
+
+def test_a_commit_that_landed_is_not_made_again() -> None:
+    calls = []
+
+    def action() -> str:
+        calls.append(1)
+        raise _http_error(500)
+
+    result = with_retries(HUB, "committing", action, before_retry=lambda: "landed-oid", sleep=lambda _: None)
+    assert result == "landed-oid" and len(calls) == 1
+
+
+def test_permanent_errors_are_not_retried_and_become_one_line() -> None:
+    calls = []
+
+    def action() -> str:
+        calls.append(1)
+        raise _http_error(401, message="Invalid credentials for hf_secret_value")
+
+    with pytest.raises(HubAuthError) as caught:
+        with_retries(HUB, "creating a/b", action, sleep=lambda _: None)
+    assert len(calls) == 1
+    assert "hf_secret_value" not in caught.value.one_line() and "(401)" in caught.value.one_line()
+
+
+def test_retries_run_out_with_a_clear_error() -> None:
+    with pytest.raises(HubError, match="rate limiting"):
+        with_retries(HUB, "x", lambda: (_ for _ in ()).throw(_http_error(429)), attempts=2, sleep=lambda _: None)
+
+
+def test_translate_never_leaks_the_token() -> None:
+    error = translate(HUB, RuntimeError("boom hf_secret_value"), "uploading")
+    assert "hf_secret_value" not in error.one_line()
