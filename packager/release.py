@@ -72,7 +72,9 @@ def run(request: ReleaseRequest, progress: Progress = lambda _: None) -> Release
     try:
         stage("convert", lambda: _convert(request, state, progress))
         stage("validate", lambda: _validate(state["bundle"]))
-        stage("card", lambda: _card(spec, state["bundle"]))
+        if spec.convert.source is not None:
+            stage("verify", lambda: _verify(spec, state, progress))
+        stage("card", lambda: _card(spec, state["bundle"], state.get("parity")))
         stage("checksum", lambda: _checksum(state["bundle"]))
         stage("upload, verify, tag", lambda: _upload(request, state, progress))
     except PackagerError as exc:
@@ -109,15 +111,33 @@ def _validate(bundle: Path) -> str:
     return f"ok ({len(report.warnings)} warnings)"
 
 
-def _card(spec: ReleaseSpec, bundle: Path) -> str:
+def _verify(spec: ReleaseSpec, state: dict[str, Any], progress: Progress) -> str:
+    from .verify import Thresholds, VerifyFailed, verify
+
+    assert spec.convert.source is not None
+    report = verify(state["bundle"], spec.convert.source, thresholds=Thresholds.from_spec(spec.verify),
+                    progress=progress)
+    figures = (f"tokenizer {report.tokenizer_matched}/{report.tokenizer_total}, top-1 {report.top1_agreement:.3f}, "
+               f"cosine {report.mean_cosine:.4f}, KL {report.mean_kl:.4f}, greedy {report.greedy_agreement:.3f}")
+    if not report.ok:
+        raise VerifyFailed(f"verify failed ({'; '.join(report.failures)}); measured {figures}")
+    state["parity"] = {"prompts": report.prompts, "positions": report.positions, "min_cosine": report.min_cosine,
+                       "mean_cosine": report.mean_cosine, "top1_agreement": report.top1_agreement,
+                       "greedy_agreement": report.greedy_agreement}
+    return figures
+
+
+def _card(spec: ReleaseSpec, bundle: Path, parity: dict[str, Any] | None = None) -> str:
     from .card import measurements_from_provenance, render
     from .convert import provenance
     from .convert.pipeline import provenance_path
     from .staging import write_atomic
 
     record = provenance_path(bundle.absolute())
-    measurements = measurements_from_provenance(provenance.read(record)) if record.is_file() else None
-    card = render(bundle, spec, measurements=measurements)
+    measurements = measurements_from_provenance(provenance.read(record)) if record.is_file() else {}
+    if parity:
+        measurements["parity"] = parity
+    card = render(bundle, spec, measurements=measurements or None)
     write_atomic(bundle / "README.md", card.text.encode("utf-8"))
     return f"README.md ({len(card.text):,} characters)"
 

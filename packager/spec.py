@@ -113,6 +113,7 @@ class ReleaseSpec:
     benchmarks: tuple[Benchmark, ...] = ()
     card: CardText | None = None
     credits: tuple[Credit, ...] = ()
+    verify: dict[str, float] = field(default_factory=dict)
 
     def need(self, table: str) -> Any:
         """A table the caller cannot do without; its absence fails with the table's name."""
@@ -201,4 +202,5 @@ def from_dict(data: dict[str, Any], path: Path | None = None) -> ReleaseSpec:
         pairing=tuple(_build(Pairing, p) for p in data.get("pairing", [])),
         benchmarks=tuple(_build(Benchmark, b) for b in data.get("benchmarks", [])),
         card=_build(CardText, data.get("card")),
-        credits=tuple(_build(Credit, c) for c in data.get("credits", [])))
+        credits=tuple(_build(Credit, c) for c in data.get("credits", [])),
+        verify=dict(data.get("verify", {})))

@@ -82,3 +82,28 @@ if __name__ == "__main__":
     else:
         build_qwen3(parsed.out, seed=parsed.seed)
         print(f"built {parsed.out}")
+
+
+def build_deep_target(draft: Path, out: Path, *, extra_layers: int = 10, noise: float = 0.0, seed: int = 3) -> Path:
+    """A target that costs several times the draft but computes (nearly) the same function: the draft's layers,
+    then `extra_layers` whose attention and MLP outputs are zero (plus `noise`, to make them disagree a little)."""
+    import torch
+    from transformers import AutoModelForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(seed)
+    small = AutoModelForCausalLM.from_pretrained(draft, dtype=torch.float32)
+    config = Qwen3Config(**{**small.config.to_dict(), "num_hidden_layers": small.config.num_hidden_layers + extra_layers,
+                            "layer_types": None})
+    big = Qwen3ForCausalLM(config)
+    state = big.state_dict()
+    state.update(small.state_dict())
+    for layer in range(small.config.num_hidden_layers, config.num_hidden_layers):
+        for name in ("self_attn.o_proj.weight", "mlp.down_proj.weight"):
+            key = f"model.layers.{layer}.{name}"
+            state[key] = torch.randn_like(state[key]) * noise
+    big.load_state_dict(state)
+    big.to(torch.bfloat16).save_pretrained(out, safe_serialization=True)
+    for item in draft.iterdir():
+        if item.suffix != ".safetensors" and item.name not in ("config.json", "model.safetensors.index.json"):
+            shutil.copy(item, out / item.name)
+    return out

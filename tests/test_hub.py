@@ -231,3 +231,29 @@ def test_server_keeps_its_repos_across_a_restart(hub: LocalHub, ready: Path) -> 
     assert hub.cli("verify-remote", "me/draft@v1").returncode == 0
     again = json.loads(_upload(hub, ready, "me/draft").stdout)
     assert again["committed"] is False
+
+
+def _spec_with_source(tmp_path: Path, source: Path, extra: str) -> Path:
+    text = EXAMPLE.read_text().replace("[convert]\nquant_bits = 4\nquant_block = 128\n",
+                                       f'[convert]\nsource = "{source}"\n{extra}')
+    path = tmp_path / "release.toml"
+    path.write_text(text)
+    return path
+
+
+def test_release_converts_verifies_and_states_parity(hub: LocalHub, tiny_checkpoint: Path, tmp_path: Path) -> None:
+    spec = _spec_with_source(tmp_path, tiny_checkpoint, "quant_bits = 8\n")
+    result = hub.cli("release", str(spec), "--out", str(tmp_path / "dist" / "b"), "--json", "--quiet", timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    stages = [s["name"] for s in json.loads(result.stdout)["stages"]]
+    assert stages == ["convert", "validate", "verify", "card", "checksum", "upload, verify, tag"]
+    card = (tmp_path / "dist" / "b" / "README.md").read_text()
+    assert "Parity with the source checkpoint" in card and "8-bit weights" in card
+
+
+def test_release_stops_at_a_failed_verify_and_publishes_nothing(hub: LocalHub, tiny_checkpoint: Path,
+                                                               tmp_path: Path) -> None:
+    spec = _spec_with_source(tmp_path, tiny_checkpoint, "quant_bits = 4\n")
+    result = hub.cli("release", str(spec), "--out", str(tmp_path / "dist" / "b"), "--quiet", timeout=600)
+    assert result.returncode == 50 and "FAIL verify" in result.stdout and "release stopped at verify" in result.stdout
+    assert hub.cli("verify-remote", SPEC_REPO).returncode == 43  # nothing was created on the Hub

@@ -1,0 +1,55 @@
+"""Greedy acceptance arithmetic: from one teacher-forced draft pass to alpha, accepted length and speedup.
+
+With greedy drafting and greedy verification every accepted token is the target's own greedy token, so the
+context at each step is always a prefix of the target's greedy continuation. The draft's proposal from
+position i therefore matches the target for exactly as many tokens as the draft's teacher-forced argmax
+agrees with the target's tokens from i on: one draft forward over prompt + continuation gives every step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MAX_D = 6
+
+
+def match_runs(draft_argmax: list[int], target: list[int], cap: int = MAX_D) -> list[int]:
+    """m[i]: how many draft tokens proposed at continuation position i the target would accept (<= cap)."""
+    agree = [a == b for a, b in zip(draft_argmax, target, strict=True)]
+    runs = [0] * (len(agree) + 1)
+    for i in range(len(agree) - 1, -1, -1):
+        runs[i] = runs[i + 1] + 1 if agree[i] else 0
+    return [min(r, cap) for r in runs[:-1]]
+
+
+@dataclass(frozen=True)
+class Steps:
+    steps: int
+    accepted: int
+    proposed: int
+    tokens: int
+
+
+def simulate(runs: list[int], d: int) -> Steps:
+    """Walk the continuation as the speculative loop does: each step accepts min(run, d) and the target
+    adds one token of its own (the correction, or the bonus token after a full acceptance). Only steps whose
+    whole window fits in the continuation count, so the tail does not bias the figures."""
+    position = steps = accepted = 0
+    while position + d + 1 <= len(runs):
+        take = min(runs[position], d)
+        accepted += take
+        steps += 1
+        position += take + 1
+    return Steps(steps=steps, accepted=accepted, proposed=steps * d, tokens=accepted + steps)
+
+
+def expected_tokens(alpha: float, d: int) -> float:
+    """The standard formula (Leviathan et al. 2023): E[tokens per step] = (1 - alpha^(d+1)) / (1 - alpha)."""
+    if alpha >= 1.0:
+        return d + 1.0
+    return (1 - alpha ** (d + 1)) / (1 - alpha)
+
+
+def speedup(tokens_per_step: float, d: int, draft_step: float, verify: float, target_step: float) -> float:
+    """Time per token without a draft over time per token with it: d draft steps + one verification."""
+    return tokens_per_step * target_step / (d * draft_step + verify)

@@ -1,0 +1,106 @@
+"""Can this draft serve this target at all? Same family, vocabulary, special and stop tokens, chat template,
+and identical token ids on the built-in corpus - checked before anything is measured."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import resources
+from ..convert.checkpoint import QWEN3_STOP_IDS
+from ..convert.tokenizer import read_header
+from ..errors import PackagerError
+from ..validate import graph
+from .models import Model, is_bundle
+
+# Inputs whose ids MNN's runtime and the HF tokenizer disagree on for the same tokenizer (measured by convert):
+# a bundle and a checkpoint are not compared on them.
+RUNTIME_DIFFERENCES = {"nfd", "emoji"}
+
+
+class PairIncompatible(PackagerError):
+    exit_code = 51
+    hint = "a draft must share the target's tokenizer, vocabulary and chat template (same model family)"
+
+
+@dataclass(frozen=True)
+class Facts:
+    path: Path
+    bundle: bool
+    family: str
+    vocab_size: int
+    special: frozenset[int]
+    special_all: frozenset[int]  # checkpoints: every added token; bundles: what the header lists
+    stop: frozenset[int]
+    chat_template: str
+
+
+def _json(path: Path) -> dict:  # type: ignore[type-arg]
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def facts(path: Path) -> Facts:
+    if not path.is_dir():
+        raise PairIncompatible(f"{path} is not a bundle or checkpoint folder", "pass two folders")
+    if is_bundle(path):
+        llm_config = _json(path / "llm_config.json")
+        lm = graph.read(_json(path / "llm.mnn.json")).lm_head
+        header = read_header(path / "tokenizer.txt")
+        return Facts(path=path, bundle=True, family=str(llm_config.get("model_type", "")),
+                     vocab_size=lm.out_features if lm else 0, special=frozenset(header.special),
+                     special_all=frozenset(header.special), stop=frozenset(header.stop),
+                     chat_template=str((llm_config.get("jinja") or {}).get("chat_template", "")))
+    config = _json(path / "config.json")
+    tok_config = _json(path / "tokenizer_config.json") if (path / "tokenizer_config.json").is_file() else {}
+    added = tok_config.get("added_tokens_decoder", {})
+    template = tok_config.get("chat_template") or (
+        (path / "chat_template.jinja").read_text(encoding="utf-8") if (path / "chat_template.jinja").is_file() else "")
+    stops = set(QWEN3_STOP_IDS) if config.get("model_type") == "qwen3" else set()
+    for source in (config.get("eos_token_id"),
+                   _json(path / "generation_config.json").get("eos_token_id")
+                   if (path / "generation_config.json").is_file() else None):
+        stops.update(x for x in (source if isinstance(source, list) else [source]) if isinstance(x, int))
+    return Facts(path=path, bundle=False, family=str(config.get("model_type", "")),
+                 vocab_size=int(config.get("vocab_size", 0)),
+                 special=frozenset(int(i) for i, t in added.items() if t.get("special")),
+                 special_all=frozenset(int(i) for i in added), stop=frozenset(stops), chat_template=template)
+
+
+def _special_equal(a: Facts, b: Facts) -> bool:
+    # A text-format tokenizer.txt lists every added token, a PIPELINE one only the special ones.
+    options_a = {a.special, a.special_all}
+    options_b = {b.special, b.special_all}
+    return bool(options_a & options_b)
+
+
+def check_files(draft: Facts, target: Facts) -> None:
+    problems = []
+    if draft.family != target.family:
+        problems.append(f"family {draft.family or '?'} vs {target.family or '?'}")
+    if draft.vocab_size != target.vocab_size:
+        problems.append(f"vocabulary {draft.vocab_size} vs {target.vocab_size} ids")
+    if not _special_equal(draft, target):
+        problems.append("different special tokens")
+    if draft.stop != target.stop:
+        problems.append(f"stop ids {sorted(draft.stop)} vs {sorted(target.stop)}")
+    if draft.chat_template.strip() != target.chat_template.strip():
+        problems.append("different chat templates")
+    if problems:
+        raise PairIncompatible(f"{draft.path.name} cannot draft for {target.path.name}: " + "; ".join(problems))
+
+
+def check_tokenizers(draft: Model, target: Model, draft_facts: Facts, target_facts: Facts) -> int:
+    """Every corpus string must get the same ids from both; returns how many strings were compared."""
+    mixed = draft_facts.bundle != target_facts.bundle
+    compared, differing = 0, []
+    for item in resources.tokenizer_corpus_items():
+        if mixed and item["category"] in RUNTIME_DIFFERENCES:
+            continue
+        compared += 1
+        if draft.encode(item["text"]) != target.encode(item["text"]):
+            differing.append(item["text"])
+    if differing:
+        raise PairIncompatible(f"{draft_facts.path.name} and {target_facts.path.name} tokenize "
+                               f"{len(differing)} of {compared} corpus strings differently (first: {differing[0]!r})")
+    return compared
