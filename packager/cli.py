@@ -13,9 +13,7 @@ from typing import Any, Callable
 import click
 
 from . import __version__
-from .errors import CHECKSUM_MISMATCH, VALIDATION_FAILED, PackagerError
-
-VerifyFailedCode = 50
+from .errors import CHECKSUM_MISMATCH, VALIDATION_FAILED, VERIFY_FAILED, PackagerError
 
 INTERRUPTED = 130
 
@@ -364,7 +362,7 @@ def verify(ctx: click.Context, bundle: Path, source: Path, prompts_file: Path | 
         *(f"FAIL {f}" for f in report.failures), "verify: " + ("ok" if report.ok else "FAILED")])
     click.echo(json.dumps(data, indent=2) if as_json else text)
     if not report.ok:
-        ctx.exit(VerifyFailedCode)
+        ctx.exit(VERIFY_FAILED)
 
 
 @cli.command("pair")

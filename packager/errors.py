@@ -90,3 +90,4 @@ class BundleError(PackagerError):
 # Exit codes of commands whose output is a full report rather than one error line.
 VALIDATION_FAILED = 30
 CHECKSUM_MISMATCH = 31
+VERIFY_FAILED = 50

@@ -10,13 +10,13 @@ from typing import Any, Callable
 import numpy as np
 
 from . import resources
-from .errors import PackagerError
+from .errors import VERIFY_FAILED, PackagerError
 
 Progress = Callable[[str], None]
 
 
 class VerifyFailed(PackagerError):
-    exit_code = 50
+    exit_code = VERIFY_FAILED
     hint = "the bundle does not behave like its source; reconvert (8-bit gives more headroom) or check the weights"
 
 

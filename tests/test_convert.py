@@ -31,7 +31,7 @@ def test_mnn_runtime_loads_the_bundle(bundle4: ConvertResult) -> None:
     llm = load_mnn(bundle4.out)
     ids = llm.tokenizer_encode("Hello world")
     assert len(ids) > 0
-    assert llm.forward(list(ids)).read().shape == (1, 1, 151936)
+    assert llm.forward(list(ids)).read().shape == (1, len(ids), 151936)  # all_logits: every position
 
 
 def test_8bit_logits_match_transformers_on_every_prompt(bundle8: ConvertResult, tiny_checkpoint: Path) -> None:

@@ -257,3 +257,28 @@ def test_release_stops_at_a_failed_verify_and_publishes_nothing(hub: LocalHub, t
     result = hub.cli("release", str(spec), "--out", str(tmp_path / "dist" / "b"), "--quiet", timeout=600)
     assert result.returncode == 50 and "FAIL verify" in result.stdout and "release stopped at verify" in result.stdout
     assert hub.cli("verify-remote", SPEC_REPO).returncode == 43  # nothing was created on the Hub
+
+
+def test_upload_to_a_new_branch_starts_from_main(hub: LocalHub, ready: Path) -> None:
+    assert _upload(hub, ready, "me/draft").returncode == 0
+    _change_weights(ready)
+    result = _upload(hub, ready, "me/draft", "--revision", "staging")
+    assert result.returncode == 0, result.stderr
+    refs = hub.api("/api/models/me/draft/refs")
+    heads = {b["name"]: b["targetCommit"] for b in refs["branches"]}
+    assert set(heads) == {"main", "staging"} and heads["staging"] == json.loads(result.stdout)["commit"]
+    assert len(_history(hub, "me/draft")) == 1  # main did not move
+    assert hub.cli("verify-remote", "me/draft@staging").returncode == 0
+
+
+def test_server_side_409_is_a_conflict(hub: LocalHub, ready: Path) -> None:
+    hub.faults({"method": "POST", "path": "/tag/", "status": 409, "times": 1})
+    result = _upload(hub, ready, "me/draft", "--tag", "v1")
+    assert result.returncode == 44 and "conflict (409)" in result.stderr and result.stderr.count("\n") == 1
+
+
+def test_private_repo_is_hidden_without_a_token(hub: LocalHub, ready: Path) -> None:
+    assert _upload(hub, ready, "me/secret", "--private").returncode == 0
+    assert hub.cli("verify-remote", "me/secret").returncode == 0
+    hidden = hub.cli("verify-remote", "me/secret", token=None)
+    assert hidden.returncode == 43 and "(404)" in hidden.stderr

@@ -142,6 +142,8 @@ def upload(bundle: Path, repo_id: str, *, endpoint: str | None = None, revision:
     with_retries(hub, f"creating {repo_id}", lambda: hub.api.create_repo(repo_id, private=private, exist_ok=True),
                  sleep=pause)
     configure_xet(hub, repo_id)
+    if revision != "main" and remote.head is None:
+        _branch(hub, repo_id, revision, pause)
     commit, operations = remote.head, []
     if changed:
         operations = [CommitOperationAdd(path_in_repo=r.path, path_or_fileobj=str(bundle / r.path))
@@ -176,6 +178,18 @@ def _commit(hub: Hub, repo_id: str, revision: str, parent: str | None, operation
         raise HubConflict(f"{repo_id}@{revision} moved to {head[:12]} ({latest.title!r}) while uploading")
 
     return with_retries(hub, f"committing to {repo_id}", attempt, before_retry=landed, sleep=sleep)
+
+
+def _branch(hub: Hub, repo_id: str, branch: str, sleep: Callable[[float], None]) -> None:
+    """A new branch starts from main (a repo without any commit cannot branch: commit to main first)."""
+    existing = {b.name for b in hub.api.list_repo_refs(repo_id).branches}
+    if branch in existing:
+        return
+    if "main" not in existing:
+        raise HubError(f"{repo_id} has no commit on main to start the branch {branch} from",
+                       "upload to main first, then to the branch")
+    with_retries(hub, f"creating the branch {branch} of {repo_id}",
+                 lambda: hub.api.create_branch(repo_id, branch=branch, revision="main", exist_ok=True), sleep=sleep)
 
 
 def _tag(hub: Hub, repo_id: str, tag: str, commit: str, sleep: Callable[[float], None]) -> None:
