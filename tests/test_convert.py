@@ -183,7 +183,7 @@ def test_force_replaces_an_existing_bundle(bundle4: ConvertResult, tiny_checkpoi
 
 def _failing_runner(exc: BaseException):  # type: ignore[no-untyped-def]
     def runner(job: WorkerJob, progress) -> WorkerResult:  # type: ignore[no-untyped-def]
-        result = run_worker(job, progress)
+        run_worker(job, progress)  # the real conversion runs; then the failure strikes mid-assembly
         (job.workdir.parent / "bundle").mkdir(exist_ok=True)
         (job.workdir.parent / "bundle" / "llm.mnn").write_bytes(b"half")
         raise exc

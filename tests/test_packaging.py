@@ -14,7 +14,8 @@ def _clean_copy(target: Path) -> Path:
     """The tracked files only: a stale build/ folder must not fill in for a missing package entry."""
     import shutil
 
-    listed = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
+                            capture_output=True, check=True).stdout
     for name in filter(None, listed.decode().split("\0")):
         source, dest = REPO / name, target / name
         dest.parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,5 @@
+"""`python -m packager.cli`."""
+
+from . import main
+
+main()

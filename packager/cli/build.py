@@ -1,0 +1,137 @@
+"""Commands that build and check a bundle: convert, validate, checksum, card."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..errors import CHECKSUM_MISMATCH, VALIDATION_FAILED
+from . import StderrProgress, _emit, _path, cli
+
+@cli.command()
+@click.argument("checkpoint", type=_path())
+@click.option("--out", "out", required=True, type=_path(), help="Bundle folder to create.")
+@click.option("--lora", "lora", type=_path(), help="peft LoRA adapter folder to merge into CHECKPOINT first.")
+@click.option("--spec", "spec_path", type=_path(), help="Release spec (TOML) with [convert] and [runtime.*].")
+@click.option("--quant-bits", type=int, default=None, help="Weight bits, 4 or 8.  [default: 4]")
+@click.option("--quant-block", type=int, default=None, help="Quantization block size.  [default: 128]")
+@click.option("--force", is_flag=True, help="Replace --out if it exists.")
+@click.option("--quiet", is_flag=True, help="No progress on stderr.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def convert(checkpoint: Path, out: Path, lora: Path | None, spec_path: Path | None, quant_bits: int | None,
+            quant_block: int | None, force: bool, quiet: bool, as_json: bool) -> None:
+    """Convert a Qwen3 checkpoint (optionally + LoRA) into the ten-file MNN bundle.
+
+    Example: packager convert ./qwen3-draft --lora ./adapter --out ./bundle --quant-bits 4 --quant-block 128
+    """
+    from .. import spec as spec_module
+    from ..convert.pipeline import ConvertRequest
+    from ..convert.pipeline import convert as run_convert
+
+    spec = spec_module.load(spec_path) if spec_path else None
+    result = run_convert(ConvertRequest(checkpoint=checkpoint, out=out, adapter=lora, spec=spec,
+                                        quant_bits=quant_bits, quant_block=quant_block, force=force),
+                         progress=StderrProgress(quiet))
+    summary = {
+        "bundle": str(result.out), "files": result.sizes, "xxh3_128": result.digests,
+        "quant": {"bits": result.quant_bits, "block": result.quant_block},
+        "min_mnn_engine": result.engine.text, "min_mnn_engine_because": list(result.engine.reasons),
+        "tokenizer": {"format": result.tokenizer.format,
+                      "agreement": {a.format: f"{a.matched}/{a.total}" for a in result.tokenizer.agreements}},
+        "graph_uuid": result.graph_uuid, "provenance": str(result.provenance),
+        "sandbox_blocked": list(result.blocked),
+    }
+    _emit(summary, as_json, _convert_text)
+
+
+def _convert_text(s: dict[str, Any]) -> str:
+    total = sum(s["files"].values())
+    agree = ", ".join(f"{k} {v}" for k, v in s["tokenizer"]["agreement"].items())
+    lines = [f"bundle: {s['bundle']} ({len(s['files'])} files, {total / 1e6:.1f} MB)",
+             f"quantization: {s['quant']['bits']}-bit, block {s['quant']['block']}",
+             f"minimum MNN engine: {s['min_mnn_engine']}",
+             f"tokenizer.txt format: {s['tokenizer']['format']} (agreement with HF: {agree})",
+             f"provenance: {s['provenance']}"]
+    lines += [f"warning: the sandbox blocked {item}" for item in s["sandbox_blocked"]]
+    return "\n".join(lines)
+
+
+@cli.command()
+@click.argument("bundle", type=_path())
+@click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
+@click.option("--strict", is_flag=True, help="Fail on warnings too.")
+@click.pass_context
+def validate(ctx: click.Context, bundle: Path, as_json: bool, strict: bool) -> None:
+    """Check a bundle: JSON syntax, schemas, unknown keys, completeness, cross-file consistency, checksums.
+
+    Exit 0 when there is no error (warnings allowed unless --strict), 30 otherwise.
+
+    Example: packager validate ./bundle --strict
+    """
+    from ..validate import validate as run_validate
+    from ..validate.report import as_json as json_report
+    from ..validate.report import as_text
+
+    report = run_validate(bundle)
+    click.echo(json_report(report, strict) if as_json else as_text(report, strict))
+    if not report.ok(strict):
+        ctx.exit(VALIDATION_FAILED)
+
+
+@cli.command()
+@click.argument("bundle", type=_path())
+@click.option("--check", is_flag=True, help="Verify the manifest instead of writing it.")
+@click.pass_context
+def checksum(ctx: click.Context, bundle: Path, check: bool) -> None:
+    """Write (or --check) the bundle's xxh3-128 manifest checksums.xxh128, in `xxhsum --tag -H2` format.
+
+    `cd BUNDLE && xxhsum -c checksums.xxh128` verifies it too.
+
+    Example: packager checksum ./bundle && packager checksum --check ./bundle
+    """
+    from ..checksum import check_manifest, write_manifest
+
+    if not check:
+        manifest = write_manifest(bundle)
+        click.echo(f"wrote {manifest.path} ({len(manifest.digests)} files)")
+        return
+    result = check_manifest(bundle)
+    for label, names in (("MISMATCH", result.mismatched), ("MISSING", result.missing), ("EXTRA", result.extra)):
+        for name in names:
+            click.echo(f"{label:8} {name}")
+    if not result.ok:
+        click.echo(f"{bundle}: {len(result.mismatched) + len(result.missing) + len(result.extra)} problems", err=True)
+        ctx.exit(CHECKSUM_MISMATCH)
+    click.echo(f"{bundle}: all {result.checked} files match {result.manifest.name}")
+
+
+@cli.command()
+@click.argument("bundle", type=_path())
+@click.option("--spec", "spec_path", required=True, type=_path(), help="Release spec (TOML).")
+@click.option("-o", "--output", type=_path(), help="Where to write the card.  [default: BUNDLE/README.md; - for stdout]")
+@click.option("--template", type=_path(exists=True, dir_okay=False), help="Your own Jinja2 template.")
+@click.option("--provenance", type=_path(exists=True, dir_okay=False),
+              help="Conversion provenance with measurements.  [default: BUNDLE.provenance.json if present]")
+def card(bundle: Path, spec_path: Path, output: Path | None, template: Path | None, provenance: Path | None) -> None:
+    """Render the model card (README.md) from the release spec, the bundle's files and measurements.
+
+    Example: packager card ./bundle --spec examples/release.toml
+    """
+    from .. import spec as spec_module
+    from ..card import measurements_from_provenance, render
+    from ..convert import provenance as provenance_module
+    from ..convert.pipeline import provenance_path
+    from ..staging import write_atomic
+
+    spec = spec_module.load(spec_path)
+    record = provenance or provenance_path(bundle.absolute())
+    measurements = measurements_from_provenance(provenance_module.read(record)) if record.is_file() else None
+    rendered = render(bundle, spec, template=template, measurements=measurements)
+    if output == Path("-"):
+        click.echo(rendered.text, nl=False)
+        return
+    target = output or bundle / "README.md"
+    write_atomic(target, rendered.text.encode("utf-8"))
+    click.echo(f"wrote {target}")

@@ -1,0 +1,153 @@
+"""Commands that publish: upload, verify-remote, release, and the local Hub server."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..errors import CHECKSUM_MISMATCH
+from . import StderrProgress, _emit, _path, cli
+
+@cli.command()
+@click.argument("bundle", type=_path())
+@click.argument("repo_id")
+@click.option("--endpoint", help="Hub URL.  [default: $HF_ENDPOINT, else https://huggingface.co]")
+@click.option("--revision", default="main", show_default=True, help="Branch to commit to.")
+@click.option("--tag", help="Tag the release commit.")
+@click.option("--private", is_flag=True, help="Create the repo private.")
+@click.option("--message", help="Commit message.")
+@click.option("--dry-run", is_flag=True, help="Print the plan (add / unchanged / delete) and change nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.option("--quiet", is_flag=True, help="No progress on stderr.")
+def upload(bundle: Path, repo_id: str, endpoint: str | None, revision: str, tag: str | None, private: bool,
+           message: str | None, dry_run: bool, as_json: bool, quiet: bool) -> None:
+    """Publish BUNDLE (ten files, README.md, checksums.xxh128) to REPO_ID in one verified commit.
+
+    Unchanged files are not sent; an unchanged bundle makes no commit. The token comes from HF_TOKEN or
+    your huggingface login and is never printed.
+
+    Example: packager upload ./bundle me/qwen3-draft-mnn --tag v3
+    """
+    from ..hub.publish import upload as run_upload
+
+    result = run_upload(bundle, repo_id, endpoint=endpoint, revision=revision, tag=tag, private=private,
+                        dry_run=dry_run, message=message, progress=StderrProgress(quiet))
+    data = {"repo_id": result.repo_id, "endpoint": result.endpoint, "revision": result.revision,
+            "commit": result.commit, "committed": result.committed, "tag": result.tag, "dry_run": result.dry_run,
+            "verified": result.verified, "bytes_to_send": result.bytes_to_send,
+            "plan": [{"path": r.path, "action": r.action, "size": r.size} for r in result.plan]}
+    _emit(data, as_json, _upload_text)
+
+
+def _upload_text(d: dict[str, Any]) -> str:
+    lines = [f"{r['action']:9} {r['path']} ({r['size']:,} B)" for r in d["plan"]]
+    if d["dry_run"]:
+        lines.append(f"dry run: nothing changed on {d['endpoint']}; {d['bytes_to_send']:,} bytes would be sent")
+    elif d["committed"]:
+        lines.append(f"committed {d['repo_id']}@{d['commit']} (verified)" + (f", tagged {d['tag']}" if d["tag"] else ""))
+    else:
+        lines.append(f"unchanged: {d['repo_id']}@{d['commit']} already holds this bundle (verified, no commit)"
+                     + (f", tagged {d['tag']}" if d["tag"] else ""))
+    return "\n".join(lines)
+
+
+@cli.command("verify-remote")
+@click.argument("target", metavar="REPO_ID[@REV]")
+@click.option("--endpoint", help="Hub URL.  [default: $HF_ENDPOINT, else https://huggingface.co]")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.pass_context
+def verify_remote(ctx: click.Context, target: str, endpoint: str | None, as_json: bool) -> None:
+    """Download every file of a remote revision and check it against its xxh3-128 manifest.
+
+    Example: packager verify-remote me/qwen3-draft-mnn@v3
+    """
+    from ..hub.publish import verify_remote as run_verify
+
+    repo_id, _, revision = target.partition("@")
+    result = run_verify(repo_id, revision or "main", endpoint=endpoint)
+    data = {"repo_id": result.repo_id, "revision": result.revision, "commit": result.commit, "ok": result.ok,
+            "checked": result.checked, "mismatched": list(result.mismatched), "missing": list(result.missing),
+            "extra": list(result.extra)}
+    text = "\n".join([*(f"MISMATCH {n}" for n in result.mismatched), *(f"MISSING  {n}" for n in result.missing),
+                      *(f"EXTRA    {n}" for n in result.extra),
+                      f"{repo_id}@{result.commit}: " + (f"all {result.checked} files match" if result.ok
+                                                        else "does NOT match its manifest")])
+    click.echo(json.dumps(data, indent=2) if as_json else text)
+    if not result.ok:
+        ctx.exit(CHECKSUM_MISMATCH)
+
+
+@cli.command()
+@click.argument("spec_path", metavar="RELEASE_TOML", type=_path())
+@click.option("--bundle", type=_path(), help="Release this built bundle instead of converting [convert] source.")
+@click.option("--out", type=_path(), help="Where to convert to.  [default: dist/NAME-VERSION beside the spec]")
+@click.option("--endpoint", help="Hub URL.  [default: $HF_ENDPOINT, else https://huggingface.co]")
+@click.option("--private", is_flag=True, help="Create the repo private.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@click.option("--quiet", is_flag=True, help="No progress on stderr.")
+@click.pass_context
+def release(ctx: click.Context, spec_path: Path, bundle: Path | None, out: Path | None, endpoint: str | None,
+            private: bool, as_json: bool, quiet: bool) -> None:
+    """Convert, validate, write the card and manifest, upload in one commit, verify, tag; stop at the first failure.
+
+    Example: packager release release.toml --endpoint http://127.0.0.1:8765
+    """
+    from .. import spec as spec_module
+    from ..release import ReleaseRequest, run
+
+    spec = spec_module.load(spec_path)
+    result = run(ReleaseRequest(spec=spec, bundle=bundle, out=out, endpoint=endpoint, private=private),
+                 progress=StderrProgress(quiet))
+    data = {"ok": result.ok, "repo_id": result.repo_id, "bundle": str(result.bundle) if result.bundle else None,
+            "commit": result.commit, "tag": result.tag,
+            "stages": [{"name": s.name, "ok": s.ok, "seconds": round(s.seconds, 3), "detail": s.detail}
+                       for s in result.stages],
+            "error": result.error.one_line() if result.error else None}
+    lines = [f"{'ok  ' if s['ok'] else 'FAIL'} {s['name']:20} {s['seconds']:7.2f}s  {s['detail']}" for s in data["stages"]]
+    lines.append(f"released {result.repo_id}@{result.tag} ({result.commit})" if result.ok
+                 else f"release stopped at {result.stages[-1].name if result.stages else 'start'}")
+    click.echo(json.dumps(data, indent=2) if as_json else "\n".join(lines))
+    if result.error is not None:
+        ctx.exit(result.error.exit_code)
+
+
+@cli.group()
+def hub() -> None:
+    """A local Hub-compatible server, to rehearse releases offline.
+
+    Example: packager hub serve --root ./hub-data --port 8765 --token secret
+    """
+
+
+@hub.command("serve")
+@click.option("--root", type=_path(file_okay=False), default=Path("hub-data"), show_default=True,
+              help="Where repos and objects are stored (kept across restarts).")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", type=int, default=8765, show_default=True, help="0 picks a free port.")
+@click.option("--token", "tokens", multiple=True, envvar="PACKAGER_HUB_TOKEN",
+              help="A token allowed to write (repeatable; also $PACKAGER_HUB_TOKEN).")
+@click.option("--read-token", "read_tokens", multiple=True, help="A token allowed to read only (repeatable).")
+@click.option("--test-hooks", is_flag=True, help="Enable /_faults and /_stats (fault injection for tests).")
+def hub_serve(root: Path, host: str, port: int, tokens: tuple[str, ...], read_tokens: tuple[str, ...],
+              test_hooks: bool) -> None:
+    """Serve the Hub API on HOST:PORT until interrupted (plain LFS, no Xet).
+
+    Example: packager hub serve --root ./hub-data --port 8765 --token secret
+    """
+    from ..hub.server import make_server, url_of
+    from ..hub.state import HubConfig
+
+    if not tokens:
+        raise click.UsageError("give at least one --token (writes need one)")
+    server = make_server(HubConfig(root=root, write_tokens=frozenset(tokens), read_tokens=frozenset(read_tokens),
+                                   test_hooks=test_hooks), host, port)
+    click.echo(f"packager hub: serving {url_of(server)} (root {root})")
+    sys.stdout.flush()
+    try:
+        server.serve_forever()
+    finally:
+        server.server_close()
