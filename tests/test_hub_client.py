@@ -63,3 +63,10 @@ def test_retries_run_out_with_a_clear_error() -> None:
 def test_translate_never_leaks_the_token() -> None:
     error = translate(HUB, RuntimeError("boom hf_secret_value"), "uploading")
     assert "hf_secret_value" not in error.one_line()
+
+
+def test_token_is_not_in_reprs(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from packager.hub.state import HubConfig
+
+    assert "hf_secret_value" not in repr(HUB)
+    assert "hf_secret_value" not in repr(HubConfig(root=tmp_path, write_tokens=frozenset({"hf_secret_value"})))

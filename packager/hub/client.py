@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, TypeVar
 
 from ..errors import PackagerError
@@ -52,9 +52,9 @@ class HubVerificationFailed(HubError):
 
 @dataclass(frozen=True)
 class Hub:
-    api: Any  # huggingface_hub.HfApi
+    api: Any = field(repr=False)  # huggingface_hub.HfApi
     endpoint: str
-    token: str | None
+    token: str | None = field(repr=False)  # never in a repr, a log or a message
 
     def redact(self, text: str) -> str:
         return text.replace(self.token, "***") if self.token else text

@@ -16,10 +16,10 @@ from .store import Store
 @dataclass
 class HubConfig:
     root: Path
-    write_tokens: frozenset[str]
-    read_tokens: frozenset[str] = frozenset()
+    write_tokens: frozenset[str] = field(repr=False)
+    read_tokens: frozenset[str] = field(default=frozenset(), repr=False)
     test_hooks: bool = False
-    secret: str = field(default_factory=lambda: secrets.token_hex(16))
+    secret: str = field(default_factory=lambda: secrets.token_hex(16), repr=False)
 
 
 class Hub:
