@@ -135,6 +135,18 @@ def measurements_from_provenance(record: dict[str, Any]) -> dict[str, Any]:
             "versions": record["versions"], "tool_version": record["tool"]["version"]}
 
 
+def pairing_from_report(path: Path) -> dict[str, Any]:
+    """The figures of a `packager pair --json` report the card states (they were measured on one CPU)."""
+    try:
+        report = json.loads(path.read_text(encoding="utf-8"))
+        best = next(d for d in report["depths"] if d["d"] == report["best_d"])
+        return {"target": Path(report["target"]).name, "alpha": report["alpha"], "best_d": report["best_d"],
+                "tokens_per_step": best["mean_accepted_length"], "speedup": best["speedup_measured_alpha"],
+                "prompts": report["prompts"], "new_tokens": report["new_tokens"]}
+    except (OSError, ValueError, KeyError, StopIteration) as exc:
+        raise CardError(f"{path} is not a `packager pair --json` report ({exc})") from None
+
+
 def _front_matter(meta: dict[str, Any]) -> str:
     from huggingface_hub import ModelCardData
 

@@ -154,3 +154,19 @@ def test_cli_spec_error_is_one_line(bundle4: ConvertResult, tmp_path: Path) -> N
     spec = _spec_with(tmp_path, 'uses = "yes"', 'uses = "maybe"')
     result = run_cli("card", str(bundle4.out), "--spec", str(spec), "-o", "-")
     assert result.returncode == 17 and result.stderr.count("\n") == 1 and "pairing.0.uses" in result.stderr
+
+
+def test_card_states_a_pair_report(bundle4: ConvertResult, tmp_path: Path) -> None:
+    report = tmp_path / "pair.json"
+    pair = run_cli("pair", str(bundle4.out), str(bundle4.out), "--tokens", "12", "--json", "--quiet")
+    assert pair.returncode == 0, pair.stderr
+    report.write_text(pair.stdout)
+    bundle = tmp_path / "b"
+    shutil.copytree(bundle4.out, bundle)
+    result = run_cli("card", str(bundle), "--spec", str(EXAMPLE), "--pair", str(report), "-o", "-")
+    assert result.returncode == 0, result.stderr
+    best = json.loads(pair.stdout)["best_d"]
+    assert f"alpha 1.000; best draft length d={best} with {best + 1:.2f} tokens per target step" in result.stdout
+    (tmp_path / "bad.json").write_text("{}")
+    bad = run_cli("card", str(bundle), "--spec", str(EXAMPLE), "--pair", str(tmp_path / "bad.json"))
+    assert bad.returncode == 24 and "is not a `packager pair --json` report" in bad.stderr

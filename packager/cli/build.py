@@ -112,23 +112,28 @@ def checksum(ctx: click.Context, bundle: Path, check: bool) -> None:
 @click.option("--spec", "spec_path", required=True, type=_path(), help="Release spec (TOML).")
 @click.option("-o", "--output", type=_path(), help="Where to write the card.  [default: BUNDLE/README.md; - for stdout]")
 @click.option("--template", type=_path(exists=True, dir_okay=False), help="Your own Jinja2 template.")
+@click.option("--pair", "pair_report", type=_path(exists=True, dir_okay=False),
+              help="A `packager pair --json` report of this draft with a target, to state on the card.")
 @click.option("--provenance", type=_path(exists=True, dir_okay=False),
               help="Conversion provenance with measurements.  [default: BUNDLE.provenance.json if present]")
-def card(bundle: Path, spec_path: Path, output: Path | None, template: Path | None, provenance: Path | None) -> None:
+def card(bundle: Path, spec_path: Path, output: Path | None, template: Path | None, pair_report: Path | None,
+         provenance: Path | None) -> None:
     """Render the model card (README.md) from the release spec, the bundle's files and measurements.
 
     Example: packager card ./bundle --spec examples/release.toml
     """
     from .. import spec as spec_module
-    from ..card import measurements_from_provenance, render
+    from ..card import measurements_from_provenance, pairing_from_report, render
     from ..convert import provenance as provenance_module
     from ..convert.pipeline import provenance_path
     from ..staging import write_atomic
 
     spec = spec_module.load(spec_path)
     record = provenance or provenance_path(bundle.absolute())
-    measurements = measurements_from_provenance(provenance_module.read(record)) if record.is_file() else None
-    rendered = render(bundle, spec, template=template, measurements=measurements)
+    measurements = measurements_from_provenance(provenance_module.read(record)) if record.is_file() else {}
+    if pair_report is not None:
+        measurements["pairing"] = pairing_from_report(pair_report)
+    rendered = render(bundle, spec, template=template, measurements=measurements or None)
     if output == Path("-"):
         click.echo(rendered.text, nl=False)
         return
