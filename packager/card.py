@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,6 +9,7 @@ from typing import Any
 
 from . import resources
 from .bundle import APP_FILES, FILES
+from .convert.checkpoint import read_json
 from .engine import EngineRequirement, format_version, parse_version
 from .errors import PackagerError
 from .hashing import xxh3_128_file
@@ -62,10 +62,7 @@ def _files(bundle: Path) -> list[FileRow]:
 
 
 def _json(bundle: Path, name: str) -> dict[str, Any]:
-    try:
-        return json.loads((bundle / name).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise CardError(f"{bundle / name} cannot be read as JSON ({exc})", "run packager validate") from None
+    return read_json(bundle / name, CardError)
 
 
 def metadata(spec: ReleaseSpec, bits: int) -> dict[str, Any]:
@@ -137,14 +134,14 @@ def measurements_from_provenance(record: dict[str, Any]) -> dict[str, Any]:
 
 def pairing_from_report(path: Path) -> dict[str, Any]:
     """The figures of a `packager pair --json` report the card states (they were measured on one CPU)."""
+    report = read_json(path, CardError)
     try:
-        report = json.loads(path.read_text(encoding="utf-8"))
         best = next(d for d in report["depths"] if d["d"] == report["best_d"])
         return {"target": Path(report["target"]).name, "alpha": report["alpha"], "best_d": report["best_d"],
                 "tokens_per_step": best["mean_accepted_length"], "speedup": best["speedup_measured_alpha"],
                 "prompts": report["prompts"], "new_tokens": report["new_tokens"]}
-    except (OSError, ValueError, KeyError, StopIteration) as exc:
-        raise CardError(f"{path} is not a `packager pair --json` report ({exc})") from None
+    except (TypeError, KeyError, StopIteration) as exc:
+        raise CardError(f"{path} is not a `packager pair --json` report (no {exc})") from None
 
 
 def _front_matter(meta: dict[str, Any]) -> str:

@@ -3,12 +3,11 @@ and identical token ids on the built-in corpus - checked before anything is meas
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from .. import resources
-from ..convert.checkpoint import QWEN3_STOP_IDS
+from ..convert.checkpoint import QWEN3_STOP_IDS, read_json
 from ..convert.tokenizer import read_header
 from ..errors import PackagerError
 from ..validate import graph
@@ -37,7 +36,7 @@ class Facts:
 
 
 def _json(path: Path) -> dict:  # type: ignore[type-arg]
-    return json.loads(path.read_text(encoding="utf-8"))
+    return read_json(path, PairIncompatible)
 
 
 def facts(path: Path) -> Facts:
