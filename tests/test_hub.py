@@ -282,3 +282,11 @@ def test_private_repo_is_hidden_without_a_token(hub: LocalHub, ready: Path) -> N
     assert hub.cli("verify-remote", "me/secret").returncode == 0
     hidden = hub.cli("verify-remote", "me/secret", token=None)
     assert hidden.returncode == 43 and "(404)" in hidden.stderr
+
+
+def test_a_failing_tree_listing_is_one_line(hub: LocalHub, ready: Path) -> None:
+    assert _upload(hub, ready, "me/draft").returncode == 0
+    hub.faults({"method": "GET", "path": "/tree/", "status": 403, "times": 5})
+    result = _upload(hub, ready, "me/draft")
+    assert result.returncode == 42 and result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    assert "listing me/draft@" in result.stderr

@@ -145,7 +145,12 @@ def with_retries(hub: Hub, what: str, action: Callable[[], T], *, attempts: int 
             sleep(retry_after(exc) or delay)
             delay = min(delay * 2, 8.0)
             if before_retry is not None:
-                done = before_retry()
+                try:
+                    done = before_retry()
+                except PackagerError:
+                    raise
+                except Exception as check_exc:  # noqa: BLE001 - the check itself failed: one line, no traceback
+                    raise translate(hub, check_exc, what) from None
                 if done is not None:
                     return done
     raise AssertionError("unreachable")

@@ -13,8 +13,8 @@ from ..checksum import MANIFEST, parse_manifest, read_manifest
 from ..errors import BundleError
 from ..hashing import xxh3_128_file
 from ..validate import validate
-from .client import (Hub, HubConflict, HubError, HubVerificationFailed, configure_xet, connect, status_of,
-                     translate, with_retries)
+from .client import (Hub, HubConflict, HubError, HubVerificationFailed, configure_xet, connect, translate,
+                     with_retries)
 
 CARD = "README.md"
 Action = Literal["add", "unchanged", "delete"]
@@ -69,8 +69,26 @@ def local_files(bundle: Path) -> list[str]:
     return names
 
 
-def _remote(hub: Hub, repo_id: str, revision: str) -> Remote:
+def _files_at(hub: Hub, repo_id: str, revision: str) -> dict[str, Any]:
+    """path -> RepoFile for every file (not folder) of the revision."""
+    try:
+        return {f.path: f for f in hub.api.list_repo_tree(repo_id, revision=revision, recursive=True)
+                if getattr(f, "size", None) is not None}
+    except Exception as exc:  # noqa: BLE001
+        raise translate(hub, exc, f"listing {repo_id}@{revision[:12]}") from None
+
+
+def _download(hub: Hub, repo_id: str, path: str, revision: str, folder: str) -> Path:
     from huggingface_hub import hf_hub_download
+
+    try:
+        return Path(hf_hub_download(repo_id, path, revision=revision, local_dir=folder, endpoint=hub.endpoint,
+                                    token=hub.token))
+    except Exception as exc:  # noqa: BLE001
+        raise translate(hub, exc, f"downloading {path}") from None
+
+
+def _remote(hub: Hub, repo_id: str, revision: str) -> Remote:
     from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError
 
     try:
@@ -81,14 +99,11 @@ def _remote(hub: Hub, repo_id: str, revision: str) -> Remote:
         raise translate(hub, exc, f"reading {repo_id}") from None
     if head is None:
         return Remote(head=None, files={}, manifest=None)
-    files = {f.path: f for f in hub.api.list_repo_tree(repo_id, revision=head, recursive=True)
-             if getattr(f, "size", None) is not None}
+    files = _files_at(hub, repo_id, head)
     manifest = None
     if MANIFEST in files:
         with tempfile.TemporaryDirectory() as tmp:
-            path = hf_hub_download(repo_id, MANIFEST, revision=head, local_dir=tmp, endpoint=hub.endpoint,
-                                   token=hub.token)
-            manifest = Path(path).read_bytes()
+            manifest = _download(hub, repo_id, MANIFEST, head, tmp).read_bytes()
     return Remote(head=head, files=files, manifest=manifest)
 
 
@@ -209,11 +224,7 @@ def _verify_commit(hub: Hub, repo_id: str, commit: str, bundle: Path, names: lis
     """The remote revision pinned to `commit` holds exactly our files, sizes and uploaded LFS sha256."""
     from huggingface_hub.utils.sha import git_hash
 
-    try:
-        files = {f.path: f for f in hub.api.list_repo_tree(repo_id, revision=commit, recursive=True)
-                 if getattr(f, "size", None) is not None}
-    except Exception as exc:  # noqa: BLE001
-        raise translate(hub, exc, f"listing {repo_id}@{commit[:12]}") from None
+    files = _files_at(hub, repo_id, commit)
     problems = []
     if set(files) != set(names):
         problems.append(f"files differ (missing {sorted(set(names) - set(files))}, extra {sorted(set(files) - set(names))})")
@@ -248,26 +259,18 @@ class RemoteCheck:
 def verify_remote(repo_id: str, revision: str = "main", endpoint: str | None = None,
                   progress: Progress = lambda _: None) -> RemoteCheck:
     """Download every file of the revision and check it against the revision's own xxh3-128 manifest."""
-    from huggingface_hub import hf_hub_download
-
     hub = connect(endpoint)
     try:
         commit = hub.api.repo_info(repo_id, revision=revision).sha
-        paths = sorted(f.path for f in hub.api.list_repo_tree(repo_id, revision=commit, recursive=True)
-                       if getattr(f, "size", None) is not None)
     except Exception as exc:  # noqa: BLE001
         raise translate(hub, exc, f"reading {repo_id}@{revision}") from None
+    paths = sorted(_files_at(hub, repo_id, commit))
     if MANIFEST not in paths:
         raise HubVerificationFailed(f"{repo_id}@{revision} has no {MANIFEST}", "upload the bundle with packager upload")
     with tempfile.TemporaryDirectory() as tmp:
         for path in paths:
             progress(f"downloading {path}")
-            try:
-                hf_hub_download(repo_id, path, revision=commit, local_dir=tmp, endpoint=hub.endpoint, token=hub.token)
-            except Exception as exc:  # noqa: BLE001
-                if status_of(exc) is None and not isinstance(exc, OSError):
-                    raise
-                raise translate(hub, exc, f"downloading {path}") from None
+            _download(hub, repo_id, path, commit, tmp)
         listed = read_manifest(Path(tmp) / MANIFEST)
         present = set(paths) - {MANIFEST}
         mismatched = tuple(sorted(n for n in set(listed) & present if xxh3_128_file(Path(tmp) / n) != listed[n]))
