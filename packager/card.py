@@ -132,6 +132,22 @@ def measurements_from_provenance(record: dict[str, Any]) -> dict[str, Any]:
             "versions": record["versions"], "tool_version": record["tool"]["version"]}
 
 
+def gather_measurements(bundle: Path, provenance: Path | None = None, parity: dict[str, Any] | None = None,
+                        pair_report: Path | None = None) -> dict[str, Any] | None:
+    """Every measurement the card may state: the conversion's provenance (default BUNDLE.provenance.json
+    beside the bundle, when present), a verify result and a pair report. None when there is none."""
+    from .convert import provenance as provenance_module
+    from .convert.pipeline import provenance_path
+
+    record = provenance or provenance_path(bundle.absolute())
+    found = measurements_from_provenance(provenance_module.read(record)) if record.is_file() else {}
+    if parity:
+        found["parity"] = parity
+    if pair_report is not None:
+        found["pairing"] = pairing_from_report(pair_report)
+    return found or None
+
+
 def pairing_from_report(path: Path) -> dict[str, Any]:
     """The figures of a `packager pair --json` report the card states (they were measured on one CPU)."""
     report = read_json(path, CardError)

@@ -128,16 +128,10 @@ def _verify(spec: ReleaseSpec, state: dict[str, Any], progress: Progress) -> str
 
 
 def _card(spec: ReleaseSpec, bundle: Path, parity: dict[str, Any] | None = None) -> str:
-    from .card import measurements_from_provenance, render
-    from .convert import provenance
-    from .convert.pipeline import provenance_path
+    from .card import gather_measurements, render
     from .staging import write_atomic
 
-    record = provenance_path(bundle.absolute())
-    measurements = measurements_from_provenance(provenance.read(record)) if record.is_file() else {}
-    if parity:
-        measurements["parity"] = parity
-    card = render(bundle, spec, measurements=measurements or None)
+    card = render(bundle, spec, measurements=gather_measurements(bundle, parity=parity))
     write_atomic(bundle / "README.md", card.text.encode("utf-8"))
     return f"README.md ({len(card.text):,} characters)"
 

@@ -123,17 +123,12 @@ def card(bundle: Path, spec_path: Path, output: Path | None, template: Path | No
     Example: packager card ./bundle --spec examples/release.toml
     """
     from .. import spec as spec_module
-    from ..card import measurements_from_provenance, pairing_from_report, render
-    from ..convert import provenance as provenance_module
-    from ..convert.pipeline import provenance_path
+    from ..card import gather_measurements, render
     from ..staging import write_atomic
 
     spec = spec_module.load(spec_path)
-    record = provenance or provenance_path(bundle.absolute())
-    measurements = measurements_from_provenance(provenance_module.read(record)) if record.is_file() else {}
-    if pair_report is not None:
-        measurements["pairing"] = pairing_from_report(pair_report)
-    rendered = render(bundle, spec, template=template, measurements=measurements or None)
+    measurements = gather_measurements(bundle, provenance=provenance, pair_report=pair_report)
+    rendered = render(bundle, spec, template=template, measurements=measurements)
     if output == Path("-"):
         click.echo(rendered.text, nl=False)
         return
