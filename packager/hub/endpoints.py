@@ -30,7 +30,7 @@ class Endpoints:
     _body: Callable[[], bytes]
     _can_read: Callable[[str], None]
     _can_write: Callable[[], None]
-    _token: Callable[[], str | None]
+    _authenticated: Callable[[bool], str | None]
     base: str
 
     # -- API -----------------------------------------------------------------------------------------------
@@ -51,10 +51,7 @@ class Endpoints:
         self._json(200, {})
 
     def whoami(self, _: dict[str, str], __: bytes | None) -> None:
-        token = self._token()
-        if token is None or token not in self.hub.config.write_tokens | self.hub.config.read_tokens:
-            raise HubError(401, "Unauthorized", "Invalid credentials in Authorization header")
-        role = "write" if token in self.hub.config.write_tokens else "read"
+        role = "write" if self._authenticated(required=True) in self.hub.config.write_tokens else "read"
         self._json(200, {"type": "user", "name": "local", "auth": {"accessToken": {"role": role}}})
 
     def validate_yaml(self, _: dict[str, str], __: bytes | None) -> None:

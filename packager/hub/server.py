@@ -55,20 +55,21 @@ class Handler(Endpoints, BaseHTTPRequestHandler):
         auth = self.headers.get("Authorization") or ""
         return auth[7:].strip() if auth.lower().startswith("bearer ") else None
 
+    def _authenticated(self, required: bool) -> str | None:
+        """The request's token; 401 for an unknown one, and for none when `required`."""
+        token = self._token()
+        if (token is None and required) or (token is not None and token not in self.hub.config.known_tokens):
+            raise HubError(401, "Unauthorized", "Invalid credentials in Authorization header")
+        return token
+
     def _can_read(self, repo: str) -> None:
         info = self.hub.store.repo(repo)
-        token = self._token()
-        known = self.hub.config.write_tokens | self.hub.config.read_tokens
-        if token is not None and token not in known:
-            raise HubError(401, "Unauthorized", "Invalid credentials in Authorization header")
+        token = self._authenticated(required=False)
         if info is None or (info["private"] and token is None):
             raise HubError(404, "RepoNotFound", f"Repository {repo} not found")
 
     def _can_write(self) -> None:
-        token = self._token()
-        if token is None or token not in self.hub.config.write_tokens | self.hub.config.read_tokens:
-            raise HubError(401, "Unauthorized", "Invalid credentials in Authorization header")
-        if token not in self.hub.config.write_tokens:
+        if self._authenticated(required=True) not in self.hub.config.write_tokens:
             raise HubError(403, "Forbidden", "This token has read access only")
 
     def _dispatch(self) -> None:

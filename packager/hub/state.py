@@ -21,6 +21,11 @@ class HubConfig:
     test_hooks: bool = False
     secret: str = field(default_factory=lambda: secrets.token_hex(16), repr=False)
 
+    @property
+    def known_tokens(self) -> frozenset[str]:
+        """Every token the server accepts at all (writers and readers)."""
+        return self.write_tokens | self.read_tokens
+
 
 class Hub:
     """Everything a request handler needs: the store, tokens, faults, counters."""
