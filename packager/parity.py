@@ -45,13 +45,14 @@ def load_mnn(bundle: Path) -> Any:
 
 def compare(bundle: Path, checkpoint: Path, prompts: tuple[str, ...]) -> ParityReport:
     """Cosine and top-1 of the last position's logits, MNN vs transformers (float32), per prompt."""
-    import numpy as np
+    from .verify import compare_positions
 
     ours, theirs = MNNModel(bundle), HFModel(checkpoint)
     rows = []
     for prompt in prompts:
         ids = theirs.encode(prompt)
-        a, b = ours.logits_all(ids)[-1], theirs.logits_all(ids)[-1]
-        cosine = float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
-        rows.append(PromptParity(prompt=prompt, cosine=cosine, top1_mnn=int(a.argmax()), top1_source=int(b.argmax())))
+        a, b = ours.logits_all(ids)[-1:], theirs.logits_all(ids)[-1:]
+        _, (cosine,), _ = compare_positions(a, b)
+        rows.append(PromptParity(prompt=prompt, cosine=cosine, top1_mnn=int(a[0].argmax()),
+                                 top1_source=int(b[0].argmax())))
     return ParityReport(tuple(rows))
