@@ -39,8 +39,11 @@ class ParityReport:
 
 
 def load_mnn(bundle: Path) -> Any:
-    """The bundle's MNN.llm object, loaded with the C-level result checked (the wrapper's load() hides it)."""
-    return MNNModel(bundle).llm
+    """The bundle's MNN.llm object in THIS process, loaded with the C-level result checked (the wrapper's
+    load() hides it). For tests that need the raw object; commands use the child process (MNNModel)."""
+    from .pair.mnn_runtime import MNNRuntime
+
+    return MNNRuntime(bundle).llm
 
 
 def compare(bundle: Path, checkpoint: Path, prompts: tuple[str, ...]) -> ParityReport:

@@ -10,7 +10,7 @@ from typing import Any, Callable
 import numpy as np
 
 from . import resources
-from .errors import VERIFY_FAILED, PackagerError
+from .errors import VERIFY_FAILED, InvalidOption, PackagerError, from_os_error, shorten
 
 Progress = Callable[[str], None]
 
@@ -120,11 +120,30 @@ def verify(bundle: Path, source: Path, prompts: tuple[str, ...] | None = None,
 
 
 def prompts_from_file(path: Path) -> tuple[str, ...]:
-    """One prompt per line, or a JSON list / {"prompts": [...]}."""
+    """One prompt per line, or a JSON list / {"prompts": [...]} of non-empty strings."""
     import json
 
-    text = path.read_text(encoding="utf-8")
+    where = f"--prompts {shorten(str(path), 120)}"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise from_os_error(exc, "cannot read --prompts") from None
+    except UnicodeDecodeError as exc:
+        raise InvalidOption(f"{where} is not UTF-8 text ({exc.reason} at byte {exc.start})", _PROMPTS_HINT) from None
     if text.lstrip().startswith(("[", "{")):
-        data = json.loads(text)
-        return tuple(data["prompts"] if isinstance(data, dict) else data)
-    return tuple(line for line in text.splitlines() if line.strip())
+        try:
+            data = json.loads(text)
+        except (json.JSONDecodeError, RecursionError) as exc:
+            reason = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
+            raise InvalidOption(f"{where} is not valid JSON ({reason})", _PROMPTS_HINT) from None
+        prompts = data.get("prompts") if isinstance(data, dict) else data
+    else:
+        prompts = [line for line in text.splitlines() if line.strip()]
+    if not isinstance(prompts, list) or not all(isinstance(p, str) and p.strip() for p in prompts):
+        raise InvalidOption(f"{where} must hold a list of non-empty strings", _PROMPTS_HINT)
+    if not prompts:
+        raise InvalidOption(f"{where} holds no prompts", _PROMPTS_HINT)
+    return tuple(prompts)
+
+
+_PROMPTS_HINT = 'give one prompt per line, or a JSON list of strings, or {"prompts": [...]}'

@@ -6,6 +6,8 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 from packager.convert.pipeline import ConvertResult
 from packager.verify import Thresholds, compare_positions, verify
 from tests.conftest import run_cli
@@ -50,3 +52,76 @@ def test_position_metrics() -> None:
     assert top1 == [True, True] and all(abs(c - 1) < 1e-12 for c in cosine) and all(abs(k) < 1e-9 for k in kl)
     top1, _, kl = compare_positions(a, a[::-1].copy())
     assert top1 == [False, False] and all(k > 0.1 for k in kl)
+
+
+def _zeroed_copy(bundle: Path, out: Path) -> Path:
+    shutil.copytree(bundle, out)
+    weights = out / "llm.mnn.weight"
+    weights.write_bytes(bytes(weights.stat().st_size))
+    return out
+
+
+def test_runtime_crash_on_zeroed_weights_is_one_line_and_exit_27(bundle4: ConvertResult, tiny_checkpoint: Path,
+                                                                 tmp_path: Path) -> None:
+    # MNN 3.6.1 really segfaults loading an all-zero llm.mnn.weight; it happens in the child process.
+    bundle = _zeroed_copy(bundle4.out, tmp_path / "zeroed")
+    result = run_cli("verify", str(bundle), "--source", str(tiny_checkpoint), "--quiet")
+    assert result.returncode == 27, (result.returncode, result.stderr[-2000:])
+    assert result.stderr.count("\n") == 1 and result.stdout == ""
+    assert result.stderr.startswith("packager: error: the MNN runtime crashed (SIGSEGV, signal 11) while loading")
+
+
+def test_runtime_crash_is_runtime_crashed_in_the_library_too(bundle4: ConvertResult, tmp_path: Path) -> None:
+    from packager.errors import RuntimeCrashed
+    from packager.pair.child import MNNModel
+
+    bundle = _zeroed_copy(bundle4.out, tmp_path / "zeroed")
+    try:
+        MNNModel(bundle)
+    except RuntimeCrashed as exc:
+        assert exc.exit_code == 27 and "SIGSEGV" in exc.message and str(bundle) in exc.message
+    else:
+        raise AssertionError("MNN loaded an all-zero weight file")
+
+
+def test_runtime_child_serves_the_same_logits_as_the_runtime_in_process(bundle4: ConvertResult) -> None:
+    from packager.pair.child import MNNModel
+    from packager.pair.mnn_runtime import MNNRuntime
+
+    child, here = MNNModel(bundle4.out), MNNRuntime(bundle4.out)
+    ids = here.encode("The capital of France is")
+    assert child.encode("The capital of France is") == ids and child.vocab == here.vocab
+    assert (child.logits_all(ids) == here.logits_all(ids)).all()
+    assert child.greedy(ids, 5) == here.greedy(ids, 5)
+    assert child.time_forward(ids, ids[:1], 1) > 0
+    process = child._process
+    child.close()
+    assert process.returncode == 0  # a closed pipe ends the child cleanly
+
+
+@pytest.mark.parametrize("content, expect", [
+    (b"\xff\xfe not utf-8", "is not UTF-8 text"),
+    (b'["unclosed", ', "is not valid JSON"),
+    (b"[" * 10_000 + b"]" * 10_000, "is not valid JSON (nested too deeply)"),
+    (b'{"prompts": [1, 2]}', "must hold a list of non-empty strings"),
+    (b"[]", "holds no prompts"),
+    (b"\n  \n", "holds no prompts"),
+])
+def test_unusable_prompts_file_is_one_line(bundle4: ConvertResult, tiny_checkpoint: Path, tmp_path: Path,
+                                           content: bytes, expect: str) -> None:
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_bytes(content)
+    result = run_cli("verify", str(bundle4.out), "--source", str(tiny_checkpoint), "--prompts", str(prompts),
+                     "--quiet")
+    assert result.returncode == 19 and result.stderr.count("\n") == 1, result.stderr[-2000:]
+    assert f"--prompts {prompts} {expect}" in result.stderr
+
+
+def test_unreadable_source_tokenizer_is_one_line(bundle4: ConvertResult, tiny_checkpoint: Path,
+                                                 tmp_path: Path) -> None:
+    source = tmp_path / "source"
+    shutil.copytree(tiny_checkpoint, source)
+    (source / "tokenizer.json").write_text("{ broken")
+    result = run_cli("verify", str(bundle4.out), "--source", str(source), "--quiet")
+    assert result.returncode == 15 and result.stderr.count("\n") == 1, result.stderr[-2000:]
+    assert f"cannot load {source}/tokenizer.json" in result.stderr

@@ -9,7 +9,7 @@ from pathlib import Path
 from .. import resources
 from ..convert.checkpoint import QWEN3_STOP_IDS, read_json
 from ..convert.tokenizer import read_header
-from ..errors import PackagerError
+from ..errors import PackagerError, from_os_error, shorten
 from ..validate import graph
 from .models import Model, is_bundle
 
@@ -40,16 +40,19 @@ def _json(path: Path) -> dict:  # type: ignore[type-arg]
 
 
 def facts(path: Path) -> Facts:
+    """What pairing compares, read from the files alone; anything unreadable is one line."""
     if not path.is_dir():
-        raise PairIncompatible(f"{path} is not a bundle or checkpoint folder", "pass two folders")
-    if is_bundle(path):
-        llm_config = _json(path / "llm_config.json")
-        lm = graph.read(_json(path / "llm.mnn.json")).lm_head
-        header = read_header(path / "tokenizer.txt")
-        return Facts(path=path, bundle=True, family=str(llm_config.get("model_type", "")),
-                     vocab_size=lm.out_features if lm else 0, special=frozenset(header.special),
-                     special_all=frozenset(header.special), stop=frozenset(header.stop),
-                     chat_template=str((llm_config.get("jinja") or {}).get("chat_template", "")))
+        raise PairIncompatible(f"{shorten(str(path), 120)} is not a bundle or checkpoint folder", "pass two folders")
+    try:
+        return _bundle_facts(path) if is_bundle(path) else _checkpoint_facts(path)
+    except OSError as exc:
+        raise from_os_error(exc, "cannot read the pair's files") from None
+    except (ValueError, TypeError, AttributeError) as exc:  # HeaderError is a ValueError
+        raise PairIncompatible(f"{shorten(str(path), 120)} is malformed ({shorten(str(exc))})",
+                               "run packager validate (bundles) or re-save the checkpoint") from None
+
+
+def _checkpoint_facts(path: Path) -> Facts:
     config = _json(path / "config.json")
     tok_config = _json(path / "tokenizer_config.json") if (path / "tokenizer_config.json").is_file() else {}
     added = tok_config.get("added_tokens_decoder", {})
@@ -66,6 +69,16 @@ def facts(path: Path) -> Facts:
                  special_all=frozenset(int(i) for i in added), stop=frozenset(stops), chat_template=template)
 
 
+def _bundle_facts(path: Path) -> Facts:
+    llm_config = _json(path / "llm_config.json")
+    lm = graph.read(_json(path / "llm.mnn.json")).lm_head
+    header = read_header(path / "tokenizer.txt")
+    return Facts(path=path, bundle=True, family=str(llm_config.get("model_type", "")),
+                 vocab_size=lm.out_features if lm else 0, special=frozenset(header.special),
+                 special_all=frozenset(header.special), stop=frozenset(header.stop),
+                 chat_template=str((llm_config.get("jinja") or {}).get("chat_template", "")))
+
+
 def _special_equal(a: Facts, b: Facts) -> bool:
     # A text-format tokenizer.txt lists every added token, a PIPELINE one only the special ones.
     options_a = {a.special, a.special_all}
@@ -76,7 +89,7 @@ def _special_equal(a: Facts, b: Facts) -> bool:
 def check_files(draft: Facts, target: Facts) -> None:
     problems = []
     if draft.family != target.family:
-        problems.append(f"family {draft.family or '?'} vs {target.family or '?'}")
+        problems.append(f"family {shorten(draft.family, 60) or '?'} vs {shorten(target.family, 60) or '?'}")
     if draft.vocab_size != target.vocab_size:
         problems.append(f"vocabulary {draft.vocab_size} vs {target.vocab_size} ids")
     if not _special_equal(draft, target):

@@ -1,19 +1,19 @@
-"""Two runtimes behind one small interface: an MNN bundle (MNN.llm) or a checkpoint (transformers).
+"""Two runtimes behind one small interface: an MNN bundle (MNN.llm, in a child process) or a checkpoint
+(transformers, in this process).
 
 Every method is greedy and deterministic; timings use the runtime's KV cache, as decoding on a phone does.
 """
 
 from __future__ import annotations
 
-import os
 import time
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
-from ..errors import BundleError
+from ..errors import CheckpointNotFound, MissingTokenizer, from_os_error, shorten
+from .child import MNNModel
 
 
 class Model(Protocol):
@@ -25,70 +25,6 @@ class Model(Protocol):
     def time_forward(self, context: list[int], new: list[int], repeats: int) -> float: ...
 
 
-@contextmanager
-def quiet_stdout() -> Iterator[None]:
-    """MNN's C++ code prints to fd 1 at load; keep it off our stdout (which may carry --json)."""
-    saved = os.dup(1)
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, 1)
-        yield
-    finally:
-        os.dup2(saved, 1)
-        os.close(saved)
-        os.close(devnull)
-
-
-class MNNModel:
-    def __init__(self, bundle: Path, precision: str = "high") -> None:
-        self.path = bundle
-        with quiet_stdout():
-            import MNN.llm as mnn_llm
-
-            self.llm = mnn_llm.create(str(bundle / "config.json"))
-            self.llm.set_config({"precision": precision, "all_logits": True, "sampler_type": "greedy",
-                                 "thread_num": 2})
-            if not self.llm._c_obj.load():
-                raise BundleError(f"MNN could not load the bundle {bundle}", "run packager validate on it")
-        self.vocab = int(self.logits_all([0]).shape[-1])
-
-    def encode(self, text: str) -> list[int]:
-        return list(self.llm.tokenizer_encode(text))
-
-    def logits_all(self, ids: list[int]) -> np.ndarray:
-        with quiet_stdout():
-            out = np.array(self.llm.forward(ids).read(), dtype=np.float64).reshape(len(ids), -1)
-            self.llm.reset()
-        return out
-
-    def greedy(self, ids: list[int], n: int) -> list[int]:
-        """Argmax decoding through the KV cache. (MNN's own generate() can pick other tokens than the
-        argmax of the very logits forward() returns, so it is not used.)"""
-        tokens: list[int] = []
-        with quiet_stdout():
-            self.llm.reset()
-            logits = self.llm.forward(ids)
-            while len(tokens) < n:
-                last = np.array(logits.read()).reshape(-1, self.vocab)[-1]
-                tokens.append(int(last.argmax()))
-                logits = self.llm.forward(tokens[-1:])
-            self.llm.reset()
-        return tokens
-
-    def time_forward(self, context: list[int], new: list[int], repeats: int) -> float:
-        """Seconds for one forward of `new` on top of a cached `context` (best of `repeats`)."""
-        best = float("inf")
-        with quiet_stdout():
-            for _ in range(repeats):
-                self.llm.reset()
-                self.llm.forward(context)
-                start = time.perf_counter()
-                self.llm.forward(new).read()
-                best = min(best, time.perf_counter() - start)
-            self.llm.reset()
-        return best
-
-
 class HFModel:
     def __init__(self, checkpoint: Path) -> None:
         import torch
@@ -97,8 +33,18 @@ class HFModel:
 
         torch.set_num_threads(2)
         self.path = checkpoint
-        self.tokenizer = Tokenizer.from_file(str(checkpoint / "tokenizer.json"))
-        self.model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32).eval()
+        name = shorten(str(checkpoint), 120)
+        try:
+            self.tokenizer = Tokenizer.from_file(str(checkpoint / "tokenizer.json"))
+        except Exception as exc:  # noqa: BLE001 - tokenizers raises plain Exception for a missing/broken file
+            raise MissingTokenizer(f"cannot load {name}/tokenizer.json ({shorten(str(exc))})") from None
+        try:
+            self.model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32).eval()
+        except (OSError, ValueError, KeyError, RuntimeError) as exc:
+            if isinstance(exc, OSError) and exc.errno is not None:  # the OS's reason: permissions, ...
+                raise from_os_error(exc, f"cannot load the checkpoint {name}") from None
+            raise CheckpointNotFound(f"transformers cannot load the checkpoint {name} ({shorten(str(exc))})",
+                                     "pass a Qwen3 checkpoint folder that transformers can load") from None
         self.torch = torch
 
     def encode(self, text: str) -> list[int]:

@@ -1,0 +1,143 @@
+"""The MNN runtime in a child process: a crash (SIGSEGV on damaged weights, SIGABRT, SIGKILL from the
+out-of-memory killer) becomes one RuntimeCrashed line instead of taking packager down with it.
+
+Protocol: the parent writes pickled (method, args) to the child's stdin and reads one pickled
+("ok", value) or ("error", PackagerError) per request from its stdout. The child moves its own fd 1 onto
+its stderr (a temporary file the parent keeps for --debug) before MNN is imported, so nothing MNN prints
+can reach the protocol pipe or packager's stdout.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+
+from ..errors import BundleError, PackagerError, RuntimeCrashed, shorten
+
+METHODS = ("encode", "logits_all", "greedy", "time_forward")
+_BOOT = "import sys; sys.path.insert(0, sys.argv[1]); from packager.pair.child import serve; serve()"
+_LOG_TAIL = 4000
+
+
+class MNNModel:
+    """A bundle in the MNN runtime, run in a child process; the same methods as MNNRuntime."""
+
+    def __init__(self, bundle: Path) -> None:
+        self.path = bundle
+        self._log = tempfile.TemporaryFile()
+        root = str(Path(__file__).resolve().parents[2])
+        self._process = subprocess.Popen([sys.executable, "-c", _BOOT, root], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, stderr=self._log)
+        self.vocab = int(self._call("load", str(bundle)))
+
+    def encode(self, text: str) -> list[int]:
+        return list(self._call("encode", text))
+
+    def logits_all(self, ids: list[int]) -> np.ndarray:
+        return np.asarray(self._call("logits_all", list(ids)), dtype=np.float64)
+
+    def greedy(self, ids: list[int], n: int) -> list[int]:
+        return list(self._call("greedy", list(ids), n))
+
+    def time_forward(self, context: list[int], new: list[int], repeats: int) -> float:
+        """Measured inside the child, so the pipe's cost is not part of the figure."""
+        return float(self._call("time_forward", list(context), list(new), repeats))
+
+    def close(self) -> None:
+        process = getattr(self, "_process", None)
+        if process is None or process.poll() is not None:
+            return
+        try:
+            assert process.stdin is not None
+            process.stdin.close()  # EOF: the child returns from serve()
+            process.wait(timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            process.kill()
+            process.wait()
+
+    def __del__(self) -> None:
+        self.close()
+
+    def _call(self, method: str, *args: Any) -> Any:
+        process = self._process
+        assert process.stdin is not None and process.stdout is not None
+        try:
+            pickle.dump((method, args), process.stdin, protocol=pickle.HIGHEST_PROTOCOL)
+            process.stdin.flush()
+            status, value = pickle.load(process.stdout)
+        except (EOFError, OSError, pickle.UnpicklingError):
+            raise self._crashed(method) from None
+        if status == "error":
+            raise value
+        return value
+
+    def _crashed(self, method: str) -> RuntimeCrashed:
+        try:
+            code = self._process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            code = self._process.wait()
+        doing = "loading" if method == "load" else f"running {method} on"
+        return RuntimeCrashed(f"the MNN runtime {describe_exit(code)} while {doing} the bundle "
+                              f"{shorten(str(self.path), 120)}", details=self._log_tail())
+
+    def _log_tail(self) -> str:
+        self._log.seek(0, os.SEEK_END)
+        self._log.seek(max(0, self._log.tell() - _LOG_TAIL))
+        return self._log.read().decode("utf-8", "replace")
+
+
+def describe_exit(code: int) -> str:
+    """How a child process ended, in words: the signal's name, or the exit status."""
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        if -code == signal.SIGKILL:
+            return f"was killed ({name}; often the out-of-memory killer)"
+        return f"crashed ({name}, signal {-code})"
+    return f"exited unexpectedly with status {code}"
+
+
+def serve() -> None:
+    """The child's loop: one reply per request until the parent closes the pipe."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle (exit 130)
+    requests = os.fdopen(os.dup(0), "rb")
+    replies = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    runtime = None
+    while True:
+        try:
+            method, args = pickle.load(requests)
+        except EOFError:
+            return
+        try:
+            if method == "load":
+                from .mnn_runtime import MNNRuntime
+
+                runtime = MNNRuntime(Path(args[0]))
+                reply: tuple[str, Any] = ("ok", runtime.vocab)
+            elif method in METHODS and runtime is not None:
+                reply = ("ok", getattr(runtime, method)(*args))
+            else:
+                reply = ("error", BundleError(f"the MNN child cannot run {method!r} now"))
+        except PackagerError as exc:
+            reply = ("error", exc)
+        except Exception as exc:  # noqa: BLE001 - the runtime's own errors become one line in the parent
+            reply = ("error", BundleError(f"the MNN runtime failed ({type(exc).__name__}: {shorten(str(exc))})",
+                                          "run packager validate on the bundle"))
+        _reply(replies, reply)
+
+
+def _reply(replies: BinaryIO, reply: tuple[str, Any]) -> None:
+    pickle.dump(reply, replies, protocol=pickle.HIGHEST_PROTOCOL)
+    replies.flush()
