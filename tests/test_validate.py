@@ -51,6 +51,29 @@ def _rewrite_header(path: Path, line: int, content: str) -> None:
     path.write_bytes(b"\n".join(lines))
 
 
+def _mutate_tensor(bundle: Path, path: Path, mutation: dict[str, Any]) -> None:
+    """Overwrite one part of one op's bytes in llm.mnn.weight, found through the graph's `external` field."""
+    import numpy as np
+
+    op = next(o for o in json.loads((bundle / "llm.mnn.json").read_text())["oplists"]
+              if o.get("name") == mutation["tensor"])
+    offset, weight_len, alpha_len = op["main"]["external"][:3]
+    data = bytearray(path.read_bytes())
+    value, part = mutation["value"], mutation["part"]
+    if part in ("header", "packed"):
+        quant = op["main"]["quanParameter"]
+        header = 1 + (8 if quant["shapeInt32"] else 4) + (1 << quant["aMaxOrBits"]) + 1
+        start, end = (offset, offset + header) if part == "header" else (offset + header, offset + weight_len)
+        data[start:end] = bytes([value]) * (end - start)
+    else:  # float32 runs: alpha (zero point, scale) pairs, or a norm's weights
+        start = offset + (weight_len if part in ("scales", "zero_points") else 0)
+        floats = np.frombuffer(bytes(data[start:start + (alpha_len or weight_len)]), "<f4").copy()
+        chosen = {"scales": floats[1::2], "zero_points": floats[0::2], "floats": floats}[part]
+        chosen[:] = float(value)
+        data[start:start + floats.nbytes] = floats.tobytes()
+    path.write_bytes(bytes(data))
+
+
 def mutate(bundle: Path, mutation: dict[str, Any]) -> None:
     op, path = mutation["op"], bundle / mutation.get("file", "")
     if op in ("set", "remove", "add"):
@@ -90,6 +113,12 @@ def mutate(bundle: Path, mutation: dict[str, Any]) -> None:
         data = bytearray(path.read_bytes())
         data[mutation["offset"]] ^= 0xFF
         path.write_bytes(bytes(data))
+    elif op == "fill_file":
+        path.write_bytes(bytes([mutation["byte"]]) * path.stat().st_size)
+    elif op == "tensor":
+        _mutate_tensor(bundle, path, mutation)
+    elif op == "deep":  # written as text: json.dumps itself cannot nest 10,000 deep
+        path.write_text('{"backend_type": "cpu", "x": ' + "[" * mutation["depth"] + "]" * mutation["depth"] + "}")
     else:
         raise AssertionError(f"unknown mutation {op}")
 
@@ -165,6 +194,102 @@ def test_cli_exit_codes_and_json(copy_of: Path) -> None:
 def test_missing_bundle_folder_is_one_line(tmp_path: Path) -> None:
     result = run_cli("validate", str(tmp_path / "nope"))
     assert result.returncode == 22 and result.stderr.count("\n") == 1
+    assert f"bundle folder {tmp_path / 'nope'} does not exist" in result.stderr
+
+
+def test_a_file_given_as_the_bundle_is_named_a_file(copy_of: Path) -> None:
+    result = run_cli("validate", str(copy_of / "config.json"))
+    assert result.returncode == 22 and result.stderr.count("\n") == 1 and result.stdout == ""
+    assert f"packager: error: {copy_of / 'config.json'} is a file, not a bundle folder" in result.stderr
+    assert "does not exist" not in result.stderr
+
+
+def _loop(tmp_path: Path) -> Path:
+    os.symlink(tmp_path / "b", tmp_path / "a")
+    os.symlink(tmp_path / "a", tmp_path / "b")
+    return tmp_path / "a"
+
+
+@pytest.mark.parametrize("make, reason", [
+    (lambda tmp: tmp / "plain.txt" / "bundle", "Not a directory"),
+    (lambda tmp: tmp / ("n" * 300), "File name too long"),
+    (_loop, "Too many levels of symbolic links"),
+])
+def test_unreadable_bundle_path_is_one_line_with_the_os_reason(tmp_path: Path, make: Any, reason: str) -> None:
+    (tmp_path / "plain.txt").write_text("x")
+    result = run_cli("validate", str(make(tmp_path)))
+    assert result.returncode == 25, (result.returncode, result.stderr[-2000:])
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith("packager: error: cannot read the bundle")
+    assert reason in result.stderr and "Traceback" not in result.stderr
+
+
+def test_empty_folder_is_reported_once(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    result = run_cli("validate", str(tmp_path / "empty"))
+    assert result.returncode == 30
+    lines = result.stdout.splitlines()
+    assert len(lines) == 2, lines  # one finding and the verdict
+    assert lines[0].startswith("ERROR   .: none of the ten bundle files is here (config.json, ")
+    assert "it is empty" in lines[0] and lines[0].count("tokenizer.txt") == 1
+
+
+def test_missing_files_are_one_short_finding_each(copy_of: Path) -> None:
+    for name in ("tokenizer.txt", "llm.mnn.json"):
+        (copy_of / name).unlink()
+    missing = [f for f in validate(copy_of).errors if f.message.startswith("missing")]
+    assert [(f.file, f.message) for f in missing] == [("llm.mnn.json", "missing (model graph as json (reference "
+                                                                         "copy))"), ("tokenizer.txt", "missing (tokenizer)")]
+
+
+def test_zeroed_weights_fail_strict_validation_through_the_cli(copy_of: Path) -> None:
+    weights = copy_of / "llm.mnn.weight"
+    weights.write_bytes(bytes(weights.stat().st_size))
+    result = run_cli("validate", str(copy_of), "--strict")
+    assert result.returncode == 30
+    assert (f"ERROR   llm.mnn.weight: all 64 blocks sampled across its {weights.stat().st_size} bytes are the byte "
+            "0x00 repeated: the weights were zeroed or overwritten") in result.stdout
+
+
+def test_zero_scales_of_one_tensor_are_named_through_the_cli(copy_of: Path) -> None:
+    mutate(copy_of, {"op": "tensor", "file": "llm.mnn.weight", "tensor": "/layers.0/mlp/gate_proj/Linear",
+                     "part": "scales", "value": 0.0})
+    result = run_cli("validate", str(copy_of), "--strict")
+    assert result.returncode == 30
+    assert ("ERROR   llm.mnn.weight tensor /layers.0/mlp/gate_proj/Linear: every sampled quantization scale is 0"
+            in result.stdout)
+
+
+def test_huge_values_and_keys_are_echoed_shortened(copy_of: Path) -> None:
+    huge = "x" * 3_000_000  # stands for the 100 MB value of the report; the cap is the same
+    config = json.loads((copy_of / "config_opencl.json").read_text())
+    config.update(backend_type=huge, tmp_path=7, **{huge[:1_000_000] + "y": 1})
+    (copy_of / "config_opencl.json").write_text(json.dumps(config))
+    mutate(copy_of, {"op": "set", "file": "config_cpu.json", "pointer": "/power", "value": huge})
+    for args in (("validate", str(copy_of)), ("validate", str(copy_of), "--json")):
+        result = run_cli(*args)
+        assert result.returncode == 30 and len(result.stdout) < 8000, len(result.stdout)
+        assert "more characters)" in result.stdout and "xxxxxxxxxx" in result.stdout
+    lines = run_cli("validate", str(copy_of)).stdout.splitlines()
+    assert all(len(line) < 1000 for line in lines) and len(lines) >= 5
+    assert any(line.startswith("ERROR   config_opencl.json /backend_type: 'xxxx") for line in lines)
+
+
+def test_overlong_path_value_in_a_config_is_a_finding(copy_of: Path) -> None:
+    mutate(copy_of, {"op": "set", "file": "config.json", "pointer": "/tokenizer_file", "value": "t" * 300})
+    result = run_cli("validate", str(copy_of))
+    assert result.returncode == 30 and "Traceback" not in result.stderr
+    assert ("ERROR   config.json /tokenizer_file: 'tttttttttt" in result.stdout
+            and "cannot name a file in the bundle (File name too long)" in result.stdout)
+
+
+def test_config_nested_10000_deep_is_a_finding(copy_of: Path) -> None:
+    mutate(copy_of, {"op": "deep", "file": "config_cpu.json", "depth": 10_000})
+    mutate(copy_of, {"op": "deep", "file": "llm.mnn.json", "depth": 10_000})
+    result = run_cli("validate", str(copy_of), "--json")
+    assert result.returncode == 30 and result.stderr == ""
+    findings = {(f["file"], f["message"]) for f in json.loads(result.stdout)["findings"]}
+    assert ("config_cpu.json", "nested too deeply to parse; a bundle file is a few levels deep") in findings
+    assert ("llm.mnn.json", "nested too deeply to parse; a bundle file is a few levels deep") in findings
 
 
 def test_schemas_are_valid_and_self_identified() -> None:

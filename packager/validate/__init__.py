@@ -3,43 +3,73 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, Callable
 
 from ..checksum import MANIFEST, ManifestError, check_manifest
-from ..errors import BundleError
-from . import crossfile, graph
+from ..errors import BundleError, shorten
+from . import crossfile, graph, weights
 from .documents import JSON_FILES, SCHEMA_FOR, check_schema, load_json
-from .files import check_files
+from .files import check_files, open_folder
 from .findings import Collector, Finding, ValidationReport
 
 __all__ = ["Finding", "ValidationReport", "validate"]
 
 
 def validate(bundle: Path, checksums: bool = True) -> ValidationReport:
-    """Syntax, schemas, completeness, cross-file consistency and (when present) the checksum manifest."""
-    if not bundle.is_dir():
-        raise BundleError(f"bundle folder {bundle} does not exist", "pass the folder packager convert wrote")
+    """Syntax, schemas, completeness, cross-file consistency, sampled weights and (when present) the checksum
+    manifest. A path that is no readable folder raises (one line); everything else is a finding."""
+    present = open_folder(bundle)
     out = Collector()
-    usable = check_files(bundle, out)
-    docs = {}
-    for name in JSON_FILES:
-        if name in usable:
-            docs[name] = load_json(bundle / name, name, out)
-            if docs[name] is not None and name in SCHEMA_FOR:
-                check_schema(name, docs[name], out)
-    facts = graph.read(docs["llm.mnn.json"]) if docs.get("llm.mnn.json") is not None else None
-    weight_size = (bundle / "llm.mnn.weight").stat().st_size if "llm.mnn.weight" in usable else None
+    usable = check_files(bundle, present, out)
+    docs = _documents(bundle, usable, out)
+    facts = _graph(docs.get("llm.mnn.json"), out)
+    weight_size = _guard(out, "llm.mnn.weight", lambda: (bundle / "llm.mnn.weight").stat().st_size) \
+        if "llm.mnn.weight" in usable else None
     crossfile.check_draft_configs(docs, out)
     crossfile.check_recommendation(docs, out)
     crossfile.check_paths(bundle, docs, out)
     crossfile.check_model_settings(docs, facts, weight_size, out)
     if facts is not None and weight_size is not None:
         crossfile.check_weight_ranges(facts, weight_size, out)
-    crossfile.check_graph_copy(bundle, facts, out)
-    header = crossfile.check_tokenizer(bundle / "tokenizer.txt", facts, out) if "tokenizer.txt" in usable else None
+        _guard(out, "llm.mnn.weight", lambda: weights.check(bundle / "llm.mnn.weight", facts, weight_size, out))
+    if "llm.mnn" in usable:
+        _guard(out, "llm.mnn", lambda: crossfile.check_graph_copy(bundle, facts, out))
+    header = _guard(out, "tokenizer.txt", lambda: crossfile.check_tokenizer(bundle / "tokenizer.txt", facts, out)) \
+        if "tokenizer.txt" in usable else None
     crossfile.check_engine(docs, facts, header, out)
-    if checksums and (bundle / MANIFEST).is_file():
-        _check_manifest(bundle, out)
+    if checksums and MANIFEST in present and present[MANIFEST].is_file(follow_symlinks=False):
+        _guard(out, MANIFEST, lambda: _check_manifest(bundle, out))
     return ValidationReport(bundle=bundle, findings=tuple(out.items), checked_files=tuple(usable))
+
+
+def _documents(bundle: Path, usable: list[str], out: Collector) -> dict[str, Any]:
+    docs = {}
+    for name in JSON_FILES:
+        if name in usable:
+            docs[name] = load_json(bundle / name, name, out)
+            if docs[name] is not None and name in SCHEMA_FOR:
+                check_schema(name, docs[name], out)
+    return docs
+
+
+def _graph(dump: Any, out: Collector) -> graph.GraphFacts | None:
+    if dump is None:
+        return None
+    try:
+        return graph.read(dump)
+    except (TypeError, ValueError, AttributeError) as exc:  # a hand-edited dump: a field of the wrong shape
+        out.error("llm.mnn.json", "", f"is not a graph dump MNN wrote ({type(exc).__name__}: {shorten(str(exc))}); "
+                                      "the graph checks were skipped")
+        return None
+
+
+def _guard(out: Collector, name: str, check: Callable[[], Any]) -> Any:
+    """Run a check that reads a file; an OS error (unreadable, I/O error) becomes a finding on that file."""
+    try:
+        return check()
+    except OSError as exc:
+        out.error(name, "", f"cannot be read: {exc.strerror or type(exc).__name__}")
+        return None
 
 
 def _check_manifest(bundle: Path, out: Collector) -> None:

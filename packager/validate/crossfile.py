@@ -8,6 +8,7 @@ from typing import Any
 from ..convert.checkpoint import QWEN3_STOP_IDS
 from ..convert.tokenizer import MIN_ENGINE, TYPES, HeaderError, TokenizerHeader, read_header
 from ..engine import C4_FUSION, parse_version
+from ..errors import shorten
 from .findings import Collector, pointer
 from .graph import GraphFacts
 
@@ -22,8 +23,8 @@ def check_draft_configs(docs: Docs, out: Collector) -> None:
         return
     for key in sorted(set(cpu) | set(draft)):
         if cpu.get(key) != draft.get(key):
-            out.error("draft_config_cpu.json", pointer([key]),
-                      f"differs from config_cpu.json ({draft.get(key)!r} vs {cpu.get(key)!r}); the two must be identical")
+            out.error("draft_config_cpu.json", pointer([key]), f"differs from config_cpu.json "
+                      f"({_shown(draft.get(key))} vs {_shown(cpu.get(key))}); the two must be identical")
 
 
 def check_recommendation(docs: Docs, out: Collector) -> None:
@@ -45,7 +46,7 @@ def check_recommendation(docs: Docs, out: Collector) -> None:
     for key, other, other_key, value in pairs:
         if key in rec and rec[key] != value:
             out.error("runtime_config.json", pointer(["recommended", key]),
-                      f"recommends {rec[key]!r} but {other} has {other_key} {value!r}")
+                      f"recommends {_shown(rec[key])} but {other} has {other_key} {_shown(value)}")
 
 
 def check_paths(bundle: Path, docs: Docs, out: Collector) -> None:
@@ -56,20 +57,34 @@ def check_paths(bundle: Path, docs: Docs, out: Collector) -> None:
         keys = dict(_PATH_DEFAULTS) if name == "config.json" else {}
         keys.update({k: v for k, v in config.items() if k in _PATH_DEFAULTS or k in ("embedding_file",
                                                                                       "draft_config_path")})
-        base = config.get("base_dir", "")
+        base = config.get("base_dir", "") if isinstance(config.get("base_dir", ""), str) else ""
         for key, value in sorted(keys.items()):
             if not isinstance(value, str):
                 continue
             where = pointer([key]) if key in config else f"{pointer([key])} (default)"
             if key == "draft_config_path" and value.startswith("/"):
-                out.warning(name, where, f"{value!r} is an absolute device path; a bundle should name "
+                out.warning(name, where, f"{_shown(value)} is an absolute device path; a bundle should name "
                                          "draft_config_cpu.json relative to itself")
                 continue
-            target = (bundle / (base + value)).resolve()
-            if not target.is_relative_to(bundle.resolve()):
-                out.error(name, where, f"{value!r} leaves the bundle folder")
-            elif not target.is_file():
-                out.error(name, where, f"{value!r} does not exist in the bundle")
+            problem = _path_problem(bundle, base + value)
+            if problem:
+                out.error(name, where, f"{_shown(value)} {problem}")
+
+
+def _path_problem(bundle: Path, relative: str) -> str | None:
+    """Why the engine could not open base_dir + value inside the bundle, or None."""
+    try:
+        target = (bundle / relative).resolve()
+        if not target.is_relative_to(bundle.resolve()):
+            return "leaves the bundle folder"
+        return None if target.is_file() else "does not exist in the bundle"
+    except (OSError, ValueError) as exc:  # a name too long, a loop of links, a NUL byte
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        return f"cannot name a file in the bundle ({reason})"
+
+
+def _shown(value: Any) -> str:
+    return shorten(repr(value))
 
 
 def check_model_settings(docs: Docs, graph: GraphFacts | None, weight_size: int | None, out: Collector) -> None:
@@ -131,7 +146,7 @@ def check_tokenizer(path: Path, graph: GraphFacts | None, out: Collector) -> Tok
     try:
         header = read_header(path)
     except HeaderError as exc:
-        out.error("tokenizer.txt", "", f"malformed header: {exc}")
+        out.error("tokenizer.txt", "", f"malformed header: {shorten(str(exc))}")
         return None
     missing = [i for i in QWEN3_STOP_IDS if i not in header.stop]
     if missing:
@@ -155,7 +170,9 @@ def _text_vocab_size(path: Path) -> int | None:
 
 
 def check_engine(docs: Docs, graph: GraphFacts | None, header: TokenizerHeader | None, out: Collector) -> None:
-    declared = (docs.get("runtime_config.json") or {}).get("min_mnn_engine", {})
+    if docs.get("runtime_config.json") is None:
+        return  # missing or unusable: reported already
+    declared = docs["runtime_config.json"].get("min_mnn_engine", {})
     if not isinstance(declared, dict) or not isinstance(declared.get("version"), str):
         out.warning("runtime_config.json", "/min_mnn_engine", "the bundle does not declare its minimum MNN engine")
         return
@@ -171,11 +188,11 @@ def check_engine(docs: Docs, graph: GraphFacts | None, header: TokenizerHeader |
     for need, why in needs:
         if version < need:
             out.error("runtime_config.json", "/min_mnn_engine/version",
-                      f"declares {declared['version']} but {why}, which needs {'.'.join(map(str, need))}")
+                      f"declares {shorten(declared['version'])} but {why}, which needs {'.'.join(map(str, need))}")
 
 
 def check_graph_copy(bundle: Path, graph: GraphFacts | None, out: Collector) -> None:
-    if graph is None or not graph.uuid or not (bundle / "llm.mnn").is_file():
+    if graph is None or not isinstance(graph.uuid, str) or not graph.uuid or not (bundle / "llm.mnn").is_file():
         return
     if graph.uuid.encode("ascii", "replace") not in (bundle / "llm.mnn").read_bytes():
         out.error("llm.mnn.json", "/mnn_uuid", "llm.mnn.json does not describe llm.mnn (their mnn_uuid differ)")

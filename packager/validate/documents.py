@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import resources
+from ..convert.checkpoint import MAX_JSON_BYTES
+from ..errors import MAX_SHOWN, shorten
 from .findings import Collector, pointer, suggest
 
 # File -> schema name. llm.mnn.json is the graph dump: parsed for syntax, checked by the graph checks.
@@ -16,6 +18,7 @@ SCHEMA_FOR = {"config.json": "config", "config_cpu.json": "draft_config", "draft
 JSON_FILES = (*SCHEMA_FOR, "llm.mnn.json")
 APP_SPECIFIC = {"draft_config_path"}
 RUNTIME_FILES = ("config.json", "config_cpu.json", "draft_config_cpu.json", "config_opencl.json")
+MAX_DEPTH = 32  # the configs nest 2-4 levels; jsonschema and our checks recurse per level
 
 
 def runtime_keys() -> set[str]:
@@ -25,9 +28,15 @@ def runtime_keys() -> set[str]:
 def load_json(path: Path, name: str, out: Collector) -> Any:
     """The parsed document, or None after reporting why it cannot be used (MNN would silently ignore it)."""
     try:
+        if path.stat().st_size > MAX_JSON_BYTES:
+            out.error(name, "", f"is {path.stat().st_size >> 20} MiB, too large to be a bundle file of its kind")
+            return None
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         out.error(name, "", f"not UTF-8 text ({exc.reason} at byte {exc.start})")
+        return None
+    except OSError as exc:
+        out.error(name, "", f"cannot be read: {exc.strerror or type(exc).__name__}")
         return None
     duplicates: list[str] = []
 
@@ -46,12 +55,29 @@ def load_json(path: Path, name: str, out: Collector) -> Any:
         out.error(name, "", f"invalid JSON: {exc.msg} (MNN ignores an unparsable file and runs on defaults)",
                   line=exc.lineno, column=exc.colno)
         return None
+    except RecursionError:  # the C parser's own depth guard: this is no config MNN or packager wrote
+        out.error(name, "", "nested too deeply to parse; a bundle file is a few levels deep")
+        return None
     for key in duplicates:
-        out.warning(name, pointer([key]), f"key {key!r} appears more than once; only the last value counts")
+        out.warning(name, pointer([key]), f"key {shorten(repr(key))} appears more than once; only the last counts")
     if not isinstance(data, dict):
         out.error(name, "", f"the top level is a JSON {type(data).__name__}, expected an object")
         return None
+    if name in SCHEMA_FOR and depth(data) > MAX_DEPTH:
+        out.error(name, "", f"nested more than {MAX_DEPTH} levels deep; a bundle config is a few levels deep")
+        return None
     return data
+
+
+def depth(value: Any) -> int:
+    """How deeply objects and arrays nest (without recursion; stops counting past MAX_DEPTH)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack and deepest <= MAX_DEPTH:
+        node, level = stack.pop()
+        deepest = max(deepest, level)
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
+        stack.extend((child, level + 1) for child in children if isinstance(child, (dict, list)))
+    return deepest
 
 
 def check_schema(name: str, data: dict[str, Any], out: Collector) -> None:
@@ -67,13 +93,22 @@ def check_schema(name: str, data: dict[str, Any], out: Collector) -> None:
                                             "to plain decoding) and belongs only in config_opencl.json")
         elif error.validator == "enum" and isinstance(error.instance, str):
             options = [str(o) for o in error.validator_value]
-            close = suggest(error.instance, options)
+            close = suggest(error.instance, options) if len(error.instance) <= MAX_SHOWN else None
             hint = f"; did you mean {close!r}?" if close else f"; allowed: {', '.join(map(repr, options))}"
-            out.error(name, pointer(where), f"{error.instance!r} is not an allowed value{hint}")
+            out.error(name, pointer(where), f"{shorten(repr(error.instance))} is not an allowed value{hint}")
         elif error.validator == "type":
-            out.error(name, pointer(where), f"{error.message} (MNN silently reads a wrong type as 0/false/\"\")")
+            out.error(name, pointer(where), f"{_message(error)} (MNN silently reads a wrong type as 0/false/\"\")")
         else:
-            out.error(name, pointer(where), error.message)
+            out.error(name, pointer(where), _message(error))
+
+
+def _message(error: Any) -> str:
+    """jsonschema's message with the offending value shortened (it quotes the whole value)."""
+    text = error.message
+    if isinstance(error.instance, (str, list, dict)) and len(text) > MAX_SHOWN:
+        shown = repr(error.instance)
+        text = text.replace(shown, shorten(shown)) if shown in text else shorten(text)
+    return text
 
 
 def _unknown_key(name: str, where: list[Any], key: str, allowed: list[str], out: Collector) -> None:
@@ -84,8 +119,8 @@ def _unknown_key(name: str, where: list[Any], key: str, allowed: list[str], out:
     elif key in APP_SPECIFIC:
         out.error(name, at, f"{key!r} is app-specific (TokForge) and belongs only in config_opencl.json")
     else:
-        close = suggest(key, allowed, cutoff=0.75)
+        close = suggest(key, allowed, cutoff=0.75) if len(key) <= MAX_SHOWN else None
         if close:
             out.error(name, at, f"unknown key {key!r} (MNN ignores it); did you mean {close!r}?")
         else:
-            out.warning(name, at, f"unknown key {key!r}; MNN ignores it")
+            out.warning(name, at, f"unknown key {shorten(repr(key))}; MNN ignores it")

@@ -6,7 +6,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Literal
 
+from ..errors import shorten
+
 Severity = Literal["error", "warning"]
+MAX_MESSAGE = 600  # a message quotes at most a few values, each shortened to MAX_SHOWN
 
 
 @dataclass(frozen=True)
@@ -62,13 +65,20 @@ def pointer(parts: Iterable[object]) -> str:
 
 
 class Collector:
-    """Accumulates findings; checks call error()/warning() and go on, so every problem is reported at once."""
+    """Accumulates findings; checks call error()/warning() and go on, so every problem is reported at once.
+
+    Checks shorten the values they quote; as a last guard no pointer shows more than MAX_SHOWN characters and
+    no message more than MAX_MESSAGE, so a 100 MB value in a config can never be echoed whole."""
 
     def __init__(self) -> None:
         self.items: list[Finding] = []
 
     def error(self, file: str, where: str, message: str, **kw: int | None) -> None:
-        self.items.append(Finding(file, where, "error", message, **kw))  # type: ignore[arg-type]
+        self._add(file, where, "error", message, **kw)
 
     def warning(self, file: str, where: str, message: str, **kw: int | None) -> None:
-        self.items.append(Finding(file, where, "warning", message, **kw))  # type: ignore[arg-type]
+        self._add(file, where, "warning", message, **kw)
+
+    def _add(self, file: str, where: str, severity: Severity, message: str, **kw: int | None) -> None:
+        finding = Finding(file, shorten(where), severity, shorten(message, MAX_MESSAGE), **kw)  # type: ignore[arg-type]
+        self.items.append(finding)

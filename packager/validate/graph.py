@@ -16,6 +16,7 @@ class Linear:
     bits: int | None
     asymmetric: bool
     external: tuple[int, ...]
+    shape_int32: bool = False  # the quant header stores the dims as int32 (a dim over 65535)
 
     @property
     def block(self) -> int | None:
@@ -34,6 +35,7 @@ class GraphFacts:
     ranges: tuple[tuple[str, int, int], ...]  # (op name, offset, length) into llm.mnn.weight
     c4: bool
     uuid: str | None
+    norms: tuple[tuple[str, int, int], ...] = ()  # (op name, offset, length) of float32 norm weights
 
     @property
     def lm_head(self) -> Linear | None:
@@ -46,6 +48,7 @@ def read(graph: dict[str, Any]) -> GraphFacts:
     hidden = None
     linears = []
     ranges = []
+    norms = []
     layers = 0
     for op in ops:
         main = op.get("main") if isinstance(op.get("main"), dict) else {}
@@ -57,6 +60,8 @@ def read(graph: dict[str, Any]) -> GraphFacts:
         external = main.get("external")
         if isinstance(external, list) and len(external) >= 2:
             ranges.append((str(op.get("name")), int(external[0]), int(sum(external[1:]))))
+            if op.get("type") == "LayerNorm":
+                norms.append(ranges[-1])
         if op.get("type") == "Convolution":
             common, quant = main.get("common") or {}, main.get("quanParameter")
             linears.append(Linear(
@@ -64,6 +69,7 @@ def read(graph: dict[str, Any]) -> GraphFacts:
                 out_features=int(common.get("outputCount", 0)),
                 bits=int(quant["aMaxOrBits"]) if isinstance(quant, dict) and "aMaxOrBits" in quant else None,
                 asymmetric=bool(quant.get("aMin")) if isinstance(quant, dict) else False,
-                external=tuple(int(x) for x in external) if isinstance(external, list) else ()))
+                external=tuple(int(x) for x in external) if isinstance(external, list) else (),
+                shape_int32=bool(quant.get("shapeInt32")) if isinstance(quant, dict) else False))
     return GraphFacts(hidden_size=hidden, layers=layers, linears=tuple(linears), ranges=tuple(ranges),
-                      c4=has_c4_attention(ops), uuid=graph.get("mnn_uuid"))
+                      c4=has_c4_attention(ops), uuid=graph.get("mnn_uuid"), norms=tuple(norms))
