@@ -43,6 +43,7 @@ class ReleaseRequest:
     out: Path | None = None
     endpoint: str | None = None
     private: bool = False
+    token: str | None = field(default=None, repr=False)  # else HF_TOKEN or the huggingface login
 
 
 def _default_out(spec: ReleaseSpec) -> Path:
@@ -145,13 +146,17 @@ def _checksum(bundle: Path) -> str:
 
 def _upload(request: ReleaseRequest, state: dict[str, Any], progress: Progress) -> str:
     from . import __version__
-    from .hub.publish import upload
+    from .hub.plan import SENT
+    from .hub.publish import UploadRequest, upload
 
     release = request.spec.need("release")
     message = f"Release {release.version}: {release.title} (packager {__version__})"
-    result = upload(state["bundle"], release.repo_id, endpoint=request.endpoint, tag=release.version,
-                    private=request.private, message=message, progress=progress)
+    result = upload(UploadRequest(bundle=state["bundle"], repo_id=release.repo_id, endpoint=request.endpoint,
+                                  tag=release.version, private=request.private, message=message,
+                                  token=request.token), progress=progress)
     state["commit"], state["tag"] = result.commit, result.tag
-    sent = sum(r.action == "add" for r in result.plan)
+    sent = sum(r.action in SENT for r in result.plan)
     what = f"committed {sent} file(s)" if result.committed else "unchanged, no commit"
+    if result.repaired:
+        what += f", repaired {', '.join(result.repaired)}"
     return f"{what}; {release.repo_id}@{(result.commit or '')[:12]} verified, tagged {release.version}"

@@ -16,16 +16,21 @@ READ_TOKEN = "hf_test_read_0123456789abcdefSECRET"
 
 
 class LocalHub:
-    def __init__(self, root: Path, guard_log: Path) -> None:
-        self.root, self.guard_log = root, guard_log
+    def __init__(self, root: Path, guard_log: Path, *extra: str) -> None:
+        self.root, self.guard_log, self.extra = root, guard_log, extra
         self.process: subprocess.Popen[str] | None = None
         self.url = ""
 
     def start(self) -> LocalHub:
+        # Tokens travel in a file and an environment variable, never on the command line (`ps` shows that).
+        self.root.mkdir(parents=True, exist_ok=True)
+        tokens = self.root.parent / "hub-tokens"
+        tokens.write_text(f"# write tokens\n{WRITE_TOKEN}\n")
+        env = {**self.env(token=None), "PACKAGER_HUB_READ_TOKEN": READ_TOKEN}
         self.process = subprocess.Popen(
             [sys.executable, "-m", "packager.cli", "hub", "serve", "--root", str(self.root), "--port", "0",
-             "--token", WRITE_TOKEN, "--read-token", READ_TOKEN, "--test-hooks"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=self.env(token=None))
+             "--token-file", str(tokens), "--test-hooks", *self.extra],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         line = self.process.stdout.readline()  # type: ignore[union-attr]
         assert "serving http://" in line, line + self.process.stderr.read()  # type: ignore[union-attr]
         self.url = line.split("serving ")[1].split(" ")[0]

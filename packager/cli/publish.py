@@ -12,63 +12,91 @@ import click
 from ..errors import CHECKSUM_MISMATCH
 from . import StderrProgress, _emit, _path, cli
 
+def _token_option(command: Any) -> Any:
+    return click.option("--token-file", type=_path(dir_okay=False), help=(
+        "Read the Hub token from this file (first line).  [default: $HF_TOKEN, else your huggingface login]"))(command)
+
+
+def _token(token_file: Path | None) -> str | None:
+    from ..hub.client import read_token_file
+
+    return read_token_file(token_file) if token_file is not None else None
+
+
 @cli.command()
 @click.argument("bundle", type=_path())
 @click.argument("repo_id")
 @click.option("--endpoint", help="Hub URL.  [default: $HF_ENDPOINT, else https://huggingface.co]")
-@click.option("--revision", default="main", show_default=True, help="Branch to commit to.")
-@click.option("--tag", help="Tag the release commit.")
-@click.option("--private", is_flag=True, help="Create the repo private.")
+@click.option("--revision", default="main", show_default=True,
+              help="Branch to commit to (made from main's head if new); tags and commit ids are refused.")
+@click.option("--tag", help="Tag the release commit (refused before anything is sent if it points elsewhere).")
+@click.option("--private", is_flag=True, help="Create the repo private; refuse to upload into a public one.")
+@click.option("--make-private", is_flag=True, help="Change an existing public repo to private, then upload.")
 @click.option("--message", help="Commit message.")
-@click.option("--dry-run", is_flag=True, help="Print the plan (add / unchanged / delete) and change nothing.")
+@click.option("--dry-run", is_flag=True, help="Print the plan (add / replace / unchanged / delete); change nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--quiet", is_flag=True, help="No progress on stderr.")
+@_token_option
 def upload(bundle: Path, repo_id: str, endpoint: str | None, revision: str, tag: str | None, private: bool,
-           message: str | None, dry_run: bool, as_json: bool, quiet: bool) -> None:
+           make_private: bool, message: str | None, dry_run: bool, as_json: bool, quiet: bool,
+           token_file: Path | None) -> None:
     """Publish BUNDLE (ten files, README.md, checksums.xxh128) to REPO_ID in one verified commit.
 
-    Unchanged files are not sent; an unchanged bundle makes no commit. The token comes from HF_TOKEN or
-    your huggingface login and is never printed.
+    Files the Hub already holds (same size and sha256 or git blob id, as the Hub lists them) are not sent;
+    an unchanged bundle makes no commit. The token comes from --token-file, HF_TOKEN or your huggingface
+    login and is never printed.
 
     Example: packager upload ./bundle me/qwen3-draft-mnn --tag v3
     """
+    from ..hub.publish import UploadRequest
     from ..hub.publish import upload as run_upload
 
-    result = run_upload(bundle, repo_id, endpoint=endpoint, revision=revision, tag=tag, private=private,
-                        dry_run=dry_run, message=message, progress=StderrProgress(quiet))
+    result = run_upload(UploadRequest(bundle=bundle, repo_id=repo_id, endpoint=endpoint, revision=revision,
+                                      tag=tag, private=private or make_private, make_private=make_private,
+                                      dry_run=dry_run, message=message, token=_token(token_file)),
+                        progress=StderrProgress(quiet))
     data = {"repo_id": result.repo_id, "endpoint": result.endpoint, "revision": result.revision,
             "commit": result.commit, "committed": result.committed, "tag": result.tag, "dry_run": result.dry_run,
-            "verified": result.verified, "bytes_to_send": result.bytes_to_send,
+            "verified": result.verified, "bytes_to_send": result.bytes_to_send, "repaired": list(result.repaired),
             "plan": [{"path": r.path, "action": r.action, "size": r.size} for r in result.plan]}
     _emit(data, as_json, _upload_text)
 
 
 def _upload_text(d: dict[str, Any]) -> str:
     lines = [f"{r['action']:9} {r['path']} ({r['size']:,} B)" for r in d["plan"]]
+    fixed = [r["path"] for r in d["plan"] if r["action"] in ("repair", "restore")]
+    if fixed and not d["dry_run"]:
+        lines.append(f"repaired on the Hub: {', '.join(fixed)} (its content there was not what the bundle holds)")
+    tagged = f", tagged {d['tag']}" if d["tag"] else ""
     if d["dry_run"]:
         lines.append(f"dry run: nothing changed on {d['endpoint']}; {d['bytes_to_send']:,} bytes would be sent")
     elif d["committed"]:
-        lines.append(f"committed {d['repo_id']}@{d['commit']} (verified)" + (f", tagged {d['tag']}" if d["tag"] else ""))
+        lines.append(f"committed {d['repo_id']}@{d['commit']} (verified){tagged}")
     else:
-        lines.append(f"unchanged: {d['repo_id']}@{d['commit']} already holds this bundle (verified, no commit)"
-                     + (f", tagged {d['tag']}" if d["tag"] else ""))
+        lines.append(f"unchanged: {d['repo_id']}@{d['commit']} already holds this bundle (verified, no commit){tagged}")
     return "\n".join(lines)
 
 
 @cli.command("verify-remote")
 @click.argument("target", metavar="REPO_ID[@REV]")
 @click.option("--endpoint", help="Hub URL.  [default: $HF_ENDPOINT, else https://huggingface.co]")
+@click.option("--timeout", type=click.FloatRange(min=0.1), default=30.0, show_default=True,
+              help="Seconds a download may deliver nothing before it fails, naming the file.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@_token_option
 @click.pass_context
-def verify_remote(ctx: click.Context, target: str, endpoint: str | None, as_json: bool) -> None:
+def verify_remote(ctx: click.Context, target: str, endpoint: str | None, timeout: float, as_json: bool,
+                  token_file: Path | None) -> None:
     """Download every file of a remote revision and check it against its xxh3-128 manifest.
+
+    Exit 31 names every mismatching, missing or extra file; exit 40 names a file that could not be read.
 
     Example: packager verify-remote me/qwen3-draft-mnn@v3
     """
-    from ..hub.publish import verify_remote as run_verify
+    from ..hub.check import verify_remote as run_verify
 
     repo_id, _, revision = target.partition("@")
-    result = run_verify(repo_id, revision or "main", endpoint=endpoint)
+    result = run_verify(repo_id, revision or "main", endpoint=endpoint, token=_token(token_file), timeout=timeout)
     data = {"repo_id": result.repo_id, "revision": result.revision, "commit": result.commit, "ok": result.ok,
             "checked": result.checked, "mismatched": list(result.mismatched), "missing": list(result.missing),
             "extra": list(result.extra)}
@@ -86,12 +114,13 @@ def verify_remote(ctx: click.Context, target: str, endpoint: str | None, as_json
 @click.option("--bundle", type=_path(), help="Release this built bundle instead of converting [convert] source.")
 @click.option("--out", type=_path(), help="Where to convert to.  [default: dist/NAME-VERSION beside the spec]")
 @click.option("--endpoint", help="Hub URL.  [default: $HF_ENDPOINT, else https://huggingface.co]")
-@click.option("--private", is_flag=True, help="Create the repo private.")
+@click.option("--private", is_flag=True, help="Create the repo private; refuse to upload into a public one.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option("--quiet", is_flag=True, help="No progress on stderr.")
+@_token_option
 @click.pass_context
 def release(ctx: click.Context, spec_path: Path, bundle: Path | None, out: Path | None, endpoint: str | None,
-            private: bool, as_json: bool, quiet: bool) -> None:
+            private: bool, as_json: bool, quiet: bool, token_file: Path | None) -> None:
     """Convert, validate, write the card and manifest, upload in one commit, verify, tag; stop at the first failure.
 
     Example: packager release release.toml --endpoint http://127.0.0.1:8765
@@ -100,7 +129,8 @@ def release(ctx: click.Context, spec_path: Path, bundle: Path | None, out: Path 
     from ..release import ReleaseRequest, run
 
     spec = spec_module.load(spec_path)
-    result = run(ReleaseRequest(spec=spec, bundle=bundle, out=out, endpoint=endpoint, private=private),
+    result = run(ReleaseRequest(spec=spec, bundle=bundle, out=out, endpoint=endpoint, private=private,
+                                token=_token(token_file)),
                  progress=StderrProgress(quiet))
     data = {"ok": result.ok, "repo_id": result.repo_id, "bundle": str(result.bundle) if result.bundle else None,
             "commit": result.commit, "tag": result.tag,
@@ -119,7 +149,7 @@ def release(ctx: click.Context, spec_path: Path, bundle: Path | None, out: Path 
 def hub() -> None:
     """A local Hub-compatible server, to rehearse releases offline.
 
-    Example: packager hub serve --root ./hub-data --port 8765 --token secret
+    Example: PACKAGER_HUB_TOKEN=secret packager hub serve --root ./hub-data --port 8765
     """
 
 
@@ -129,25 +159,45 @@ def hub() -> None:
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", type=int, default=8765, show_default=True, help="0 picks a free port.")
 @click.option("--token", "tokens", multiple=True, envvar="PACKAGER_HUB_TOKEN",
-              help="A token allowed to write (repeatable; also $PACKAGER_HUB_TOKEN).")
-@click.option("--read-token", "read_tokens", multiple=True, help="A token allowed to read only (repeatable).")
+              help="A token allowed to write (repeatable; also $PACKAGER_HUB_TOKEN, space-separated).")
+@click.option("--token-file", "token_files", multiple=True, type=_path(dir_okay=False, exists=True),
+              help="A file of write tokens, one a line (keeps them out of `ps`).")
+@click.option("--read-token", "read_tokens", multiple=True, envvar="PACKAGER_HUB_READ_TOKEN",
+              help="A token allowed to read only (repeatable; also $PACKAGER_HUB_READ_TOKEN).")
+@click.option("--read-token-file", "read_token_files", multiple=True, type=_path(dir_okay=False, exists=True),
+              help="A file of read-only tokens, one a line.")
+@click.option("--body-timeout", type=click.FloatRange(min=0.1), default=30.0, show_default=True,
+              help="Seconds a request body may send nothing before the request is abandoned (408).")
 @click.option("--test-hooks", is_flag=True, help="Enable /_faults and /_stats (fault injection for tests).")
-def hub_serve(root: Path, host: str, port: int, tokens: tuple[str, ...], read_tokens: tuple[str, ...],
+def hub_serve(root: Path, host: str, port: int, tokens: tuple[str, ...], token_files: tuple[Path, ...],
+              read_tokens: tuple[str, ...], read_token_files: tuple[Path, ...], body_timeout: float,
               test_hooks: bool) -> None:
     """Serve the Hub API on HOST:PORT until interrupted (plain LFS, no Xet).
 
-    Example: packager hub serve --root ./hub-data --port 8765 --token secret
+    Example: PACKAGER_HUB_TOKEN=secret packager hub serve --root ./hub-data --port 8765
     """
-    from ..hub.server import make_server, url_of
-    from ..hub.state import HubConfig
+    import asyncio
 
-    if not tokens:
-        raise click.UsageError("give at least one --token (writes need one)")
-    server = make_server(HubConfig(root=root, write_tokens=frozenset(tokens), read_tokens=frozenset(read_tokens),
-                                   test_hooks=test_hooks), host, port)
-    click.echo(f"packager hub: serving {url_of(server)} (root {root})")
-    sys.stdout.flush()
+    from ..localhub.server import serve
+    from ..localhub.state import HubConfig
+
+    writers = frozenset(tokens) | _tokens_from(token_files)
+    if not writers:
+        raise click.UsageError("give at least one write token (--token-file, $PACKAGER_HUB_TOKEN or --token)")
+    config = HubConfig(root=root, write_tokens=writers, read_tokens=frozenset(read_tokens) | _tokens_from(read_token_files),
+                       test_hooks=test_hooks, body_idle_seconds=body_timeout)
+
+    def announce(url: str, removed: int) -> None:
+        cleaned = f"; removed {removed} partial upload(s) a crash left" if removed else ""
+        click.echo(f"packager hub: serving {url} (root {root}){cleaned}")
+        sys.stdout.flush()
+
     try:
-        server.serve_forever()
-    finally:
-        server.server_close()
+        asyncio.run(serve(config, host, port, announce))
+    except OSError as exc:
+        raise click.ClickException(f"cannot serve on {host}:{port}: {exc.strerror or exc}") from None
+
+
+def _tokens_from(files: tuple[Path, ...]) -> frozenset[str]:
+    lines = (line.strip() for path in files for line in path.read_text(encoding="utf-8").splitlines())
+    return frozenset(line for line in lines if line and not line.startswith("#"))

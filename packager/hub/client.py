@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from ..errors import PackagerError
@@ -21,6 +22,8 @@ T = TypeVar("T")
 
 
 class HubError(PackagerError):
+    """A transient failure (5xx, lost connection, exhausted retries): the only kind where rerunning helps."""
+
     exit_code = 40
     hint = "rerun the same command; what the Hub already has is not sent again"
 
@@ -50,6 +53,21 @@ class HubVerificationFailed(HubError):
     hint = "the remote revision is not what was uploaded; run packager verify-remote and re-upload"
 
 
+class HubRevisionRefused(HubError):
+    exit_code = 46
+    hint = "--revision takes a branch name (new or existing); tags are made with --tag"
+
+
+class HubVisibilityRefused(HubError):
+    exit_code = 47
+    hint = "make it private deliberately with --make-private (or on the Hub's settings page), then upload"
+
+
+class HubBadTarget(HubError):
+    exit_code = 48
+    hint = "fix the repo id or --endpoint (a Hub URL such as https://huggingface.co); rerunning cannot help"
+
+
 @dataclass(frozen=True)
 class Hub:
     api: Any = field(repr=False)  # huggingface_hub.HfApi
@@ -60,13 +78,39 @@ class Hub:
         return text.replace(self.token, "***") if self.token else text
 
 
-def connect(endpoint: str | None) -> Hub:
-    """HfApi for `endpoint` (default HF_ENDPOINT, else the public Hub) with the user's token."""
+def endpoint_url(endpoint: str | None) -> str:
+    """`endpoint` (default HF_ENDPOINT, else the public Hub) as scheme://host[:port]; 48 if it is not one."""
+    from urllib.parse import urlsplit
+
+    url = (endpoint or os.environ.get("HF_ENDPOINT") or PUBLIC_HUB).strip().rstrip("/")
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a bad port
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
+        raise HubBadTarget(f"--endpoint {url[:200]!r} is not an http:// or https:// URL of a Hub")
+    return url
+
+
+def read_token_file(path: Path) -> str:
+    """The token in `path` (its first non-empty line); the token itself never appears in a message."""
+    try:
+        lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    except (OSError, UnicodeDecodeError) as exc:
+        raise HubAuthError(f"cannot read the token file {path}: {type(exc).__name__}") from None
+    if not lines:
+        raise HubAuthError(f"the token file {path} is empty")
+    return lines[0]
+
+
+def connect(endpoint: str | None, token: str | None = None) -> Hub:
+    """HfApi for `endpoint` with `token` (default: HF_TOKEN or the huggingface login)."""
     from huggingface_hub import HfApi, constants, get_token
 
     constants.HF_HUB_DISABLE_TELEMETRY = True
-    url = (endpoint or os.environ.get("HF_ENDPOINT") or PUBLIC_HUB).rstrip("/")
-    token = get_token()
+    url = endpoint_url(endpoint)
+    token = token or get_token()
     return Hub(api=HfApi(endpoint=url, token=token), endpoint=url, token=token)
 
 
@@ -108,10 +152,12 @@ def retry_after(exc: BaseException) -> float | None:
 
 
 def translate(hub: Hub, exc: BaseException, what: str) -> PackagerError:
-    """One clear line with the next step; never the token."""
+    """One clear line with the next step; never the token. "Rerun" only where a rerun can help."""
+    from huggingface_hub.errors import HFValidationError, HfUriError
+
     status = status_of(exc)
     server = getattr(exc, "server_message", None) or ""
-    detail = hub.redact(f" ({server})" if server else "")
+    detail = hub.redact(f" ({server})" if server else "")[:300]
     if status == 401:
         return HubAuthError(f"{what}: the Hub at {hub.endpoint} rejected the credentials (401){detail}")
     if status == 403:
@@ -124,7 +170,15 @@ def translate(hub: Hub, exc: BaseException, what: str) -> PackagerError:
         return HubError(f"{what}: the Hub is rate limiting (429) and retries ran out{detail}",
                         "wait a while, then rerun the same command")
     cause = exc.__cause__ or exc
-    return HubError(f"{what} failed: {hub.redact(type(cause).__name__ + ': ' + str(cause))[:300]}")
+    text = hub.redact(f"{type(cause).__name__}: {cause}")[:300]
+    if is_transient(exc):
+        return HubError(f"{what} failed: {text}")
+    if status is not None and 400 <= status < 500:
+        return HubBadTarget(f"{what}: the Hub refused the request ({status}){detail}",
+                            "the request is invalid for this Hub; rerunning cannot help")
+    if isinstance(exc, (HFValidationError, HfUriError, ValueError, KeyError, TypeError)):
+        return HubBadTarget(f"{what}: {hub.endpoint} does not answer like a Hugging Face Hub ({text})")
+    return HubError(f"{what} failed: {text}")
 
 
 def with_retries(hub: Hub, what: str, action: Callable[[], T], *, attempts: int = 4,

@@ -1,31 +1,45 @@
-"""Publish a bundle in one verified commit; check a remote revision file by file against its manifest."""
+"""Publish a bundle in one commit pinned to its parent, verified against the Hub's own file facts, then tagged.
+
+Everything that can refuse the upload (bad names, a read-only token, a tag elsewhere, a revision that is not a
+branch, a visibility other than asked) is checked before anything is sent.
+"""
 
 from __future__ import annotations
 
-import tempfile
+import secrets
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Callable
 
 from .. import __version__
 from ..bundle import FILES
-from ..checksum import MANIFEST, parse_manifest, read_manifest
+from ..checksum import MANIFEST
 from ..errors import BundleError
-from ..hashing import xxh3_128_file
 from ..validate import validate
-from .client import (Hub, HubConflict, HubError, HubVerificationFailed, configure_xet, connect, translate,
-                     with_retries)
+from .client import (Hub, HubBadTarget, HubConflict, HubError, HubRevisionRefused, HubVerificationFailed,
+                     HubVisibilityRefused, configure_xet, connect, with_retries)
+from .names import ref_problem, repo_id_problem
+from .plan import COMMITTED, SENT, LocalFile, PlanRow, differences, lfs_unchanged, local_facts, plan, restore
+from .remote import Repo, check_access, commits_on, files_at, missing_objects, read_repo
 
 CARD = "README.md"
-Action = Literal["add", "unchanged", "delete"]
+UPLOAD_ID = "packager-upload-id: "
 Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True)
-class PlanRow:
-    path: str
-    action: Action
-    size: int
+class UploadRequest:
+    bundle: Path
+    repo_id: str
+    endpoint: str | None = None
+    revision: str = "main"
+    tag: str | None = None
+    private: bool = False
+    make_private: bool = False
+    dry_run: bool = False
+    message: str | None = None
+    token: str | None = None
 
 
 @dataclass(frozen=True)
@@ -42,14 +56,11 @@ class UploadResult:
 
     @property
     def bytes_to_send(self) -> int:
-        return sum(row.size for row in self.plan if row.action == "add")
+        return sum(row.size for row in self.plan if row.action in SENT)
 
-
-@dataclass(frozen=True)
-class Remote:
-    head: str | None
-    files: dict[str, Any]  # path -> RepoFile
-    manifest: bytes | None
+    @property
+    def repaired(self) -> tuple[str, ...]:
+        return tuple(row.path for row in self.plan if row.action == "repair")
 
 
 def local_files(bundle: Path) -> list[str]:
@@ -59,7 +70,7 @@ def local_files(bundle: Path) -> list[str]:
     if missing:
         step = "packager card" if CARD in missing else "packager checksum" if MANIFEST in missing else "packager convert"
         raise BundleError(f"{bundle} lacks {', '.join(missing)}", f"run {step} first")
-    # validate() also checks every file against the manifest, so the bundle is hashed once.
+    # validate() also checks every file against the manifest.
     report = validate(bundle)
     if report.errors:
         first = report.errors[0]
@@ -69,211 +80,155 @@ def local_files(bundle: Path) -> list[str]:
     return names
 
 
-def _files_at(hub: Hub, repo_id: str, revision: str) -> dict[str, Any]:
-    """path -> RepoFile for every file (not folder) of the revision."""
-    try:
-        return {f.path: f for f in hub.api.list_repo_tree(repo_id, revision=revision, recursive=True)
-                if getattr(f, "size", None) is not None}
-    except Exception as exc:  # noqa: BLE001
-        raise translate(hub, exc, f"listing {repo_id}@{revision[:12]}") from None
+def check_names(repo_id: str, revision: str, tag: str | None) -> None:
+    """Input problems, refused before the Hub is contacted (no rerun can fix them)."""
+    if (problem := repo_id_problem(repo_id)) is not None:
+        raise HubBadTarget(f"invalid repo id: {problem}", "give the repo as namespace/name")
+    if (problem := ref_problem(revision)) is not None:
+        raise HubRevisionRefused(f"--revision {revision[:100]!r}: {problem}")
+    if tag is not None and (problem := ref_problem(tag)) is not None:
+        raise HubBadTarget(f"--tag: {problem}", "choose a tag like v3 or 2026.12.01")
 
 
-def _download(hub: Hub, repo_id: str, path: str, revision: str, folder: str) -> Path:
-    from huggingface_hub import hf_hub_download
-
-    try:
-        return Path(hf_hub_download(repo_id, path, revision=revision, local_dir=folder, endpoint=hub.endpoint,
-                                    token=hub.token))
-    except Exception as exc:  # noqa: BLE001
-        raise translate(hub, exc, f"downloading {path}") from None
-
-
-def _remote(hub: Hub, repo_id: str, revision: str) -> Remote:
-    from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError
-
-    try:
-        head = hub.api.repo_info(repo_id, revision=revision).sha
-    except (RepositoryNotFoundError, RevisionNotFoundError):
-        return Remote(head=None, files={}, manifest=None)
-    except Exception as exc:  # noqa: BLE001
-        raise translate(hub, exc, f"reading {repo_id}") from None
-    if head is None:
-        return Remote(head=None, files={}, manifest=None)
-    files = _files_at(hub, repo_id, head)
-    manifest = None
-    if MANIFEST in files:
-        with tempfile.TemporaryDirectory() as tmp:
-            manifest = _download(hub, repo_id, MANIFEST, head, tmp).read_bytes()
-    return Remote(head=head, files=files, manifest=manifest)
+def _check_target(request: UploadRequest, repo: Repo) -> str | None:
+    """The commit the upload builds on (None: a new repo); refusals for revision, visibility and tag."""
+    revision = request.revision
+    if revision in repo.tags:
+        raise HubRevisionRefused(f"--revision {revision} is a tag of {request.repo_id}, not a branch")
+    if repo.exists and request.private and not repo.private and not request.make_private:
+        raise HubVisibilityRefused(f"{request.repo_id} exists and is public; --private will not upload into it")
+    if not repo.exists:
+        return None
+    base = repo.branches.get(revision) or repo.branches.get("main")
+    if base is None:
+        raise HubError(f"{request.repo_id} has no main branch to start {revision} from",
+                       "create main on the Hub first, then upload")
+    return base
 
 
-def plan(bundle: Path, names: list[str], remote: Remote) -> tuple[PlanRow, ...]:
-    """What a commit must change. Files whose xxh3-128 matches the remote manifest (and size) stay."""
-    from huggingface_hub.utils.sha import git_hash
-
-    ours = read_manifest(bundle / MANIFEST)
-    theirs: dict[str, str] = {}
-    if remote.manifest is not None:
-        try:
-            theirs = parse_manifest(remote.manifest.decode("utf-8"), Path(MANIFEST))
-        except Exception:  # noqa: BLE001 - a foreign or broken remote manifest just means "compare nothing"
-            theirs = {}
-    rows = []
-    for name in names:
-        path = bundle / name
-        size = path.stat().st_size
-        found = remote.files.get(name)
-        if found is None or found.size != size:
-            same = False
-        elif name == MANIFEST:
-            same = remote.manifest == path.read_bytes()
-        elif getattr(found, "lfs", None) is None:
-            same = found.blob_id == git_hash(path.read_bytes())
-        else:
-            same = theirs.get(name) == ours.get(name)
-        rows.append(PlanRow(name, "unchanged" if same else "add", size))
-    rows += [PlanRow(p, "delete", f.size) for p, f in sorted(remote.files.items()) if p not in names]
-    return tuple(rows)
+def _check_tag(request: UploadRequest, repo: Repo, base: str | None, changes: bool) -> None:
+    """An existing tag is fine only where this upload ends: on `base` when nothing changes."""
+    if request.tag is None or request.tag not in repo.tags:
+        return
+    at = repo.tags[request.tag]
+    if changes or at != base:
+        raise HubConflict(f"tag {request.tag} already points at {at[:12]}, which is not what this upload makes; "
+                          "nothing was sent", "choose a new tag for a new release")
 
 
-def upload(bundle: Path, repo_id: str, *, endpoint: str | None = None, revision: str = "main",
-           tag: str | None = None, private: bool = False, dry_run: bool = False, message: str | None = None,
-           progress: Progress = lambda _: None, sleep: Callable[[float], None] | None = None) -> UploadResult:
-    """One commit with every changed file (none if nothing changed), then verify, then tag."""
-    import time
+def upload(request: UploadRequest, progress: Progress = lambda _: None,
+           sleep: Callable[[float], None] = time.sleep) -> UploadResult:
+    """Check everything, then one pinned commit with every changed file (none if nothing changed), verify, tag."""
+    check_names(request.repo_id, request.revision, request.tag)
+    names = local_files(request.bundle)
+    hub = connect(request.endpoint, request.token)
+    check_access(hub, write=not request.dry_run)
+    progress(f"reading {request.repo_id} on {hub.endpoint}")
+    repo = read_repo(hub, request.repo_id)
+    base = _check_target(request, repo)
+    progress("hashing the bundle (sha256, as the Hub identifies files)")
+    local = local_facts(request.bundle, names)
+    remote = files_at(hub, request.repo_id, base) if base else {}
+    rows = plan(request.bundle, local, remote)
+    changes = any(r.action != "unchanged" for r in rows)
+    head = repo.branches.get(request.revision)
+    _check_tag(request, repo, base, changes)
+    summary = dict(repo_id=request.repo_id, endpoint=hub.endpoint, revision=request.revision, plan=rows,
+                   tag=request.tag)
+    if request.dry_run:
+        return UploadResult(**summary, commit=head, committed=False, dry_run=True, verified=False)
+    parent = _prepare(hub, request, repo, base, sleep)
+    remote = files_at(hub, request.repo_id, parent) if parent != base else remote  # a repo made just now
+    rows = plan(request.bundle, local, remote)
+    rows = restore(rows, missing_objects(hub, request.repo_id, request.revision, lfs_unchanged(rows, local, remote)))
+    summary["plan"] = rows
+    commit = parent
+    if any(r.action in SENT or r.action == "delete" for r in rows):
+        configure_xet(hub, request.repo_id)
+        progress(f"sending {sum(r.action in SENT for r in rows)} file(s), "
+                 f"{sum(r.size for r in rows if r.action in SENT) / 1e6:.1f} MB, onto {parent[:12]}")
+        commit = _send(hub, request, rows, local, parent, sleep)
+        progress(f"verifying {request.repo_id}@{commit[:12]}")
+        _verify(hub, request, rows, local, commit)
+    if request.tag and repo.tags.get(request.tag) != commit:
+        with_retries(hub, f"tagging {request.repo_id}@{commit[:12]} as {request.tag}",
+                     lambda: hub.api.create_tag(request.repo_id, tag=request.tag, revision=commit), sleep=sleep)
+    return UploadResult(**summary, commit=commit, committed=commit != parent, dry_run=False, verified=True)
 
-    from huggingface_hub import CommitOperationAdd, CommitOperationDelete
 
-    names = local_files(bundle)
-    hub = connect(endpoint)
-    progress(f"reading {repo_id}@{revision} on {hub.endpoint}")
-    remote = _remote(hub, repo_id, revision)
-    rows = plan(bundle, names, remote)
-    changed = [r for r in rows if r.action != "unchanged"]
-    result = dict(repo_id=repo_id, endpoint=hub.endpoint, revision=revision, plan=rows, tag=tag)
-    if dry_run:
-        return UploadResult(**result, commit=remote.head, committed=False, dry_run=True, verified=False)
-    pause = sleep or time.sleep
-    with_retries(hub, f"creating {repo_id}", lambda: hub.api.create_repo(repo_id, private=private, exist_ok=True),
-                 sleep=pause)
-    configure_xet(hub, repo_id)
-    if revision != "main" and remote.head is None:
-        _branch(hub, repo_id, revision, pause)
-    commit, operations = remote.head, []
-    if changed:
-        operations = [CommitOperationAdd(path_in_repo=r.path, path_or_fileobj=str(bundle / r.path))
-                      if r.action == "add" else CommitOperationDelete(path_in_repo=r.path) for r in changed]
-        text = message or f"packager {__version__}: upload bundle{' ' + tag if tag else ''}"
-        progress(f"committing {sum(r.action == 'add' for r in changed)} file(s), "
-                 f"{sum(r.size for r in changed if r.action == 'add') / 1e6:.1f} MB")
-        commit = _commit(hub, repo_id, revision, remote.head, operations, text, pause)
-    if commit is None:
-        raise HubError(f"{repo_id} has no commit to verify")
-    progress(f"verifying {repo_id}@{commit[:12]}")
-    _verify_commit(hub, repo_id, commit, bundle, names, operations)
-    if tag:
-        _tag(hub, repo_id, tag, commit, pause)
-    return UploadResult(**result, commit=commit, committed=bool(changed), dry_run=False, verified=True)
+def _verify(hub: Hub, request: UploadRequest, rows: tuple[PlanRow, ...], local: dict[str, LocalFile],
+            commit: str) -> None:
+    """The commit holds exactly the bundle (the Hub's listing), and restored objects are now stored whole."""
+    problems = differences(request.bundle, local, files_at(hub, request.repo_id, commit))
+    restored = [local[r.path] for r in rows if r.action == "restore"]
+    problems += [f"{p}: stored object still damaged" for p in
+                 sorted(missing_objects(hub, request.repo_id, request.revision, restored))]
+    if problems:
+        raise HubVerificationFailed(f"{request.repo_id}@{commit[:12]}: {'; '.join(problems)}")
 
 
-def _commit(hub: Hub, repo_id: str, revision: str, parent: str | None, operations: list[Any], text: str,
-            sleep: Callable[[float], None]) -> str:
+def _prepare(hub: Hub, request: UploadRequest, repo: Repo, base: str | None,
+             sleep: Callable[[float], None]) -> str:
+    """Create the repo (as private as asked), switch visibility if told to, start a new branch; the parent."""
+    repo_id = request.repo_id
+    if not repo.exists:
+        # exist_ok: a concurrent first upload may have created it; then its visibility is checked again.
+        with_retries(hub, f"creating {repo_id}",
+                     lambda: hub.api.create_repo(repo_id, private=request.private, exist_ok=True), sleep=sleep)
+        repo = read_repo(hub, repo_id)
+        if request.private and not repo.private:
+            raise HubVisibilityRefused(f"{repo_id} was created public by someone else meanwhile; nothing was sent")
+        base = repo.branches.get(request.revision) or repo.branches.get("main")
+        if base is None:
+            raise HubError(f"{repo_id} was created without a first commit on main; nothing was sent")
+    elif request.make_private and not repo.private:
+        with_retries(hub, f"making {repo_id} private",
+                     lambda: hub.api.update_repo_settings(repo_id, private=True), sleep=sleep)
+    assert base is not None
+    if request.revision not in repo.branches:
+        with_retries(hub, f"creating the branch {request.revision} of {repo_id} at {base[:12]}",
+                     lambda: hub.api.create_branch(repo_id, branch=request.revision, revision=base), sleep=sleep)
+    return base
+
+
+def _send(hub: Hub, request: UploadRequest, rows: tuple[PlanRow, ...], local: dict[str, LocalFile],
+          parent: str, sleep: Callable[[float], None]) -> str:
+    """Send what the plan says: one commit pinned to `parent`, or only re-stored objects (no commit)."""
+    if not any(r.action in COMMITTED for r in rows):
+        additions = [local[r.path].operation for r in rows if r.action == "restore"]
+        with_retries(hub, f"re-sending damaged objects to {request.repo_id}", lambda: hub.api.preupload_lfs_files(
+            request.repo_id, additions=additions, revision=request.revision), sleep=sleep)
+        return parent
+    return _commit(hub, request, rows, local, parent, sleep)
+
+
+def _commit(hub: Hub, request: UploadRequest, rows: tuple[PlanRow, ...], local: dict[str, LocalFile],
+            parent: str, sleep: Callable[[float], None]) -> str:
+    """The commit, pinned to `parent`, carrying a unique upload id so a lost answer can be recognised."""
+    from huggingface_hub import CommitOperationDelete
+
+    # Restored objects ride along: the client uploads them, then drops them from the commit as unchanged.
+    operations: list[Any] = [local[r.path].operation if r.action in SENT else CommitOperationDelete(r.path)
+                             for r in rows if r.action != "unchanged"]
+    upload_id = secrets.token_hex(12)
+    title = request.message or f"packager {__version__}: upload bundle{' ' + request.tag if request.tag else ''}"
+    description = f"{UPLOAD_ID}{upload_id}"
+
     def attempt() -> str:
-        return hub.api.create_commit(repo_id, operations=operations, commit_message=text, revision=revision,
+        return hub.api.create_commit(request.repo_id, operations=operations, commit_message=title,
+                                     commit_description=description, revision=request.revision,
                                      parent_commit=parent).oid
 
     def landed() -> str | None:
-        # The client does not retry a commit; before we do, make sure the failed one did not land.
-        head = hub.api.repo_info(repo_id, revision=revision).sha
-        if head == parent:
-            return None
-        latest = hub.api.list_repo_commits(repo_id, revision=head)[0]
-        if latest.title == text:
-            return head
-        raise HubConflict(f"{repo_id}@{revision} moved to {head[:12]} ({latest.title!r}) while uploading")
+        # The client does not retry a commit; before we do, find out whether the failed one landed: only a
+        # commit whose parent is ours and whose description carries our upload id counts.
+        history = commits_on(hub, request.repo_id, request.revision)
+        for newer, older in zip(history, history[1:]):
+            if older.commit_id == parent and description in (newer.message or ""):
+                return newer.commit_id
+        if history and history[0].commit_id != parent:
+            raise HubConflict(f"{request.repo_id}@{request.revision} moved to {history[0].commit_id[:12]} "
+                              f"({history[0].title!r}) while uploading; nothing of this upload landed")
+        return None
 
-    return with_retries(hub, f"committing to {repo_id}", attempt, before_retry=landed, sleep=sleep)
-
-
-def _branch(hub: Hub, repo_id: str, branch: str, sleep: Callable[[float], None]) -> None:
-    """A new branch starts from main (a repo without any commit cannot branch: commit to main first)."""
-    existing = {b.name for b in hub.api.list_repo_refs(repo_id).branches}
-    if branch in existing:
-        return
-    if "main" not in existing:
-        raise HubError(f"{repo_id} has no commit on main to start the branch {branch} from",
-                       "upload to main first, then to the branch")
-    with_retries(hub, f"creating the branch {branch} of {repo_id}",
-                 lambda: hub.api.create_branch(repo_id, branch=branch, revision="main", exist_ok=True), sleep=sleep)
-
-
-def _tag(hub: Hub, repo_id: str, tag: str, commit: str, sleep: Callable[[float], None]) -> None:
-    refs = hub.api.list_repo_refs(repo_id)
-    existing = {t.name: t.target_commit for t in refs.tags}
-    if existing.get(tag) == commit:
-        return
-    if tag in existing:
-        raise HubConflict(f"tag {tag} already points at {existing[tag][:12]}, not {commit[:12]}",
-                          "choose a new tag for a new release")
-    with_retries(hub, f"tagging {repo_id}@{commit[:12]} as {tag}",
-                 lambda: hub.api.create_tag(repo_id, tag=tag, revision=commit), sleep=sleep)
-
-
-def _verify_commit(hub: Hub, repo_id: str, commit: str, bundle: Path, names: list[str],
-                   operations: list[Any]) -> None:
-    """The remote revision pinned to `commit` holds exactly our files, sizes and uploaded LFS sha256."""
-    from huggingface_hub.utils.sha import git_hash
-
-    files = _files_at(hub, repo_id, commit)
-    problems = []
-    if set(files) != set(names):
-        problems.append(f"files differ (missing {sorted(set(names) - set(files))}, extra {sorted(set(files) - set(names))})")
-    sha = {op.path_in_repo: op.upload_info.sha256.hex() for op in operations if hasattr(op, "upload_info")}
-    for name in set(files) & set(names):
-        remote, local = files[name], bundle / name
-        if remote.size != local.stat().st_size:
-            problems.append(f"{name}: size {remote.size} != {local.stat().st_size}")
-        elif remote.lfs is None and remote.blob_id != git_hash(local.read_bytes()):
-            problems.append(f"{name}: content differs")
-        elif remote.lfs is not None and name in sha and remote.lfs.sha256 != sha[name]:
-            problems.append(f"{name}: LFS sha256 {remote.lfs.sha256[:12]} != uploaded {sha[name][:12]}")
-    if problems:
-        raise HubVerificationFailed(f"{repo_id}@{commit[:12]}: {'; '.join(problems)}")
-
-
-@dataclass(frozen=True)
-class RemoteCheck:
-    repo_id: str
-    revision: str
-    commit: str
-    checked: int
-    mismatched: tuple[str, ...]
-    missing: tuple[str, ...]
-    extra: tuple[str, ...]
-
-    @property
-    def ok(self) -> bool:
-        return not (self.mismatched or self.missing or self.extra)
-
-
-def verify_remote(repo_id: str, revision: str = "main", endpoint: str | None = None,
-                  progress: Progress = lambda _: None) -> RemoteCheck:
-    """Download every file of the revision and check it against the revision's own xxh3-128 manifest."""
-    hub = connect(endpoint)
-    try:
-        commit = hub.api.repo_info(repo_id, revision=revision).sha
-    except Exception as exc:  # noqa: BLE001
-        raise translate(hub, exc, f"reading {repo_id}@{revision}") from None
-    paths = sorted(_files_at(hub, repo_id, commit))
-    if MANIFEST not in paths:
-        raise HubVerificationFailed(f"{repo_id}@{revision} has no {MANIFEST}", "upload the bundle with packager upload")
-    with tempfile.TemporaryDirectory() as tmp:
-        for path in paths:
-            progress(f"downloading {path}")
-            _download(hub, repo_id, path, commit, tmp)
-        listed = read_manifest(Path(tmp) / MANIFEST)
-        present = set(paths) - {MANIFEST}
-        mismatched = tuple(sorted(n for n in set(listed) & present if xxh3_128_file(Path(tmp) / n) != listed[n]))
-    return RemoteCheck(repo_id=repo_id, revision=revision, commit=commit, checked=len(set(listed) & present),
-                       mismatched=mismatched, missing=tuple(sorted(set(listed) - present)),
-                       extra=tuple(sorted(present - set(listed))))
+    return with_retries(hub, f"committing to {request.repo_id}", attempt, before_retry=landed, sleep=sleep)

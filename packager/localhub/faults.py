@@ -16,6 +16,7 @@ class Fault:
     retry_after: int | None = None
     drop_after_bytes: int | None = None  # read this much of the body, then close the connection
     after: bool = False  # perform the operation, then answer with the fault (a lost answer)
+    stall_after_bytes: int | None = None  # a download: send the headers and this much, then nothing more
 
     def headers(self) -> dict[str, str]:
         return {"Retry-After": str(self.retry_after)} if self.retry_after is not None else {}
@@ -28,7 +29,7 @@ class Faults:
 
     def replace(self, rules: list[dict[str, Any]]) -> None:
         with self._lock:
-            self._rules = [Fault(**rule) for rule in rules]
+            self._rules = [Fault(**rule) for rule in rules]  # a wrong key is a TypeError: the caller answers 400
 
     def take(self, method: str, path: str) -> Fault | None:
         with self._lock:

@@ -1,0 +1,101 @@
+"""verify-remote: stream every file of a remote revision and check it against that revision's own xxh3-128
+manifest, in bounded time: a stalled, short or refused download fails naming the file."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import xxhash
+
+from ..checksum import MANIFEST, parse_manifest
+from .client import Hub, HubBadTarget, HubError, HubVerificationFailed, connect, with_retries
+from .names import repo_id_problem
+from .remote import KEEP, files_at
+
+MIN_RATE = 1_000_000  # bytes/s: below this average a download is abandoned, however it trickles
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class RemoteCheck:
+    repo_id: str
+    revision: str
+    commit: str
+    checked: int
+    mismatched: tuple[str, ...]
+    missing: tuple[str, ...]
+    extra: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not (self.mismatched or self.missing or self.extra)
+
+
+class Unreadable(HubError):
+    """A file that could not be read whole (exit 40, unlike a mismatch: exit 31)."""
+
+    hint = ("rerun later; if it persists, the Hub's copy is damaged: packager upload of the bundle sends it again")
+
+
+def _stream(hub: Hub, repo_id: str, commit: str, path: str, size: int, timeout: float,
+            sink: Callable[[bytes], None]) -> None:
+    """GET the file, feeding `sink`; at most `timeout` s without data and MIN_RATE on average."""
+    import httpx2
+    from huggingface_hub import hf_hub_url
+    from huggingface_hub.utils import build_hf_headers, get_session
+
+    url = hf_hub_url(repo_id, path, revision=commit, endpoint=hub.endpoint)
+    deadline = time.monotonic() + timeout + size / MIN_RATE
+    received = 0
+    try:
+        with get_session().stream("GET", url, headers=build_hf_headers(token=hub.token), timeout=timeout,
+                                  follow_redirects=True) as response:
+            if response.status_code != 200:
+                response.read()
+                message = (response.json() if response.headers.get("content-type", "").startswith("application/json")
+                           else {}).get("error", "")
+                raise Unreadable(f"could not read {path}: the Hub answered {response.status_code}"
+                                 + (f" ({hub.redact(str(message))[:200]})" if message else ""))
+            for chunk in response.iter_bytes():
+                received += len(chunk)
+                sink(chunk)
+                if time.monotonic() > deadline:
+                    raise Unreadable(f"could not read {path}: only {received:,} of {size:,} bytes in "
+                                     f"{timeout + size / MIN_RATE:.0f} s")
+    except httpx2.TimeoutException:
+        raise Unreadable(f"could not read {path}: no data for {timeout:g} s after {received:,} of {size:,} bytes"
+                         ) from None
+    except (httpx2.HTTPError, ConnectionError) as exc:
+        raise Unreadable(f"could not read {path}: {type(exc).__name__} after {received:,} of {size:,} bytes"
+                         ) from None
+    if received != size:
+        raise Unreadable(f"could not read {path}: got {received:,} bytes, the Hub lists {size:,}")
+
+
+def verify_remote(repo_id: str, revision: str = "main", endpoint: str | None = None, token: str | None = None,
+                  timeout: float = 30.0, progress: Progress = lambda _: None) -> RemoteCheck:
+    """Check every file of the revision against the revision's own xxh3-128 manifest."""
+    if (problem := repo_id_problem(repo_id)) is not None:
+        raise HubBadTarget(f"invalid repo id: {problem}", "give the repo as namespace/name[@revision]")
+    hub = connect(endpoint, token)
+    commit = with_retries(hub, f"reading {repo_id}@{revision}", lambda: hub.api.repo_info(repo_id, revision=revision).sha)
+    files = files_at(hub, repo_id, commit)
+    if MANIFEST not in files:
+        raise HubVerificationFailed(f"{repo_id}@{revision} has no {MANIFEST}", "upload the bundle with packager upload")
+    parts: list[bytes] = []
+    _stream(hub, repo_id, commit, MANIFEST, files[MANIFEST].size, timeout, parts.append)
+    listed = parse_manifest(b"".join(parts).decode("utf-8", errors="replace"), Path(MANIFEST))
+    present = set(files) - {MANIFEST, KEEP}
+    mismatched = []
+    for name in sorted(set(listed) & present):
+        progress(f"checking {name}")
+        digest = xxhash.xxh3_128()
+        _stream(hub, repo_id, commit, name, files[name].size, timeout, digest.update)
+        if digest.hexdigest() != listed[name]:
+            mismatched.append(name)
+    return RemoteCheck(repo_id=repo_id, revision=revision, commit=commit, checked=len(set(listed) & present),
+                       mismatched=tuple(mismatched), missing=tuple(sorted(set(listed) - present)),
+                       extra=tuple(sorted(present - set(listed))))
