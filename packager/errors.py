@@ -87,6 +87,47 @@ class BundleError(PackagerError):
     exit_code = 22
 
 
+class FileSystemError(PackagerError):
+    """An operating-system error (full disk, read-only file system, permissions, a name too long, ...)."""
+
+    exit_code = 25
+    hint = "free space, fix permissions or choose another path, then rerun"
+
+
+class InputTooLarge(PackagerError):
+    """An input nested too deeply or too large to be a real bundle file, spec or checkpoint config."""
+
+    exit_code = 26
+    hint = "the file is not what packager expects; restore it from the tool that wrote it"
+
+
+class RuntimeCrashed(PackagerError):
+    """The MNN runtime (run in a child process) crashed or was killed."""
+
+    exit_code = 27
+    hint = "run packager validate on the bundle; the weights or graph are likely damaged"
+
+
+# Longest excerpt of any user-supplied value that a message shows.
+MAX_SHOWN = 200
+
+
+def shorten(value: object, limit: int = MAX_SHOWN) -> str:
+    """`repr`-like text of a value, cut to `limit` characters with a note of how much was left out."""
+    text = value if isinstance(value, str) else repr(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit} more characters)"
+
+
+def from_os_error(exc: OSError, doing: str = "") -> FileSystemError:
+    """One line with the OS's own reason and the (shortened) path it concerns."""
+    reason = exc.strerror or exc.__class__.__name__
+    where = f" {shorten(str(exc.filename), 120)}" if exc.filename is not None else ""
+    what = f"{doing}: " if doing else ""
+    return FileSystemError(f"{what}{reason}{where}")
+
+
 # Exit codes of commands whose output is a full report rather than one error line.
 VALIDATION_FAILED = 30
 CHECKSUM_MISMATCH = 31

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from . import resources
 from .convert.presets import RuntimeOverrides
-from .errors import SpecError
+from .errors import SpecError, shorten
 
 
 @dataclass(frozen=True)
@@ -130,9 +130,11 @@ def load(path: Path) -> ReleaseSpec:
     except FileNotFoundError:
         raise SpecError(f"release spec {path} does not exist", "pass the path of your release.toml") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(f"release spec {path} cannot be read ({exc})") from None
+        raise SpecError(f"release spec {path} cannot be read ({shorten(str(exc))})") from None
     except tomllib.TOMLDecodeError as exc:
-        raise SpecError(f"release spec {path} is not valid TOML: {exc}") from None
+        raise SpecError(f"release spec {path} is not valid TOML: {shorten(str(exc))}") from None
+    except RecursionError:
+        raise SpecError(f"release spec {path} is nested too deeply to be a release spec") from None
     data = _dates_as_text(data)
     check(data, str(path))
     return from_dict(data, path)

@@ -17,11 +17,6 @@ def test_every_command_has_help_with_an_example() -> None:
         assert "Example:" in result.stdout, command
 
 
-def test_version() -> None:
-    result = run_cli("--version")
-    assert result.returncode == 0 and "packager, version" in result.stdout
-
-
 def test_help_imports_neither_torch_nor_transformers() -> None:
     code = ("import sys; from packager.cli import cli\n"
             "try:\n    cli(['--help'], standalone_mode=False)\nexcept SystemExit:\n    pass\n"

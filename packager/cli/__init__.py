@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 import traceback
 from pathlib import Path
@@ -12,27 +13,48 @@ from typing import Any, Callable
 import click
 
 from .. import __version__
-from ..errors import PackagerError
+from ..errors import InputTooLarge, PackagerError, from_os_error
 
 INTERRUPTED = 130
+TERMINATED = 128 + signal.SIGTERM
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the program is so that it unwinds (and cleans up) exactly as after Ctrl-C."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise Terminated()
 
 
 class PackagerGroup(click.Group):
-    """Maps PackagerError to its one line and exit code, Ctrl-C to 130; tracebacks only with --debug."""
+    """Maps PackagerError to its one line and exit code, Ctrl-C to 130 and SIGTERM to 143; tracebacks only
+    with --debug. An OS error or an absurdly deep input that escaped the library still ends in one line."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except PackagerError as exc:
-            if _debug(ctx):
-                traceback.print_exc()
-                if exc.details:
-                    click.echo(exc.details, err=True)
-            click.echo(f"packager: error: {exc.one_line()}", err=True)
-            ctx.exit(exc.exit_code)
+        except Terminated:
+            click.echo("packager: terminated; nothing was left half-written", err=True)
+            ctx.exit(TERMINATED)
         except KeyboardInterrupt:
             click.echo("packager: interrupted; nothing was left half-written", err=True)
             ctx.exit(INTERRUPTED)
+        except PackagerError as exc:
+            _fail(ctx, exc)
+        except OSError as exc:
+            _fail(ctx, from_os_error(exc))
+        except RecursionError:
+            _fail(ctx, InputTooLarge("an input is nested too deeply to be a file packager reads"))
+
+
+def _fail(ctx: click.Context, exc: PackagerError) -> None:
+    if _debug(ctx):
+        traceback.print_exc()
+        if exc.details:
+            click.echo(exc.details, err=True)
+    click.echo(f"packager: error: {exc.one_line()}", err=True)
+    ctx.exit(exc.exit_code)
 
 
 def _debug(ctx: click.Context) -> bool:
@@ -51,9 +73,22 @@ class StderrProgress:
             click.echo(f"packager: [{time.monotonic() - self.start:6.1f}s] {stage}", err=True)
 
 
+def version_text() -> str:
+    from ..versions import installed
+
+    return "\n".join([f"packager {__version__}", *(f"{name} {version}" for name, version in installed().items())])
+
+
+def _print_version(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        click.echo(version_text())
+        ctx.exit()
+
+
 @click.group(cls=PackagerGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--debug", is_flag=True, help="Show tracebacks and tool logs on errors.")
-@click.version_option(__version__, prog_name="packager")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
+              help="Show packager's version and its engines' (MNN, llmexport, huggingface_hub, torch, ...).")
 @click.pass_context
 def cli(ctx: click.Context, debug: bool) -> None:
     """Build, check and publish MNN draft-model bundles.
@@ -79,4 +114,5 @@ def main() -> None:
     # huggingface_hub reads these at import: no telemetry call and no progress bars unless the user asks.
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    signal.signal(signal.SIGTERM, _raise_terminated)
     cli(prog_name="packager")

@@ -16,8 +16,11 @@ from . import StderrProgress, _emit, _path, cli
 @click.option("--lora", "lora", type=_path(), help="peft LoRA adapter folder to merge into CHECKPOINT first.")
 @click.option("--spec", "spec_path", type=_path(), help="Release spec (TOML) with [convert] and [runtime.*].")
 @click.option("--quant-bits", type=int, default=None, help="Weight bits, 4 or 8.  [default: 4]")
-@click.option("--quant-block", type=int, default=None, help="Quantization block size.  [default: 128]")
-@click.option("--force", is_flag=True, help="Replace --out if it exists.")
+@click.option("--quant-block", type=int, default=None, help="Quantization block size; 0 means one block per row (per-channel).  [default: 128]")
+@click.option("--force", is_flag=True,
+              help="Replace --out if it exists and is a packager bundle (only bundle files inside). Never replaces "
+                   "a folder holding anything else, nor one that is, contains or lies inside CHECKPOINT or the "
+                   "adapter, nor the current or home directory.")
 @click.option("--quiet", is_flag=True, help="No progress on stderr.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def convert(checkpoint: Path, out: Path, lora: Path | None, spec_path: Path | None, quant_bits: int | None,
@@ -41,8 +44,10 @@ def convert(checkpoint: Path, out: Path, lora: Path | None, spec_path: Path | No
         "tokenizer": {"format": result.tokenizer.format,
                       "agreement": {a.format: f"{a.matched}/{a.total}" for a in result.tokenizer.agreements}},
         "graph_uuid": result.graph_uuid, "provenance": str(result.provenance),
-        "sandbox_blocked": list(result.blocked),
+        "sandbox_blocked": list(result.blocked), "warnings": list(result.warnings),
     }
+    for warning in result.warnings:
+        click.echo(f"packager: warning: {warning}", err=True)
     _emit(summary, as_json, _convert_text)
 
 

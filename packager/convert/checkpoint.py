@@ -9,10 +9,17 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import (CheckpointNotFound, CorruptWeights, InvalidCheckpointConfig, MissingTokenizer,
-                      UnsupportedModel, UntiedEmbeddings)
+                      UnsupportedModel, UntiedEmbeddings, from_os_error, shorten)
 from . import safetensors_header
 
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt")
+# tokenizer.json carries the vocabulary and merges, so vocab.json and merges.txt (which transformers 5 no
+# longer saves) are derived from it when absent; the chat template may sit in its own file.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+DERIVABLE_TOKENIZER_FILES = ("vocab.json", "merges.txt")
+OPTIONAL_TOKENIZER_FILES = ("chat_template.jinja", "special_tokens_map.json", "added_tokens.json",
+                            "generation_config.json")
+# The checkpoint files a conversion reads (provenance hashes these and nothing else).
+MODEL_FILES = ("config.json", "model.safetensors.index.json")
 # Qwen3's two end tokens: <|im_end|> ends a chat turn, <|endoftext|> ends plain text.
 QWEN3_STOP_IDS = (151645, 151643)
 
@@ -55,7 +62,7 @@ def inspect_checkpoint(path: Path) -> CheckpointInfo:
     model_type = str(config.get("model_type", ""))
     if model_type != "qwen3":
         what = _OTHER_FAMILIES.get(model_type, "not a dense Qwen3 model")
-        raise UnsupportedModel(f"{folder}/config.json has model_type {model_type or '(none)'!r}: {what}")
+        raise UnsupportedModel(f"{folder}/config.json has model_type {shorten(repr(model_type or '(none)'))}: {what}")
     shape = _shape(folder, config)
     if config.get("tie_word_embeddings") is not True:
         raise UntiedEmbeddings(f"{folder} has untied embeddings (tie_word_embeddings is not true)")
@@ -73,6 +80,13 @@ def inspect_checkpoint(path: Path) -> CheckpointInfo:
 
 
 def _folder(path: Path) -> Path:
+    try:
+        return _existing_folder(path)
+    except OSError as exc:
+        raise CheckpointNotFound(f"checkpoint folder {shorten(str(path))} cannot be read ({exc.strerror})") from None
+
+
+def _existing_folder(path: Path) -> Path:
     if not path.exists():
         raise CheckpointNotFound(f"checkpoint folder {path} does not exist")
     if not path.is_dir():
@@ -82,8 +96,14 @@ def _folder(path: Path) -> Path:
     return path.resolve()
 
 
+# Larger than any config, tokenizer or report packager reads (tokenizer.json is about 11 MB).
+MAX_JSON_BYTES = 256 * 1024 * 1024
+
+
 def read_json(path: Path, error: type[Exception]) -> Any:
     try:
+        if path.stat().st_size > MAX_JSON_BYTES:
+            raise error(f"{path} is larger than {MAX_JSON_BYTES >> 20} MiB, too large to be a JSON file packager reads")
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         raise error(f"{path} is not UTF-8 text ({exc.reason})") from None
@@ -93,6 +113,8 @@ def read_json(path: Path, error: type[Exception]) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise error(f"{path} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except RecursionError:
+        raise error(f"{path} is nested too deeply to be a real JSON file of its kind") from None
 
 
 def _config(folder: Path) -> dict[str, Any]:
@@ -109,7 +131,8 @@ def _shape(folder: Path, config: dict[str, Any]) -> ModelShape:
     def need(key: str) -> int:
         value = config.get(key)
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            raise InvalidCheckpointConfig(f"{folder}/config.json: {key} must be a positive integer, found {value!r}")
+            raise InvalidCheckpointConfig(f"{folder}/config.json: {key} must be a positive integer, "
+                                          f"found {shorten(repr(value))}")
         return value
 
     hidden, heads = need("hidden_size"), need("num_attention_heads")
@@ -119,7 +142,7 @@ def _shape(folder: Path, config: dict[str, Any]) -> ModelShape:
     layer_types = config.get("layer_types") or []
     if any(kind != "full_attention" for kind in layer_types):
         raise UnsupportedModel(f"{folder}/config.json has layer_types other than full_attention: "
-                               f"{sorted(set(layer_types))}")
+                               f"{shorten(sorted(set(map(str, layer_types))))}")
     return ModelShape(hidden_size=hidden, num_layers=need("num_hidden_layers"), num_heads=heads,
                       num_kv_heads=config.get("num_key_value_heads") or heads, head_dim=head_dim,
                       intermediate_size=need("intermediate_size"), vocab_size=need("vocab_size"))
@@ -162,17 +185,35 @@ def _check_tokenizer(folder: Path, shape: ModelShape) -> int:
     if missing:
         raise MissingTokenizer(f"{folder} is missing tokenizer file(s): {', '.join(missing)}")
     tok_config = read_json(folder / "tokenizer_config.json", MissingTokenizer)
+    if not isinstance(tok_config, dict):
+        raise MissingTokenizer(f"{folder}/tokenizer_config.json is not a JSON object")
     if not (tok_config.get("chat_template") or (folder / "chat_template.jinja").is_file()):
         raise MissingTokenizer(f"{folder} has no chat template (tokenizer_config.json chat_template "
                                "or chat_template.jinja)")
-    vocab = read_json(folder / "vocab.json", MissingTokenizer)
-    added = tok_config.get("added_tokens_decoder", {})
-    ids = [int(i) for i in vocab.values()] + [int(i) for i in added]
+    vocab, merges, added = bpe_tables(read_json(folder / "tokenizer.json", MissingTokenizer), folder)
+    if not merges and not (folder / "merges.txt").is_file():
+        raise MissingTokenizer(f"{folder}/tokenizer.json has no BPE merges and there is no merges.txt")
+    ids = [*vocab.values(), *(int(token["id"]) for token in added)]
     top = max(ids) + 1 if ids else 0
     if top > shape.vocab_size:
         raise MissingTokenizer(f"the tokenizer has ids up to {top - 1} but the model's vocab_size is "
                                f"{shape.vocab_size}", "use the tokenizer the model was trained with")
     return top
+
+
+def bpe_tables(data: Any, folder: Path) -> tuple[dict[str, int], list[str], list[dict[str, Any]]]:
+    """tokenizer.json's BPE vocabulary, merges (as "a b" lines) and added tokens, checked for shape."""
+    model = data.get("model") if isinstance(data, dict) else None
+    vocab = model.get("vocab") if isinstance(model, dict) else None
+    if not isinstance(model, dict) or model.get("type") != "BPE" or not isinstance(vocab, dict):
+        raise MissingTokenizer(f"{folder}/tokenizer.json does not hold a BPE model with a vocabulary",
+                               "use the Qwen3 tokenizer the model was trained with")
+    merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges") or []
+              if isinstance(m, str) or (isinstance(m, list) and len(m) == 2 and all(isinstance(p, str) for p in m))]
+    added = [t for t in data.get("added_tokens") or [] if isinstance(t, dict) and isinstance(t.get("id"), int)]
+    if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in vocab.values()):
+        raise MissingTokenizer(f"{folder}/tokenizer.json has vocabulary ids that are not non-negative integers")
+    return vocab, merges, added
 
 
 def _stop_ids(folder: Path, config: dict[str, Any]) -> tuple[int, ...]:

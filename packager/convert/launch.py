@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
-from ..errors import ConversionFailed, SandboxViolation
+from ..errors import ConversionFailed, FileSystemError, SandboxViolation
 
 Progress = Callable[[str], None]
 
@@ -70,6 +70,7 @@ def run_worker(job: WorkerJob, progress: Progress) -> WorkerResult:
     read_fd, write_fd = os.pipe()
     env = worker_env()
     env["PACKAGER_EVENTS_FD"] = str(write_fd)
+    env["PACKAGER_PARENT_PID"] = str(os.getpid())
     # Temporary files and caches of the libraries stay inside the fenced work folder.
     tmp = job.workdir / "tmp"
     tmp.mkdir(exist_ok=True)
@@ -88,7 +89,7 @@ def run_worker(job: WorkerJob, progress: Progress) -> WorkerResult:
             process.kill()
             process.wait()
             raise
-    return _result(final, code, log)
+    return _result(final, code, log, job.workdir)
 
 
 def _follow(read_fd: int, progress: Progress) -> dict[str, Any] | None:
@@ -103,18 +104,45 @@ def _follow(read_fd: int, progress: Progress) -> dict[str, Any] | None:
     return final
 
 
-def _result(final: dict[str, Any] | None, code: int, log: Path) -> WorkerResult:
+# Below this much free space a failed conversion is reported as a full disk, whatever the library said.
+LOW_SPACE = 64 * 1024 * 1024
+
+
+def _result(final: dict[str, Any] | None, code: int, log: Path, workdir: Path) -> WorkerResult:
     if final is None or final["event"] != "done" or code != 0:
         blocked = final.get("blocked", []) if final else []
         if blocked:
             raise SandboxViolation(f"conversion stopped: the converter tried {blocked[0]}")
-        reason = final["message"] if final else f"the converter process ended with code {code}"
+        _raise_os_reason(final or {}, workdir, log)
+        reason = final["message"] if final else _ended(code)
         raise ConversionFailed(f"conversion failed: {reason}", details=_tail(log))
     data = final["result"]
     return WorkerResult(export_dir=Path(data["export_dir"]),
                         tokenizers={k: Path(v) for k, v in data["tokenizers"].items()},
                         encodings=data["encodings"], versions=data["versions"],
                         blocked=tuple(final.get("blocked", [])), log=log)
+
+
+def _ended(code: int) -> str:
+    if code < 0:
+        import signal
+
+        return f"the converter process was killed by {signal.Signals(-code).name}"
+    return f"the converter process ended with code {code}"
+
+
+def _raise_os_reason(final: dict[str, Any], workdir: Path, log: Path) -> None:
+    """An OS error (full disk, read-only, ...) behind a failed conversion becomes its own one-line error."""
+    if final.get("errno"):
+        where = f" ({final['filename']})" if final.get("filename") else ""
+        raise FileSystemError(f"conversion failed: {final['strerror']}{where}", details=_tail(log))
+    try:
+        free = os.statvfs(workdir).f_bavail * os.statvfs(workdir).f_frsize
+    except OSError:
+        return
+    if free < LOW_SPACE:
+        raise FileSystemError(f"conversion failed: No space left on device (only {free >> 20} MiB free in "
+                              f"{workdir.parent.parent})", "free space there or choose another --out", details=_tail(log))
 
 
 def _tail(log: Path, count: int = 40) -> str:

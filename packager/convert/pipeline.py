@@ -10,14 +10,14 @@ from pathlib import Path
 from .. import resources
 from ..bundle import FILES
 from ..engine import EngineRequirement, combine, graph_requirement
-from ..errors import ConversionFailed, InvalidOption
+from ..errors import ConversionFailed, InvalidOption, shorten
 from ..hashing import xxh3_128_file
 from ..spec import ReleaseSpec
-from ..staging import StagedDir, check_target
+from ..staging import Protected, StagedDir, check_target
 from . import presets, provenance
 from .checkpoint import CheckpointInfo, inspect_checkpoint
 from .launch import Progress, Runner, WorkerJob, WorkerResult, run_worker
-from .lora import AdapterInfo, inspect_adapter
+from .lora import AdapterInfo, inspect_adapter, other_base_warning
 from .reproducible import stamp_uuid
 from .tokenizer import MIN_ENGINE, TokenizerChoice, agreement, choose, hf_encodings
 
@@ -48,11 +48,20 @@ class ConvertResult:
     graph_uuid: str
     provenance: Path
     blocked: tuple[str, ...]
+    warnings: tuple[str, ...] = ()
 
 
 def provenance_path(out: Path) -> Path:
     """Provenance sits beside the bundle, so the bundle folder stays exactly ten files."""
     return out.with_name(out.name + ".provenance.json")
+
+
+def quantized_inputs(info: CheckpointInfo) -> dict[str, int]:
+    """Input size of every kind of linear the converter quantizes (the block must divide each)."""
+    shape = info.shape
+    return {"q/k/v_proj and gate/up_proj and lm_head (hidden_size)": shape.hidden_size,
+            "o_proj (num_attention_heads x head_dim)": shape.num_heads * shape.head_dim,
+            "down_proj (intermediate_size)": shape.intermediate_size}
 
 
 def _quant(request: ConvertRequest, info: CheckpointInfo) -> tuple[int, int]:
@@ -61,31 +70,37 @@ def _quant(request: ConvertRequest, info: CheckpointInfo) -> tuple[int, int]:
     block = request.quant_block if request.quant_block is not None else (
         settings.quant_block if settings and settings.quant_block is not None else DEFAULT_BLOCK)
     if bits not in QUANT_BITS:
-        raise InvalidOption(f"--quant-bits {bits} is not supported", "use 4 or 8")
-    shape = info.shape
-    for name, size in (("hidden_size", shape.hidden_size), ("intermediate_size", shape.intermediate_size)):
-        if block <= 0 or size % block:
-            raise InvalidOption(f"--quant-block {block} does not divide the model's {name} {size}",
-                                "use a block size that divides both (128 for Qwen3)")
+        raise InvalidOption(f"--quant-bits {shorten(str(bits))} is not supported", "use 4 or 8")
+    if block < 0:
+        raise InvalidOption(f"--quant-block {block} is negative",
+                            "use 0 (one block per row, llmexport's per-channel) or a positive block size")
+    for name, size in quantized_inputs(info).items():
+        if block and size % block:
+            raise InvalidOption(f"--quant-block {block} does not divide the input size {size} of {name}",
+                                "use a block size that divides every input size (128 for Qwen3), or 0 for per-channel")
     return bits, block
 
 
 def convert(request: ConvertRequest, progress: Progress = lambda _: None,
             runner: Runner = run_worker) -> ConvertResult:
-    """Inspect, export through the fenced worker, assemble, and move the bundle into place."""
+    """Inspect, export through the fenced worker, assemble, check, and move the bundle into place."""
     info = inspect_checkpoint(request.checkpoint)
     adapter: AdapterInfo | None = inspect_adapter(request.adapter, info) if request.adapter else None
+    warnings = tuple(w for w in [other_base_warning(adapter, info) if adapter else None] if w)
     bits, block = _quant(request, info)
     out = request.out.absolute()
-    check_target(out, request.force)
+    protected = Protected(inputs=(info.path, *((adapter.path,) if adapter else ())))
+    check_target(out, request.force, protected)
     corpus = resources.tokenizer_corpus()
-    with StagedDir(out, request.force) as stage:
+    with StagedDir(out, request.force, protected, report=progress) as stage:
         job = WorkerJob(source=info.path, adapter=adapter.path if adapter else None, workdir=stage.subdir("work"),
                         quant_bits=bits, quant_block=block, stop_ids=info.stop_ids, corpus=corpus)
         worker = runner(job, progress)
         progress("assembling the bundle")
         built = stage.subdir("bundle")
         engine, choice, graph_uuid = _assemble(worker, info, request, built, corpus)
+        progress("validating the bundle")
+        _check_built(built)
         digests = {name: xxh3_128_file(built / name) for name in FILES}
         sizes = {name: (built / name).stat().st_size for name in FILES}
         record = provenance.build(info=info, adapter=adapter, bits=bits, block=block, engine=engine,
@@ -97,7 +112,19 @@ def convert(request: ConvertRequest, progress: Progress = lambda _: None,
         os.replace(staged_record, provenance_path(out))
     return ConvertResult(out=out, sizes=sizes, digests=digests, engine=engine, tokenizer=choice,
                          quant_bits=bits, quant_block=block, graph_uuid=graph_uuid,
-                         provenance=provenance_path(out), blocked=worker.blocked)
+                         provenance=provenance_path(out), blocked=worker.blocked, warnings=warnings)
+
+
+def _check_built(built: Path) -> None:
+    """Never move into place a bundle our own validate would reject."""
+    from ..validate import validate
+
+    report = validate(built, checksums=False)
+    if report.errors:
+        first = report.errors[0]
+        raise ConversionFailed(f"the converter produced a bundle that fails validation ({len(report.errors)} "
+                               f"errors, first: {first.location}: {shorten(first.message)})",
+                               "nothing was written; please report this with the --debug output")
 
 
 def _assemble(worker: WorkerResult, info: CheckpointInfo, request: ConvertRequest, built: Path,

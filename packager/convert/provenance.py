@@ -12,14 +12,21 @@ from ..engine import EngineRequirement
 from ..hashing import xxh3_128_file
 from ..spec import ReleaseSpec
 from ..staging import write_atomic
-from .checkpoint import CheckpointInfo
-from .lora import AdapterInfo
+from .checkpoint import (DERIVABLE_TOKENIZER_FILES, MODEL_FILES, OPTIONAL_TOKENIZER_FILES, TOKENIZER_FILES,
+                         CheckpointInfo)
+from .lora import ADAPTER_FILES, AdapterInfo
 from .tokenizer import TokenizerChoice
 
 
-def _sources(folder: Path) -> dict[str, str]:
-    return {p.relative_to(folder).as_posix(): xxh3_128_file(p)
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+def _sources(folder: Path, names: tuple[str, ...], patterns: tuple[str, ...] = ()) -> dict[str, str]:
+    """xxh3-128 of the files a conversion reads from `folder`: the named ones present, and pattern matches."""
+    found = {folder / name for name in names} | {p for pattern in patterns for p in folder.glob(pattern)}
+    return {p.name: xxh3_128_file(p) for p in sorted(found) if p.is_file()}
+
+
+def checkpoint_sources(folder: Path) -> dict[str, str]:
+    names = (*MODEL_FILES, *TOKENIZER_FILES, *DERIVABLE_TOKENIZER_FILES, *OPTIONAL_TOKENIZER_FILES)
+    return _sources(folder, names, ("*.safetensors",))
 
 
 def build(*, info: CheckpointInfo, adapter: AdapterInfo | None, bits: int, block: int,
@@ -30,11 +37,11 @@ def build(*, info: CheckpointInfo, adapter: AdapterInfo | None, bits: int, block
         "tool": {"name": "packager", "version": __version__},
         "versions": versions,
         "source": {"path": str(info.path), "model_type": info.model_type, "shape": asdict(info.shape),
-                   "dtype": info.dtype, "files_xxh3_128": _sources(info.path)},
+                   "dtype": info.dtype, "files_xxh3_128": checkpoint_sources(info.path)},
         "adapter": None if adapter is None else {
             "path": str(adapter.path), "rank": adapter.rank, "alpha": adapter.alpha,
             "target_modules": list(adapter.target_modules), "base_model": adapter.base_model,
-            "files_xxh3_128": _sources(adapter.path)},
+            "files_xxh3_128": _sources(adapter.path, ADAPTER_FILES)},
         "options": {"quant_bits": bits, "quant_block": block, "spec": str(spec.path) if spec and spec.path else None},
         "min_mnn_engine": {"version": engine.text, "because": list(engine.reasons)},
         "tokenizer": {

@@ -14,11 +14,14 @@ import shutil
 import sys
 import traceback
 import types
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from ..versions import installed
 from .sandbox import Fence
+
+# The versions provenance records (those that shape the bundle's bytes).
+WORKER_VERSIONS = ("mnn", "llmexport", "torch", "transformers", "peft", "tokenizers", "onnx")
 
 
 class Events:
@@ -58,7 +61,7 @@ def _wrap(owner: Any, name: str, label: str, events: Events) -> None:
 QUANT_CHUNK_ELEMENTS = 8 * 1024 * 1024
 
 
-def _export(job: dict[str, Any], source: Path, events: Events) -> Path:
+def _export(job: dict[str, Any], source: Path, tokenizer_dir: Path, events: Events) -> Path:
     import llmexport  # the module llmexport/llmexport.py, first on sys.path
     import utils.torch_utils
     from utils.mnn_converter import MNNConverter
@@ -69,7 +72,7 @@ def _export(job: dict[str, Any], source: Path, events: Events) -> Path:
     parser = llmexport.argparse.ArgumentParser()
     llmexport.build_args(parser)
     args = parser.parse_args([
-        "--path", str(source), "--tokenizer_path", str(source), "--dst_path", str(dst), "--export", "mnn",
+        "--path", str(source), "--tokenizer_path", str(tokenizer_dir), "--dst_path", str(dst), "--export", "mnn",
         "--quant_bit", str(job["quant_bits"]), "--quant_block", str(job["quant_block"]),
         # A path that does not exist makes llmexport use pymnn's converter in this process, not os.popen.
         "--mnnconvert", str(Path(job["workdir"]) / "no-native-mnnconvert"),
@@ -101,6 +104,39 @@ def _text_tokenizer(job: dict[str, Any], source: Path) -> Path:
     return Path(tokenizer.export(str(out)))
 
 
+def tokenizer_source(source: Path, dst: Path) -> Path:
+    """A folder with every tokenizer file llmexport reads: the checkpoint itself when it has them all.
+
+    transformers 5 saves only tokenizer.json, tokenizer_config.json (without added_tokens_decoder) and
+    chat_template.jinja. The missing pieces are derived from those into `dst`, so such a checkpoint converts
+    to the bytes the same tokenizer gives with the files present; the checkpoint itself is never written.
+    """
+    from ..errors import MissingTokenizer
+    from .checkpoint import bpe_tables, read_json
+
+    config = read_json(source / "tokenizer_config.json", MissingTokenizer)
+    complete = all((source / n).is_file() for n in ("vocab.json", "merges.txt")) and \
+        "added_tokens_decoder" in config and bool(config.get("chat_template"))
+    if complete:
+        return source
+    dst.mkdir()
+    for item in source.iterdir():
+        if item.is_file() and not item.name.endswith(".safetensors"):
+            shutil.copy(item, dst / item.name)
+    vocab, merges, added = bpe_tables(read_json(source / "tokenizer.json", MissingTokenizer), source)
+    if not (dst / "vocab.json").is_file():
+        (dst / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
+    if not (dst / "merges.txt").is_file():
+        (dst / "merges.txt").write_text("#version: 0.2\n" + "".join(f"{m}\n" for m in merges), encoding="utf-8")
+    if "added_tokens_decoder" not in config:
+        keys = ("content", "lstrip", "normalized", "rstrip", "single_word", "special")
+        config["added_tokens_decoder"] = {str(t["id"]): {k: t[k] for k in keys if k in t} for t in added}
+    if not config.get("chat_template") and (source / "chat_template.jinja").is_file():
+        config["chat_template"] = (source / "chat_template.jinja").read_text(encoding="utf-8")
+    (dst / "tokenizer_config.json").write_text(json.dumps(config, ensure_ascii=False, indent=2), encoding="utf-8")
+    return dst
+
+
 def _encodings(export_dir: Path, tokenizer_file: Path, probe_dir: Path, corpus: list[str]) -> list[list[int]]:
     """MNN's ids for every corpus string, with `tokenizer_file` as the bundle's tokenizer.txt.
 
@@ -130,17 +166,6 @@ def _encodings(export_dir: Path, tokenizer_file: Path, probe_dir: Path, corpus: 
     return [list(llm.tokenizer_encode(text)) for text in corpus]
 
 
-def _versions() -> dict[str, str]:
-    names = ("mnn", "llmexport", "torch", "transformers", "peft", "tokenizers", "onnx")
-    found = {}
-    for name in names:
-        try:
-            found[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            found[name] = "not installed"
-    return found
-
-
 def run(job: dict[str, Any], events: Events) -> dict[str, Any]:
     work = Path(job["workdir"])
     source = Path(job["source"])
@@ -151,18 +176,44 @@ def run(job: dict[str, Any], events: Events) -> dict[str, Any]:
         merged = work / "merged"
         merge(source, Path(job["adapter"]), merged)
         source = merged
-    export_dir = _export(job, source, events)
+    tokenizer_dir = tokenizer_source(source, work / "tokenizer-source")
+    export_dir = _export(job, source, tokenizer_dir, events)
     events.send("stage", name="writing the text tokenizer candidate")
-    candidates = {"pipeline": export_dir / "tokenizer.mtok", "text": _text_tokenizer(job, source)}
+    candidates = {"pipeline": export_dir / "tokenizer.mtok", "text": _text_tokenizer(job, tokenizer_dir)}
     events.send("stage", name="measuring tokenizer agreement with the Hugging Face tokenizer")
     encoded = {name: _encodings(export_dir, path, work / f"probe-{name}", job["corpus"])
                for name, path in candidates.items()}
     return {"export_dir": str(export_dir), "tokenizers": {k: str(v) for k, v in candidates.items()},
             "encodings": encoded, "merged_source": str(source) if job.get("adapter") else None,
-            "versions": _versions()}
+            "versions": installed(WORKER_VERSIONS)}
+
+
+def _os_error(exc: BaseException) -> dict[str, Any]:
+    """errno, reason and file of the OS error behind `exc` (it may be wrapped by the library that met it)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno:
+            return {"errno": seen.errno, "strerror": seen.strerror or os.strerror(seen.errno),
+                    "filename": str(seen.filename) if seen.filename is not None else None}
+        seen = seen.__cause__ or seen.__context__
+    return {}
+
+
+def _die_with_parent() -> None:
+    """Linux: the kernel kills this worker when packager dies (even by SIGKILL), so no orphan keeps writing."""
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if str(os.getppid()) != os.environ.get("PACKAGER_PARENT_PID", str(os.getppid())):
+        os._exit(1)  # the parent was already gone before the request took effect
 
 
 def main(argv: list[str]) -> int:
+    _die_with_parent()
     job = json.loads(Path(argv[1]).read_text(encoding="utf-8"))
     events = Events(int(os.environ["PACKAGER_EVENTS_FD"]))
     fence = Fence(Path(job["workdir"]))
@@ -173,7 +224,8 @@ def main(argv: list[str]) -> int:
     except BaseException as exc:  # noqa: BLE001 - everything must reach the parent as one event
         traceback.print_exc()
         message = f"{type(exc).__name__}: {exc}" if not isinstance(exc, SystemExit) else "llmexport exited"
-        events.send("error", message=message, blocked=fence.blocked)
+        os_error = _os_error(exc)
+        events.send("error", message=message[:2000], blocked=fence.blocked, **os_error)
         return 1
     events.send("done", result=result, blocked=fence.blocked)
     return 0

@@ -1,0 +1,19 @@
+"""Installed versions of packager's engines, read from package metadata (nothing is imported)."""
+
+from __future__ import annotations
+
+from importlib import metadata
+
+# What a bundle's bytes or a release depend on.
+ENGINES = ("mnn", "llmexport", "huggingface_hub", "torch", "transformers", "peft", "tokenizers", "onnx")
+NOT_INSTALLED = "not installed"
+
+
+def installed(names: tuple[str, ...] = ENGINES) -> dict[str, str]:
+    found = {}
+    for name in names:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = NOT_INSTALLED
+    return found
