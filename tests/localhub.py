@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
+import shutil
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
+
+import pytest
+
+from packager.checksum import write_manifest
 
 TESTS = Path(__file__).resolve().parent
 WRITE_TOKEN = "hf_test_write_0123456789abcdefSECRET"
@@ -69,7 +76,78 @@ class LocalHub:
     def stats(self) -> dict[str, int]:
         return self._call("GET", "/_stats")
 
+    def raw(self, method: str, path: str, body: bytes = b"", headers: dict[str, str] | None = None,
+            token: str | None = WRITE_TOKEN) -> tuple[int, dict[str, str], bytes]:
+        """One request through http.client (no client library in between): status, headers, body."""
+        host, port = self.url.removeprefix("http://").split(":")
+        connection = http.client.HTTPConnection(host, int(port), timeout=30)
+        auth = {"Authorization": f"Bearer {token}"} if token else {}
+        try:
+            connection.request(method, path, body=body, headers={**auth, **(headers or {})})
+            response = connection.getresponse()
+            return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()
+        finally:
+            connection.close()
+
+    def stored_object(self, repo: str, path: str, revision: str = "main") -> Path:
+        """The file on the server's disk that holds `path` of `repo` (to damage it, as a disk or a person might)."""
+        entry = next(e for e in self.api(f"/api/models/{repo}/tree/{revision}?recursive=true") if e["path"] == path)
+        folder = self.root / "objects" / repo.replace("/", "--")
+        oid = entry["lfs"]["oid"] if entry.get("lfs") else entry["oid"]
+        return folder / ("lfs" if entry.get("lfs") else "blobs") / oid[:2] / oid
+
     def api(self, path: str, token: str = WRITE_TOKEN) -> Any:
         request = urllib.request.Request(self.url + path, headers={"Authorization": f"Bearer {token}"})
         with urllib.request.urlopen(request, timeout=10) as response:
             return json.loads(response.read())
+
+
+@pytest.fixture()
+def hub(tmp_path: Path) -> Iterator[LocalHub]:
+    server = LocalHub(tmp_path / "hub", tmp_path / "netguard.log").start()
+    yield server
+    server.stop()
+    log = tmp_path / "netguard.log"
+    assert not log.exists() or log.read_text() == "", log.read_text()  # nothing left 127.0.0.1
+
+
+@pytest.fixture()
+def online(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In-process huggingface_hub calls to the local Hub (the suite runs offline otherwise)."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)  # the local Hub speaks plain LFS
+
+
+@pytest.fixture()
+def ready(bundle4: Any, tmp_path: Path) -> Path:
+    """A release-ready bundle: the ten files, a card and the manifest."""
+    bundle = tmp_path / "bundle"
+    shutil.copytree(bundle4.out, bundle)
+    shutil.copy(bundle4.provenance, tmp_path / "bundle.provenance.json")
+    (bundle / "README.md").write_text("---\nlicense: apache-2.0\nlibrary_name: mnn\n---\n# draft\n")
+    write_manifest(bundle)
+    return bundle
+
+
+def upload(hub: LocalHub, bundle: Path, repo: str, *extra: str, token: str | None = WRITE_TOKEN):  # type: ignore[no-untyped-def]
+    return hub.cli("upload", str(bundle), repo, "--json", "--quiet", *extra, token=token)
+
+
+def history(hub: LocalHub, repo: str) -> list[dict[str, str]]:
+    """The commits on main after the repo's initial commit (every Hub repo starts with one)."""
+    try:
+        history = hub.api(f"/api/models/{repo}/commits/main")
+    except urllib.error.HTTPError as exc:
+        assert exc.code == 404
+        return []
+    assert history[-1]["title"] == "initial commit"
+    return history[:-1]
+
+
+def change_weights(bundle: Path) -> None:
+    data = bytearray((bundle / "llm.mnn.weight").read_bytes())
+    data[5000] ^= 0xFF
+    (bundle / "llm.mnn.weight").write_bytes(bytes(data))
+    write_manifest(bundle)

@@ -3,70 +3,17 @@
 from __future__ import annotations
 
 import json
-import shutil
-import urllib.error
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
-from packager.checksum import write_manifest
-from packager.convert.pipeline import ConvertResult
-from tests.localhub import READ_TOKEN, WRITE_TOKEN, LocalHub
+from tests.localhub import READ_TOKEN, WRITE_TOKEN, LocalHub, hub, online, ready  # noqa: F401 - fixtures
+from tests.localhub import change_weights as _change_weights
+from tests.localhub import history as _history
+from tests.localhub import upload as _upload
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "release.toml"
 SPEC_REPO = "your-name/Qwen3-0.6B-KL-draft-MNN"
-
-
-@pytest.fixture()
-def hub(tmp_path: Path) -> Iterator[LocalHub]:
-    server = LocalHub(tmp_path / "hub", tmp_path / "netguard.log").start()
-    yield server
-    server.stop()
-    log = tmp_path / "netguard.log"
-    assert not log.exists() or log.read_text() == "", log.read_text()  # nothing left 127.0.0.1
-
-
-@pytest.fixture()
-def online(monkeypatch: pytest.MonkeyPatch) -> None:
-    """In-process huggingface_hub calls to the local Hub (the suite runs offline otherwise)."""
-    from huggingface_hub import constants
-
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
-    monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)  # the local Hub speaks plain LFS
-
-
-@pytest.fixture()
-def ready(bundle4: ConvertResult, tmp_path: Path) -> Path:
-    """A release-ready bundle: the ten files, a card and the manifest."""
-    bundle = tmp_path / "bundle"
-    shutil.copytree(bundle4.out, bundle)
-    shutil.copy(bundle4.provenance, tmp_path / "bundle.provenance.json")
-    (bundle / "README.md").write_text("---\nlicense: apache-2.0\nlibrary_name: mnn\n---\n# draft\n")
-    write_manifest(bundle)
-    return bundle
-
-
-def _upload(hub: LocalHub, bundle: Path, repo: str, *extra: str, token: str | None = WRITE_TOKEN):  # type: ignore[no-untyped-def]
-    return hub.cli("upload", str(bundle), repo, "--json", "--quiet", *extra, token=token)
-
-
-def _history(hub: LocalHub, repo: str) -> list[dict[str, str]]:
-    """The commits on main after the repo's initial commit (every Hub repo starts with one)."""
-    try:
-        history = hub.api(f"/api/models/{repo}/commits/main")
-    except urllib.error.HTTPError as exc:
-        assert exc.code == 404
-        return []
-    assert history[-1]["title"] == "initial commit"
-    return history[:-1]
-
-
-def _change_weights(bundle: Path) -> None:
-    data = bytearray((bundle / "llm.mnn.weight").read_bytes())
-    data[5000] ^= 0xFF
-    (bundle / "llm.mnn.weight").write_bytes(bytes(data))
-    write_manifest(bundle)
 
 
 def test_fresh_release_is_one_verified_tagged_commit(hub: LocalHub, ready: Path) -> None:
@@ -137,7 +84,7 @@ def test_dry_run_changes_nothing(hub: LocalHub, ready: Path) -> None:
     result = _upload(hub, ready, "me/draft", "--dry-run")
     assert result.returncode == 0
     assert {r["action"] for r in json.loads(result.stdout)["plan"]} == {"add"}
-    assert hub.stats() == {"lfs_bytes_received": 0, "commits_received": 0, "faults_left": 0}
+    assert hub.stats() == {"lfs_bytes_received": 0, "commits_received": 0, "unpinned_commits": 0, "faults_left": 0}
     assert hub.cli("verify-remote", "me/draft").returncode == 43  # the repo was not even created
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .client import Hub, HubBadTarget, HubForbidden, translate, with_retries
+from .client import Hub, HubBadTarget, HubForbidden, HubNotFound, translate, with_retries
 
 KEEP = ".gitattributes"  # every Hub repo has it from its initial commit; packager never adds or deletes it
 
@@ -31,7 +31,10 @@ def check_access(hub: Hub, *, write: bool) -> None:
     """Before anything is sent: the endpoint answers like a Hub and, for writes, the token may write."""
     if hub.token is None:
         return
-    me = with_retries(hub, f"asking {hub.endpoint} who the token belongs to", lambda: hub.api.whoami())
+    try:
+        me = with_retries(hub, f"asking {hub.endpoint} who the token belongs to", lambda: hub.api.whoami())
+    except HubNotFound:
+        raise HubBadTarget(f"{hub.endpoint} does not answer like a Hugging Face Hub (no whoami-v2)") from None
     if not isinstance(me, dict) or "name" not in me:
         raise HubBadTarget(f"{hub.endpoint} does not answer like a Hugging Face Hub (whoami)")
     role = ((me.get("auth") or {}).get("accessToken") or {}).get("role")

@@ -160,11 +160,14 @@ async def commit(request: web.Request) -> web.Response:
     repo, branch = repo_of(request), request.match_info["rev"]
     header, changes, blobs = _commit_lines(await read_body(request, COMMIT_CAP))
     summary, description = header.get("summary", ""), header.get("description", "")
+    if request.get("foreign"):
+        description = "another uploader's commit (test hook)"
     parent = header.get("parentCommit")
     if not isinstance(summary, str) or not isinstance(description, str) or not isinstance(parent, (str, type(None))):
         raise bad_request("commit header: summary and description are strings, parentCommit a commit id")
     hub = hub_of(request)
     hub.commits_received += 1
+    hub.unpinned_commits += parent is None
     oid = await asyncio.to_thread(hub.store.commit, repo, branch, parent, summary, description, changes, blobs)
     return answer({"commitOid": oid, "commitUrl": f"{base_url(request)}/{repo}/commit/{oid}",
                    "pullRequestUrl": None})

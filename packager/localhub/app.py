@@ -130,6 +130,11 @@ async def faults(request: web.Request, handler: Handler) -> web.StreamResponse:
     fault = hub_of(request).faults.take(request.method, request.path)
     if fault is None:
         return await handler(request)
+    if fault.barrier:
+        await hub_of(request).faults.meet(fault)
+        return await handler(request)
+    if fault.foreign:
+        request["foreign"] = True  # the commit handler lands it as someone else's
     if fault.drop_after_bytes is not None:
         await request.content.read(fault.drop_after_bytes)
         assert request.transport is not None
@@ -138,7 +143,7 @@ async def faults(request: web.Request, handler: Handler) -> web.StreamResponse:
     if fault.stall_after_bytes is not None:
         response = await handler(request)
         return _Stalled(response, fault.stall_after_bytes)
-    if not fault.after:
+    if not (fault.after or fault.foreign):
         return error_response(HubError(fault.status, "InjectedFault", "injected fault", fault.headers()))
     await handler(request)
     return error_response(HubError(fault.status, "InjectedFault", "injected fault after the operation",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +18,8 @@ class Fault:
     drop_after_bytes: int | None = None  # read this much of the body, then close the connection
     after: bool = False  # perform the operation, then answer with the fault (a lost answer)
     stall_after_bytes: int | None = None  # a download: send the headers and this much, then nothing more
+    foreign: bool = False  # a commit lands with this summary but another uploader's description; then the fault
+    barrier: int = 0  # hold matching requests until this many have arrived, then let them all through
 
     def headers(self) -> dict[str, str]:
         return {"Retry-After": str(self.retry_after)} if self.retry_after is not None else {}
@@ -26,10 +29,20 @@ class Faults:
     def __init__(self) -> None:
         self._rules: list[Fault] = []
         self._lock = threading.Lock()
+        self._arrived: dict[int, tuple[int, asyncio.Event]] = {}
 
     def replace(self, rules: list[dict[str, Any]]) -> None:
         with self._lock:
             self._rules = [Fault(**rule) for rule in rules]  # a wrong key is a TypeError: the caller answers 400
+            self._arrived = {}
+
+    async def meet(self, rule: Fault, timeout: float = 120.0) -> None:
+        """Wait until `rule.barrier` requests reached it (two uploads are then surely at the same step)."""
+        count, event = self._arrived.get(id(rule), (0, asyncio.Event()))
+        self._arrived[id(rule)] = (count + 1, event)
+        if count + 1 >= rule.barrier:
+            event.set()
+        await asyncio.wait_for(event.wait(), timeout)
 
     def take(self, method: str, path: str) -> Fault | None:
         with self._lock:

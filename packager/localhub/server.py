@@ -32,7 +32,7 @@ async def stats(request: web.Request) -> web.Response:
     if not hub.config.test_hooks:
         raise HubError(404, "NotFound", "test hooks are off")
     return answer({"lfs_bytes_received": hub.lfs_bytes_received, "commits_received": hub.commits_received,
-                   "faults_left": hub.faults.left()})
+                   "unpinned_commits": hub.unpinned_commits, "faults_left": hub.faults.left()})
 
 
 def make_app(config: HubConfig) -> web.Application:

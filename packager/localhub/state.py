@@ -46,6 +46,7 @@ class Hub:
         self.faults = Faults()
         self.lfs_bytes_received = 0
         self.commits_received = 0
+        self.unpinned_commits = 0  # commits sent without parentCommit (packager never sends one)
         self._lock = threading.Lock()
 
     def capability(self, repo: str, oid: str) -> str:
