@@ -373,3 +373,12 @@ def test_version_names_the_engines() -> None:
     assert lines[0].startswith("packager ")
     for name in ("mnn", "llmexport", "huggingface_hub", "torch"):
         assert f"{name} {metadata.version(name)}" in lines
+
+
+def test_spec_path_too_long_for_the_bundle_is_a_spec_error(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    spec = tmp_path / "release.toml"
+    spec.write_text(f'[runtime.main]\ntokenizer_file = "{"a" * 300}.txt"\n')
+    out = tmp_path / "bundle"
+    result = run_cli("convert", str(tiny_checkpoint), "--out", str(out), "--spec", str(spec), "--quiet")
+    assert_refused(result, 17, "tokenizer_file", out)
+    assert len(result.stderr) < 600

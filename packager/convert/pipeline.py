@@ -10,7 +10,7 @@ from pathlib import Path
 from .. import resources
 from ..bundle import FILES
 from ..engine import EngineRequirement, combine, graph_requirement
-from ..errors import ConversionFailed, InvalidOption, shorten
+from ..errors import ConversionFailed, InvalidOption, SpecError, shorten
 from ..hashing import xxh3_128_file
 from ..spec import ReleaseSpec
 from ..staging import Protected, StagedDir, check_target
@@ -100,7 +100,7 @@ def convert(request: ConvertRequest, progress: Progress = lambda _: None,
         built = stage.subdir("bundle")
         engine, choice, graph_uuid = _assemble(worker, info, request, built, corpus)
         progress("validating the bundle")
-        _check_built(built)
+        _check_built(built, request.spec)
         digests = {name: xxh3_128_file(built / name) for name in FILES}
         sizes = {name: (built / name).stat().st_size for name in FILES}
         record = provenance.build(info=info, adapter=adapter, bits=bits, block=block, engine=engine,
@@ -115,16 +115,20 @@ def convert(request: ConvertRequest, progress: Progress = lambda _: None,
                          provenance=provenance_path(out), blocked=worker.blocked, warnings=warnings)
 
 
-def _check_built(built: Path) -> None:
+def _check_built(built: Path, spec: ReleaseSpec | None) -> None:
     """Never move into place a bundle our own validate would reject."""
     from ..validate import validate
 
     report = validate(built, checksums=False)
-    if report.errors:
-        first = report.errors[0]
-        raise ConversionFailed(f"the converter produced a bundle that fails validation ({len(report.errors)} "
-                               f"errors, first: {first.location}: {shorten(first.message)})",
-                               "nothing was written; please report this with the --debug output")
+    if not report.errors:
+        return
+    first = report.errors[0]
+    what = f"({len(report.errors)} errors, first: {first.location}: {shorten(first.message)})"
+    if spec is not None and first.file in presets.RENDERED:
+        raise SpecError(f"the runtime settings of {spec.path} give a bundle that fails validation {what}",
+                        "fix the spec's [runtime.*] values; nothing was written")
+    raise ConversionFailed(f"the converter produced a bundle that fails validation {what}",
+                           "nothing was written; please report this with the --debug output")
 
 
 def _assemble(worker: WorkerResult, info: CheckpointInfo, request: ConvertRequest, built: Path,

@@ -57,6 +57,10 @@ def _dump(data: dict[str, Any]) -> bytes:
     return (json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
 
 
+# The files render() writes (the release spec's [runtime.*] tables shape them).
+RENDERED = ("config.json", "config_cpu.json", "draft_config_cpu.json", "config_opencl.json", "runtime_config.json")
+
+
 def render(overrides: RuntimeOverrides, engine: EngineRequirement) -> dict[str, bytes]:
     """The five config files as bytes, keyed by file name."""
     draft = {**DRAFT, **overrides.draft}
