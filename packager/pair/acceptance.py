@@ -30,17 +30,20 @@ class Steps:
     tokens: int
 
 
-def simulate(runs: list[int], d: int) -> Steps:
+def accepted_per_step(runs: list[int], d: int) -> list[int]:
     """Walk the continuation as the speculative loop does: each step accepts min(run, d) and the target
     adds one token of its own (the correction, or the bonus token after a full acceptance). Only steps whose
     whole window fits in the continuation count, so the tail does not bias the figures."""
-    position = steps = accepted = 0
+    position, taken = 0, []
     while position + d + 1 <= len(runs):
-        take = min(runs[position], d)
-        accepted += take
-        steps += 1
-        position += take + 1
-    return Steps(steps=steps, accepted=accepted, proposed=steps * d, tokens=accepted + steps)
+        taken.append(min(runs[position], d))
+        position += taken[-1] + 1
+    return taken
+
+
+def simulate(runs: list[int], d: int) -> Steps:
+    taken = accepted_per_step(runs, d)
+    return Steps(steps=len(taken), accepted=sum(taken), proposed=len(taken) * d, tokens=sum(taken) + len(taken))
 
 
 def expected_tokens(alpha: float, d: int) -> float:

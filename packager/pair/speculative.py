@@ -1,7 +1,7 @@
 """A real greedy speculative-decoding loop over two transformers models with KV caches, and its AR baseline.
 
-Used to check the speedup estimate against wall time on this CPU. Lossless: the tokens equal the target's
-own greedy continuation.
+Lossless: the tokens equal the target's own greedy continuation (the tests check it, and that each step accepts
+what the estimate's arithmetic says). bench/speculative_bench.py compares the estimate with its wall time.
 """
 
 from __future__ import annotations
@@ -20,9 +20,11 @@ def autoregressive(target: HFModel, ids: list[int], n: int) -> list[int]:
     return out
 
 
-def speculative(draft: HFModel, target: HFModel, ids: list[int], n: int, d: int) -> list[int]:
+def speculative(draft: HFModel, target: HFModel, ids: list[int], n: int, d: int,
+                accepted: list[int] | None = None) -> list[int]:
     """Both caches cover the sequence but its last token (`pending`), which each step feeds first. After a
-    full acceptance the draft has not seen its own last proposal yet; it gets it in the same forward."""
+    full acceptance the draft has not seen its own last proposal yet; it gets it in the same forward.
+    `accepted`, when given, receives how many draft tokens each step accepted."""
     _, d_cache = draft.prefill(ids[:-1])
     _, t_cache = target.prefill(ids[:-1])
     base, pending, out = len(ids) - 1, ids[-1], []
@@ -37,6 +39,8 @@ def speculative(draft: HFModel, target: HFModel, ids: list[int], n: int, d: int)
         while k < d and proposals[k] == checked[k]:
             k += 1
         out += proposals[:k] + [checked[k]]
+        if accepted is not None:
+            accepted.append(k)
         base += k + 1
         pending = checked[k]
         _keep(t_cache, base)

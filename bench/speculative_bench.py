@@ -1,0 +1,74 @@
+"""Benchmark: `pair`'s speedup estimate against the wall time of a real KV-cached greedy speculative loop.
+
+A tiny Qwen3 draft (2 layers) and two targets built from it with 30 extra layers (2x the cost): "same" (the
+extra layers output zero, so the target computes the draft's function: alpha 1) and "noisy" (noise in them:
+alpha about 0.3). For each, `pair` gives the estimate at its best d; then rounds alternate the autoregressive
+baseline and the speculative loop at that d (best of 3 each per round) and report the real speedup of every
+round, with min/median/max and estimate / real. The tests assert only what does not depend on timing.
+
+Usage: python bench/speculative_bench.py [--rounds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+from common import WORK
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from packager.pair import pair  # noqa: E402
+from packager.pair.models import HFModel  # noqa: E402
+from packager.pair.speculative import autoregressive, speculative, timed  # noqa: E402
+from tests.models import build_deep_target, build_qwen3  # noqa: E402
+
+PROMPTS = ("The capital of France is", "def fibonacci(n):")
+NEW_TOKENS = 60  # a whole number of steps for every d <= 5 when all is accepted
+
+
+def models() -> tuple[Path, dict[str, Path]]:
+    root = WORK / "speculative"
+    draft = root / "draft"
+    if not draft.exists():
+        build_qwen3(draft)
+    targets = {"same": root / "target-same", "noisy": root / "target-noisy"}
+    for kind, path in targets.items():
+        if not path.exists():
+            build_deep_target(draft, path, extra_layers=30, noise=0.0 if kind == "same" else 0.02)
+    return draft, targets
+
+
+def measure(draft_path: Path, target_path: Path, rounds: int) -> dict[str, object]:
+    report = pair(draft_path, target_path, PROMPTS, new_tokens=NEW_TOKENS, repeats=5)
+    d, estimate = report.best.d, report.best.speedup_measured_alpha
+    draft, target = HFModel(draft_path), HFModel(target_path)
+    prompts = [target.encode(p) for p in PROMPTS]
+    real = []
+    for _ in range(rounds):
+        t_ar, reference = timed(lambda: [autoregressive(target, ids, NEW_TOKENS) for ids in prompts])
+        t_spec, produced = timed(lambda: [speculative(draft, target, ids, NEW_TOKENS, d) for ids in prompts])
+        assert produced == reference  # lossless
+        real.append(t_ar / t_spec)
+    real.sort()
+    return {"alpha": report.alpha, "best_d": d, "estimate": estimate, "real_per_round": real,
+            "real_min": real[0], "real_median": statistics.median(real), "real_max": real[-1],
+            "estimate_vs_real_median": estimate / statistics.median(real),
+            "estimate_vs_real_range": [estimate / real[-1], estimate / real[0]]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=5)
+    rounds = parser.parse_args().rounds
+    draft, targets = models()
+    result = {kind: measure(draft, path, rounds) for kind, path in targets.items()}
+    (WORK / "speculative_bench.json").write_text(json.dumps(result, indent=2))
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
