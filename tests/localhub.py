@@ -26,7 +26,7 @@ class LocalHub:
     def __init__(self, root: Path, guard_log: Path, *extra: str) -> None:
         self.root, self.guard_log, self.extra = root, guard_log, extra
         self.process: subprocess.Popen[str] | None = None
-        self.url = ""
+        self.url, self.announce = "", ""
 
     def start(self) -> LocalHub:
         # Tokens travel in a file and an environment variable, never on the command line (`ps` shows that).
@@ -40,7 +40,7 @@ class LocalHub:
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         line = self.process.stdout.readline()  # type: ignore[union-attr]
         assert "serving http://" in line, line + self.process.stderr.read()  # type: ignore[union-attr]
-        self.url = line.split("serving ")[1].split(" ")[0]
+        self.url, self.announce = line.split("serving ")[1].split(" ")[0], line
         return self
 
     def stop(self) -> None:
