@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -130,30 +130,36 @@ def upload(request: UploadRequest, progress: Progress = lambda _: None,
     local = local_facts(request.bundle, names)
     remote = files_at(hub, request.repo_id, base) if base else {}
     rows = plan(request.bundle, local, remote)
-    changes = any(r.action != "unchanged" for r in rows)
-    head = repo.branches.get(request.revision)
-    _check_tag(request, repo, base, changes)
-    summary = dict(repo_id=request.repo_id, endpoint=hub.endpoint, revision=request.revision, plan=rows,
-                   tag=request.tag)
+    _check_tag(request, repo, base, changes=any(r.action != "unchanged" for r in rows))
+    result = UploadResult(repo_id=request.repo_id, endpoint=hub.endpoint, revision=request.revision, plan=rows,
+                          commit=repo.branches.get(request.revision), committed=False, tag=request.tag,
+                          dry_run=request.dry_run, verified=False)
     if request.dry_run:
-        return UploadResult(**summary, commit=head, committed=False, dry_run=True, verified=False)
+        return result
     parent = _prepare(hub, request, repo, base, sleep)
-    remote = files_at(hub, request.repo_id, parent) if parent != base else remote  # a repo made just now
-    rows = plan(request.bundle, local, remote)
+    if parent != base:  # a repo made just now: plan on its initial commit
+        remote = files_at(hub, request.repo_id, parent)
+        rows = plan(request.bundle, local, remote)
     rows = restore(rows, missing_objects(hub, request.repo_id, request.revision, lfs_unchanged(rows, local, remote)))
-    summary["plan"] = rows
-    commit = parent
-    if any(r.action in SENT or r.action == "delete" for r in rows):
-        configure_xet(hub, request.repo_id)
-        progress(f"sending {sum(r.action in SENT for r in rows)} file(s), "
-                 f"{sum(r.size for r in rows if r.action in SENT) / 1e6:.1f} MB, onto {parent[:12]}")
-        commit = _send(hub, request, rows, local, parent, sleep)
-        progress(f"verifying {request.repo_id}@{commit[:12]}")
-        _verify(hub, request, rows, local, commit)
+    commit = _publish(hub, request, rows, local, parent, progress, sleep)
     if request.tag and repo.tags.get(request.tag) != commit:
         with_retries(hub, f"tagging {request.repo_id}@{commit[:12]} as {request.tag}",
                      lambda: hub.api.create_tag(request.repo_id, tag=request.tag, revision=commit), sleep=sleep)
-    return UploadResult(**summary, commit=commit, committed=commit != parent, dry_run=False, verified=True)
+    return replace(result, plan=rows, commit=commit, committed=commit != parent, verified=True)
+
+
+def _publish(hub: Hub, request: UploadRequest, rows: tuple[PlanRow, ...], local: dict[str, LocalFile],
+             parent: str, progress: Progress, sleep: Callable[[float], None]) -> str:
+    """Send what the plan says and verify it; the commit the bundle is now at."""
+    if not any(r.action in SENT or r.action == "delete" for r in rows):
+        return parent
+    configure_xet(hub, request.repo_id)
+    progress(f"sending {sum(r.action in SENT for r in rows)} file(s), "
+             f"{sum(r.size for r in rows if r.action in SENT) / 1e6:.1f} MB, onto {parent[:12]}")
+    commit = _send(hub, request, rows, local, parent, sleep)
+    progress(f"verifying {request.repo_id}@{commit[:12]}")
+    _verify(hub, request, rows, local, commit)
+    return commit
 
 
 def _verify(hub: Hub, request: UploadRequest, rows: tuple[PlanRow, ...], local: dict[str, LocalFile],
