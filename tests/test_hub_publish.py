@@ -228,3 +228,12 @@ def test_verify_remote_gives_up_on_a_stalled_download_naming_the_file(hub: Local
     hub.faults({"method": "GET", "path": "/resolve/", "stall_after_bytes": 100, "times": 20})
     result = hub.cli("verify-remote", "me/draft", "--timeout", "1")
     assert result.returncode == 40 and "could not read" in _one_line(result) and "no data for 1 s" in result.stderr
+
+
+def test_token_file_stands_in_for_hf_token_and_is_never_shown(hub: LocalHub, ready: Path, tmp_path: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text(WRITE_TOKEN + "\n")
+    result = upload(hub, ready, "me/draft", "--token-file", str(token_file), token=None)
+    assert result.returncode == 0, result.stderr
+    check = hub.cli("verify-remote", "me/draft", "--token-file", str(token_file), token=None)
+    assert check.returncode == 0 and WRITE_TOKEN not in result.stdout + result.stderr + check.stdout + check.stderr
