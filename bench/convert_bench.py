@@ -1,14 +1,17 @@
-"""Benchmark: `packager convert` vs plain llmexport on a Qwen3-0.6B-shaped checkpoint, in the same run.
+"""Benchmark: `packager convert` (streaming, warm and cold graph cache; and --reference) vs plain llmexport.
 
-Builds the checkpoint (hidden 1024, 28 layers, 16 heads, 8 kv heads, head_dim 128, intermediate 3072,
-vocab 151936, tied, random bf16 weights), then converts it with both tools, alternating, and reports wall
-time and peak RSS of each whole process tree (sampled every 20 ms) plus the output sizes.
+Builds a Qwen3-0.6B-shaped checkpoint (hidden 1024, 28 layers, 16 heads, 8 kv heads, head_dim 128,
+intermediate 3072, vocab 151936, tied, random bf16 weights) and converts it with each tool, interleaved run by
+run, measuring wall time and peak RSS of the whole process tree (sampled every 20 ms). It checks that the
+streamed bundle is byte-identical to the reference path's. With --shape-4b it also converts a Qwen3-4B-shaped
+tied checkpoint (written tensor by tensor, never whole in memory) to show memory stays flat in model size.
+It measures the quantizer's throughput per core against a plain read of the safetensors files.
 
 The baseline is llmexport's own command line (`llmexport.py --path ... --export mnn --quant_bit 4
 --quant_block 128`), run with one change only: MNN's telemetry module is stubbed, as packager does, because
 the unmodified tool would `pip install` a package into this environment and post usage logs.
 
-Usage: python bench/convert_bench.py [--runs 2] [--work bench/work]
+Usage: python bench/convert_bench.py [--runs 3] [--work bench/work] [--shape-4b]
 """
 
 from __future__ import annotations
@@ -17,17 +20,19 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import psutil
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.models import build_qwen3  # noqa: E402
+from tests.models import build_qwen3, qwen3_tokenizer_dir  # noqa: E402
 
 BASELINE = """
 import importlib.util, sys, types
@@ -40,13 +45,16 @@ sys.path.insert(0, str(folder))
 # Not runpy: llmexport sets sys.argv = [] mid-run, which breaks runpy's restore of argv[0].
 exec(compile(open(script).read(), script, "exec"), {"__name__": "__main__", "__file__": script})
 """
-REFERENCE = {"llm.mnn.weight": 336e6, "llm.mnn": 0.5e6}
+# Output folders (bench/common.py and hub_bench.py take the warm-cache bundle from out-packager).
+OUT = {"llmexport": "out-llmexport", "packager warm cache": "out-packager", "packager cold cache": "out-packager-cold",
+       "packager --reference": "out-packager-reference"}
+GRAPH_FILES = ("llm.mnn", "llm.mnn.json", "llm.mnn.weight", "llm_config.json", "tokenizer.txt")
 
 
-def measure(cmd: list[str], cwd: Path) -> dict[str, float]:
+def measure(cmd: list[str], cwd: Path, env: dict[str, str]) -> dict[str, float]:
     """Wall time and peak summed RSS of the process tree."""
     start = time.monotonic()
-    proc = psutil.Popen(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = psutil.Popen(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     peak = 0
     while proc.poll() is None:
         try:
@@ -57,54 +65,138 @@ def measure(cmd: list[str], cwd: Path) -> dict[str, float]:
         time.sleep(0.02)
     wall = time.monotonic() - start
     if proc.returncode != 0:
-        raise SystemExit(f"{cmd[:3]} failed:\n{proc.stderr.read().decode()[-3000:]}")
-    return {"wall_s": wall, "peak_rss_mb": peak / 1e6}
+        raise SystemExit(f"{cmd[:5]} failed:\n{proc.stderr.read().decode()[-3000:]}")
+    return {"wall_s": round(wall, 2), "peak_rss_mb": round(peak / 1e6)}
 
 
-def sizes(folder: Path) -> dict[str, int]:
-    return {p.name: p.stat().st_size for p in sorted(folder.iterdir()) if p.is_file()}
+def spread(values: list[float]) -> dict[str, float]:
+    return {"median": round(statistics.median(values), 3), "min": round(min(values), 3), "max": round(max(values), 3)}
+
+
+def write_4b_shaped(out: Path) -> Path:
+    """A Qwen3-4B-shaped tied checkpoint (hidden 2560, 36 layers, 32/8 heads, intermediate 9728), random bf16,
+    written one tensor at a time."""
+    if (out / "model.safetensors").exists():
+        return out
+    out.mkdir(parents=True)
+    hidden, layers, heads, kv, inter, vocab, head = 2560, 36, 32, 8, 9728, 151936, 128
+    shapes = {"model.embed_tokens.weight": (vocab, hidden), "model.norm.weight": (hidden,)}
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        shapes.update({p + "input_layernorm.weight": (hidden,), p + "post_attention_layernorm.weight": (hidden,),
+                       p + "self_attn.q_proj.weight": (heads * head, hidden), p + "self_attn.k_proj.weight": (kv * head, hidden),
+                       p + "self_attn.v_proj.weight": (kv * head, hidden), p + "self_attn.o_proj.weight": (hidden, heads * head),
+                       p + "self_attn.q_norm.weight": (head,), p + "self_attn.k_norm.weight": (head,),
+                       p + "mlp.gate_proj.weight": (inter, hidden), p + "mlp.up_proj.weight": (inter, hidden),
+                       p + "mlp.down_proj.weight": (hidden, inter)})
+    header, offset = {}, 0
+    for name, shape in shapes.items():
+        size = int(np.prod(shape)) * 2
+        header[name] = {"dtype": "BF16", "shape": list(shape), "data_offsets": [offset, offset + size]}
+        offset += size
+    raw = json.dumps(header).encode()
+    raw += b" " * (-len(raw) % 8)
+    rng = np.random.default_rng(0)
+    with open(out / "model.safetensors", "wb") as handle:
+        handle.write(len(raw).to_bytes(8, "little") + raw)
+        for name, shape in shapes.items():
+            rows = shape[0]
+            step = max(1, (1 << 22) // (int(np.prod(shape)) // rows))
+            for start in range(0, rows, step):
+                part = (rng.standard_normal((min(step, rows - start), *shape[1:]), dtype=np.float32) * 0.02)
+                if name.endswith("norm.weight"):
+                    part = 1.0 + part
+                handle.write((part.view(np.uint32) >> 16).astype(np.uint16).tobytes())
+    config = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": hidden,
+              "num_hidden_layers": layers, "num_attention_heads": heads, "num_key_value_heads": kv, "head_dim": head,
+              "intermediate_size": inter, "vocab_size": vocab, "tie_word_embeddings": True, "dtype": "bfloat16",
+              "max_position_embeddings": 40960, "rms_norm_eps": 1e-6, "rope_theta": 1000000, "hidden_act": "silu",
+              "bos_token_id": 151643, "eos_token_id": 151645, "attention_bias": False, "attention_dropout": 0.0,
+              "initializer_range": 0.02, "use_cache": True}
+    (out / "config.json").write_text(json.dumps(config))
+    for item in qwen3_tokenizer_dir().iterdir():
+        shutil.copy(item, out / item.name)
+    return out
+
+
+def quant_throughput(ckpt: Path) -> dict[str, float]:
+    """MB/s of source weights: plain read of the safetensors vs quantizing them on one core (in this process)."""
+    from packager.convert.quant import QuantSpec, quantize
+    from packager.convert.weightwriter import _as_float32, _read, index
+
+    refs = index(tuple(sorted(ckpt.glob("*.safetensors"))))
+    total = sum(r.nbytes for r in refs.values())
+    start = time.perf_counter()
+    for ref in refs.values():
+        _read(ref)
+    read_s = time.perf_counter() - start
+    start = time.perf_counter()
+    for name, ref in refs.items():
+        if len(ref.shape) == 2:
+            quantize(_read(ref), "bfloat16", QuantSpec(4, 128), lambda x: _as_float32(x, "BF16"))
+    quant_s = time.perf_counter() - start
+    return {"source_mb": round(total / 1e6), "plain_read_mb_s": round(total / 1e6 / read_s),
+            "quantize_mb_s_per_core": round(total / 1e6 / quant_s)}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--runs", type=int, default=2)
+    parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--work", type=Path, default=REPO / "bench" / "work")
+    parser.add_argument("--shape-4b", action="store_true", help="also convert a 4B-shaped checkpoint (8 GB)")
     args = parser.parse_args()
     work = args.work.resolve()
     work.mkdir(parents=True, exist_ok=True)
     ckpt = work / "qwen3-0.6b-shaped"
     if not ckpt.exists():
-        t = time.monotonic()
         build_qwen3(ckpt, hidden=1024, layers=28, heads=16, kv_heads=8, intermediate=3072)
-        print(f"built {ckpt} in {time.monotonic() - t:.0f}s", flush=True)
+    cache = work / "graph-cache"
+    env = {**os.environ, "PACKAGER_CACHE_DIR": str(cache)}
     packager = [sys.executable, "-m", "packager.cli", "convert", str(ckpt), "--quiet", "--force", "--out"]
-    results: dict[str, list[dict[str, float]]] = {"packager": [], "llmexport": []}
+    commands = {
+        "llmexport": lambda out: [sys.executable, "-c", BASELINE, "--path", str(ckpt), "--export", "mnn",
+                                  "--quant_bit", "4", "--quant_block", "128", "--dst_path", str(out)],
+        "packager warm cache": lambda out: [*packager, str(out)],
+        "packager cold cache": lambda out: [*packager, str(out)],
+        "packager --reference": lambda out: [*packager, str(out), "--reference"],
+    }
+    results: dict[str, list[dict[str, float]]] = {name: [] for name in commands}
+    subprocess.run([*packager, str(work / "warmup")], env=env, check=True)  # fills the cache for the warm runs
     for run in range(args.runs):
-        for name in ("llmexport", "packager") if run % 2 == 0 else ("packager", "llmexport"):
-            out = work / f"out-{name}"
+        order = list(commands) if run % 2 == 0 else list(reversed(commands))
+        for name in order:
+            out = work / OUT[name]
             shutil.rmtree(out, ignore_errors=True)
-            cwd = work / f"cwd-{name}"
+            cwd = work / "cwd"
             shutil.rmtree(cwd, ignore_errors=True)
             cwd.mkdir()
-            if name == "packager":
-                cmd = [*packager, str(out)]
-            else:
-                cmd = [sys.executable, "-c", BASELINE, "--path", str(ckpt), "--export", "mnn", "--quant_bit", "4",
-                       "--quant_block", "128", "--dst_path", str(out)]
-            results[name].append(measure(cmd, cwd))
+            run_env = dict(env)
+            if name == "packager cold cache":
+                run_env["PACKAGER_CACHE_DIR"] = str(work / f"cold-cache-{run}")
+                shutil.rmtree(run_env["PACKAGER_CACHE_DIR"], ignore_errors=True)
+            results[name].append(measure(commands[name](out), cwd, run_env))
             print(name, run, results[name][-1], flush=True)
-    best = {name: min(runs, key=lambda r: r["wall_s"]) for name, runs in results.items()}
-    peak = {name: max(r["peak_rss_mb"] for r in runs) for name, runs in results.items()}
-    report = {
-        "runs": results,
-        "time_ratio_best": best["packager"]["wall_s"] / best["llmexport"]["wall_s"],
-        "time_ratio_mean": (sum(r["wall_s"] for r in results["packager"]) / len(results["packager"]))
-        / (sum(r["wall_s"] for r in results["llmexport"]) / len(results["llmexport"])),
-        "peak_rss_ratio": peak["packager"] / peak["llmexport"],
-        "sizes": {"packager": sizes(work / "out-packager"), "llmexport": sizes(work / "out-llmexport"),
-                  "reference": REFERENCE},
-        "cpu_count": os.cpu_count(),
-    }
+    base = [r["wall_s"] for r in results["llmexport"]]
+    base_rss = max(r["peak_rss_mb"] for r in results["llmexport"])
+    report: dict[str, object] = {"runs": results, "cpu_count": os.cpu_count()}
+    for name in commands:
+        if name == "llmexport":
+            continue
+        walls = [r["wall_s"] for r in results[name]]
+        report[name] = {"time_ratio_per_run": spread([w / b for w, b in zip(walls, base)]),
+                        "peak_rss_ratio": round(max(r["peak_rss_mb"] for r in results[name]) / base_rss, 3)}
+    streamed, reference = work / OUT["packager warm cache"], work / OUT["packager --reference"]
+    report["streamed_equals_reference"] = {n: (streamed / n).read_bytes() == (reference / n).read_bytes()
+                                           for n in GRAPH_FILES}
+    report["quantizer"] = quant_throughput(ckpt)
+    if args.shape_4b:
+        big = write_4b_shaped(work / "qwen3-4b-shaped")
+        out = work / "out-4b"
+        shutil.rmtree(out, ignore_errors=True)
+        runs_4b = [measure([sys.executable, "-m", "packager.cli", "convert", str(big), "--quiet", "--force", "--out",
+                            str(out)], work, env) for _ in range(2)]  # the first fills the cache, the second is warm
+        small = max(r["peak_rss_mb"] for r in results["packager warm cache"])
+        report["shape_4b"] = {"runs": runs_4b, "peak_rss_ratio_to_0.6b": round(runs_4b[-1]["peak_rss_mb"] / small, 3)}
     (work / "convert_bench.json").write_text(json.dumps(report, indent=2))
     print(json.dumps(report, indent=2))
 

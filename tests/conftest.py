@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import tempfile
 import sys
 from pathlib import Path
 
@@ -19,6 +20,8 @@ sys.path.insert(0, str(Path(__file__).parent / "netguard"))
 import sitecustomize as _netguard  # noqa: E402,F401  (installs the loopback-only audit hook)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# The streaming converter's graph cache: never the user's own during tests.
+os.environ["PACKAGER_CACHE_DIR"] = tempfile.mkdtemp(prefix="packager-test-graph-cache-")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.pop("HF_TOKEN", None)
 

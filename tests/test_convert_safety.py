@@ -276,7 +276,9 @@ def test_huge_config_value_is_shown_shortened(tiny_checkpoint: Path, tmp_path: P
 # --- signals and killed runs ---------------------------------------------------------------------------------
 
 def _start(checkpoint: Path, out: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "packager.cli", "convert", str(checkpoint), "--out", str(out)],
+    # The reference path: its worker reports "loading the checkpoint" long before it can finish.
+    return subprocess.Popen([sys.executable, "-m", "packager.cli", "convert", str(checkpoint), "--out", str(out),
+                             "--reference"],
                             stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
 

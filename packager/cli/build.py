@@ -21,10 +21,13 @@ from . import StderrProgress, _emit, _path, cli
               help="Replace --out if it exists and is a packager bundle (only bundle files inside). Never replaces "
                    "a folder holding anything else, nor one that is, contains or lies inside CHECKPOINT or the "
                    "adapter, nor the current or home directory.")
+@click.option("--reference", is_flag=True,
+              help="Let llmexport load the whole model and quantize it (slow; the path the default streaming "
+                   "conversion is tested byte for byte against).")
 @click.option("--quiet", is_flag=True, help="No progress on stderr.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def convert(checkpoint: Path, out: Path, lora: Path | None, spec_path: Path | None, quant_bits: int | None,
-            quant_block: int | None, force: bool, quiet: bool, as_json: bool) -> None:
+            quant_block: int | None, force: bool, reference: bool, quiet: bool, as_json: bool) -> None:
     """Convert a Qwen3 checkpoint (optionally + LoRA) into the ten-file MNN bundle.
 
     Example: packager convert ./qwen3-draft --lora ./adapter --out ./bundle --quant-bits 4 --quant-block 128
@@ -35,11 +38,12 @@ def convert(checkpoint: Path, out: Path, lora: Path | None, spec_path: Path | No
 
     spec = spec_module.load(spec_path) if spec_path else None
     result = run_convert(ConvertRequest(checkpoint=checkpoint, out=out, adapter=lora, spec=spec,
-                                        quant_bits=quant_bits, quant_block=quant_block, force=force),
+                                        quant_bits=quant_bits, quant_block=quant_block, force=force,
+                                        reference=reference),
                          progress=StderrProgress(quiet))
     summary = {
         "bundle": str(result.out), "files": result.sizes, "xxh3_128": result.digests,
-        "quant": {"bits": result.quant_bits, "block": result.quant_block},
+        "quant": {"bits": result.quant_bits, "block": result.quant_block}, "weights": result.path,
         "min_mnn_engine": result.engine.text, "min_mnn_engine_because": list(result.engine.reasons),
         "tokenizer": {"format": result.tokenizer.format,
                       "agreement": {a.format: f"{a.matched}/{a.total}" for a in result.tokenizer.agreements}},

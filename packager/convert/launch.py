@@ -35,6 +35,9 @@ class WorkerJob:
     quant_block: int
     stop_ids: tuple[int, ...]
     corpus: tuple[str, ...]
+    graph_only: bool = False
+    graph_dtype: str = "float32"  # the dtype the real path loads the model in (the checkpoint's, float32 after a merge)
+    equal_tensors: tuple[tuple[str, int], ...] = ()  # tensor name -> equality class of its values
 
 
 @dataclass(frozen=True)
@@ -65,7 +68,9 @@ def run_worker(job: WorkerJob, progress: Progress) -> WorkerResult:
     job_file.write_text(json.dumps({
         "source": str(job.source), "adapter": str(job.adapter) if job.adapter else None,
         "workdir": str(job.workdir), "quant_bits": job.quant_bits, "quant_block": job.quant_block,
-        "stop_ids": list(job.stop_ids), "corpus": list(job.corpus)}), encoding="utf-8")
+        "stop_ids": list(job.stop_ids), "corpus": list(job.corpus),
+        "graph_only": job.graph_only, "graph_dtype": job.graph_dtype,
+        "equal_tensors": dict(job.equal_tensors)}), encoding="utf-8")
     log = job.workdir / "worker.log"
     read_fd, write_fd = os.pipe()
     env = worker_env()

@@ -14,7 +14,9 @@ from ..errors import ConversionFailed, InvalidOption, SpecError, shorten
 from ..hashing import xxh3_128_file
 from ..spec import ReleaseSpec
 from ..staging import Protected, StagedDir, check_target
-from . import presets, provenance
+from . import presets, provenance, stream
+from .layout import LayoutUnknown
+from .weightwriter import StreamingUnsupported
 from .checkpoint import CheckpointInfo, inspect_checkpoint
 from .launch import Progress, Runner, WorkerJob, WorkerResult, run_worker
 from .lora import AdapterInfo, inspect_adapter, other_base_warning
@@ -34,6 +36,7 @@ class ConvertRequest:
     quant_bits: int | None = None
     quant_block: int | None = None
     force: bool = False
+    reference: bool = False  # llmexport's whole-model path instead of the streaming one
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,7 @@ class ConvertResult:
     provenance: Path
     blocked: tuple[str, ...]
     warnings: tuple[str, ...] = ()
+    path: str = "reference"  # how the weights were made: "streamed" or "reference"
 
 
 def provenance_path(out: Path) -> Path:
@@ -93,9 +97,7 @@ def convert(request: ConvertRequest, progress: Progress = lambda _: None,
     check_target(out, request.force, protected)
     corpus = resources.tokenizer_corpus()
     with StagedDir(out, request.force, protected, report=progress) as stage:
-        job = WorkerJob(source=info.path, adapter=adapter.path if adapter else None, workdir=stage.subdir("work"),
-                        quant_bits=bits, quant_block=block, stop_ids=info.stop_ids, corpus=corpus)
-        worker = runner(job, progress)
+        worker, path = _export(request, info, adapter, bits, block, stage.subdir("work"), corpus, runner, progress)
         progress("assembling the bundle")
         built = stage.subdir("bundle")
         engine, choice, graph_uuid = _assemble(worker, info, request, built, corpus)
@@ -105,14 +107,29 @@ def convert(request: ConvertRequest, progress: Progress = lambda _: None,
         sizes = {name: (built / name).stat().st_size for name in FILES}
         record = provenance.build(info=info, adapter=adapter, bits=bits, block=block, engine=engine,
                                   tokenizer=choice, digests=digests, versions=worker.versions,
-                                  graph_uuid=graph_uuid, blocked=worker.blocked, spec=request.spec)
+                                  graph_uuid=graph_uuid, blocked=worker.blocked, spec=request.spec, path=path)
         staged_record = stage.path / "provenance.json"  # type: ignore[operator]
         provenance.write(staged_record, record)
         stage.commit(built)
         os.replace(staged_record, provenance_path(out))
     return ConvertResult(out=out, sizes=sizes, digests=digests, engine=engine, tokenizer=choice,
                          quant_bits=bits, quant_block=block, graph_uuid=graph_uuid,
-                         provenance=provenance_path(out), blocked=worker.blocked, warnings=warnings)
+                         provenance=provenance_path(out), blocked=worker.blocked, warnings=warnings, path=path)
+
+
+def _export(request: ConvertRequest, info: CheckpointInfo, adapter: AdapterInfo | None, bits: int, block: int,
+            workdir: Path, corpus: tuple[str, ...], runner: Runner, progress: Progress) -> tuple[WorkerResult, str]:
+    """The streaming path when it can reproduce the reference bytes, else llmexport loading the whole model."""
+    if not request.reference:
+        try:
+            return stream.export(info, adapter, bits, block, workdir, corpus, runner, progress), "streamed"
+        except (StreamingUnsupported, LayoutUnknown) as exc:
+            progress(f"streaming does not cover this checkpoint ({shorten(str(exc))}); loading the whole model instead")
+            shutil.rmtree(workdir)
+            workdir.mkdir()
+    job = WorkerJob(source=info.path, adapter=adapter.path if adapter else None, workdir=workdir,
+                    quant_bits=bits, quant_block=block, stop_ids=info.stop_ids, corpus=corpus)
+    return runner(job, progress), "reference"
 
 
 def _check_built(built: Path, spec: ReleaseSpec | None) -> None:

@@ -32,7 +32,7 @@ def checkpoint_sources(folder: Path) -> dict[str, str]:
 def build(*, info: CheckpointInfo, adapter: AdapterInfo | None, bits: int, block: int,
           engine: EngineRequirement, tokenizer: TokenizerChoice, digests: dict[str, str],
           versions: dict[str, str], graph_uuid: str, blocked: tuple[str, ...],
-          spec: ReleaseSpec | None) -> dict[str, Any]:
+          spec: ReleaseSpec | None, path: str = "reference") -> dict[str, Any]:
     return {
         "tool": {"name": "packager", "version": __version__},
         "versions": versions,
@@ -42,7 +42,8 @@ def build(*, info: CheckpointInfo, adapter: AdapterInfo | None, bits: int, block
             "path": str(adapter.path), "rank": adapter.rank, "alpha": adapter.alpha,
             "target_modules": list(adapter.target_modules), "base_model": adapter.base_model,
             "files_xxh3_128": _sources(adapter.path, ADAPTER_FILES)},
-        "options": {"quant_bits": bits, "quant_block": block, "spec": str(spec.path) if spec and spec.path else None},
+        "options": {"quant_bits": bits, "quant_block": block, "spec": str(spec.path) if spec and spec.path else None,
+                    "weights": path},
         "min_mnn_engine": {"version": engine.text, "because": list(engine.reasons)},
         "tokenizer": {
             "format": tokenizer.format, "reason": tokenizer.reason, "stop_ids": list(info.stop_ids),

@@ -76,16 +76,61 @@ def _export(job: dict[str, Any], source: Path, tokenizer_dir: Path, events: Even
         "--quant_bit", str(job["quant_bits"]), "--quant_block", str(job["quant_block"]),
         # A path that does not exist makes llmexport use pymnn's converter in this process, not os.popen.
         "--mnnconvert", str(Path(job["workdir"]) / "no-native-mnnconvert"),
+        # Graph only: llmexport builds the model from config.json alone and lays the weight file out
+        # without computing it (packager's streaming writer fills it).
+        *(["--skip_weight"] if job.get("graph_only") else []),
     ])
+    if job.get("graph_only"):
+        _skeleton_like_checkpoint(job["graph_dtype"], job["equal_tensors"])
     _wrap(MNNConverter, "onnx2mnn", "converting the ONNX graph with MNN", events)
     _wrap(MNNConverter, "rebuild", f"quantizing weights ({job['quant_bits']}-bit, block {job['quant_block']})",
           events)
-    events.send("stage", name="loading the checkpoint into llmexport")
+    events.send("stage", name="building the graph from config.json (llmexport, weights skipped)" if job.get("graph_only")
+                else "loading the checkpoint into llmexport")
     exporter = llmexport.LlmExporter(args)
     exporter.tokenizer.stop_ids = list(job["stop_ids"])
     _wrap(exporter, "export_onnx", "exporting the ONNX graph", events)
     exporter.export("mnn")
     return dst
+
+
+def _skeleton_like_checkpoint(dtype: str, classes: dict[str, int]) -> None:
+    """Make llmexport's weightless model trace to the same graph the real checkpoint traces to.
+
+    llmexport builds it with from_config (float32) and leaves its memory uninitialized. Two things of the
+    weights do shape the graph: the dtype (casts are traced) and which tensors are equal (the ONNX exporter
+    folds identical initializers into one, e.g. the all-ones norms of an untrained model). So the skeleton is
+    built in the dtype the real path loads, and each parameter is filled with a value of its equality class
+    (classes come from the checkpoint's own tensors; unequal tensors get unequal values).
+    """
+    import torch
+    import transformers
+
+    original = transformers.AutoModelForCausalLM.from_config.__func__  # type: ignore[attr-defined]
+
+    def fill(model: Any) -> Any:
+        if getattr(model.config, "tie_word_embeddings", False):
+            # to_empty gave the tied pair separate storage; make them one Parameter again, as loading does
+            # (set in the module's dict: accelerate's empty-weights context would move a re-registered one to meta).
+            model.get_output_embeddings()._parameters["weight"] = model.get_input_embeddings().weight
+        with torch.no_grad():
+            for index, (name, param) in enumerate(model.named_parameters()):
+                param.zero_()
+                flat = param.view(-1)
+                cls = classes.get(name, len(classes) + index)
+                flat[0] = float(cls % 200 + 1)
+                if flat.numel() > 1:
+                    flat[1] = float(cls // 200 + 1)
+        return model
+
+    def from_config(cls: Any, config: Any, **kwargs: Any) -> Any:
+        kwargs.setdefault("dtype", getattr(torch, dtype))
+        model = original(cls, config, **kwargs)
+        to_empty = model.to_empty
+        model.to_empty = lambda **kw: fill(to_empty(**kw))
+        return model
+
+    transformers.AutoModelForCausalLM.from_config = classmethod(from_config)  # type: ignore[method-assign]
 
 
 def _text_tokenizer(job: dict[str, Any], source: Path) -> Path:
@@ -169,7 +214,7 @@ def _encodings(export_dir: Path, tokenizer_file: Path, probe_dir: Path, corpus: 
 def run(job: dict[str, Any], events: Events) -> dict[str, Any]:
     work = Path(job["workdir"])
     source = Path(job["source"])
-    if job.get("adapter"):
+    if job.get("adapter") and not job.get("graph_only"):
         from .lora import merge
 
         events.send("stage", name="merging the LoRA adapter into the base (peft)")

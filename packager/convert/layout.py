@@ -1,0 +1,100 @@
+"""Where each checkpoint tensor goes in llm.mnn.weight, read from the graph's `external` fields.
+
+llmexport lays the weight file out as one region per graph op that holds weights, in graph order: a
+LayerNorm region is gamma then beta (float32; Qwen3's RMSNorm has no beta, so zeros) and a Convolution
+(Linear) region is header + packed quantized weight, then alpha (zero point and scale per block, float32),
+then the bias (none in Qwen3). With tied embeddings lm_head's region quantizes the embedding table.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from .quant import QuantSpec
+
+_LINEAR = re.compile(r"^/layers\.(?P<layer>\d+)/(?P<group>self_attn|mlp)/(?P<proj>[a-z_]+_proj)/Linear$")
+_NORM = re.compile(r"^/blocks\.(?P<layer>\d+)/(?P<attn>self_attn/)?(?P<norm>[a-z_]+norm)/Mul_1_output_0$")
+_LM_HEAD = "/lm/lm_head/Linear"
+_FINAL_NORM = "hidden_states"
+EMBED = "model.embed_tokens.weight"
+
+
+class LayoutUnknown(Exception):
+    """The graph holds a weight region packager cannot map to a checkpoint tensor."""
+
+
+@dataclass(frozen=True)
+class Region:
+    op: str
+    kind: Literal["norm", "linear"]
+    tensor: str
+    offset: int
+    lengths: tuple[int, ...]
+    out_features: int = 0
+    in_features: int = 0
+
+    @property
+    def size(self) -> int:
+        return sum(self.lengths)
+
+
+def regions(graph: dict[str, Any], spec: QuantSpec, tied: bool) -> tuple[Region, ...]:
+    """Every weight region of the graph with its source tensor, checked to tile the weight file exactly."""
+    found = []
+    for op in graph.get("oplists") or []:
+        main = op.get("main") if isinstance(op.get("main"), dict) else {}
+        external = main.get("external")
+        if not isinstance(external, list):
+            continue
+        name = str(op.get("name"))
+        if op.get("type") == "LayerNorm":
+            found.append(Region(name, "norm", _norm_tensor(name), int(external[0]),
+                                tuple(int(x) for x in external[1:])))
+        elif op.get("type") == "Convolution":
+            common = main.get("common") or {}
+            found.append(Region(name, "linear", _linear_tensor(name, tied), int(external[0]),
+                                tuple(int(x) for x in external[1:]), int(common.get("outputCount", 0)),
+                                int(common.get("inputCount", 0))))
+        else:
+            raise LayoutUnknown(f"graph op {name} ({op.get('type')}) holds weights packager cannot map")
+    _check(found, spec)
+    return tuple(found)
+
+
+def total_size(layout: tuple[Region, ...]) -> int:
+    return max((r.offset + r.size for r in layout), default=0)
+
+
+def _linear_tensor(name: str, tied: bool) -> str:
+    if name == _LM_HEAD:
+        return EMBED if tied else "lm_head.weight"
+    match = _LINEAR.match(name)
+    if not match:
+        raise LayoutUnknown(f"graph op {name} is a Linear packager cannot map to a checkpoint tensor")
+    return f"model.layers.{match['layer']}.{match['group']}.{match['proj']}.weight"
+
+
+def _norm_tensor(name: str) -> str:
+    if name == _FINAL_NORM:
+        return "model.norm.weight"
+    match = _NORM.match(name)
+    if not match:
+        raise LayoutUnknown(f"graph op {name} is a norm packager cannot map to a checkpoint tensor")
+    return f"model.layers.{match['layer']}.{'self_attn.' if match['attn'] else ''}{match['norm']}.weight"
+
+
+def _check(found: list[Region], spec: QuantSpec) -> None:
+    end = 0
+    for region in sorted(found, key=lambda r: r.offset):
+        if region.offset != end:
+            raise LayoutUnknown(f"weight regions do not tile the file at {region.op} (offset {region.offset}, "
+                                f"expected {end})")
+        if region.kind == "linear":
+            expected = (*spec.sizes(region.out_features, region.in_features), 0, 0)
+        else:
+            expected = (region.lengths[0], region.lengths[0])
+        if region.lengths != expected:
+            raise LayoutUnknown(f"{region.op} has weight lengths {list(region.lengths)}, expected {list(expected)}")
+        end += region.size

@@ -1,0 +1,122 @@
+"""The streaming conversion: graph from the cache (built on a miss), weights straight from safetensors.
+
+Produces exactly what the reference path (llmexport loading the whole model) produces, byte for byte; what
+it cannot reproduce exactly (DoRA or per-module LoRA patterns, a stored dtype other than the one the config
+names) raises StreamingUnsupported and the caller takes the reference path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from .. import __version__
+from ..hashing import xxh3_128_bytes, xxh3_128_file
+from ..versions import installed
+from . import graphcache, layout, weightwriter
+from .checkpoint import (DERIVABLE_TOKENIZER_FILES, OPTIONAL_TOKENIZER_FILES, TOKENIZER_FILES, CheckpointInfo,
+                         read_json)
+from .launch import Progress, Runner, WorkerJob, WorkerResult
+from .lora import _LORA_KEY, _SAVED_KEY, AdapterInfo
+from .quant import QuantSpec
+from .safetensors_header import TensorRef
+from .weightwriter import Lora, StreamingUnsupported
+
+_STORED = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}
+GRAPH_VERSIONS = ("mnn", "llmexport", "torch", "transformers", "onnx", "tokenizers", "peft")
+
+
+def export(info: CheckpointInfo, adapter: AdapterInfo | None, bits: int, block: int, workdir: Path,
+           corpus: tuple[str, ...], runner: Runner, progress: Progress) -> WorkerResult:
+    """Fill `workdir/export` with the graph files, both tokenizer candidates and the streamed weight file."""
+    refs = weightwriter.index(info.weight_files)
+    dtype = _compute_dtype(info, refs, adapter)
+    saved, loras = _adapter_tensors(adapter, info) if adapter else ({}, {})
+    classes = weightwriter.equality_classes({**refs, **saved}, unique=set(loras))
+    entry_key = graphcache.key(_key_fields(info, bits, block, dtype, classes, corpus))
+    entry = graphcache.lookup(entry_key, report=progress)
+    if entry is None:
+        progress("graph cache miss: building the graph once for this shape (llmexport, weights skipped)")
+        entry = _build(info, adapter, bits, block, workdir, corpus, runner, progress, dtype, classes, entry_key)
+    else:
+        progress(f"graph cache hit ({entry_key[:12]})")
+    export_dir = workdir / "export"
+    export_dir.mkdir()
+    for name in graphcache.FILES:
+        shutil.copyfile(entry / name, export_dir / name)
+    meta = json.loads((export_dir / "meta.json").read_text(encoding="utf-8"))
+    spec = QuantSpec(bits, block)
+    regions = layout.regions(json.loads((export_dir / "llm.mnn.json").read_text(encoding="utf-8")), spec, tied=True)
+    tasks = weightwriter.plan(regions, refs, saved, loras, adapted=adapter is not None)
+    workers = max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    weightwriter.write(export_dir / "llm.mnn.weight", layout.total_size(regions), tasks, spec, workers, progress)
+    return WorkerResult(export_dir=export_dir,
+                        tokenizers={"pipeline": export_dir / "tokenizer.mtok", "text": export_dir / "tokenizer-text.txt"},
+                        encodings=meta["encodings"], versions=meta["versions"], blocked=(), log=workdir / "worker.log")
+
+
+def _compute_dtype(info: CheckpointInfo, refs: dict[str, TensorRef], adapter: AdapterInfo | None) -> str:
+    """The dtype llmexport quantizes in: the config's (it loads with dtype='auto'), float32 after a merge."""
+    config = read_json(info.path / "config.json", StreamingUnsupported)
+    named = config.get("dtype") or config.get("torch_dtype")
+    stored = {_STORED.get(ref.dtype, ref.dtype) for ref in refs.values()}
+    if named not in _STORED.values() or stored != {named}:
+        raise StreamingUnsupported(f"config.json names dtype {named!r} but the weights are stored as "
+                                   f"{', '.join(sorted(stored))}")
+    return "float32" if adapter else str(named)
+
+
+def _adapter_tensors(adapter: AdapterInfo, info: CheckpointInfo) -> tuple[dict[str, TensorRef], dict[str, Lora]]:
+    config = read_json(adapter.path / "adapter_config.json", StreamingUnsupported)
+    for option in ("use_dora", "rank_pattern", "alpha_pattern", "lora_bias", "fan_in_fan_out", "layers_pattern"):
+        if config.get(option):
+            raise StreamingUnsupported(f"the adapter uses {option}")
+    scaling = weightwriter.lora_scaling(adapter.alpha, adapter.rank, bool(config.get("use_rslora")))
+    refs = weightwriter.index((adapter.weight_file,))
+    parts: dict[str, dict[str, TensorRef]] = {}
+    saved: dict[str, TensorRef] = {}
+    for key, ref in refs.items():
+        match = _LORA_KEY.match(key)
+        if match:
+            parts.setdefault(f"{match['module']}.weight", {})[match["part"]] = ref
+        elif ".lora_" in key:
+            raise StreamingUnsupported(f"the adapter holds {key}")
+        elif (saved_match := _SAVED_KEY.match(key)):
+            saved[saved_match["name"] + saved_match["leaf"]] = ref
+    saved.pop("lm_head.weight", None)  # only ever equal to the embedding (checked when the adapter was inspected)
+    return saved, {name: Lora(p["A"], p["B"], scaling) for name, p in parts.items()}
+
+
+def _key_fields(info: CheckpointInfo, bits: int, block: int, dtype: str, classes: tuple[tuple[str, int], ...],
+                corpus: tuple[str, ...]) -> dict[str, Any]:
+    config = {k: v for k, v in read_json(info.path / "config.json", StreamingUnsupported).items()
+              if k not in ("_name_or_path", "transformers_version")}
+    names = (*TOKENIZER_FILES, *DERIVABLE_TOKENIZER_FILES, *OPTIONAL_TOKENIZER_FILES)
+    tokenizer = {n: xxh3_128_file(info.path / n) for n in names if (info.path / n).is_file()}
+    return {"config": config, "dtype": dtype, "equal_tensors": [c for _, c in classes], "bits": bits, "block": block,
+            "tokenizer": tokenizer, "stop_ids": list(info.stop_ids), "packager": __version__,
+            "versions": installed(GRAPH_VERSIONS),
+            "corpus": xxh3_128_bytes(json.dumps(corpus, ensure_ascii=True).encode("ascii"))}
+
+
+def _build(info: CheckpointInfo, adapter: AdapterInfo | None, bits: int, block: int, workdir: Path,
+           corpus: tuple[str, ...], runner: Runner, progress: Progress, dtype: str,
+           classes: tuple[tuple[str, int], ...], entry_key: str) -> Path:
+    graph_work = workdir / "graph"
+    graph_work.mkdir()
+    result = runner(WorkerJob(source=info.path, adapter=None, workdir=graph_work, quant_bits=bits, quant_block=block,
+                              stop_ids=info.stop_ids, corpus=corpus, graph_only=True, graph_dtype=dtype,
+                              equal_tensors=classes), progress)
+    export = result.export_dir
+    files = {name: export / name for name in ("llm.mnn", "llm.mnn.json", "llm_config.json")}
+    files["tokenizer.mtok"] = result.tokenizers["pipeline"]
+    files["tokenizer-text.txt"] = result.tokenizers["text"]
+    shape = info.shape
+    describe = (f"{info.model_type} hidden {shape.hidden_size} x {shape.num_layers} layers, {dtype}, "
+                f"{bits}-bit {'per-channel' if block == 0 else f'block {block}'}")
+    meta = {"describe": describe, "encodings": result.encodings, "versions": result.versions,
+            "adapter": bool(adapter)}
+    return graphcache.store(entry_key, files, meta)

@@ -1,0 +1,215 @@
+"""The streaming conversion gives the reference path's bytes, and its graph cache is safe to share and to damage."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from packager.bundle import FILES
+from packager.convert import graphcache
+from packager.convert.pipeline import ConvertRequest, ConvertResult, convert
+from packager.convert.quant import QuantSpec, quantize
+from tests.conftest import run_cli
+from tests.models import build_lora, build_qwen3
+
+
+def _llmexport_quant():  # type: ignore[no-untyped-def]
+    spec = importlib.util.find_spec("llmexport")
+    assert spec is not None and spec.origin is not None
+    sys.path.insert(0, str(Path(spec.origin).parent))
+    try:
+        from utils.torch_utils import quant
+    finally:
+        sys.path.pop(0)
+    return quant
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("block", [32, 128, 0])
+def test_numpy_quantization_gives_llmexports_bytes(dtype: str, bits: int, block: int) -> None:
+    import torch
+
+    torch.manual_seed(bits * 1000 + block)
+    weight = (torch.randn(96, 256) * torch.rand(96, 1) * 0.1).to(getattr(torch, dtype))
+    weight[0, :128] = 0  # a constant block: scale 0, torch turns the 0/0 into 0
+    weight[1, :] = 0.5
+    weight[2] = torch.randn(256).to(weight.dtype) * 1e4  # a large range
+    weight[3, :64] = 1e-3  # a tiny range
+    weight[3, 1] = 1.0001e-3
+    ours = quantize(weight, dtype, QuantSpec(bits, block), lambda rows: rows.float().numpy())
+    q, alpha = _llmexport_quant()(weight, bits, block, False, False, False)
+    assert ours == (q.numpy().tobytes(), alpha.numpy().tobytes())
+
+
+def _reference(checkpoint: Path, out: Path, **options: object) -> ConvertResult:
+    return convert(ConvertRequest(checkpoint=checkpoint, out=out, reference=True, **options))  # type: ignore[arg-type]
+
+
+def _streamed(checkpoint: Path, out: Path, **options: object) -> ConvertResult:
+    result = convert(ConvertRequest(checkpoint=checkpoint, out=out, **options))  # type: ignore[arg-type]
+    assert result.path == "streamed"
+    return result
+
+
+def assert_same_bundle(a: Path, b: Path) -> None:
+    for name in FILES:
+        assert (a / name).read_bytes() == (b / name).read_bytes(), name
+
+
+@pytest.fixture(scope="module")
+def variants(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("variants")
+    return {
+        "float16": build_qwen3(root / "fp16", dtype="float16", seed=3),
+        "float32": build_qwen3(root / "fp32", dtype="float32", seed=4),
+        "sharded": _sharded(tiny_checkpoint, root / "sharded"),
+    }
+
+
+def _sharded(source: Path, out: Path) -> Path:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.bfloat16)
+    model.save_pretrained(out, max_shard_size="20MB")
+    for item in source.iterdir():
+        if item.suffix != ".safetensors" and not (out / item.name).exists():
+            shutil.copy(item, out / item.name)
+    assert len(list(out.glob("*.safetensors"))) > 1
+    return out
+
+
+@pytest.mark.parametrize("case, bits, block", [("float16", 8, 64), ("float32", 4, 32), ("sharded", 4, 128),
+                                               ("float16", 4, 0)])
+def test_streamed_bundle_is_byte_identical_to_the_reference(case: str, bits: int, block: int,
+                                                            variants: dict[str, Path], tmp_path: Path) -> None:
+    options = {"quant_bits": bits, "quant_block": block}
+    reference = _reference(variants[case], tmp_path / "reference", **options)
+    streamed = _streamed(variants[case], tmp_path / "streamed", **options)
+    assert_same_bundle(reference.out, streamed.out)
+
+
+def test_default_bundle_is_streamed_and_identical_to_the_reference(bundle4: ConvertResult, tiny_checkpoint: Path,
+                                                                   tmp_path: Path) -> None:
+    assert bundle4.path == "streamed"
+    assert_same_bundle(_reference(tiny_checkpoint, tmp_path / "reference").out, bundle4.out)
+
+
+def test_lora_is_merged_on_the_way_to_the_reference_bytes(lora_bundle8: ConvertResult, tiny_checkpoint: Path,
+                                                          lora_adapter: Path, tmp_path: Path) -> None:
+    assert lora_bundle8.path == "streamed"
+    reference = _reference(tiny_checkpoint, tmp_path / "reference", adapter=lora_adapter, quant_bits=8)
+    assert_same_bundle(reference.out, lora_bundle8.out)
+
+
+def test_rslora_adapter_streams_to_the_reference_bytes(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    adapter = build_lora(tiny_checkpoint, tmp_path / "adapter", rank=8, alpha=16)
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    config["use_rslora"] = True
+    (adapter / "adapter_config.json").write_text(json.dumps(config))
+    reference = _reference(tiny_checkpoint, tmp_path / "reference", adapter=adapter)
+    assert_same_bundle(reference.out, _streamed(tiny_checkpoint, tmp_path / "streamed", adapter=adapter).out)
+
+
+def test_checkpoint_whose_dtype_disagrees_with_its_config_takes_the_reference_path(tiny_checkpoint: Path,
+                                                                                  tmp_path: Path) -> None:
+    folder = build_qwen3(tmp_path / "mixed", dtype="float32", seed=5)
+    config = json.loads((folder / "config.json").read_text())
+    config["dtype"] = "bfloat16"  # llmexport loads it as bf16: the streamed bytes would differ
+    (folder / "config.json").write_text(json.dumps(config))
+    result = run_cli("convert", str(folder), "--out", str(tmp_path / "bundle"), "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["weights"] == "reference"
+    assert "streaming does not cover this checkpoint" in result.stderr
+
+
+# --- the graph cache --------------------------------------------------------------------------------------------
+
+@pytest.fixture()
+def own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    folder = tmp_path / "cache"
+    monkeypatch.setenv("PACKAGER_CACHE_DIR", str(folder))
+    return folder
+
+
+def test_warm_cache_starts_no_converter_and_gives_the_same_bytes(tiny_checkpoint: Path, own_cache: Path,
+                                                                 tmp_path: Path) -> None:
+    cold = run_cli("convert", str(tiny_checkpoint), "--out", str(tmp_path / "cold"))
+    warm = run_cli("convert", str(tiny_checkpoint), "--out", str(tmp_path / "warm"))
+    assert cold.returncode == warm.returncode == 0, cold.stderr + warm.stderr
+    assert "graph cache miss" in cold.stderr and "starting the converter" in cold.stderr
+    assert "graph cache hit" in warm.stderr and "starting the converter" not in warm.stderr
+    assert "MB/s" in warm.stderr  # progress with a rate
+    assert_same_bundle(tmp_path / "cold", tmp_path / "warm")
+
+
+def test_damaged_cache_entry_is_detected_and_rebuilt(tiny_checkpoint: Path, own_cache: Path,
+                                                     tmp_path: Path) -> None:
+    assert run_cli("convert", str(tiny_checkpoint), "--out", str(tmp_path / "first")).returncode == 0
+    (entry,) = [p for p in own_cache.iterdir() if not p.name.startswith(".")]
+    graph = entry / "llm.mnn"
+    data = bytearray(graph.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    graph.write_bytes(bytes(data))
+    again = run_cli("convert", str(tiny_checkpoint), "--out", str(tmp_path / "again"))
+    assert again.returncode == 0, again.stderr
+    assert "is damaged; removed it and rebuilding" in again.stderr and "graph cache miss" in again.stderr
+    assert_same_bundle(tmp_path / "first", tmp_path / "again")
+
+
+def test_two_conversions_on_a_cold_cache_share_it_safely(tiny_checkpoint: Path, own_cache: Path,
+                                                         tmp_path: Path) -> None:
+    outs = [tmp_path / "a", tmp_path / "b"]
+    processes = [subprocess.Popen([sys.executable, "-m", "packager.cli", "convert", str(tiny_checkpoint), "--out",
+                                   str(out), "--quiet"], env=os.environ.copy(), stderr=subprocess.PIPE, text=True)
+                 for out in outs]
+    for process in processes:
+        assert process.wait(timeout=600) == 0, process.stderr.read() if process.stderr else ""
+    assert_same_bundle(*outs)
+    assert len(graphcache.entries()) == 1
+    assert not list(own_cache.glob(".incoming-*"))
+
+
+def test_cache_ls_and_clear_touch_only_cache_entries(tiny_checkpoint: Path, own_cache: Path, tmp_path: Path) -> None:
+    assert run_cli("convert", str(tiny_checkpoint), "--out", str(tmp_path / "b")).returncode == 0
+    (own_cache / "my-notes").mkdir()  # the user pointed the cache at a folder that has other things in it
+    (own_cache / "my-notes" / "keep.txt").write_text("mine")
+    listing = json.loads(run_cli("cache", "ls", "--json").stdout)
+    assert len(listing) == 1 and "hidden 256 x 2 layers" in listing[0]["describe"]
+    cleared = run_cli("cache", "clear")
+    assert cleared.returncode == 0 and "removed 1 entries" in cleared.stdout
+    assert json.loads(run_cli("cache", "ls", "--json").stdout) == []
+    assert (own_cache / "my-notes" / "keep.txt").read_text() == "mine"
+
+
+def test_cache_keeps_a_bounded_number_of_entries(own_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(graphcache, "MAX_ENTRIES", 3)
+    source = tmp_path / "file"
+    source.write_bytes(b"x")
+    files = {name: source for name in graphcache.FILES if name != "meta.json"}
+    for number in range(5):
+        graphcache.store(graphcache.key({"n": number}), files, {"describe": f"entry {number}"})
+        os.utime(own_cache / graphcache.key({"n": number}), (number, number))  # each newer than the last
+    kept = {entry.describe for entry in graphcache.entries()}
+    assert kept == {"entry 2", "entry 3", "entry 4"}
+    assert graphcache.lookup(graphcache.key({"n": 4})) is not None
+
+
+def test_streamed_weights_fill_every_byte(bundle4: ConvertResult) -> None:
+    # A region the writer forgot would stay as the zeros the file was created with.
+    data = np.fromfile(bundle4.out / "llm.mnn.weight", dtype=np.uint8)
+    graph = json.loads((bundle4.out / "llm.mnn.json").read_text())
+    for op in graph["oplists"]:
+        external = (op.get("main") or {}).get("external") if isinstance(op.get("main"), dict) else None
+        if isinstance(external, list) and op["type"] == "Convolution":
+            packed = data[external[0] + 26: external[0] + external[1]]
+            assert packed.any(), op["name"]
