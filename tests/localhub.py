@@ -46,7 +46,11 @@ class LocalHub:
     def stop(self) -> None:
         if self.process is not None:
             self.process.terminate()
-            self.process.wait(timeout=10)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:  # a loaded machine; the store needs no clean shutdown (SQLite WAL)
+                self.process.kill()
+                self.process.wait()
             self.process = None
 
     def env(self, token: str | None = WRITE_TOKEN) -> dict[str, str]:

@@ -69,9 +69,10 @@ def make_app(config: HubConfig) -> web.Application:
 
 
 async def serve(config: HubConfig, host: str, port: int, announce: Callable[[str, int], None]) -> None:
-    """Serve until cancelled. lingering_time=0: an unread body closes its connection, never becomes a request."""
+    """Serve until cancelled. lingering_time=0: an unread body closes its connection, never becomes a request;
+    keepalive_timeout also closes a connection whose first request line or headers never finish (slowloris)."""
     runner = web.AppRunner(make_app(config), access_log=None, handle_signals=True, shutdown_timeout=2,
-                           lingering_time=0, keepalive_timeout=75, max_line_size=8190, max_field_size=8190)
+                           lingering_time=0, keepalive_timeout=30, max_line_size=8190, max_field_size=8190)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     await site.start()
