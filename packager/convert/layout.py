@@ -63,6 +63,40 @@ def regions(graph: dict[str, Any], spec: QuantSpec, tied: bool) -> tuple[Region,
     return tuple(found)
 
 
+def predict(hidden: int, layers: int, heads: int, kv_heads: int, head_dim: int, intermediate: int, vocab: int,
+            spec: QuantSpec) -> tuple[Region, ...]:
+    """The regions llmexport lays out for a tied dense Qwen3 of this shape, before the graph exists (so the
+    weights can be written while it is built); checked against the graph's own layout before use."""
+    found: list[Region] = []
+
+    def add(name: str, kind: str, out_features: int = 0, in_features: int = 0, width: int = 0) -> None:
+        offset = total_size(tuple(found))
+        lengths = (*spec.sizes(out_features, in_features), 0, 0) if kind == "linear" else (width * 4, width * 4)
+        found.append(Region("", kind, name, offset, lengths, out_features, in_features))  # type: ignore[arg-type]
+
+    for layer in range(layers):
+        p = f"model.layers.{layer}."
+        add(p + "input_layernorm.weight", "norm", width=hidden)
+        add(p + "self_attn.q_proj.weight", "linear", heads * head_dim, hidden)
+        add(p + "self_attn.q_norm.weight", "norm", width=head_dim)
+        add(p + "self_attn.k_proj.weight", "linear", kv_heads * head_dim, hidden)
+        add(p + "self_attn.k_norm.weight", "norm", width=head_dim)
+        add(p + "self_attn.v_proj.weight", "linear", kv_heads * head_dim, hidden)
+        add(p + "self_attn.o_proj.weight", "linear", hidden, heads * head_dim)
+        add(p + "post_attention_layernorm.weight", "norm", width=hidden)
+        for proj, (out_f, in_f) in (("gate_proj", (intermediate, hidden)), ("up_proj", (intermediate, hidden)),
+                                    ("down_proj", (hidden, intermediate))):
+            add(p + f"mlp.{proj}.weight", "linear", out_f, in_f)
+    add("model.norm.weight", "norm", width=hidden)
+    add(EMBED, "linear", vocab, hidden)
+    return tuple(found)
+
+
+def placement(regions: tuple[Region, ...]) -> list[tuple[str, str, int, tuple[int, ...], int, int]]:
+    """What decides the weight file's bytes: each region's tensor, kind, offset, lengths and shape."""
+    return sorted((r.tensor, r.kind, r.offset, r.lengths, r.out_features, r.in_features) for r in regions)
+
+
 def total_size(layout: tuple[Region, ...]) -> int:
     return max((r.offset + r.size for r in layout), default=0)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -37,22 +38,38 @@ def export(info: CheckpointInfo, adapter: AdapterInfo | None, bits: int, block: 
     saved, loras = _adapter_tensors(adapter, info) if adapter else ({}, {})
     classes = weightwriter.equality_classes({**refs, **saved}, unique=set(loras))
     entry_key = graphcache.key(_key_fields(info, bits, block, dtype, classes, corpus))
-    entry = graphcache.lookup(entry_key, report=progress)
-    if entry is None:
-        progress("graph cache miss: building the graph once for this shape (llmexport, weights skipped)")
-        entry = _build(info, adapter, bits, block, workdir, corpus, runner, progress, dtype, classes, entry_key)
-    else:
-        progress(f"graph cache hit ({entry_key[:12]})")
+    spec = QuantSpec(bits, block)
     export_dir = workdir / "export"
     export_dir.mkdir()
+    weight_file = export_dir / "llm.mnn.weight"
+    workers = max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+
+    def write(regions: tuple[layout.Region, ...]) -> None:
+        tasks = weightwriter.plan(regions, refs, saved, loras, adapted=adapter is not None)
+        weightwriter.write(weight_file, layout.total_size(regions), tasks, spec, workers, progress)
+
+    entry = graphcache.lookup(entry_key, report=progress)
+    predicted: tuple[layout.Region, ...] | None = None
+    if entry is None:
+        progress("graph cache miss: building the graph once for this shape (llmexport, weights skipped), "
+                 "writing the weights meanwhile")
+        shape = info.shape
+        predicted = layout.predict(shape.hidden_size, shape.num_layers, shape.num_heads, shape.num_kv_heads,
+                                   shape.head_dim, shape.intermediate_size, shape.vocab_size, spec)
+        with ThreadPoolExecutor(max_workers=1) as background:
+            early = background.submit(write, predicted)
+            entry = _build(info, adapter, bits, block, workdir, corpus, runner, progress, dtype, classes, entry_key)
+            early.result()
+    else:
+        progress(f"graph cache hit ({entry_key[:12]})")
     for name in graphcache.FILES:
         shutil.copyfile(entry / name, export_dir / name)
     meta = json.loads((export_dir / "meta.json").read_text(encoding="utf-8"))
-    spec = QuantSpec(bits, block)
     regions = layout.regions(json.loads((export_dir / "llm.mnn.json").read_text(encoding="utf-8")), spec, tied=True)
-    tasks = weightwriter.plan(regions, refs, saved, loras, adapted=adapter is not None)
-    workers = max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
-    weightwriter.write(export_dir / "llm.mnn.weight", layout.total_size(regions), tasks, spec, workers, progress)
+    if predicted is None or layout.placement(predicted) != layout.placement(regions):
+        if predicted is not None:
+            progress("the graph lays the weights out otherwise than predicted; writing them again")
+        write(regions)
     return WorkerResult(export_dir=export_dir,
                         tokenizers={"pipeline": export_dir / "tokenizer.mtok", "text": export_dir / "tokenizer-text.txt"},
                         encodings=meta["encodings"], versions=meta["versions"], blocked=(), log=workdir / "worker.log")
