@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import xxhash
 
@@ -54,13 +54,12 @@ def _stream(hub: Hub, repo_id: str, commit: str, path: str, size: int, timeout: 
         with get_session().stream("GET", url, headers=build_hf_headers(token=hub.token), timeout=timeout,
                                   follow_redirects=True) as response:
             if response.status_code != 200:
-                response.read()
-                message = (response.json() if response.headers.get("content-type", "").startswith("application/json")
-                           else {}).get("error", "")
                 raise Unreadable(f"could not read {path}: the Hub answered {response.status_code}"
-                                 + (f" ({hub.redact(str(message))[:200]})" if message else ""))
+                                 f"{_reason(hub, response)}")
             for chunk in response.iter_bytes():
                 received += len(chunk)
+                if received > size:
+                    raise Unreadable(f"could not read {path}: the Hub sends more than the {size:,} bytes it lists")
                 sink(chunk)
                 if time.monotonic() > deadline:
                     raise Unreadable(f"could not read {path}: only {received:,} of {size:,} bytes in "
@@ -73,6 +72,15 @@ def _stream(hub: Hub, repo_id: str, commit: str, path: str, size: int, timeout: 
                          ) from None
     if received != size:
         raise Unreadable(f"could not read {path}: got {received:,} bytes, the Hub lists {size:,}")
+
+
+def _reason(hub: Hub, response: Any) -> str:
+    """ (the Hub's error message)", or nothing when the answer has none."""
+    try:
+        message = response.read() and response.json().get("error", "")
+    except Exception:  # noqa: BLE001 - not JSON, not an object: no reason to show
+        return ""
+    return f" ({hub.redact(str(message))[:200]})" if message else ""
 
 
 def verify_remote(repo_id: str, revision: str = "main", endpoint: str | None = None, token: str | None = None,
