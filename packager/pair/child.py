@@ -64,7 +64,10 @@ class MNNModel:
             process.wait()
 
     def __del__(self) -> None:
-        self.close()
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - at interpreter exit subprocess may be half torn down; the child
+            pass  # ends on its own when the pipe closes
 
     def _call(self, method: str, *args: Any) -> Any:
         process = self._process

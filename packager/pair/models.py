@@ -26,12 +26,14 @@ class Model(Protocol):
 
 
 class HFModel:
+    threads = 2  # torch threads; bench/speculative_bench.py lowers it to stay steady on a shared machine
+
     def __init__(self, checkpoint: Path) -> None:
         import torch
         from tokenizers import Tokenizer
         from transformers import AutoModelForCausalLM
 
-        torch.set_num_threads(2)
+        torch.set_num_threads(self.threads)
         self.path = checkpoint
         name = shorten(str(checkpoint), 120)
         try:

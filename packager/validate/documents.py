@@ -27,16 +27,8 @@ def runtime_keys() -> set[str]:
 
 def load_json(path: Path, name: str, out: Collector) -> Any:
     """The parsed document, or None after reporting why it cannot be used (MNN would silently ignore it)."""
-    try:
-        if path.stat().st_size > MAX_JSON_BYTES:
-            out.error(name, "", f"is {path.stat().st_size >> 20} MiB, too large to be a bundle file of its kind")
-            return None
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        out.error(name, "", f"not UTF-8 text ({exc.reason} at byte {exc.start})")
-        return None
-    except OSError as exc:
-        out.error(name, "", f"cannot be read: {exc.strerror or type(exc).__name__}")
+    text = _read(path, name, out)
+    if text is None:
         return None
     duplicates: list[str] = []
 
@@ -60,13 +52,31 @@ def load_json(path: Path, name: str, out: Collector) -> Any:
         return None
     for key in duplicates:
         out.warning(name, pointer([key]), f"key {shorten(repr(key))} appears more than once; only the last counts")
+    return data if _usable(data, name, out) else None
+
+
+def _read(path: Path, name: str, out: Collector) -> str | None:
+    try:
+        size = path.stat().st_size
+        if size > MAX_JSON_BYTES:
+            out.error(name, "", f"is {size >> 20} MiB, too large to be a bundle file of its kind")
+            return None
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        out.error(name, "", f"not UTF-8 text ({exc.reason} at byte {exc.start})")
+    except OSError as exc:
+        out.error(name, "", f"cannot be read: {exc.strerror or type(exc).__name__}")
+    return None
+
+
+def _usable(data: Any, name: str, out: Collector) -> bool:
     if not isinstance(data, dict):
         out.error(name, "", f"the top level is a JSON {type(data).__name__}, expected an object")
-        return None
+        return False
     if name in SCHEMA_FOR and depth(data) > MAX_DEPTH:
         out.error(name, "", f"nested more than {MAX_DEPTH} levels deep; a bundle config is a few levels deep")
-        return None
-    return data
+        return False
+    return True
 
 
 def depth(value: Any) -> int:

@@ -35,7 +35,7 @@ def check(path: Path, graph: GraphFacts, size: int, out: Collector) -> None:
             out.error(WEIGHT, "", f"all {FILE_WINDOWS} blocks sampled across its {size} bytes are the byte "
                                   f"0x{byte:02x} repeated: the weights were zeroed or overwritten; reconvert")
             return
-        linears = [lin for lin in graph.linears if _quantized(lin) and sum(lin.external[:3]) <= size]
+        linears = [lin for lin in graph.linears if _quantized(lin) and _inside(lin.external[:3], size)]
         wrong = [lin for lin in linears if reader[lin.external[0]:lin.external[0] + _header_len(lin)] != _header(lin)]
         _report(out, wrong, lambda lin: f"quant header does not match the graph ({lin.out_features}x{lin.in_features}"
                                         f", {lin.bits}-bit) at offset {lin.external[0]}: these bytes are not this "
@@ -45,7 +45,7 @@ def check(path: Path, graph: GraphFacts, size: int, out: Collector) -> None:
         _check_packed(reader, sound, out)
         _check_scales(reader, sound, out)
         norms = [(name, offset, length) for name, offset, length in graph.norms
-                 if 8 <= length and offset + length <= size]
+                 if length >= 8 and _inside((offset, length), size)]
         floats = _sample(reader, [[(offset, min(length, WINDOW) // 8 * 8)] for _, offset, length in norms], "<f4")
         _report(out, [name for (name, _, _), bad in zip(norms, floats.any_not_finite()) if bad],
                 lambda _: "norm weights hold NaN or infinity")
@@ -98,6 +98,11 @@ def _one_byte(reader: _Reader, size: int) -> int | None:
     return raw[0] if raw.count(raw[:1]) == len(raw) else None
 
 
+def _inside(span: Sequence[int], size: int) -> bool:
+    """Offset and lengths in the file (ranges outside it are check_weight_ranges' findings)."""
+    return min(span) >= 0 and sum(span) <= size
+
+
 def _quantized(lin: Linear) -> bool:
     return lin.bits in (2, 4, 8) and len(lin.external) >= 3 and lin.external[1] > _header_len(lin)
 
@@ -112,7 +117,10 @@ def _header(lin: Linear) -> bytes:
 
 @lru_cache(maxsize=64)
 def _expected_header(oc: int, ic: int, bits: int, int32: bool) -> bytes:
-    dims = np.array([oc, ic], dtype="<i4" if int32 else "<i2")
+    try:  # astype wraps like llmexport's own header writer; a dim beyond int64 fits no header
+        dims = np.array([oc, ic], dtype=np.int64).astype("<i4" if int32 else "<i2")
+    except OverflowError:
+        return b""
     weight_map = list(range(-(1 << (bits - 1)), 1 << (bits - 1)))
     weight_map.insert(0, 0 if len(weight_map) == 256 else len(weight_map))
     return b"\x02" + dims.tobytes() + np.array(weight_map, dtype=np.int8).tobytes()
