@@ -127,9 +127,14 @@ def measurements_from_provenance(record: dict[str, Any]) -> dict[str, Any]:
     for text in chosen.get("mismatched", []):
         kind = kinds.get(text, "other")
         categories[kind] = categories.get(kind, 0) + 1
-    return {"tokenizer": {"format": tokenizer["format"], "matched": chosen["matched"], "total": chosen["total"],
-                          "mismatched_categories": dict(sorted(categories.items()))},
-            "versions": record["versions"], "tool_version": record["tool"]["version"]}
+    found = {"tokenizer": {"format": tokenizer["format"], "matched": chosen["matched"], "total": chosen["total"],
+                           "mismatched_categories": dict(sorted(categories.items()))},
+             "versions": record["versions"], "tool_version": record["tool"]["version"]}
+    check = record.get("engine_check")
+    if isinstance(check, dict) and check.get("results"):  # packager engines check --record
+        found["engines"] = {"reference": check["reference_engine"], "prompts": check.get("prompts"),
+                            "results": list(check["results"])}
+    return found
 
 
 def gather_measurements(bundle: Path, provenance: Path | None = None, parity: dict[str, Any] | None = None,

@@ -108,6 +108,13 @@ class RuntimeCrashed(PackagerError):
     hint = "run packager validate on the bundle; the weights or graph are likely damaged"
 
 
+class EngineInstallFailed(PackagerError):
+    """An MNN engine could not be installed from PyPI into packager's engine cache."""
+
+    exit_code = 28
+    hint = "check that PyPI is reachable (pip's own settings apply) and that the folder is writable; rerun"
+
+
 # Longest excerpt of any user-supplied value that a message shows.
 MAX_SHOWN = 200
 
@@ -132,3 +139,4 @@ def from_os_error(exc: OSError, doing: str = "") -> FileSystemError:
 VALIDATION_FAILED = 30
 CHECKSUM_MISMATCH = 31
 VERIFY_FAILED = 50
+ENGINES_CHECK_FAILED = 32

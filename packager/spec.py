@@ -20,6 +20,7 @@ class ConvertSettings:
     lora: Path | None = None
     quant_bits: int | None = None
     quant_block: int | None = None
+    engine: str | None = None  # the oldest MNN the bundle must run on ("newest" or MAJOR.MINOR.PATCH)
 
 
 @dataclass(frozen=True)
@@ -194,7 +195,8 @@ def from_dict(data: dict[str, Any], path: Path | None = None) -> ReleaseSpec:
     return ReleaseSpec(
         path=path, data=data,
         convert=ConvertSettings(source=_relative(path, convert.get("source")), lora=_relative(path, convert.get("lora")),
-                                quant_bits=convert.get("quant_bits"), quant_block=convert.get("quant_block")),
+                                quant_bits=convert.get("quant_bits"), quant_block=convert.get("quant_block"),
+                                engine=convert.get("engine")),
         runtime=RuntimeOverrides(main=runtime.get("main", {}), draft=runtime.get("draft", {}),
                                  opencl=runtime.get("opencl", {}),
                                  compatible_targets=runtime.get("compatible_targets"),

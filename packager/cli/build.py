@@ -24,13 +24,20 @@ from . import StderrProgress, _emit, _path, cli
 @click.option("--reference", is_flag=True,
               help="Let llmexport load the whole model and quantize it (slow; the path the default streaming "
                    "conversion is tested byte for byte against).")
+@click.option("--engine", "engine", metavar="VERSION",
+              help="The oldest MNN engine the bundle must run on, e.g. 3.4.1 (3.1.0 to 3.6.1): packager picks the "
+                   "converter options (no C4 attention fusion before 3.6.1) and a tokenizer format that engine "
+                   "reads.  [default: newest]")
 @click.option("--quiet", is_flag=True, help="No progress on stderr.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def convert(checkpoint: Path, out: Path, lora: Path | None, spec_path: Path | None, quant_bits: int | None,
-            quant_block: int | None, force: bool, reference: bool, quiet: bool, as_json: bool) -> None:
+            quant_block: int | None, force: bool, reference: bool, engine: str | None, quiet: bool,
+            as_json: bool) -> None:
     """Convert a Qwen3 checkpoint (optionally + LoRA) into the ten-file MNN bundle.
 
     Example: packager convert ./qwen3-draft --lora ./adapter --out ./bundle --quant-bits 4 --quant-block 128
+
+    Example: packager convert ./qwen3-draft --out ./bundle-3.4 --engine 3.4.1
     """
     from .. import spec as spec_module
     from ..convert.pipeline import ConvertRequest
@@ -39,12 +46,14 @@ def convert(checkpoint: Path, out: Path, lora: Path | None, spec_path: Path | No
     spec = spec_module.load(spec_path) if spec_path else None
     result = run_convert(ConvertRequest(checkpoint=checkpoint, out=out, adapter=lora, spec=spec,
                                         quant_bits=quant_bits, quant_block=quant_block, force=force,
-                                        reference=reference),
+                                        reference=reference, engine=engine),
                          progress=StderrProgress(quiet))
     summary = {
         "bundle": str(result.out), "files": result.sizes, "xxh3_128": result.digests,
         "quant": {"bits": result.quant_bits, "block": result.quant_block}, "weights": result.path,
         "min_mnn_engine": result.engine.text, "min_mnn_engine_because": list(result.engine.reasons),
+        "engine_target": {"requested": result.target.requested, "version": result.target.text,
+                          "converter_flags": list(result.target.converter_flags)},
         "tokenizer": {"format": result.tokenizer.format,
                       "agreement": {a.format: f"{a.matched}/{a.total}" for a in result.tokenizer.agreements}},
         "graph_uuid": result.graph_uuid, "provenance": str(result.provenance),
@@ -60,7 +69,9 @@ def _convert_text(s: dict[str, Any]) -> str:
     agree = ", ".join(f"{k} {v}" for k, v in s["tokenizer"]["agreement"].items())
     lines = [f"bundle: {s['bundle']} ({len(s['files'])} files, {total / 1e6:.1f} MB)",
              f"quantization: {s['quant']['bits']}-bit, block {s['quant']['block']}",
-             f"minimum MNN engine: {s['min_mnn_engine']}",
+             f"minimum MNN engine: {s['min_mnn_engine']}"
+             + ("" if s["engine_target"]["requested"] == "newest" else
+                f" (built for --engine {s['engine_target']['requested']})"),
              f"tokenizer.txt format: {s['tokenizer']['format']} (agreement with HF: {agree})",
              f"provenance: {s['provenance']}"]
     lines += [f"warning: the sandbox blocked {item}" for item in s["sandbox_blocked"]]

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from .. import resources
 from ..bundle import FILES
-from ..engine import EngineRequirement, combine, graph_requirement
+from ..engine import DEFAULT_TARGET, EngineRequirement, EngineTarget, UnservedEngine, combine, format_version, \
+    graph_requirement, target
 from ..errors import ConversionFailed, InvalidOption, SpecError, shorten
 from ..hashing import xxh3_128_file
 from ..spec import ReleaseSpec
@@ -37,6 +38,7 @@ class ConvertRequest:
     quant_block: int | None = None
     force: bool = False
     reference: bool = False  # llmexport's whole-model path instead of the streaming one
+    engine: str | None = None  # the oldest MNN the bundle must run on ("newest" or None: the default)
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,7 @@ class ConvertResult:
     blocked: tuple[str, ...]
     warnings: tuple[str, ...] = ()
     path: str = "reference"  # how the weights were made: "streamed" or "reference"
+    target: EngineTarget = DEFAULT_TARGET
 
 
 def provenance_path(out: Path) -> Path:
@@ -85,6 +88,16 @@ def _quant(request: ConvertRequest, info: CheckpointInfo) -> tuple[int, int]:
     return bits, block
 
 
+def engine_target(request: ConvertRequest) -> EngineTarget:
+    """--engine, else the spec's [convert] engine, else newest; a version packager cannot serve is refused."""
+    settings = request.spec.convert if request.spec else None
+    requested = request.engine if request.engine is not None else (settings.engine if settings else None)
+    try:
+        return target(requested)
+    except UnservedEngine as exc:
+        raise InvalidOption(shorten(str(exc)), exc.hint) from None
+
+
 def convert(request: ConvertRequest, progress: Progress = lambda _: None,
             runner: Runner = run_worker) -> ConvertResult:
     """Inspect, export through the fenced worker, assemble, check, and move the bundle into place."""
@@ -92,43 +105,49 @@ def convert(request: ConvertRequest, progress: Progress = lambda _: None,
     adapter: AdapterInfo | None = inspect_adapter(request.adapter, info) if request.adapter else None
     warnings = tuple(w for w in [other_base_warning(adapter, info) if adapter else None] if w)
     bits, block = _quant(request, info)
+    goal = engine_target(request)
     out = request.out.absolute()
     protected = Protected(inputs=(info.path, *((adapter.path,) if adapter else ())))
     check_target(out, request.force, protected)
     corpus = resources.tokenizer_corpus()
     with StagedDir(out, request.force, protected, report=progress) as stage:
-        worker, path = _export(request, info, adapter, bits, block, stage.subdir("work"), corpus, runner, progress)
+        worker, path = _export(request, info, adapter, bits, block, stage.subdir("work"), corpus, runner, progress,
+                               goal)
         progress("assembling the bundle")
         built = stage.subdir("bundle")
-        engine, choice, graph_uuid = _assemble(worker, info, request, built, corpus)
+        engine, choice, graph_uuid = _assemble(worker, info, request, built, corpus, goal)
         progress("validating the bundle")
         _check_built(built, request.spec)
         digests = {name: xxh3_128_file(built / name) for name in FILES}
         sizes = {name: (built / name).stat().st_size for name in FILES}
         record = provenance.build(info=info, adapter=adapter, bits=bits, block=block, engine=engine,
                                   tokenizer=choice, digests=digests, versions=worker.versions,
-                                  graph_uuid=graph_uuid, blocked=worker.blocked, spec=request.spec, path=path)
+                                  graph_uuid=graph_uuid, blocked=worker.blocked, spec=request.spec, path=path,
+                                  target=goal)
         staged_record = stage.path / "provenance.json"  # type: ignore[operator]
         provenance.write(staged_record, record)
         stage.commit(built)
         os.replace(staged_record, provenance_path(out))
     return ConvertResult(out=out, sizes=sizes, digests=digests, engine=engine, tokenizer=choice,
                          quant_bits=bits, quant_block=block, graph_uuid=graph_uuid,
-                         provenance=provenance_path(out), blocked=worker.blocked, warnings=warnings, path=path)
+                         provenance=provenance_path(out), blocked=worker.blocked, warnings=warnings, path=path,
+                         target=goal)
 
 
 def _export(request: ConvertRequest, info: CheckpointInfo, adapter: AdapterInfo | None, bits: int, block: int,
-            workdir: Path, corpus: tuple[str, ...], runner: Runner, progress: Progress) -> tuple[WorkerResult, str]:
+            workdir: Path, corpus: tuple[str, ...], runner: Runner, progress: Progress,
+            goal: EngineTarget) -> tuple[WorkerResult, str]:
     """The streaming path when it can reproduce the reference bytes, else llmexport loading the whole model."""
     if not request.reference:
         try:
-            return stream.export(info, adapter, bits, block, workdir, corpus, runner, progress), "streamed"
+            return stream.export(info, adapter, bits, block, workdir, corpus, runner, progress,
+                                 fuse_c4=goal.fuse_c4), "streamed"
         except (StreamingUnsupported, LayoutUnknown) as exc:
             progress(f"streaming does not cover this checkpoint ({shorten(str(exc))}); loading the whole model instead")
             shutil.rmtree(workdir)
             workdir.mkdir()
     job = WorkerJob(source=info.path, adapter=adapter.path if adapter else None, workdir=workdir,
-                    quant_bits=bits, quant_block=block, stop_ids=info.stop_ids, corpus=corpus)
+                    quant_bits=bits, quant_block=block, stop_ids=info.stop_ids, corpus=corpus, fuse_c4=goal.fuse_c4)
     return runner(job, progress), "reference"
 
 
@@ -148,8 +167,13 @@ def _check_built(built: Path, spec: ReleaseSpec | None) -> None:
                            "nothing was written; please report this with the --debug output")
 
 
+def _built_how(goal: EngineTarget) -> str:
+    fusion = "C4 attention fusion kept" if goal.fuse_c4 else f"converter option {' '.join(goal.converter_flags)}"
+    return f"{fusion}, tokenizer formats MNN {format_version(goal.version)} reads"
+
+
 def _assemble(worker: WorkerResult, info: CheckpointInfo, request: ConvertRequest, built: Path,
-              corpus: tuple[str, ...]) -> tuple[EngineRequirement, TokenizerChoice, str]:
+              corpus: tuple[str, ...], goal: EngineTarget) -> tuple[EngineRequirement, TokenizerChoice, str]:
     export = worker.export_dir
     for name in ("llm.mnn", "llm.mnn.json", "llm.mnn.weight", "llm_config.json"):
         if not (export / name).is_file():
@@ -160,12 +184,19 @@ def _assemble(worker: WorkerResult, info: CheckpointInfo, request: ConvertReques
     reference = hf_encodings(info.path / "tokenizer.json", corpus)
     agreements = tuple(agreement(fmt, worker.encodings[fmt], reference, corpus)  # type: ignore[arg-type]
                        for fmt in ("text", "pipeline"))
-    choice = choose(agreements, graph_engine.version)
+    if not goal.default and graph_engine.version > goal.version:
+        raise ConversionFailed(f"the converter made a graph for MNN {graph_engine.text} although MNN {goal.text} "
+                               f"was asked for ({'; '.join(graph_engine.reasons)})")
+    # The default keeps every format the graph's engine reads; an --engine target only those it reads.
+    choice = choose(agreements, graph_engine.version if goal.default else goal.version)
     shutil.copyfile(worker.tokenizers[choice.format], built / "tokenizer.txt")
     tokenizer_engine = EngineRequirement(MIN_ENGINE[choice.format], (
         ("tokenizer.txt is in the PIPELINE format (type 4), first read by MNN 3.5.0",)
         if choice.format == "pipeline" else ()))
     engine = combine(graph_engine, tokenizer_engine)
+    if not goal.default:
+        engine = EngineRequirement(engine.version, (*engine.reasons, f"built for MNN {goal.text} and later "
+                                                    f"(--engine {goal.requested}; {_built_how(goal)})"))
     overrides = request.spec.runtime if request.spec else presets.RuntimeOverrides()
     for name, data in presets.render(overrides, engine).items():
         (built / name).write_bytes(data)

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..engine import EngineRequirement
+from ..engine import DEFAULT_TARGET, EngineRequirement, EngineTarget
 from ..hashing import xxh3_128_file
 from ..spec import ReleaseSpec
 from ..staging import write_atomic
@@ -32,7 +32,7 @@ def checkpoint_sources(folder: Path) -> dict[str, str]:
 def build(*, info: CheckpointInfo, adapter: AdapterInfo | None, bits: int, block: int,
           engine: EngineRequirement, tokenizer: TokenizerChoice, digests: dict[str, str],
           versions: dict[str, str], graph_uuid: str, blocked: tuple[str, ...],
-          spec: ReleaseSpec | None, path: str = "reference") -> dict[str, Any]:
+          spec: ReleaseSpec | None, path: str = "reference", target: EngineTarget = DEFAULT_TARGET) -> dict[str, Any]:
     return {
         "tool": {"name": "packager", "version": __version__},
         "versions": versions,
@@ -43,7 +43,9 @@ def build(*, info: CheckpointInfo, adapter: AdapterInfo | None, bits: int, block
             "target_modules": list(adapter.target_modules), "base_model": adapter.base_model,
             "files_xxh3_128": _sources(adapter.path, ADAPTER_FILES)},
         "options": {"quant_bits": bits, "quant_block": block, "spec": str(spec.path) if spec and spec.path else None,
-                    "weights": path},
+                    "weights": path,
+                    "engine": {"requested": target.requested, "version": target.text,
+                               "converter_flags": list(target.converter_flags)}},
         "min_mnn_engine": {"version": engine.text, "because": list(engine.reasons)},
         "tokenizer": {
             "format": tokenizer.format, "reason": tokenizer.reason, "stop_ids": list(info.stop_ids),

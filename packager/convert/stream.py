@@ -31,13 +31,13 @@ GRAPH_VERSIONS = ("mnn", "llmexport", "torch", "transformers", "onnx", "tokenize
 
 
 def export(info: CheckpointInfo, adapter: AdapterInfo | None, bits: int, block: int, workdir: Path,
-           corpus: tuple[str, ...], runner: Runner, progress: Progress) -> WorkerResult:
+           corpus: tuple[str, ...], runner: Runner, progress: Progress, fuse_c4: bool = True) -> WorkerResult:
     """Fill `workdir/export` with the graph files, both tokenizer candidates and the streamed weight file."""
     refs = weightwriter.index(info.weight_files)
     dtype = _compute_dtype(info, refs, adapter)
     saved, loras = _adapter_tensors(adapter, info) if adapter else ({}, {})
     classes = weightwriter.equality_classes({**refs, **saved}, unique=set(loras))
-    entry_key = graphcache.key(_key_fields(info, bits, block, dtype, classes, corpus))
+    entry_key = graphcache.key(_key_fields(info, bits, block, dtype, classes, corpus, fuse_c4))
     spec = QuantSpec(bits, block)
     export_dir = workdir / "export"
     export_dir.mkdir()
@@ -58,7 +58,8 @@ def export(info: CheckpointInfo, adapter: AdapterInfo | None, bits: int, block: 
                                    shape.head_dim, shape.intermediate_size, shape.vocab_size, spec)
         with ThreadPoolExecutor(max_workers=1) as background:
             early = background.submit(write, predicted)
-            entry = _build(info, adapter, bits, block, workdir, corpus, runner, progress, dtype, classes, entry_key)
+            entry = _build(info, adapter, bits, block, workdir, corpus, runner, progress, dtype, classes, entry_key,
+                           fuse_c4)
             early.result()
     else:
         progress(f"graph cache hit ({entry_key[:12]})")
@@ -108,32 +109,36 @@ def _adapter_tensors(adapter: AdapterInfo, info: CheckpointInfo) -> tuple[dict[s
 
 
 def _key_fields(info: CheckpointInfo, bits: int, block: int, dtype: str, classes: tuple[tuple[str, int], ...],
-                corpus: tuple[str, ...]) -> dict[str, Any]:
+                corpus: tuple[str, ...], fuse_c4: bool = True) -> dict[str, Any]:
     config = {k: v for k, v in read_json(info.path / "config.json", StreamingUnsupported).items()
               if k not in ("_name_or_path", "transformers_version")}
     names = (*TOKENIZER_FILES, *DERIVABLE_TOKENIZER_FILES, *OPTIONAL_TOKENIZER_FILES)
     tokenizer = {n: xxh3_128_file(info.path / n) for n in names if (info.path / n).is_file()}
-    return {"config": config, "dtype": dtype, "equal_tensors": [c for _, c in classes], "bits": bits, "block": block,
-            "tokenizer": tokenizer, "stop_ids": list(info.stop_ids), "packager": __version__,
-            "versions": installed(GRAPH_VERSIONS),
-            "corpus": xxh3_128_bytes(json.dumps(corpus, ensure_ascii=True).encode("ascii"))}
+    fields = {"config": config, "dtype": dtype, "equal_tensors": [c for _, c in classes], "bits": bits,
+              "block": block, "tokenizer": tokenizer, "stop_ids": list(info.stop_ids), "packager": __version__,
+              "versions": installed(GRAPH_VERSIONS),
+              "corpus": xxh3_128_bytes(json.dumps(corpus, ensure_ascii=True).encode("ascii"))}
+    if not fuse_c4:  # only then, so the default's keys (and cached entries) stay what they were
+        fields["fuse_c4"] = False
+    return fields
 
 
 def _build(info: CheckpointInfo, adapter: AdapterInfo | None, bits: int, block: int, workdir: Path,
            corpus: tuple[str, ...], runner: Runner, progress: Progress, dtype: str,
-           classes: tuple[tuple[str, int], ...], entry_key: str) -> Path:
+           classes: tuple[tuple[str, int], ...], entry_key: str, fuse_c4: bool = True) -> Path:
     graph_work = workdir / "graph"
     graph_work.mkdir()
     result = runner(WorkerJob(source=info.path, adapter=None, workdir=graph_work, quant_bits=bits, quant_block=block,
                               stop_ids=info.stop_ids, corpus=corpus, graph_only=True, graph_dtype=dtype,
-                              equal_tensors=classes), progress)
+                              equal_tensors=classes, fuse_c4=fuse_c4), progress)
     export = result.export_dir
     files = {name: export / name for name in ("llm.mnn", "llm.mnn.json", "llm_config.json")}
     files["tokenizer.mtok"] = result.tokenizers["pipeline"]
     files["tokenizer-text.txt"] = result.tokenizers["text"]
     shape = info.shape
     describe = (f"{info.model_type} hidden {shape.hidden_size} x {shape.num_layers} layers, {dtype}, "
-                f"{bits}-bit {'per-channel' if block == 0 else f'block {block}'}")
+                f"{bits}-bit {'per-channel' if block == 0 else f'block {block}'}"
+                f"{'' if fuse_c4 else ', no C4 fusion'}")
     meta = {"describe": describe, "encodings": result.encodings, "versions": result.versions,
             "adapter": bool(adapter)}
     return graphcache.store(entry_key, files, meta)

@@ -17,6 +17,7 @@ import types
 from pathlib import Path
 from typing import Any
 
+from ..engine import NO_C4_FUSION
 from ..versions import installed
 from .sandbox import Fence
 
@@ -82,6 +83,8 @@ def _export(job: dict[str, Any], source: Path, tokenizer_dir: Path, events: Even
     ])
     if job.get("graph_only"):
         _skeleton_like_checkpoint(job["graph_dtype"], job["equal_tensors"])
+    if not job.get("fuse_c4", True):
+        _without_c4_fusion(MNNConverter)
     _wrap(MNNConverter, "onnx2mnn", "converting the ONNX graph with MNN", events)
     _wrap(MNNConverter, "rebuild", f"quantizing weights ({job['quant_bits']}-bit, block {job['quant_block']})",
           events)
@@ -92,6 +95,22 @@ def _export(job: dict[str, Any], source: Path, tokenizer_dir: Path, events: Even
     _wrap(exporter, "export_onnx", "exporting the ONNX graph", events)
     exporter.export("mnn")
     return dst
+
+
+# MNNConvert runs FuseTransformerC4 only in the MNN-to-MNN pass at --optimizeLevel=1 (llmexport's removeDupOps;
+# tools/converter/source/common/cli.cpp, MNN 3.6.1), unless --transformerFuseC4 is 0.
+
+
+def _without_c4_fusion(converter: Any) -> None:
+    """Every MNNConvert run llmexport makes that would fuse attention to C4 gets --transformerFuseC4=0."""
+    original = converter.convert
+
+    def convert(self: Any, convert_args: list[str]) -> Any:
+        if "--optimizeLevel=1" in convert_args:
+            convert_args = [*convert_args, NO_C4_FUSION]
+        return original(self, convert_args)
+
+    converter.convert = convert
 
 
 def _skeleton_like_checkpoint(dtype: str, classes: dict[str, int]) -> None:

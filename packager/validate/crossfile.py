@@ -7,7 +7,7 @@ from typing import Any
 
 from ..convert.checkpoint import QWEN3_STOP_IDS
 from ..convert.tokenizer import MIN_ENGINE, TYPES, HeaderError, TokenizerHeader, read_header
-from ..engine import C4_FUSION, parse_version
+from ..engine import C4_FUSION, OLDEST, WHY_OLDEST, format_version, parse_version
 from ..errors import shorten
 from .findings import Collector, pointer
 from .graph import GraphFacts
@@ -185,6 +185,10 @@ def check_engine(docs: Docs, graph: GraphFacts | None, header: TokenizerHeader |
         needs.append((C4_FUSION, "the graph uses C4-fused attention"))
     if header is not None and TYPES.get(header.type) == "pipeline":
         needs.append((MIN_ENGINE["pipeline"], "tokenizer.txt is in the PIPELINE format"))
+    if version < OLDEST:  # --engine bundles: no C4 fusion and a text tokenizer still need a proven engine
+        out.warning("runtime_config.json", "/min_mnn_engine/version",
+                    f"declares {shorten(declared['version'])}, older than any engine a bundle is proven to load in "
+                    f"({format_version(OLDEST)}: {WHY_OLDEST})")
     for need, why in needs:
         if version < need:
             out.error("runtime_config.json", "/min_mnn_engine/version",

@@ -1,0 +1,1 @@
+"""`packager engines check`: a bundle in each real MNN engine from PyPI, against the current one."""
