@@ -48,6 +48,7 @@ def main() -> None:
     args = parser.parse_args()
     work = args.work.absolute()
     os.environ.setdefault("PACKAGER_ENGINES_DIR", str(work / "engines"))
+    os.environ.setdefault("PACKAGER_CACHE_DIR", str(work / "graph-cache"))  # convert_bench.py's graph cache
     if args.tiny:
         ckpt = work / "tiny-qwen3"
         if not ckpt.exists():

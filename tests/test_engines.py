@@ -19,7 +19,7 @@ from packager.convert import graphcache, stream
 from packager.convert.pipeline import ConvertRequest, ConvertResult, convert
 from packager.engine import NEWEST, OLDEST, UnservedEngine, format_version, target
 from packager.enginecheck import venvs
-from packager.enginecheck.check import check
+from packager.enginecheck.check import check, run_probe
 from packager.errors import InvalidOption
 from packager.validate import validate
 from tests.conftest import run_cli
@@ -181,6 +181,19 @@ def test_oldest_engine_bundle_loads_and_agrees_in_the_oldest_engine_and_in_3_6_1
         assert row.loads and row.agrees, row
         assert row.top1 == row.prompts and row.same_ids == row.prompts and row.min_cosine >= 0.99
     assert report.failures() == []
+
+
+def test_the_probe_imports_only_mnn_and_numpy(oldest: ConvertResult) -> None:
+    found = run_probe(venvs.ensure(OLDEST_TEXT).python, oldest.out, None)
+    assert found["loads"] and found["modules"] == ["MNN", "_mnncengine", "numpy"]
+    assert found["mnn_tools_imported"] is False  # MNN's telemetry (pip install, upload) lives in MNN.tools
+
+
+def test_engine_3_5_keeps_the_pipeline_tokenizer_without_c4(tiny_checkpoint: Path, oldest: ConvertResult,
+                                                            tmp_path: Path) -> None:
+    result = convert(ConvertRequest(checkpoint=tiny_checkpoint, out=tmp_path / "b", engine="3.5.0"))
+    assert result.tokenizer.format == "pipeline" and result.engine.text == "3.5.0"
+    assert (result.out / "llm.mnn").read_bytes() == (oldest.out / "llm.mnn").read_bytes()
 
 
 def test_default_bundle_crashes_the_oldest_engine_and_the_check_says_so(bundle4: ConvertResult,

@@ -59,7 +59,13 @@ def main(request_path):
     engine.reset()
     _stage(out, "write")
     np.save(os.path.join(out, "logits.npy"), np.stack(rows))
-    return {"loads": True, "ids": own}
+    return {"loads": True, "ids": own, "modules": _third_party(), "mnn_tools_imported": "MNN.tools" in sys.modules}
+
+
+def _third_party():
+    """Top-level modules from outside the standard library this process imported (MNN and numpy only)."""
+    names = {name.split(".")[0] for name in sys.modules}
+    return sorted(n for n in names if n not in sys.stdlib_module_names and not n.startswith("_") or n == "_mnncengine")
 
 
 if __name__ == "__main__":
