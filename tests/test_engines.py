@@ -19,7 +19,7 @@ from packager.convert import graphcache, stream
 from packager.convert.pipeline import ConvertRequest, ConvertResult, convert
 from packager.engine import NEWEST, OLDEST, UnservedEngine, format_version, target
 from packager.enginecheck import venvs
-from packager.enginecheck.check import check, run_probe
+from packager.enginecheck.check import check, compare, run_probe
 from packager.errors import InvalidOption
 from packager.validate import validate
 from tests.conftest import run_cli
@@ -187,6 +187,20 @@ def test_the_probe_imports_only_mnn_and_numpy(oldest: ConvertResult) -> None:
     found = run_probe(venvs.ensure(OLDEST_TEXT).python, oldest.out, None)
     assert found["loads"] and found["modules"] == ["MNN", "_mnncengine", "numpy"]
     assert found["mnn_tools_imported"] is False  # MNN's telemetry (pip install, upload) lives in MNN.tools
+
+
+def test_the_check_tells_disagreeing_logits_from_agreeing_ones(oldest: ConvertResult) -> None:
+    """Real logits of the bundle, then the same with one prompt's argmax moved (as a wrong engine would)."""
+    found = run_probe(venvs.ensure("3.6.1").python, oldest.out, None)
+    ids, logits = found["ids"], found["logits"]
+    assert compare("x", found, ids, logits).agrees
+    wrong = logits.copy()
+    wrong[0, int(wrong[0].argmin())] = float(wrong[0].max()) + 1.0
+    verdict = compare("x", {**found, "logits": wrong}, ids, logits)
+    assert not verdict.agrees and verdict.top1 == len(ids) - 1 and verdict.verdict == "loads, logits DISAGREE"
+    nan = logits.copy()
+    nan[1, 0] = float("nan")
+    assert not compare("x", {**found, "logits": nan}, ids, logits).agrees
 
 
 def test_engine_3_5_keeps_the_pipeline_tokenizer_without_c4(tiny_checkpoint: Path, oldest: ConvertResult,
