@@ -250,10 +250,14 @@ def test_engines_check_refuses_versions_not_on_pypi(bundle4: ConvertResult, vers
 
 def test_damaged_engine_environment_is_rebuilt_and_two_checks_can_install_at_once(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A real environment whose marker and files look right but whose engine library is gone.
+    good = venvs.ensure(OLDEST_TEXT)
     monkeypatch.setenv("PACKAGER_ENGINES_DIR", str(tmp_path / "engines"))
     damaged = tmp_path / "engines" / f"mnn-{OLDEST_TEXT}"
-    (damaged / "bin").mkdir(parents=True)
-    (damaged / venvs.MARKER).write_text("{not json", encoding="utf-8")
+    shutil.copytree(good.path, damaged, symlinks=True)
+    for library in damaged.glob("lib/python*/site-packages/_mnncengine*.so"):
+        library.write_bytes(b"truncated")
+    assert venvs._intact(damaged, OLDEST_TEXT) and not venvs._runs(damaged)
     found: list[venvs.Engine] = []
     errors: list[BaseException] = []
 
@@ -271,7 +275,9 @@ def test_damaged_engine_environment_is_rebuilt_and_two_checks_can_install_at_onc
     assert not errors and len(found) == 2 and found[0].path == found[1].path == damaged
     leftovers = [p.name for p in (tmp_path / "engines").iterdir() if not p.name.endswith(".lock")]
     assert leftovers == [damaged.name]  # no half-made environment left behind
-    assert [e.version for e in venvs.installed()] == [OLDEST_TEXT]
+    assert [e.version for e in venvs.installed()] == [OLDEST_TEXT] and venvs._runs(damaged)
+    (damaged / venvs.MARKER).write_text("{not json", encoding="utf-8")  # an install killed before its marker
+    assert not venvs.installed()  # ensure() would install it again, as above
 
 
 def test_engines_help_has_examples() -> None:

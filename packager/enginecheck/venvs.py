@@ -59,17 +59,28 @@ def _intact(folder: Path, version: str) -> bool:
         d.name.lower() == f"mnn-{version}.dist-info" for s in site for d in s.glob("*.dist-info"))
 
 
+def _runs(folder: Path) -> bool:
+    """The environment's interpreter starts and imports MNN's engine (a removed base Python, a truncated
+    library or a broken numpy show here, not as a verdict on the bundle)."""
+    try:
+        done = subprocess.run([str(folder / "bin" / "python"), "-I", "-c", "import numpy, _mnncengine"],
+                              stdin=subprocess.DEVNULL, capture_output=True, cwd=folder)
+    except OSError:
+        return False
+    return done.returncode == 0
+
+
 def ensure(version: str, report: Report = lambda _: None) -> Engine:
     """The environment of MNN `version`, installed from PyPI on first use (one installer at a time per version:
     a concurrent check waits for it, then finds the environment made)."""
     folder = _folder(version)
-    if _intact(folder, version):
+    if _intact(folder, version) and _runs(folder):
         return Engine(version, folder)
     base = root()
     base.mkdir(parents=True, exist_ok=True)
     with open(base / f".mnn-{version}.lock", "a+b") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not _intact(folder, version):
+        if not (_intact(folder, version) and _runs(folder)):
             if folder.exists() or folder.is_symlink():
                 report(f"MNN {version}'s environment in {folder} is damaged; removing it and installing again")
                 _remove(folder)
@@ -85,8 +96,8 @@ def _install(version: str, base: Path, folder: Path, report: Report) -> None:
         _run([str(temp / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
               "--no-input", f"mnn=={version}"], version)
         (temp / MARKER).write_text(json.dumps({"mnn": version, "python": sys.version.split()[0]}), encoding="utf-8")
-        if not _intact(temp, version):
-            raise EngineInstallFailed(f"pip installed something other than MNN {version} into {temp}")
+        if not (_intact(temp, version) and _runs(temp)):
+            raise EngineInstallFailed(f"pip installed MNN {version} into {temp}, but it does not import")
         os.rename(temp, folder)
     finally:
         shutil.rmtree(temp, ignore_errors=True)
