@@ -68,11 +68,18 @@ def test_cli_refuses_an_unserved_engine_in_one_line(tiny_checkpoint: Path, tmp_p
         assert not (tmp_path / "b").exists()
 
 
-def test_spec_engine_is_checked_by_the_schema(tiny_checkpoint: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("value, reason", [("3.4", "does not match"), ("3.2.0", "no LLM runtime")])
+def test_spec_engine_is_checked(tiny_checkpoint: Path, tmp_path: Path, value: str, reason: str) -> None:
     spec = tmp_path / "release.toml"
-    spec.write_text('[convert]\nengine = "3.4"\n', encoding="utf-8")
+    spec.write_text(f'[convert]\nengine = "{value}"\n', encoding="utf-8")
     result = run_cli("convert", str(tiny_checkpoint), "--out", str(tmp_path / "b"), "--spec", str(spec))
-    assert result.returncode == 17 and "convert.engine" in result.stderr
+    assert result.returncode == 17 and "convert.engine" in result.stderr and reason in result.stderr, result.stderr
+    if reason == "does not match":
+        return  # the schema refuses the spec before any flag is read
+    # The flag wins over the spec.
+    flagged = run_cli("convert", str(tiny_checkpoint), "--out", str(tmp_path / "b"), "--spec", str(spec),
+                      "--engine", "99.0.0")
+    assert flagged.returncode == InvalidOption.exit_code and "--engine 99.0.0" in flagged.stderr
 
 
 # --- what the oldest-engine bundle is -------------------------------------------------------------------

@@ -91,10 +91,14 @@ def _quant(request: ConvertRequest, info: CheckpointInfo) -> tuple[int, int]:
 def engine_target(request: ConvertRequest) -> EngineTarget:
     """--engine, else the spec's [convert] engine, else newest; a version packager cannot serve is refused."""
     settings = request.spec.convert if request.spec else None
-    requested = request.engine if request.engine is not None else (settings.engine if settings else None)
+    from_spec = request.engine is None and settings is not None and settings.engine is not None
+    requested = settings.engine if from_spec else request.engine  # type: ignore[union-attr]
     try:
         return target(requested)
     except UnservedEngine as exc:
+        if from_spec:
+            where = request.spec.path or "the release spec"  # type: ignore[union-attr]
+            raise SpecError(f"{where}: convert.engine: {shorten(str(exc))}", exc.hint) from None
         raise InvalidOption(shorten(str(exc)), exc.hint) from None
 
 
