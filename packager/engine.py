@@ -87,12 +87,6 @@ class EngineTarget:
     def converter_flags(self) -> tuple[str, ...]:
         return () if self.fuse_c4 else (NO_C4_FUSION,)
 
-    def describe(self) -> str:
-        if self.default:
-            return f"the newest engine (MNN {self.text}): C4-fused attention, any tokenizer format"
-        fusion = "C4-fused attention" if self.fuse_c4 else f"no C4 attention fusion ({NO_C4_FUSION})"
-        return f"MNN {self.text} (--engine {self.requested}): {fusion}, tokenizer formats MNN {self.text} reads"
-
 
 # MNNConvert's switch for the FuseTransformerC4 pass (tools/converter/source/common/cli.cpp, MNN 3.6.1).
 NO_C4_FUSION = "--transformerFuseC4=0"
