@@ -125,3 +125,21 @@ def test_unreadable_source_tokenizer_is_one_line(bundle4: ConvertResult, tiny_ch
     result = run_cli("verify", str(bundle4.out), "--source", str(source), "--quiet")
     assert result.returncode == 15 and result.stderr.count("\n") == 1, result.stderr[-2000:]
     assert f"cannot load {source}/tokenizer.json" in result.stderr
+
+
+@pytest.mark.parametrize("signal_number, words", [
+    (9, "was killed (SIGKILL; often the out-of-memory killer) while running encode on the bundle"),
+    (6, "crashed (SIGABRT, signal 6) while running encode on the bundle"),
+])
+def test_a_killed_runtime_child_is_named_by_its_signal(bundle4: ConvertResult, signal_number: int,
+                                                       words: str) -> None:
+    import os
+
+    from packager.errors import RuntimeCrashed
+    from packager.pair.child import MNNModel
+
+    model = MNNModel(bundle4.out)
+    os.kill(model._process.pid, signal_number)  # what the OOM killer or an abort inside MNN does
+    with pytest.raises(RuntimeCrashed) as caught:
+        model.encode("hello")
+    assert caught.value.exit_code == 27 and f"the MNN runtime {words} {bundle4.out}" == caught.value.message
