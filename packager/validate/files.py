@@ -23,7 +23,7 @@ def open_folder(bundle: Path) -> dict[str, os.DirEntry[str]]:
     try:
         mode = os.stat(bundle).st_mode
         if not stat.S_ISDIR(mode):
-            kind = "a file" if stat.S_ISREG(mode) else "not a folder"
+            kind = "a file" if stat.S_ISREG(mode) else "a device, pipe or socket"
             raise BundleError(f"{shown} is {kind}, not a bundle folder",
                               "pass the folder that holds the ten bundle files (config.json, llm.mnn, ...)")
         with os.scandir(bundle) as entries:
