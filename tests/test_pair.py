@@ -122,3 +122,9 @@ def test_malformed_bundle_files_in_pair_are_one_line(bundle4: ConvertResult, tmp
     assert result.returncode == 51 and result.stderr.count("\n") == 1, result.stderr[-2000:]
     assert f"packager: error: {draft} is malformed (line 1 is '430 7777" in result.stderr
     assert len(result.stderr) < 700  # the 3,000-character line is shortened
+
+
+def test_too_few_tokens_is_a_usage_error_before_anything_loads(tmp_path: Path) -> None:
+    # Fewer than 8 would leave the timings no cached context (an empty forward crashes MNN).
+    result = run_cli("pair", str(tmp_path), str(tmp_path), "--tokens", "0")
+    assert result.returncode == 2 and "Invalid value for '--tokens': 0 is not in the range 8<=x<=4096" in result.stderr

@@ -55,7 +55,9 @@ def verify(ctx: click.Context, bundle: Path, source: Path, prompts_file: Path | 
 @cli.command("pair")
 @click.argument("draft", type=_path(exists=True, file_okay=False))
 @click.argument("target", type=_path(exists=True, file_okay=False))
-@click.option("--tokens", "new_tokens", type=int, default=32, show_default=True, help="Greedy tokens per prompt.")
+# At least 8: the timings need a cached context before the d + 1 tokens they verify.
+@click.option("--tokens", "new_tokens", type=click.IntRange(min=8, max=4096), default=32, show_default=True,
+              help="Greedy tokens per prompt.")
 @click.option("--prompts", "prompts_file", type=_path(exists=True, dir_okay=False),
               help="Prompts, one per line (or JSON).  [default: the built-in set]")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
