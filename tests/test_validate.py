@@ -380,3 +380,14 @@ def test_schemas_are_self_contained_and_in_sync() -> None:
     for name in ("config", "draft_config", "config_opencl", "release"):
         assert resources.schema(name)["$defs"]["keys"] == keys, name
     assert resources.schema("llm_config")["properties"]["jinja"]["properties"] == keys["jinja"]["properties"]
+
+
+def test_a_damaged_weight_file_gives_a_short_report(copy_of: Path) -> None:
+    (copy_of / "llm.mnn.weight").write_bytes(b"")
+    mutate(copy_of, {"op": "set", "file": "llm_config.json", "pointer": "/tie_embeddings/3", "value": 8})
+    errors = validate(copy_of).errors
+    past = [f for f in errors if "ends past llm.mnn.weight" in f.message]
+    bits = [f for f in errors if "4-bit weights, the bundle declares 8" in f.message]
+    assert len(past) == 9 and past[-1].message.startswith("16 more ops whose weights end past the file (the last: ")
+    assert len(bits) == 9 and bits[-1].message.startswith("7 more linears that differ (the last: /oplists (/lm/")
+    assert ("llm.mnn.weight", "is empty") in {(f.file, f.message) for f in errors}

@@ -9,7 +9,7 @@ from ..convert.checkpoint import QWEN3_STOP_IDS
 from ..convert.tokenizer import MIN_ENGINE, TYPES, HeaderError, TokenizerHeader, read_header
 from ..engine import C4_FUSION, OLDEST, WHY_OLDEST, format_version, parse_version
 from ..errors import shorten
-from .findings import Collector, pointer
+from .findings import Collector, pointer, report_capped
 from .graph import GraphFacts
 
 Docs = dict[str, Any]  # file name -> parsed JSON object, or None when missing/unparsable
@@ -108,11 +108,13 @@ def check_model_settings(docs: Docs, graph: GraphFacts | None, weight_size: int 
         out.error("llm_config.json", "/tie_embeddings", f"alpha size {s} != {vocab * per_row} for block {block}")
     if weight_size is not None and a + s > weight_size:
         out.error("llm_config.json", "/tie_embeddings", f"ends at byte {a + s}, past llm.mnn.weight ({weight_size})")
+    rows = []
     for lin in graph.linears:
         if lin.bits is not None and lin.bits != bits:
-            out.error("llm.mnn.json", f"/oplists ({lin.name})", f"{lin.bits}-bit weights, the bundle declares {bits}")
+            rows.append((f"/oplists ({lin.name})", f"{lin.bits}-bit weights, the bundle declares {bits}"))
         elif lin.block is not None and block and lin.block != block:
-            out.error("llm.mnn.json", f"/oplists ({lin.name})", f"quant block {lin.block}, the bundle declares {block}")
+            rows.append((f"/oplists ({lin.name})", f"quant block {lin.block}, the bundle declares {block}"))
+    report_capped(out, "llm.mnn.json", rows, "linears that differ")
 
 
 def _tie(value: Any) -> tuple[int, int, int, int, int] | None:
@@ -127,16 +129,17 @@ def _tie(value: Any) -> tuple[int, int, int, int, int] | None:
 
 def check_weight_ranges(graph: GraphFacts, weight_size: int, out: Collector) -> None:
     """Every external range lies inside llm.mnn.weight, and together they cover it exactly, without overlap."""
-    position = 0
+    position, past = 0, []
     for name, offset, length in sorted(graph.ranges, key=lambda r: r[1]):
         if offset + length > weight_size:
-            out.error("llm.mnn.json", f"/oplists ({name})", f"weight range {offset}+{length} ends past "
-                                                             f"llm.mnn.weight ({weight_size} bytes)")
+            past.append((f"/oplists ({name})", f"weight range {offset}+{length} ends past llm.mnn.weight "
+                                               f"({weight_size} bytes)"))
         elif offset < position:
             out.error("llm.mnn.json", f"/oplists ({name})", f"weight range at {offset} overlaps the previous one")
         elif offset > position:
             out.error("llm.mnn.weight", "", f"bytes {position}..{offset} of llm.mnn.weight belong to no op")
         position = max(position, offset + length)
+    report_capped(out, "llm.mnn.json", past, "ops whose weights end past the file")
     if position < weight_size:
         out.error("llm.mnn.weight", "", f"{weight_size - position} trailing bytes belong to no op "
                                          f"(the graph covers {position} of {weight_size})")

@@ -10,6 +10,7 @@ from ..errors import shorten
 
 Severity = Literal["error", "warning"]
 MAX_MESSAGE = 600  # a message quotes at most a few values, each shortened to MAX_SHOWN
+SHOWN = 8  # findings of one kind listed before the rest are summed up in one line
 
 
 @dataclass(frozen=True)
@@ -82,3 +83,13 @@ class Collector:
     def _add(self, file: str, where: str, severity: Severity, message: str, **kw: int | None) -> None:
         finding = Finding(file, shorten(where), severity, shorten(message, MAX_MESSAGE), **kw)  # type: ignore[arg-type]
         self.items.append(finding)
+
+
+def report_capped(out: Collector, file: str, rows: list[tuple[str, str]], what: str) -> None:
+    """Errors (pointer, message) of one kind: the first SHOWN, then one line for the rest, so a damaged
+    0.6B bundle (some 300 ops) gives a readable report."""
+    for where, message in rows[:SHOWN]:
+        out.error(file, where, message)
+    if len(rows) > SHOWN:
+        where, message = rows[-1]
+        out.error(file, "", f"{len(rows) - SHOWN} more {what} (the last: {where}: {message})")

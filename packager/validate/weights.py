@@ -15,13 +15,12 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .findings import Collector
+from .findings import Collector, report_capped
 from .graph import GraphFacts, Linear
 
 WEIGHT = "llm.mnn.weight"
 WINDOW = 512  # bytes per sampled window
 FILE_WINDOWS = 64
-SHOWN = 8  # findings of one kind listed before the rest are summed up in one line
 Span = tuple[int, int]  # (offset, length) in the file
 
 
@@ -165,10 +164,6 @@ def _check_scales(reader: _Reader, linears: list[Linear], out: Collector) -> Non
 
 
 def _report(out: Collector, bad: list, message: Callable) -> None:  # type: ignore[type-arg]
-    """One finding per tensor (named), the first SHOWN of them, then one line for the rest."""
-    names = [item if isinstance(item, str) else item.name for item in bad]
-    for item, name in list(zip(bad, names))[:SHOWN]:
-        out.error(WEIGHT, f"tensor {name}", message(item))
-    if len(bad) > SHOWN:
-        out.error(WEIGHT, "", f"{len(bad) - SHOWN} more tensors with the same problem (the last: {names[-1]}): "
-                              f"{message(bad[-1])}")
+    """One finding per tensor, named."""
+    rows = [(f"tensor {item if isinstance(item, str) else item.name}", message(item)) for item in bad]
+    report_capped(out, WEIGHT, rows, "tensors with the same problem")
