@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import secrets
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
@@ -120,15 +121,18 @@ def upload(request: UploadRequest, progress: Progress = lambda _: None,
            sleep: Callable[[float], None] = time.sleep) -> UploadResult:
     """Check everything, then one pinned commit with every changed file (none if nothing changed), verify, tag."""
     check_names(request.repo_id, request.revision, request.tag)
-    names = local_files(request.bundle)
-    hub = connect(request.endpoint, request.token)
-    check_access(hub, write=not request.dry_run)
-    progress(f"reading {request.repo_id} on {hub.endpoint}")
-    repo = read_repo(hub, request.repo_id)
-    base = _check_target(request, repo)
-    progress("hashing the bundle (sha256, as the Hub identifies files)")
-    local = local_facts(request.bundle, names)
-    remote = files_at(hub, request.repo_id, base) if base else {}
+    local = local_facts(request.bundle, local_files(request.bundle))
+    progress("hashing the bundle (sha256, as the Hub identifies files) while reading the Hub")
+    with ThreadPoolExecutor(max_workers=2) as pool:  # hashlib lets go of the GIL: the requests overlap it
+        hashing = [pool.submit(lambda f=f: f.sha256) for f in local.values()]
+        hub = connect(request.endpoint, request.token)
+        check_access(hub, write=not request.dry_run)
+        progress(f"reading {request.repo_id} on {hub.endpoint}")
+        repo = read_repo(hub, request.repo_id)
+        base = _check_target(request, repo)
+        remote = files_at(hub, request.repo_id, base) if base else {}
+        for done in hashing:
+            done.result()
     rows = plan(request.bundle, local, remote)
     _check_tag(request, repo, base, changes=any(r.action != "unchanged" for r in rows))
     result = UploadResult(repo_id=request.repo_id, endpoint=hub.endpoint, revision=request.revision, plan=rows,
