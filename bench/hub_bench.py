@@ -17,6 +17,7 @@ import argparse
 import http.client
 import json
 import os
+import resource
 import shutil
 import socket
 import statistics
@@ -45,12 +46,20 @@ api.upload_folder(folder_path=sys.argv[3], repo_id=sys.argv[4], commit_message="
 """
 
 
-def timed(cmd: list[str], env: dict[str, str]) -> float:
+CPU: dict[str, list[float]] = {"plain": [], "ours": [], "unchanged": []}
+
+
+def timed(cmd: list[str], env: dict[str, str], cpu: str | None = None) -> float:
+    """Wall seconds of `cmd`; its CPU seconds (user + system, the process tree) go to CPU[cpu]."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     result = subprocess.run(cmd, env=env, capture_output=True, text=True)
     elapsed = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if result.returncode != 0:
         raise SystemExit(f"{cmd[:4]} failed: {result.stderr[-2000:]}")
+    if cpu is not None:
+        CPU[cpu].append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
     return elapsed
 
 
@@ -151,13 +160,13 @@ def main() -> None:
                     ("ours", [sys.executable, "-m", "packager.cli", "upload", str(bundle), f"bench/ours-{run}",
                               "--tag", "v1", "--quiet"])]
             for name, cmd in jobs if run % 2 == 0 else reversed(jobs):
-                (ours if name == "ours" else plain).append(timed(cmd, env))
+                (ours if name == "ours" else plain).append(timed(cmd, env, cpu=name))
                 print(name, run, round((ours if name == "ours" else plain)[-1], 3), flush=True)
         release = [sys.executable, "-m", "packager.cli", "release", str(REPO / "examples" / "release.toml"),
                    "--bundle", str(bundle), "--quiet"]
         first = timed(release, env)
         before = stats(url)
-        again = [timed(release, env) for _ in range(args.runs)]
+        again = [timed(release, env, cpu="unchanged") for _ in range(args.runs)]
         after = stats(url)
         hostile = [hostile_body(url, server.pid) for _ in range(3)]
         idle = [idle_connections(url, "/api/models/bench/ours-0") for _ in range(3)]
@@ -174,6 +183,8 @@ def main() -> None:
         "ratio_per_pair": [o / p for o, p in zip(ours, plain)],
         "ratio_median_of_pairs": statistics.median(o / p for o, p in zip(ours, plain)),
         "load_average_1min_at_end": os.getloadavg()[0],
+        # CPU seconds of the client processes: what contention from other work on the machine cannot inflate.
+        "cpu_s": CPU, "cpu_ratio_per_pair": [o / p for o, p in zip(CPU["ours"], CPU["plain"])],
         "unauthenticated_300mb_body": hostile,
         "idle_100_connections": idle,
     }
