@@ -125,6 +125,7 @@ def test_newest_spelled_out_gives_the_default_bytes(bundle4: ConvertResult, tiny
         assert (result.out / name).read_bytes() == (bundle4.out / name).read_bytes(), name
     runtime = json.loads((result.out / "runtime_config.json").read_text(encoding="utf-8"))
     assert not any("built for" in r for r in runtime["min_mnn_engine"]["because"])
+    assert "engine" not in json.loads(result.provenance.read_text(encoding="utf-8"))["options"]
 
 
 def test_the_option_is_part_of_the_graph_cache_key(tiny_checkpoint: Path, oldest: ConvertResult) -> None:

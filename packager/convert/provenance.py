@@ -44,8 +44,9 @@ def build(*, info: CheckpointInfo, adapter: AdapterInfo | None, bits: int, block
             "files_xxh3_128": _sources(adapter.path, ADAPTER_FILES)},
         "options": {"quant_bits": bits, "quant_block": block, "spec": str(spec.path) if spec and spec.path else None,
                     "weights": path,
-                    "engine": {"requested": target.requested, "version": target.text,
-                               "converter_flags": list(target.converter_flags)}},
+                    # Only for convert --engine: the default (newest) keeps the record it always had.
+                    **({} if target.default else {"engine": {"requested": target.requested, "version": target.text,
+                                                             "converter_flags": list(target.converter_flags)}})},
         "min_mnn_engine": {"version": engine.text, "because": list(engine.reasons)},
         "tokenizer": {
             "format": tokenizer.format, "reason": tokenizer.reason, "stop_ids": list(info.stop_ids),
