@@ -38,7 +38,8 @@ def main(request_path):
         import MNN.llm as mnn_llm
         create = mnn_llm.create
     except (ImportError, AttributeError) as exc:
-        return {"loads": False, "reason": f"this MNN wheel has no LLM runtime ({type(exc).__name__}: {exc})"}
+        missing = getattr(exc, "name", None) or f"{type(exc).__name__}: {exc}"
+        return {"loads": False, "reason": f"this MNN wheel has no LLM runtime (no {missing})"}
     _stage(out, "create")
     llm = create(os.path.join(request["bundle"], "config.json"))
     engine = getattr(llm, "_c_obj", llm)
