@@ -249,6 +249,14 @@ def test_a_bundle_below_its_declared_engine_fails_the_check(bundle4: ConvertResu
     assert "SIGSEGV" in result.stdout
 
 
+def test_a_bundle_the_current_engine_runs_to_zeros_is_refused(oldest: ConvertResult, tmp_path: Path) -> None:
+    bundle = _copy(oldest.out, tmp_path / "bundle")
+    with open(bundle / "llm.mnn.weight", "r+b") as weights:  # MNN reads the missing bytes as zeros
+        weights.truncate(1_000_000)
+    result = run_cli("engines", "check", str(bundle), "--versions", "3.6.1", "--quiet")
+    assert result.returncode == 22 and "constant or not finite" in result.stderr, result.stderr
+
+
 @pytest.mark.parametrize("versions", ["3.3.0", "abc", "3.6.1,99.0.0", ""])
 def test_engines_check_refuses_versions_not_on_pypi(bundle4: ConvertResult, versions: str) -> None:
     result = run_cli("engines", "check", str(bundle4.out), "--versions", versions)

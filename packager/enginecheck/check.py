@@ -101,6 +101,10 @@ def check(bundle: Path, versions: Sequence[str], report: Report = lambda _: None
         raise RuntimeCrashed(f"the current engine (MNN {reference_version}) cannot run {bundle}: "
                              f"{reference.get('reason')}")
     ids, logits = reference["ids"], reference["logits"]
+    if not np.isfinite(logits).all() or (logits.std(axis=1) == 0).any():
+        raise BundleError(f"the current engine (MNN {reference_version}) runs {bundle} but its next-token logits "
+                          "are constant or not finite (damaged weights?), so there is nothing to compare",
+                          "run packager validate on the bundle")
     results = []
     for version in versions:
         engine = venvs.ensure(version, report)
