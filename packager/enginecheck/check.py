@@ -4,6 +4,7 @@ its next-token logits with the current engine's (the MNN packager's converter sh
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -163,8 +164,6 @@ def run_probe(python: Path, bundle: Path, ids: list[list[int]] | None) -> dict[s
 
 def _child_env() -> dict[str, str]:
     """Only what an interpreter needs; the child runs isolated (-I) and never reaches the network."""
-    import os
-
     keep = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR")
     env = {k: os.environ[k] for k in keep if k in os.environ}
     env.update({"OMP_NUM_THREADS": "1", "DO_NOT_TRACK": "1", "PIP_NO_INDEX": "1"})

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
-
 from ..engine import parse_version
 from ..errors import BundleError
 from .check import MIN_COSINE, PROMPTS, CheckReport
@@ -29,7 +27,3 @@ def store(report: CheckReport) -> Path:
     provenance.write(path, record)
     return path
 
-
-def card_rows(record: dict[str, Any]) -> list[dict[str, Any]] | None:
-    check = record.get("engine_check")
-    return list(check["results"]) if isinstance(check, dict) and check.get("results") else None
