@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -152,7 +153,7 @@ def test_provenance_lives_outside_the_bundle(bundle4: ConvertResult, tiny_checkp
     assert set(record["versions"]) >= {"mnn", "llmexport", "torch", "transformers"}
     assert record["source"]["files_xxh3_128"]["model.safetensors"] == xxh3_128_file(
         tiny_checkpoint / "model.safetensors")
-    assert record["options"] == {"quant_bits": 4, "quant_block": 128, "spec": None}
+    assert record["options"] == {"quant_bits": 4, "quant_block": 128, "spec": None, "weights": "streamed"}
     assert record["bundle_xxh3_128"] == bundle4.digests
     assert record["sandbox_blocked"] == []
     assert not list(resources.validator("provenance").iter_errors(record))
@@ -171,14 +172,19 @@ def test_spec_overrides_reach_the_configs(tiny_checkpoint: Path, tmp_path: Path)
     assert "quantization: 8-bit" in result.stdout
 
 
-def test_force_replaces_an_existing_bundle(bundle4: ConvertResult, tiny_checkpoint: Path, tmp_path: Path) -> None:
+def test_force_replaces_an_existing_bundle_and_nothing_else(bundle4: ConvertResult, tiny_checkpoint: Path,
+                                                            tmp_path: Path) -> None:
     out = tmp_path / "b"
-    out.mkdir()
-    (out / "old.txt").write_text("old")
+    shutil.copytree(bundle4.out, out)
+    (out / "README.md").write_text("an old card")
     with pytest.raises(OutputExists):
         convert(ConvertRequest(checkpoint=tiny_checkpoint, out=out))
     convert(ConvertRequest(checkpoint=tiny_checkpoint, out=out, force=True))
     assert sorted(p.name for p in out.iterdir()) == sorted(FILES)
+    (out / "old.txt").write_text("not a bundle file")
+    with pytest.raises(OutputExists, match="not a packager bundle"):
+        convert(ConvertRequest(checkpoint=tiny_checkpoint, out=out, force=True))
+    assert (out / "old.txt").read_text() == "not a bundle file"
 
 
 def _failing_runner(exc: BaseException):  # type: ignore[no-untyped-def]
@@ -194,16 +200,18 @@ def _failing_runner(exc: BaseException):  # type: ignore[no-untyped-def]
 def test_failure_or_ctrl_c_leaves_nothing_behind(exc: BaseException, tiny_checkpoint: Path, tmp_path: Path) -> None:
     out = tmp_path / "b"
     with pytest.raises(type(exc)):
-        convert(ConvertRequest(checkpoint=tiny_checkpoint, out=out), runner=_failing_runner(exc))
+        convert(ConvertRequest(checkpoint=tiny_checkpoint, out=out, reference=True), runner=_failing_runner(exc))
     assert list(tmp_path.iterdir()) == []
 
 
 def test_failure_keeps_the_bundle_it_would_replace(bundle4: ConvertResult, tiny_checkpoint: Path,
                                                    tmp_path: Path) -> None:
     out = tmp_path / "b"
-    out.mkdir()
-    (out / "precious.txt").write_text("keep")
+    shutil.copytree(bundle4.out, out)
+    (out / "llm.mnn.weight").write_bytes(b"the old bundle")
     with pytest.raises(ConversionFailed):
-        convert(ConvertRequest(checkpoint=tiny_checkpoint, out=out, force=True),
+        convert(ConvertRequest(checkpoint=tiny_checkpoint, out=out, force=True, reference=True),
                 runner=_failing_runner(ConversionFailed("boom")))
-    assert [p.name for p in out.iterdir()] == ["precious.txt"]
+    assert sorted(p.name for p in out.iterdir()) == sorted(FILES)
+    assert (out / "llm.mnn.weight").read_bytes() == b"the old bundle"
+    assert [p.name for p in tmp_path.iterdir()] == ["b"]
