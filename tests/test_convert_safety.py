@@ -277,9 +277,11 @@ def test_huge_config_value_is_shown_shortened(tiny_checkpoint: Path, tmp_path: P
 
 def _start(checkpoint: Path, out: Path) -> subprocess.Popen[str]:
     # The reference path: its worker reports "loading the checkpoint" long before it can finish.
+    # SIGINT back to its default: a test run started in the background of a script inherits it ignored, and
+    # Python then leaves it ignored.
     return subprocess.Popen([sys.executable, "-m", "packager.cli", "convert", str(checkpoint), "--out", str(out),
-                             "--reference"],
-                            stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                             "--reference"], stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def _wait_for_stage(process: subprocess.Popen[str], stage: str) -> None:
