@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PACKAGER := $(VENV)/bin/packager
 DEMO := demo-output
 
-.PHONY: help venv system-deps test demo release bench clean
+.PHONY: help venv system-deps test demo release bench bench-engines clean
 
 help:
 	@echo "make demo   - tiny Qwen3 checkpoint -> bundle -> validated, carded, checksummed -> released to a local Hub and verified"
@@ -42,6 +42,12 @@ bench: venv system-deps
 	$(PY) bench/convert_bench.py --runs 3
 	$(PY) bench/validate_bench.py
 	$(PY) bench/hash_bench.py
+	$(PY) bench/hub_bench.py --runs 5
+	$(PY) bench/speculative_bench.py
+
+# Installs every MNN release from PyPI into its own cached venv (slow the first time).
+bench-engines: venv
+	$(PY) bench/engines_bench.py
 
 clean:
 	rm -rf $(DEMO) build *.egg-info
