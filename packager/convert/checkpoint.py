@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import (CheckpointNotFound, CorruptWeights, InvalidCheckpointConfig, MissingTokenizer,
-                      UnsupportedModel, UntiedEmbeddings, from_os_error, shorten)
+                      UnsupportedModel, UntiedEmbeddings, shorten)
 from . import safetensors_header
 
 # tokenizer.json carries the vocabulary and merges, so vocab.json and merges.txt (which transformers 5 no
