@@ -61,3 +61,20 @@ def test_fence_allows_work_inside_its_folder_and_reading_anywhere(tmp_path: Path
     """, root)
     assert result.returncode == 0, result.stderr
     assert (root / "sub" / "b.txt").read_text() == "ok"
+
+
+def test_fence_permits_packagers_own_fork_and_refuses_any_other(tmp_path: Path) -> None:
+    root = tmp_path / "work"
+    root.mkdir()
+    result = _fenced("""
+        import os
+        assert refused(os.fork)
+        pid = fence.fork()
+        if pid == 0:
+            os._exit(7)
+        assert os.waitpid(pid, 0)[1] >> 8 == 7
+        assert refused(os.fork)
+        print("blocked", len(fence.blocked))
+    """, root)
+    assert result.returncode == 0, result.stderr
+    assert "blocked 2" in result.stdout

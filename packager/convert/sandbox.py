@@ -30,6 +30,15 @@ class Fence:
     def __init__(self, write_root: Path) -> None:
         self.write_root = os.path.realpath(write_root)
         self.blocked: list[str] = []
+        self._own_fork = False
+
+    def fork(self) -> int:
+        """os.fork for packager's own code; every other fork (third-party code's) stays refused."""
+        self._own_fork = True
+        try:
+            return os.fork()
+        finally:
+            self._own_fork = False
 
     def install(self) -> None:
         sys.addaudithook(self._hook)
@@ -40,6 +49,8 @@ class Fence:
 
     def _hook(self, event: str, args: tuple[Any, ...]) -> None:
         if event in _PROCESS_EVENTS:
+            if event == "os.fork" and self._own_fork:
+                return
             self._refuse(f"{event} {_short(args)}")
         elif event in _NETWORK_EVENTS:
             if event == "socket.connect" or event == "socket.bind" or event.startswith("socket.send"):

@@ -19,6 +19,7 @@ from typing import Any
 
 from ..engine import NO_C4_FUSION
 from ..versions import installed
+from .forked import Forked
 from .sandbox import Fence
 
 # The versions provenance records (those that shape the bundle's bytes).
@@ -62,10 +63,13 @@ def _wrap(owner: Any, name: str, label: str, events: Events) -> None:
 QUANT_CHUNK_ELEMENTS = 8 * 1024 * 1024
 
 
-def _export(job: dict[str, Any], source: Path, tokenizer_dir: Path, events: Events) -> Path:
+def _export(job: dict[str, Any], source: Path, tokenizer_dir: Path, events: Events, tokenizer: bool = True) -> Path:
+    """llmexport's export; without `tokenizer` it writes no tokenizer.mtok (a forked side job makes it)."""
     import llmexport  # the module llmexport/llmexport.py, first on sys.path
     import utils.torch_utils
     from utils.mnn_converter import MNNConverter
+
+    from . import skeleton
 
     utils.torch_utils._QUANT_MAX_ELEMENTS = QUANT_CHUNK_ELEMENTS
 
@@ -82,7 +86,8 @@ def _export(job: dict[str, Any], source: Path, tokenizer_dir: Path, events: Even
         *(["--skip_weight"] if job.get("graph_only") else []),
     ])
     if job.get("graph_only"):
-        _skeleton_like_checkpoint(job["graph_dtype"], job["equal_tensors"])
+        skeleton.like_checkpoint(job["graph_dtype"], job["equal_tensors"])
+        skeleton.lengths_only(MNNConverter)
     if not job.get("fuse_c4", True):
         _without_c4_fusion(MNNConverter)
     _wrap(MNNConverter, "onnx2mnn", "converting the ONNX graph with MNN", events)
@@ -93,6 +98,8 @@ def _export(job: dict[str, Any], source: Path, tokenizer_dir: Path, events: Even
     exporter = llmexport.LlmExporter(args)
     exporter.tokenizer.stop_ids = list(job["stop_ids"])
     _wrap(exporter, "export_onnx", "exporting the ONNX graph", events)
+    if not tokenizer:
+        exporter.export_tokenizer = lambda: None
     exporter.export("mnn")
     return dst
 
@@ -113,50 +120,11 @@ def _without_c4_fusion(converter: Any) -> None:
     converter.convert = convert
 
 
-def _skeleton_like_checkpoint(dtype: str, classes: dict[str, int]) -> None:
-    """Make llmexport's weightless model trace to the same graph the real checkpoint traces to.
-
-    llmexport builds it with from_config (float32) and leaves its memory uninitialized. Two things of the
-    weights do shape the graph: the dtype (casts are traced) and which tensors are equal (the ONNX exporter
-    folds identical initializers into one, e.g. the all-ones norms of an untrained model). So the skeleton is
-    built in the dtype the real path loads, and each parameter is filled with a value of its equality class
-    (classes come from the checkpoint's own tensors; unequal tensors get unequal values).
-    """
-    import torch
-    import transformers
-
-    original = transformers.AutoModelForCausalLM.from_config.__func__  # type: ignore[attr-defined]
-
-    def fill(model: Any) -> Any:
-        if getattr(model.config, "tie_word_embeddings", False):
-            # to_empty gave the tied pair separate storage; make them one Parameter again, as loading does
-            # (set in the module's dict: accelerate's empty-weights context would move a re-registered one to meta).
-            model.get_output_embeddings()._parameters["weight"] = model.get_input_embeddings().weight
-        with torch.no_grad():
-            for index, (name, param) in enumerate(model.named_parameters()):
-                param.zero_()
-                flat = param.view(-1)
-                cls = classes.get(name, len(classes) + index)
-                flat[0] = float(cls % 200 + 1)
-                if flat.numel() > 1:
-                    flat[1] = float(cls // 200 + 1)
-        return model
-
-    def from_config(cls: Any, config: Any, **kwargs: Any) -> Any:
-        kwargs.setdefault("dtype", getattr(torch, dtype))
-        model = original(cls, config, **kwargs)
-        to_empty = model.to_empty
-        model.to_empty = lambda **kw: fill(to_empty(**kw))
-        return model
-
-    transformers.AutoModelForCausalLM.from_config = classmethod(from_config)  # type: ignore[method-assign]
-
-
-def _text_tokenizer(job: dict[str, Any], source: Path) -> Path:
+def _text_tokenizer(job: dict[str, Any], source: Path, work: Path | None = None) -> Path:
     from utils.tokenizer import LlmTokenizer
 
     # Without tokenizer.json llmexport writes the text (HUGGINGFACE, type 3) format instead of .mtok.
-    work = Path(job["workdir"])
+    work = work or Path(job["workdir"])
     src = work / "tokenizer-text-source"
     src.mkdir()
     for name in ("vocab.json", "merges.txt", "tokenizer_config.json", "generation_config.json"):
@@ -230,7 +198,50 @@ def _encodings(export_dir: Path, tokenizer_file: Path, probe_dir: Path, corpus: 
     return [list(llm.tokenizer_encode(text)) for text in corpus]
 
 
-def run(job: dict[str, Any], events: Events) -> dict[str, Any]:
+def _pipeline_tokenizer(job: dict[str, Any], source: Path, out: Path) -> Path:
+    """tokenizer.mtok as llmexport's own export writes it (its tokenizer, our stop ids)."""
+    from utils.tokenizer import LlmTokenizer
+
+    tokenizer = LlmTokenizer.from_pretrained(str(source), model_type="qwen3")
+    tokenizer.stop_ids = list(job["stop_ids"])
+    return Path(tokenizer.export(str(out)))
+
+
+def _tokenizer_candidates(job: dict[str, Any], source: Path, folder: Path, export_dir: Path) -> dict[str, Any]:
+    """Both tokenizer candidates and MNN's ids for the corpus with each (graph-only jobs)."""
+    folder.mkdir()
+    candidates = {"pipeline": _pipeline_tokenizer(job, source, folder / "tokenizer-pipeline"),
+                  "text": _text_tokenizer(job, source, folder)}
+    encoded = {name: _encodings(export_dir, path, folder / f"probe-{name}", job["corpus"])
+               for name, path in candidates.items()}
+    return {"tokenizers": {k: str(v) for k, v in candidates.items()}, "encodings": encoded}
+
+
+def _graph_only(job: dict[str, Any], source: Path, tokenizer_dir: Path, events: Events,
+                fence: Fence) -> dict[str, Any]:
+    """The graph, with the tokenizer candidates made meanwhile by a forked copy of this worker.
+
+    The tokenizer needs nothing of the graph: MNN's probe reads only the tokenizer file (the probe's
+    llm_config.json is empty), so the copy starts as soon as the libraries are imported.
+    """
+    import llmexport  # noqa: F401 - imported before the fork, so the copy shares it
+
+    work = Path(job["workdir"])
+    config_only = work / "probe-config"
+    config_only.mkdir()
+    (config_only / "llm_config.json").write_text("{}", encoding="utf-8")
+    events.send("stage", name="writing both tokenizer candidates and measuring their agreement (beside the graph)")
+    side = Forked(fence, lambda: _tokenizer_candidates(job, tokenizer_dir, work / "tokenizers", config_only))
+    export_dir = _export(job, source, tokenizer_dir, events, tokenizer=False)
+    tokenizers = side.result()
+    if tokenizers is None:  # the copy failed (see the log): the same work here, with the graph at hand
+        events.send("stage", name="writing both tokenizer candidates and measuring their agreement")
+        tokenizers = _tokenizer_candidates(job, tokenizer_dir, work / "tokenizers-again", export_dir)
+    return {"export_dir": str(export_dir), **tokenizers, "merged_source": None,
+            "versions": installed(WORKER_VERSIONS)}
+
+
+def run(job: dict[str, Any], events: Events, fence: Fence | None = None) -> dict[str, Any]:
     work = Path(job["workdir"])
     source = Path(job["source"])
     if job.get("adapter") and not job.get("graph_only"):
@@ -241,6 +252,8 @@ def run(job: dict[str, Any], events: Events) -> dict[str, Any]:
         merge(source, Path(job["adapter"]), merged)
         source = merged
     tokenizer_dir = tokenizer_source(source, work / "tokenizer-source")
+    if job.get("graph_only") and fence is not None:
+        return _graph_only(job, source, tokenizer_dir, events, fence)
     export_dir = _export(job, source, tokenizer_dir, events)
     events.send("stage", name="writing the text tokenizer candidate")
     candidates = {"pipeline": export_dir / "tokenizer.mtok", "text": _text_tokenizer(job, tokenizer_dir)}
@@ -284,7 +297,7 @@ def main(argv: list[str]) -> int:
     _prepare_imports()
     fence.install()
     try:
-        result = run(job, events)
+        result = run(job, events, fence)
     except BaseException as exc:  # noqa: BLE001 - everything must reach the parent as one event
         traceback.print_exc()
         message = f"{type(exc).__name__}: {exc}" if not isinstance(exc, SystemExit) else "llmexport exited"
