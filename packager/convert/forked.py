@@ -17,13 +17,13 @@ from .sandbox import Fence
 
 
 class Forked:
-    def __init__(self, fence: Fence, job: Callable[[], dict[str, Any]]) -> None:
+    def __init__(self, fence: Fence, job: Callable[[], dict[str, Any]], nice: int = 0) -> None:
         parent = os.getpid()
         read, write = os.pipe()
         self.pid = fence.fork()
         if self.pid == 0:
             os.close(read)
-            _child(job, write, parent)
+            _child(job, write, parent, nice)
         os.close(write)
         self._read = read
 
@@ -35,10 +35,11 @@ class Forked:
         return json.loads(data) if status == 0 and data else None
 
 
-def _child(job: Callable[[], dict[str, Any]], fd: int, parent: int) -> None:
+def _child(job: Callable[[], dict[str, Any]], fd: int, parent: int, nice: int) -> None:
     code = 1
     try:
         _die_with(parent)
+        os.nice(nice)
         data = json.dumps(job()).encode("utf-8")
         with os.fdopen(fd, "wb") as out:
             out.write(data)

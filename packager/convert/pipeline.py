@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -114,15 +115,19 @@ def convert(request: ConvertRequest, progress: Progress = lambda _: None,
     protected = Protected(inputs=(info.path, *((adapter.path,) if adapter else ())))
     check_target(out, request.force, protected)
     corpus = resources.tokenizer_corpus()
-    with StagedDir(out, request.force, protected, report=progress) as stage:
+    with StagedDir(out, request.force, protected, report=progress) as stage, ThreadPoolExecutor(1) as beside:
+        # The Hugging Face reference ids are ready by the time the converter is done.
+        reference = beside.submit(hf_encodings, info.path / "tokenizer.json", corpus)
         worker, path = _export(request, info, adapter, bits, block, stage.subdir("work"), corpus, runner, progress,
                                goal)
         progress("assembling the bundle")
         built = stage.subdir("bundle")
-        engine, choice, graph_uuid = _assemble(worker, info, request, built, corpus, goal)
+        engine, choice, graph_uuid, weight_digest = _assemble(worker, info, request, built, corpus, goal,
+                                                              reference.result())
         progress("validating the bundle")
         _check_built(built, request.spec)
-        digests = {name: xxh3_128_file(built / name) for name in FILES}
+        digests = {name: weight_digest if name == "llm.mnn.weight" else xxh3_128_file(built / name)
+                   for name in FILES}
         sizes = {name: (built / name).stat().st_size for name in FILES}
         record = provenance.build(info=info, adapter=adapter, bits=bits, block=block, engine=engine,
                                   tokenizer=choice, digests=digests, versions=worker.versions,
@@ -177,15 +182,17 @@ def _built_how(goal: EngineTarget) -> str:
 
 
 def _assemble(worker: WorkerResult, info: CheckpointInfo, request: ConvertRequest, built: Path,
-              corpus: tuple[str, ...], goal: EngineTarget) -> tuple[EngineRequirement, TokenizerChoice, str]:
+              corpus: tuple[str, ...], goal: EngineTarget,
+              reference: list[list[int]]) -> tuple[EngineRequirement, TokenizerChoice, str, str]:
+    """The ten files in `built`; returns their engine, the tokenizer choice, the graph uuid, the weights' digest."""
     export = worker.export_dir
     for name in ("llm.mnn", "llm.mnn.json", "llm.mnn.weight", "llm_config.json"):
         if not (export / name).is_file():
             raise ConversionFailed(f"the converter did not write {name}")
         os.replace(export / name, built / name)
-    graph_uuid = stamp_uuid(built / "llm.mnn", built / "llm.mnn.json", xxh3_128_file(built / "llm.mnn.weight"))
+    weight_digest = xxh3_128_file(built / "llm.mnn.weight")  # the stamp does not touch the weights
+    graph_uuid = stamp_uuid(built / "llm.mnn", built / "llm.mnn.json", weight_digest)
     graph_engine = graph_requirement(built / "llm.mnn.json")
-    reference = hf_encodings(info.path / "tokenizer.json", corpus)
     agreements = tuple(agreement(fmt, worker.encodings[fmt], reference, corpus)  # type: ignore[arg-type]
                        for fmt in ("text", "pipeline"))
     if not goal.default and graph_engine.version > goal.version:
@@ -204,4 +211,4 @@ def _assemble(worker: WorkerResult, info: CheckpointInfo, request: ConvertReques
     overrides = request.spec.runtime if request.spec else presets.RuntimeOverrides()
     for name, data in presets.render(overrides, engine).items():
         (built / name).write_bytes(data)
-    return engine, choice, graph_uuid
+    return engine, choice, graph_uuid, weight_digest

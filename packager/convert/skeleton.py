@@ -86,3 +86,16 @@ def lengths_only(converter: Any) -> None:
             module.torch = torch
 
     converter.quant = quant
+
+
+def without_discarded_tokenizer() -> None:
+    """llmexport's model loader reads the tokenizer (about a second) into an attribute the exporter replaces
+    with its own right after; in graph-only mode that first one is not read."""
+    import utils.model
+
+    class _Discarded:
+        @staticmethod
+        def from_pretrained(*args: Any, **kwargs: Any) -> None:
+            return None
+
+    utils.model.LlmTokenizer = _Discarded

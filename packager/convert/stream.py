@@ -25,6 +25,7 @@ from .lora import _LORA_KEY, _SAVED_KEY, AdapterInfo
 from .quant import QuantSpec
 from .safetensors_header import TensorRef
 from .weightwriter import Lora, StreamingUnsupported
+from .worker import BESIDE_NICE
 
 _STORED = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}
 GRAPH_VERSIONS = ("mnn", "llmexport", "torch", "transformers", "onnx", "tokenizers", "peft")
@@ -44,9 +45,9 @@ def export(info: CheckpointInfo, adapter: AdapterInfo | None, bits: int, block: 
     weight_file = export_dir / "llm.mnn.weight"
     workers = max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
-    def write(regions: tuple[layout.Region, ...]) -> None:
+    def write(regions: tuple[layout.Region, ...], nice: int = 0) -> None:
         tasks = weightwriter.plan(regions, refs, saved, loras, adapted=adapter is not None)
-        weightwriter.write(weight_file, layout.total_size(regions), tasks, spec, workers, progress)
+        weightwriter.write(weight_file, layout.total_size(regions), tasks, spec, workers, progress, nice)
 
     entry = graphcache.lookup(entry_key, report=progress)
     predicted: tuple[layout.Region, ...] | None = None
@@ -57,7 +58,7 @@ def export(info: CheckpointInfo, adapter: AdapterInfo | None, bits: int, block: 
         predicted = layout.predict(shape.hidden_size, shape.num_layers, shape.num_heads, shape.num_kv_heads,
                                    shape.head_dim, shape.intermediate_size, shape.vocab_size, spec)
         with ThreadPoolExecutor(max_workers=1) as background:
-            early = background.submit(write, predicted)
+            early = background.submit(write, predicted, BESIDE_NICE)
             entry = _build(info, adapter, bits, block, workdir, corpus, runner, progress, dtype, classes, entry_key,
                            fuse_c4)
             early.result()

@@ -58,15 +58,20 @@ def index(files: tuple[Path, ...]) -> dict[str, TensorRef]:
 
 
 def equality_classes(refs: dict[str, TensorRef], unique: set[str] = frozenset()) -> tuple[tuple[str, int], ...]:
-    """Tensor name -> class, one class per set of byte-equal tensors of one dtype and shape (the traced graph
-    depends on it); names in `unique` (LoRA-merged tensors, whose values are new) get a class of their own."""
+    """Tensor name -> class, one class per set of byte-equal vectors of one dtype and shape (the traced graph
+    depends on it); names in `unique` (LoRA-merged tensors, whose values are new) get a class of their own.
+
+    Only vectors (norms, biases) are compared: a matrix's values never reach the graph (llmexport traces every
+    linear as a FakeLinear and the embedding is not in it), so each matrix is a class of its own and is not
+    read, which keeps this cheap and its memory flat in the model's size.
+    """
     import xxhash
 
     seen: dict[tuple[str, tuple[int, ...], str], int] = {}
     classes = []
     for name in sorted(refs):
         ref = refs[name]
-        if name in unique or ref.nbytes == 0:
+        if name in unique or ref.nbytes == 0 or len(ref.shape) != 1:
             key = ("own", ref.shape, name)
         else:
             data = np.memmap(ref.file, dtype=np.uint8, mode="r", offset=ref.start, shape=(ref.nbytes,))
@@ -93,13 +98,15 @@ def plan(layout: tuple[Region, ...], source: dict[str, TensorRef], saved: dict[s
 
 
 def write(path: Path, layout_size: int, tasks: list[Task], spec: QuantSpec, workers: int,
-          progress: Progress) -> None:
-    """Fill `path` (created at its final size) by running the tasks on `workers` processes."""
+          progress: Progress, nice: int = 0) -> None:
+    """Fill `path` (created at its final size) by running the tasks on `workers` processes, `nice` lower in
+    priority than this one (while something more urgent runs beside them)."""
     with open(path, "wb") as handle:
         handle.truncate(layout_size)
     total = sum(t.source.nbytes * (t.rows[1] - t.rows[0]) // max(1, t.source.shape[0]) for t in tasks)
     done, start, shown = 0, time.monotonic(), 0.0
-    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
+    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"),
+                             initializer=os.nice if nice else None, initargs=(nice,) if nice else ()) as pool:
         for nbytes in pool.map(_run, [(str(path), task, spec) for task in tasks]):
             done += nbytes
             now = time.monotonic()

@@ -57,6 +57,10 @@ def _wrap(owner: Any, name: str, label: str, events: Events) -> None:
     setattr(owner, name, wrapper)
 
 
+# Work done beside the graph build (the tokenizer copy, the weight writers) yields the CPU to it: the graph is
+# what a cold conversion waits for.
+BESIDE_NICE = 10
+
 # llmexport quantizes a weight in row chunks once it exceeds this many elements (its own default is 256M,
 # which makes lm_head one piece with several full-size temporaries). Rows quantize independently, so the
 # bytes are the same; only the peak memory falls.
@@ -88,6 +92,7 @@ def _export(job: dict[str, Any], source: Path, tokenizer_dir: Path, events: Even
     if job.get("graph_only"):
         skeleton.like_checkpoint(job["graph_dtype"], job["equal_tensors"])
         skeleton.lengths_only(MNNConverter)
+        skeleton.without_discarded_tokenizer()
     if not job.get("fuse_c4", True):
         _without_c4_fusion(MNNConverter)
     _wrap(MNNConverter, "onnx2mnn", "converting the ONNX graph with MNN", events)
@@ -231,7 +236,8 @@ def _graph_only(job: dict[str, Any], source: Path, tokenizer_dir: Path, events: 
     config_only.mkdir()
     (config_only / "llm_config.json").write_text("{}", encoding="utf-8")
     events.send("stage", name="writing both tokenizer candidates and measuring their agreement (beside the graph)")
-    side = Forked(fence, lambda: _tokenizer_candidates(job, tokenizer_dir, work / "tokenizers", config_only))
+    side = Forked(fence, lambda: _tokenizer_candidates(job, tokenizer_dir, work / "tokenizers", config_only),
+                  nice=BESIDE_NICE)
     export_dir = _export(job, source, tokenizer_dir, events, tokenizer=False)
     tokenizers = side.result()
     if tokenizers is None:  # the copy failed (see the log): the same work here, with the graph at hand
