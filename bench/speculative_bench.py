@@ -23,7 +23,7 @@ from common import WORK
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from packager.pair import pair  # noqa: E402
+from packager.pair import Options, pair, workload  # noqa: E402
 from packager.pair.models import HFModel  # noqa: E402
 from packager.pair.speculative import autoregressive, speculative, timed  # noqa: E402
 from tests.models import build_deep_target, build_qwen3  # noqa: E402
@@ -45,10 +45,16 @@ def models() -> tuple[Path, dict[str, Path]]:
 
 
 def measure(draft_path: Path, target_path: Path, rounds: int) -> dict[str, object]:
-    report = pair(draft_path, target_path, PROMPTS, new_tokens=NEW_TOKENS, repeats=5)
-    d, estimate = report.best.d, report.best.speedup_measured_alpha
+    report = pair(draft_path, target_path, PROMPTS, Options(new_tokens=NEW_TOKENS, repeats=5, dtype="float32",
+                                                            threads=HFModel.threads))
+    # The loop runs at the best d, or at d = 1 when no d gains beyond the noise.
+    d = report.best_d or 1
+    speedup = report.depths[d - 1].speedup
+    assert speedup is not None
+    estimate = speedup.median
     draft, target = HFModel(draft_path), HFModel(target_path)
-    prompts = [target.encode(p) for p in PROMPTS]
+    template = workload.chat_template(target_path)
+    prompts = [target.encode(workload.render(template, p)) for p in workload.from_texts(PROMPTS)]
     real = []
     for _ in range(rounds):
         ar, spec = [], []
@@ -58,7 +64,7 @@ def measure(draft_path: Path, target_path: Path, rounds: int) -> dict[str, objec
         assert all(tokens == ar[0][1] for _, tokens in ar + spec)  # lossless
         real.append(min(t for t, _ in ar) / min(t for t, _ in spec))
     real.sort()
-    return {"alpha": report.alpha, "best_d": d, "estimate": estimate, "real_per_round": real,
+    return {"alpha": report.alpha.value, "best_d": report.best_d, "loop_d": d, "estimate": estimate, "real_per_round": real,
             "real_min": real[0], "real_median": statistics.median(real), "real_max": real[-1],
             "estimate_vs_real_median": estimate / statistics.median(real),
             "estimate_vs_real_range": [estimate / real[-1], estimate / real[0]]}

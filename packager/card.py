@@ -154,14 +154,20 @@ def gather_measurements(bundle: Path, provenance: Path | None = None, parity: di
 
 
 def pairing_from_report(path: Path) -> dict[str, Any]:
-    """The figures of a `packager pair --json` report the card states (they were measured on one CPU)."""
+    """The figures of a `packager pair --json` report the card states: acceptance and tokens per step per d (they
+    carry to any device), and a speedup only with where its costs were measured."""
     report = read_json(path, CardError)
     try:
-        best = next(d for d in report["depths"] if d["d"] == report["best_d"])
-        return {"target": Path(report["target"]).name, "alpha": report["alpha"], "best_d": report["best_d"],
-                "tokens_per_step": best["mean_accepted_length"], "speedup": best["speedup_measured_alpha"],
-                "prompts": report["prompts"], "new_tokens": report["new_tokens"]}
-    except (TypeError, KeyError, StopIteration) as exc:
+        best = next((d for d in report["depths"] if d["d"] == report["best_d"]), None)
+        sampling = report["sampling"]
+        return {"target": Path(report["target"]).name, "alpha": report["alpha"], "prompts": report["prompts"],
+                "positions": report["positions"], "new_tokens": report["new_tokens"],
+                "depths": [{"d": d["d"], "acceptance_rate": d["acceptance_rate"],
+                            "tokens_per_step": d["tokens_per_step"]} for d in report["depths"]],
+                "sampling": sampling, "costs_source": report["costs"]["source"], "device": report["costs"]["device"],
+                "best_d": report["best_d"], "speedup": best["speedup"] if best else None,
+                "recommended_d": report["recommended_draft_predict_length"]}
+    except (TypeError, KeyError) as exc:
         raise CardError(f"{path} is not a `packager pair --json` report (no {exc})") from None
 
 

@@ -115,6 +115,14 @@ class EngineInstallFailed(PackagerError):
     hint = "check that PyPI is reachable (pip's own settings apply) and that the folder is writable; rerun"
 
 
+class NotEnoughMemory(PackagerError):
+    """`pair` would need more memory than is available (checked before loading)."""
+
+    exit_code = 52
+    hint = ("convert the target to a 4-bit MNN bundle with `packager convert TARGET --out TARGET-4bit` "
+            "(or pass an MNN folder llmexport made) and pair against that")
+
+
 # Longest excerpt of any user-supplied value that a message shows.
 MAX_SHOWN = 200
 

@@ -63,3 +63,10 @@ def parity_prompts() -> tuple[str, ...]:
     """Prompts used to compare MNN's next-token logits with transformers'."""
     data = json.loads(_read_text("packager.data", "prompts.json"))
     return tuple(data["prompts"])
+
+
+@cache
+def pair_prompts() -> tuple[dict[str, Any], ...]:
+    """The conversations `pair` measures acceptance on (category, language, messages)."""
+    data = json.loads(_read_text("packager.data", "pair_prompts.json"))
+    return tuple(data["prompts"])

@@ -107,3 +107,29 @@ def build_deep_target(draft: Path, out: Path, *, extra_layers: int = 10, noise: 
         if item.suffix != ".safetensors" and item.name not in ("config.json", "model.safetensors.index.json"):
             shutil.copy(item, out / item.name)
     return out
+
+
+_RAW_LLMEXPORT = """
+import importlib.util, sys, types
+stub = types.ModuleType("MNN.tools.utils.log")
+stub.mnn_logger = None  # MNN's own "no telemetry" value (as packager's converter worker does)
+sys.modules["MNN.tools.utils.log"] = stub
+sys.path.insert(0, importlib.util.find_spec("llmexport").submodule_search_locations[0])
+import llmexport
+parser = llmexport.argparse.ArgumentParser()
+llmexport.build_args(parser)
+llmexport.LlmExporter(parser.parse_args(["--path", sys.argv[1], "--dst_path", sys.argv[2], "--export", "mnn",
+    "--quant_bit", sys.argv[3], "--quant_block", "64", "--mnnconvert", sys.argv[2] + "-no-native"])).export("mnn")
+"""
+
+
+def llmexport_raw(checkpoint: Path, out: Path, bits: int = 4) -> Path:
+    """Plain llmexport's own output folder (no packager files): tokenizer.mtok, llm.mnn.json, and
+    embeddings_bf16.bin for an untied checkpoint. Runs in a child process with the work folder as its cwd."""
+    import subprocess
+    import sys
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run([sys.executable, "-c", _RAW_LLMEXPORT, str(checkpoint), str(out), str(bits)],
+                   cwd=out.parent, check=True, capture_output=True, timeout=600)
+    return out

@@ -165,8 +165,12 @@ def test_card_states_a_pair_report(bundle4: ConvertResult, tmp_path: Path) -> No
     shutil.copytree(bundle4.out, bundle)
     result = run_cli("card", str(bundle), "--spec", str(EXAMPLE), "--pair", str(report), "-o", "-")
     assert result.returncode == 0, result.stderr
-    best = json.loads(pair.stdout)["best_d"]
-    assert f"alpha 1.000; best draft length d={best} with {best + 1:.2f} tokens per target step" in result.stdout
+    assert "- alpha (per-token acceptance): 1.000 (1.000-1.000)" in result.stdout
+    assert "| 3 | 1.000 (1.000-1.000) | 4.00 (4.00-4.00) |" in result.stdout
+    cpu = "With the costs of this CPU ("
+    assert (f"{cpu}" in result.stdout and ("no speedup at any d" in result.stdout
+                                            or "measured on that CPU, not a phone" in result.stdout))
+    assert "draft_predict_length` for that device" not in result.stdout  # only device costs may recommend it
     (tmp_path / "bad.json").write_text("{}")
     bad = run_cli("card", str(bundle), "--spec", str(EXAMPLE), "--pair", str(tmp_path / "bad.json"))
     assert bad.returncode == 24 and "is not a `packager pair --json` report" in bad.stderr

@@ -1,23 +1,27 @@
-"""`pair`: compatibility before measurement, greedy acceptance, and an estimate whose arithmetic matches a real
-speculative loop step by step (its wall-time comparison is bench/speculative_bench.py: tests do not time)."""
+"""`pair`: compatibility before measurement, acceptance on chat-templated prompts with intervals, honest costs
+(interleaved here, or the device's from --costs), sampling acceptance, memory refusal, any MNN folder llmexport
+makes, and an estimate whose arithmetic matches a real speculative loop step by step (its wall-time comparison
+is bench/speculative_bench.py: tests do not time)."""
 
 from __future__ import annotations
 
 import json
 import shutil
+import struct
 from pathlib import Path
 
 import pytest
 
 from packager.convert.pipeline import ConvertResult
-from packager.pair import acceptance, pair, runs_for
-from packager.pair.models import HFModel
+from packager.pair import Options, acceptance, compat, pair, runs_for, workload
+from packager.pair.models import HFModel, MNNModel
 from packager.pair.speculative import autoregressive, speculative
 from tests.conftest import run_cli
-from tests.models import build_deep_target, build_qwen3, copy_checkpoint
+from tests.models import build_deep_target, build_qwen3, copy_checkpoint, llmexport_raw
 
 PROMPTS = ("The capital of France is", "def fibonacci(n):", "Q: What is the boiling point of water?\nA:",
            "Once upon a time, in a small village,")
+QUICK = Options(new_tokens=12, repeats=1)
 
 
 def test_acceptance_arithmetic() -> None:
@@ -29,26 +33,173 @@ def test_acceptance_arithmetic() -> None:
     assert acceptance.expected_tokens(1.0, 3) == 4 and abs(acceptance.expected_tokens(0.5, 1) - 1.5) < 1e-12
 
 
+def test_builtin_workload_is_rendered_with_the_checkpoints_own_template(tiny_checkpoint: Path) -> None:
+    from transformers import AutoTokenizer
+
+    items = workload.builtin()
+    assert len(items) >= 48 and len({p.language for p in items}) >= 6
+    assert {"prose", "code", "qa", "chat"} <= {p.category for p in items}
+    tokenizer, template = AutoTokenizer.from_pretrained(tiny_checkpoint), workload.chat_template(tiny_checkpoint)
+    for item in items:
+        messages = [{"role": role, "content": content} for role, content in item.messages]
+        expected = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
+                                                 enable_thinking=False)
+        assert workload.render(template, item) == expected
+    assert workload.render(template, items[0]).endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+
+
+def test_generation_stops_at_a_stop_id_in_both_runtimes(tiny_checkpoint: Path, bundle4: ConvertResult) -> None:
+    for model in (HFModel(tiny_checkpoint, dtype="stored"), MNNModel(bundle4.out)):
+        ids = model.encode("Hello there")
+        free = model.greedy(ids, 8)
+        assert len(free) == 8
+        assert model.greedy(ids, 8, stop=(free[2],)) == free[:free.index(free[2]) + 1]
+
+
+def test_checkpoints_load_in_their_stored_dtype_with_the_threads_asked(tiny_checkpoint: Path) -> None:
+    import torch
+
+    assert HFModel(tiny_checkpoint, threads=1, dtype="stored").model.dtype == torch.bfloat16
+    assert torch.get_num_threads() == 1
+    assert HFModel(tiny_checkpoint, dtype="float32").model.dtype == torch.float32
+
+
 def test_draft_paired_with_itself_accepts_everything(bundle4: ConvertResult) -> None:
-    report = pair(bundle4.out, bundle4.out, PROMPTS, new_tokens=24, repeats=2)
-    assert report.alpha == 1.0
+    report = pair(bundle4.out, bundle4.out, PROMPTS, Options(new_tokens=24, repeats=2, threads=1))
+    assert report.alpha.value == report.alpha.low == report.alpha.high == 1.0
     for depth in report.depths:
-        assert depth.acceptance_rate == 1.0 and depth.mean_accepted_length == depth.d + 1
+        assert depth.acceptance_rate is not None and depth.acceptance_rate.value == 1.0
+        assert depth.tokens_per_step is not None and depth.tokens_per_step.value == depth.d + 1
+        assert depth.speedup is not None and depth.speedup.low <= depth.speedup.median <= depth.speedup.high
+    assert report.costs.source.startswith("this CPU (") and report.costs.source.endswith(", 1 thread)")
+    assert not report.costs.device and report.recommended_draft_predict_length is None
+    assert len(report.costs.repeats) == 2 and all(len(row[2]) == acceptance.MAX_D for row in report.costs.repeats)
+
+
+def _costs(path: Path, draft: float, target: float, verify: list[float]) -> Path:
+    path.write_text(json.dumps({"draft_step_seconds": draft, "target_step_seconds": target,
+                                "verify_seconds": {str(d): v for d, v in enumerate(verify, 1)}}))
+    return path
+
+
+def test_device_costs_decide_the_recommendation(bundle4: ConvertResult, tmp_path: Path) -> None:
+    # A draft as costly as the target gains nothing at any d; a cheap one gains, and only then is a
+    # draft_predict_length recommended.
+    same = _costs(tmp_path / "same.json", 0.05, 0.05, [0.051] * 6)
+    report = pair(bundle4.out, bundle4.out, PROMPTS, Options(new_tokens=24, costs_file=same))
+    assert report.best_d is None and report.recommended_draft_predict_length is None
+    assert report.verdict == "no speedup at any d on the device (--costs same.json)"
+    cheap = _costs(tmp_path / "cheap.json", 0.005, 0.05, [0.05 + 0.002 * d for d in range(1, 7)])
+    result = run_cli("pair", str(bundle4.out), str(bundle4.out), "--prompts", str(_prompts(tmp_path)),
+                     "--tokens", "24", "--costs", str(cheap), "--json", "--quiet")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    speedups = {d["d"]: d["speedup"]["median"] for d in data["depths"]}
+    best = max(speedups, key=speedups.__getitem__)
+    assert data["best_d"] == data["recommended_draft_predict_length"] == best and speedups[best] > 1
+    assert data["costs"] == {"source": "--costs cheap.json", "device": True, "repeats": 1,
+                             "draft_step_s": {"median": 0.005, "low": 0.005, "high": 0.005},
+                             "target_step_s": {"median": 0.05, "low": 0.05, "high": 0.05}}
+
+
+def _prompts(tmp_path: Path) -> Path:
+    (tmp_path / "prompts.txt").write_text("\n".join(PROMPTS))
+    return tmp_path / "prompts.txt"
+
+
+@pytest.mark.parametrize("content", ["[1, 2", '{"draft_step_seconds": 0.1, "target_step_seconds": 0.1}',
+                                     '{"draft_step_seconds": -1, "target_step_seconds": 0.1, "verify_seconds": [1]}'])
+def test_bad_costs_file_is_one_line_before_anything_loads(content: str, tmp_path: Path) -> None:
+    (tmp_path / "costs.json").write_text(content)
+    result = run_cli("pair", str(tmp_path), str(tmp_path), "--costs", str(tmp_path / "costs.json"))
+    assert result.returncode == 19 and result.stderr.count("\n") == 1
+    assert "costs.json" in result.stderr and "verify_seconds" in result.stderr
+
+
+def test_sampling_acceptance_is_one_for_identical_models_and_drops_for_a_perturbed_pair(
+        bundle4: ConvertResult, bundle8: ConvertResult, tmp_path: Path) -> None:
+    args = ("--prompts", str(_prompts(tmp_path)), "--tokens", "12", "--temperature", "0.7", "--top-k", "20",
+            "--top-p", "0.8", "--json", "--quiet")
+    same = run_cli("pair", str(bundle4.out), str(bundle4.out), *args)
+    assert same.returncode == 0, same.stderr
+    data = json.loads(same.stdout)
+    assert data["sampling"]["temperature"] == 0.7 and data["sampling"]["top_k"] == 20
+    assert abs(data["sampling"]["acceptance"]["value"] - 1.0) < 1e-9
+    assert all(abs(d["tokens_per_step_sampled"] - (d["d"] + 1)) < 1e-6 for d in data["depths"])
+    other = json.loads(run_cli("pair", str(bundle4.out), str(bundle8.out), *args).stdout)
+    assert other["sampling"]["acceptance"]["value"] < 0.999
+    low, high = other["sampling"]["acceptance"]["low"], other["sampling"]["acceptance"]["high"]
+    assert 0 < low <= other["sampling"]["acceptance"]["value"] <= high <= 1
+
+
+def test_sampling_options_need_a_temperature(tmp_path: Path) -> None:
+    result = run_cli("pair", str(tmp_path), str(tmp_path), "--top-k", "20")
+    assert result.returncode == 19 and "--top-k and --top-p need --temperature" in result.stderr
 
 
 def test_4bit_bundle_against_its_8bit_bundle_accepts_most(bundle4: ConvertResult, bundle8: ConvertResult) -> None:
-    report = pair(bundle4.out, bundle8.out, PROMPTS, new_tokens=24, repeats=2)
-    assert report.alpha > 0.7
+    report = pair(bundle4.out, bundle8.out, PROMPTS, Options(new_tokens=24, repeats=1))
+    assert report.alpha.value > 0.7 and report.alpha.low <= report.alpha.value <= report.alpha.high
 
 
 @pytest.fixture(scope="module")
-def unrelated(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_qwen3(tmp_path_factory.mktemp("unrelated") / "other", seed=7)
+def raw_exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """An untied checkpoint, plain llmexport's folder of it (embeddings_bf16.bin, tokenizer.mtok), and the same
+    folder reduced to what MNN itself needs (no config.json, no llm.mnn.json)."""
+    root = tmp_path_factory.mktemp("raw")
+    untied = build_qwen3(root / "untied", tie=False, seed=5)
+    raw = llmexport_raw(untied, root / "export" / "raw")
+    bare = root / "bare"
+    shutil.copytree(raw, bare)
+    for name in ("config.json", "llm.mnn.json", "export_args.json"):
+        (bare / name).unlink()
+    return {"checkpoint": untied, "raw": raw, "bare": bare, "other": build_qwen3(root / "other", tie=False, seed=7)}
 
 
-def test_unrelated_models_accept_little(tiny_checkpoint: Path, unrelated: Path) -> None:
-    report = pair(tiny_checkpoint, unrelated, PROMPTS, new_tokens=24, repeats=2)
-    assert report.alpha < 0.2
+def test_unrelated_models_accept_little(raw_exports: dict[str, Path]) -> None:
+    # Untied: two random tied models agree often, as both mostly repeat the last token (its embedding is the one
+    # closest to itself), which says nothing about drafting.
+    report = pair(raw_exports["checkpoint"], raw_exports["other"], PROMPTS, Options(new_tokens=24, repeats=1))
+    assert report.alpha.value < 0.05
+
+
+def test_any_mnn_folder_llmexport_makes_pairs(raw_exports: dict[str, Path]) -> None:
+    assert (raw_exports["raw"] / "embeddings_bf16.bin").is_file()
+    assert compat.facts(raw_exports["bare"]).vocab_size == 151936  # from the embeddings' bytes
+    same = pair(raw_exports["raw"], raw_exports["bare"], PROMPTS, QUICK)
+    assert same.alpha.value == 1.0
+    mixed = pair(raw_exports["checkpoint"], raw_exports["bare"], PROMPTS, QUICK)
+    assert mixed.tokenizer_strings_compared > 30 and mixed.alpha.value > 0.3
+
+
+def test_folder_that_is_neither_a_checkpoint_nor_an_mnn_model_says_so(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("not a model")
+    result = run_cli("pair", str(tiny_checkpoint), str(tmp_path), "--quiet")
+    assert result.returncode == 51 and result.stderr.count("\n") == 1
+    assert "is neither a checkpoint nor an MNN model folder" in result.stderr
+    assert "tokenizer" not in result.stderr and "llm_config.json" in result.stderr
+
+
+def _huge_safetensors(path: Path, rows: int, cols: int) -> None:
+    header = json.dumps({"w": {"dtype": "BF16", "shape": [rows, cols], "data_offsets": [0, rows * cols * 2]}})
+    path.write_bytes(struct.pack("<Q", len(header)) + header.encode())
+
+
+@pytest.mark.parametrize("kind", ["checkpoint", "bundle"])
+def test_pair_that_cannot_fit_in_memory_is_refused_before_loading(kind: str, tiny_checkpoint: Path,
+                                                                  bundle4: ConvertResult, tmp_path: Path) -> None:
+    if kind == "checkpoint":  # a header saying 2 TiB of bf16 parameters; nothing is read past it
+        target = copy_checkpoint(tiny_checkpoint, tmp_path / "huge")
+        _huge_safetensors(target / "model-00002.safetensors", 1 << 20, 1 << 20)
+    else:  # a sparse 2 TiB weight file
+        target = tmp_path / "huge"
+        shutil.copytree(bundle4.out, target)
+        with (target / "llm.mnn.weight").open("r+b") as handle:
+            handle.truncate(2 << 40)
+    result = run_cli("pair", str(bundle4.out), str(target), "--quiet")
+    assert result.returncode == 52 and result.stderr.count("\n") == 1, result.stderr[-2000:]
+    assert "pairing needs about 2" in result.stderr and "GiB of memory is available" in result.stderr
+    assert "convert the target to a 4-bit MNN bundle with `packager convert" in result.stderr
 
 
 def test_other_vocabulary_is_refused_before_any_measurement(tiny_checkpoint: Path, tmp_path: Path) -> None:
@@ -84,23 +235,27 @@ def test_real_speculative_loop_is_lossless_and_accepts_what_the_estimate_counts(
     # Timing-free: the loop's tokens equal the target's greedy ones, and each of its steps accepts exactly the
     # tokens the estimate's arithmetic (one teacher-forced draft pass) predicts. Wall time: bench/.
     target_path = deep_targets[kind]
-    report = pair(tiny_checkpoint, target_path, PROMPTS[:2], new_tokens=60, repeats=1)
+    report = pair(tiny_checkpoint, target_path, PROMPTS[:2], Options(new_tokens=60, repeats=1, dtype="float32"))
     draft, target = HFModel(tiny_checkpoint), HFModel(target_path)
-    tokens = steps = 0
-    for prompt in PROMPTS[:2]:
-        ids = target.encode(prompt)
+    template = workload.chat_template(target_path)
+    tokens = dict.fromkeys(range(1, acceptance.MAX_D + 1), 0)
+    steps = dict(tokens)
+    for item in workload.from_texts(PROMPTS[:2]):
+        ids = target.encode(workload.render(template, item))
         reference = autoregressive(target, ids, 60)
         continuation, runs = runs_for(draft, target, ids, 60)
         assert continuation == reference
-        for d in sorted({1, report.best.d, acceptance.MAX_D}):
-            taken: list[int] = []
-            assert speculative(draft, target, ids, 60, d, accepted=taken) == reference  # lossless
+        for d in range(1, acceptance.MAX_D + 1):
             predicted = acceptance.accepted_per_step(runs, d)
-            assert taken[:len(predicted)] == predicted, (kind, d)
-            if d == report.best.d:
-                tokens, steps = tokens + sum(predicted) + len(predicted), steps + len(predicted)
-    assert abs(tokens / steps - report.best.mean_accepted_length) < 1e-12
-    assert (report.alpha == 1.0) if kind == "same" else (0.05 < report.alpha < 0.9)
+            tokens[d], steps[d] = tokens[d] + sum(predicted) + len(predicted), steps[d] + len(predicted)
+            if d in (1, acceptance.MAX_D):
+                taken: list[int] = []
+                assert speculative(draft, target, ids, 60, d, accepted=taken) == reference  # lossless
+                assert taken[:len(predicted)] == predicted, (kind, d)
+    for depth in report.depths:
+        assert depth.tokens_per_step is not None
+        assert abs(tokens[depth.d] / steps[depth.d] - depth.tokens_per_step.value) < 1e-12
+    assert (report.alpha.value == 1.0) if kind == "same" else (0.05 < report.alpha.value < 0.9)
 
 
 def test_runtime_crash_while_pairing_is_one_line_and_exit_27(bundle4: ConvertResult, tmp_path: Path) -> None:
@@ -124,7 +279,9 @@ def test_malformed_bundle_files_in_pair_are_one_line(bundle4: ConvertResult, tmp
     assert len(result.stderr) < 700  # the 3,000-character line is shortened
 
 
-def test_too_few_tokens_is_a_usage_error_before_anything_loads(tmp_path: Path) -> None:
-    # Fewer than 8 would leave the timings no cached context (an empty forward crashes MNN).
-    result = run_cli("pair", str(tmp_path), str(tmp_path), "--tokens", "0")
-    assert result.returncode == 2 and "Invalid value for '--tokens': 0 is not in the range 8<=x<=4096" in result.stderr
+@pytest.mark.parametrize("tokens", ["0", "1", "4", "6"])
+def test_too_few_tokens_is_one_line_before_anything_loads(tokens: str, tmp_path: Path) -> None:
+    # Every d up to 6 needs a window of d + 1 target tokens: fewer would leave large d unmeasured.
+    result = run_cli("pair", str(tmp_path), str(tmp_path), "--tokens", tokens)
+    assert result.returncode == 19 and result.stderr.count("\n") == 1
+    assert f"--tokens {tokens} is too few: measuring every d up to 6 needs at least 7 tokens" in result.stderr

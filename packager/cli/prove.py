@@ -55,36 +55,47 @@ def verify(ctx: click.Context, bundle: Path, source: Path, prompts_file: Path | 
 @cli.command("pair")
 @click.argument("draft", type=_path(exists=True, file_okay=False))
 @click.argument("target", type=_path(exists=True, file_okay=False))
-# At least 8: the timings need a cached context before the d + 1 tokens they verify.
-@click.option("--tokens", "new_tokens", type=click.IntRange(min=8, max=4096), default=32, show_default=True,
-              help="Greedy tokens per prompt.")
+@click.option("--tokens", "new_tokens", type=int, default=32, show_default=True,
+              help="Greedy target tokens per prompt at most (generation stops at end of text); at least 7.")
 @click.option("--prompts", "prompts_file", type=_path(exists=True, dir_okay=False),
-              help="Prompts, one per line (or JSON).  [default: the built-in set]")
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+              help="Prompts (user turns), one per line (or JSON).  [default: the built-in 54 conversations]")
+@click.option("--threads", type=click.IntRange(min=1), help="Threads for both runtimes.  [default: all cores]")
+@click.option("--repeats", type=click.IntRange(min=1), default=5, show_default=True,
+              help="Interleaved timing repeats (the median and spread come from them).")
+@click.option("--dtype", type=click.Choice(["stored", "float32"]), default="stored", show_default=True,
+              help="Checkpoints: compute in their stored dtype (bf16: half the memory) or in float32.")
+@click.option("--costs", "costs_file", type=_path(exists=True, dir_okay=False),
+              help="JSON costs measured on the device (draft_step_seconds, target_step_seconds, verify_seconds "
+                   "per d): the speedup and the recommended d come from them instead of this CPU.")
+@click.option("--temperature", type=float, help="Also report acceptance under speculative sampling at this T.")
+@click.option("--top-k", type=int, default=0, help="With --temperature: top-k (0: off).")
+@click.option("--top-p", type=float, default=1.0, help="With --temperature: top-p (1: off).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (schema: README).")
 @click.option("--quiet", is_flag=True, help="No progress on stderr.")
-def pair_command(draft: Path, target: Path, new_tokens: int, prompts_file: Path | None, as_json: bool,
-                 quiet: bool) -> None:
-    """Measure how well DRAFT drafts for TARGET (bundles or checkpoints): compatibility, acceptance, speedup.
+def pair_command(draft: Path, target: Path, new_tokens: int, prompts_file: Path | None, threads: int | None,
+                 repeats: int, dtype: str, costs_file: Path | None, temperature: float | None, top_k: int, top_p: float,
+                 as_json: bool, quiet: bool) -> None:
+    """Measure how well DRAFT drafts for TARGET (checkpoints or MNN model folders): compatibility, acceptance, speedup.
 
     Refuses (exit 51) before measuring when vocabulary, special or stop tokens, chat template or family
-    differ. Then reports alpha, the mean accepted length for d = 1..6, the measured cost of a draft step and
-    of a target verification on this CPU, and the expected speedup per d.
+    differ, and (exit 52) when the two would not fit in memory. Then reports alpha and tokens per step for
+    d = 1..6 with 95% intervals over chat-templated prompts, the costs of a draft step, a target step and a
+    verification (this CPU, or the device's with --costs), and the speedup per d with its spread.
 
-    Example: packager pair ./draft-bundle ./target-bundle
+    Example: packager pair ./draft-bundle ./target-4bit --costs phone-costs.json
     """
+    from ..errors import InvalidOption
+    from ..pair import Options
     from ..pair import pair as run_pair
+    from ..pair.report import as_dict, text
+    from ..pair.sampling import Sampling
     from ..verify import prompts_from_file
 
-    report = run_pair(draft, target, prompts_from_file(prompts_file) if prompts_file else None, new_tokens,
+    if temperature is None and (top_k or top_p != 1.0):
+        raise InvalidOption("--top-k and --top-p need --temperature", "add --temperature 0.7 (Qwen3's advice)")
+    sampling = Sampling(temperature, top_k, top_p) if temperature is not None else None
+    options = Options(new_tokens=new_tokens, repeats=repeats, threads=threads, dtype=dtype, sampling=sampling,  # type: ignore[arg-type]
+                      costs_file=costs_file)
+    report = run_pair(draft, target, prompts_from_file(prompts_file) if prompts_file else None, options,
                       progress=StderrProgress(quiet))
-    data = {"draft": str(draft), "target": str(target), "prompts": report.prompts, "new_tokens": report.new_tokens,
-            "tokenizer_strings_compared": report.tokenizer_strings_compared, "alpha": report.alpha,
-            "draft_step_s": report.draft_step_seconds, "target_step_s": report.target_step_seconds,
-            "best_d": report.best.d, "depths": [d.__dict__ for d in report.depths]}
-    lines = [f"alpha (per-token greedy acceptance): {report.alpha:.4f}",
-             f"draft step {report.draft_step_seconds * 1e3:.2f} ms, target step {report.target_step_seconds * 1e3:.2f} ms",
-             " d  accept  tokens/step  verify ms  speedup  (formula)"]
-    lines += [f"{d.d:2}  {d.acceptance_rate:6.3f}  {d.mean_accepted_length:11.3f}  {d.verify_seconds * 1e3:9.2f}"
-              f"  {d.speedup_measured_alpha:7.3f}  ({d.speedup_formula:.3f})" for d in report.depths]
-    lines.append(f"best d: {report.best.d} (expected speedup {report.best.speedup_measured_alpha:.3f}x on this CPU)")
-    click.echo(json.dumps(data, indent=2) if as_json else "\n".join(lines))
+    click.echo(json.dumps(as_dict(report), indent=2) if as_json else text(report))

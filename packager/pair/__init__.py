@@ -1,4 +1,5 @@
-"""`pair`: is DRAFT a useful draft for TARGET? Compatibility first, then greedy acceptance, costs, speedup."""
+"""`pair`: is DRAFT a useful draft for TARGET? Compatibility first, then acceptance on chat-templated prompts
+(with intervals), costs (measured here or given for the device), and the speedup per draft length d."""
 
 from __future__ import annotations
 
@@ -6,89 +7,119 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 
-from .. import resources
-from . import acceptance, compat
-from .models import Model, load
+from ..errors import InvalidOption
+from . import acceptance, compat, costs, memory, workload
+from .intervals import Interval, ratio
+from .models import Dtype, Model, all_cores, is_bundle, load
+from .report import DepthReport, PairReport, depth_report
+from .sampling import Sampling
+from .sampling import acceptance as sampled_acceptance
 
 Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True)
-class DepthReport:
-    d: int
-    acceptance_rate: float  # accepted / proposed
-    mean_accepted_length: float  # tokens per step, the target's own token included
-    verify_seconds: float
-    expected_tokens: float  # the standard formula with alpha
-    speedup_measured_alpha: float  # from mean_accepted_length
-    speedup_formula: float  # from expected_tokens
+class Options:
+    new_tokens: int = 32
+    max_d: int = acceptance.MAX_D
+    repeats: int = 5
+    threads: int | None = None  # None: every core this process may use
+    dtype: Dtype = "stored"  # checkpoints: their stored dtype, or "float32"
+    sampling: Sampling | None = None  # None: greedy only
+    costs_file: Path | None = None  # device costs; None: measure on this CPU
+
+    def check(self) -> None:
+        if self.new_tokens < self.max_d + 1:
+            raise InvalidOption(f"--tokens {self.new_tokens} is too few: measuring every d up to {self.max_d} "
+                                f"needs at least {self.max_d + 1} tokens per prompt", "pass --tokens 32 or more")
+        if self.repeats < 1 or (self.threads is not None and self.threads < 1):
+            raise InvalidOption("repeats and threads must be at least 1")
 
 
 @dataclass(frozen=True)
-class PairReport:
-    draft: Path
-    target: Path
-    prompts: int
-    new_tokens: int
-    tokenizer_strings_compared: int
-    alpha: float  # per-token agreement of the draft's greedy choice with the target's
-    draft_step_seconds: float
-    target_step_seconds: float
-    depths: tuple[DepthReport, ...]
-
-    @property
-    def best(self) -> DepthReport:
-        return max(self.depths, key=lambda r: r.speedup_measured_alpha)
+class PromptResult:
+    continuation: list[int]
+    runs: list[int]
+    sampled: np.ndarray | None  # per position: acceptance probability under speculative sampling
 
 
-def runs_for(draft: Model, target: Model, prompt_ids: list[int], new_tokens: int) -> tuple[list[int], list[int]]:
+def runs_for(draft: Model, target: Model, prompt_ids: list[int], new_tokens: int,
+             stop: tuple[int, ...] = ()) -> tuple[list[int], list[int]]:
     """The target's greedy continuation and, for each of its positions, how many draft tokens it accepts."""
-    continuation = target.greedy(prompt_ids, new_tokens)
-    logits = draft.logits_all(prompt_ids + continuation)
-    start = len(prompt_ids) - 1
-    draft_argmax = [int(logits[start + i].argmax()) for i in range(len(continuation))]
-    return continuation, acceptance.match_runs(draft_argmax, continuation)
+    result = measure_prompt(draft, target, prompt_ids, new_tokens, stop, None)
+    return result.continuation, result.runs
 
 
-def pair(draft_path: Path, target_path: Path, prompts: tuple[str, ...] | None = None, new_tokens: int = 32,
-         max_d: int = acceptance.MAX_D, repeats: int = 5, progress: Progress = lambda _: None) -> PairReport:
+def measure_prompt(draft: Model, target: Model, prompt_ids: list[int], new_tokens: int, stop: tuple[int, ...],
+                   sampling: Sampling | None) -> PromptResult:
+    continuation = target.greedy(prompt_ids, new_tokens, stop)
+    sequence, start = prompt_ids + continuation, len(prompt_ids) - 1
+    rows = slice(start, start + len(continuation))
+    draft_logits, target_logits = draft.logits_all(sequence)[rows], target.logits_all(sequence)[rows]
+    # Both argmaxes from one teacher-forced pass each: the same computation on both sides, so a model paired
+    # with itself agrees everywhere (a KV-cached step and a full pass can differ at a near-tie of the logits).
+    runs = acceptance.match_runs([int(row.argmax()) for row in draft_logits],
+                                 [int(row.argmax()) for row in target_logits])
+    sampled = sampled_acceptance(sampling, target_logits, draft_logits) if sampling is not None else None
+    return PromptResult(continuation, runs, sampled)
+
+
+def _load_both(draft_path: Path, target_path: Path, options: Options, threads: int,
+               progress: Progress) -> tuple[Model, Model]:
+    estimates = [memory.estimate(p, mnn=is_bundle(p), as_float32=options.dtype == "float32")
+                 for p in (target_path, draft_path)]
+    memory.check(estimates)  # both stay loaded while the costs are timed
+    progress(f"loading the target ({estimates[0].weight_bytes / memory.GIB:.2f} GiB of weights, {threads} threads)")
+    target = load(target_path, threads, options.dtype)
+    progress(f"loading the draft ({estimates[1].weight_bytes / memory.GIB:.2f} GiB of weights)")
+    return load(draft_path, threads, options.dtype), target
+
+
+def pair(draft_path: Path, target_path: Path, prompts: tuple[str, ...] | None = None,
+         options: Options = Options(), progress: Progress = lambda _: None) -> PairReport:
+    options.check()
+    device_costs = costs.read(options.costs_file, options.max_d) if options.costs_file else None
     draft_facts, target_facts = compat.facts(draft_path), compat.facts(target_path)
     compat.check_files(draft_facts, target_facts)  # refused here, before any model is loaded
-    progress("loading both models")
-    draft, target = load(draft_path), load(target_path)
+    threads = options.threads or all_cores()
+    draft, target = _load_both(draft_path, target_path, options, threads, progress)
     compared = compat.check_tokenizers(draft, target, draft_facts, target_facts)
-    prompts = prompts or resources.parity_prompts()
-    progress(f"measuring greedy acceptance on {len(prompts)} prompts x {new_tokens} tokens")
-    all_runs, agree, total, context = [], 0, 0, None
-    for prompt in prompts:
-        ids = target.encode(prompt)
-        continuation, runs = runs_for(draft, target, ids, new_tokens)
-        all_runs.append(runs)
-        agree += sum(1 for r in runs if r > 0)
-        total += len(runs)
-        context = context or (ids + continuation)
-    alpha = agree / total if total else 0.0
-    progress("timing a draft step, a target step and the verifications")
-    assert context is not None
-    ctx, probe = context[:-max_d - 1], context[-max_d - 1:]
-    draft_step = draft.time_forward(ctx, probe[:1], repeats)
-    target_step = target.time_forward(ctx, probe[:1], repeats)
-    depths = []
-    for d in range(1, max_d + 1):
-        steps = [acceptance.simulate(runs, d) for runs in all_runs]
-        taken = sum(s.steps for s in steps)
-        tau = sum(s.tokens for s in steps) / taken if taken else 1.0
-        rate = sum(s.accepted for s in steps) / max(1, sum(s.proposed for s in steps))
-        verify = target.time_forward(ctx, probe[: d + 1], repeats)
-        expected = acceptance.expected_tokens(alpha, d)
-        depths.append(DepthReport(
-            d=d, acceptance_rate=rate, mean_accepted_length=tau, verify_seconds=verify, expected_tokens=expected,
-            speedup_measured_alpha=acceptance.speedup(tau, d, draft_step, verify, target_step),
-            speedup_formula=acceptance.speedup(expected, d, draft_step, verify, target_step)))
-    return PairReport(draft=draft_path, target=target_path, prompts=len(prompts), new_tokens=new_tokens,
-                      tokenizer_strings_compared=compared, alpha=alpha, draft_step_seconds=draft_step,
-                      target_step_seconds=target_step, depths=tuple(depths))
+    items = workload.from_texts(prompts) if prompts else workload.builtin()
+    template, stop = target_facts.chat_template, tuple(sorted(target_facts.stop))
+    progress(f"measuring acceptance on {len(items)} chat-templated prompts x up to {options.new_tokens} tokens")
+    results, longest = [], []
+    for item in items:
+        ids = target.encode(workload.render(template, item))
+        results.append(measure_prompt(draft, target, ids, options.new_tokens, stop, options.sampling))
+        longest = max(longest, ids + results[-1].continuation, key=len)
+    if device_costs is None:
+        progress(f"timing draft step, target step and verifications, interleaved, {options.repeats} repeats")
+        where = costs.host(threads)
+        cut = len(longest) - options.max_d - 1
+        found = costs.measure(draft, target, longest[:cut], longest[cut:], options.max_d, options.repeats, where)
+    else:
+        found = device_costs
+    return _report(draft_path, target_path, options, threads, compared, results, found)
 
 
-__all__ = ["DepthReport", "PairReport", "pair"]
+def _report(draft_path: Path, target_path: Path, options: Options, threads: int, compared: int,
+            results: list[PromptResult], found: costs.Costs) -> PairReport:
+    alpha = ratio([sum(1 for r in p.runs if r > 0) for p in results], [len(p.runs) for p in results])
+    sampled = None
+    if options.sampling is not None:
+        sampled = ratio([float(p.sampled.sum()) for p in results if p.sampled is not None],
+                        [len(p.runs) for p in results])
+    depths = tuple(depth_report(d, [p.runs for p in results], alpha, sampled, found)
+                   for d in range(1, options.max_d + 1))
+    gaining = [d for d in depths if d.speedup is not None and d.speedup.low > 1.0]
+    best = max(gaining, key=lambda d: d.speedup.median).d if gaining else None  # type: ignore[union-attr]
+    return PairReport(
+        draft=draft_path, target=target_path, prompts=len(results), positions=sum(len(p.runs) for p in results),
+        new_tokens=options.new_tokens, threads=threads, dtype=options.dtype, tokenizer_strings_compared=compared,
+        alpha=alpha or Interval(0.0, 0.0, 0.0), sampling=options.sampling, sampled_acceptance=sampled, costs=found,
+        depths=depths, best_d=best)
+
+
+__all__ = ["DepthReport", "Options", "PairReport", "pair", "runs_for"]

@@ -30,13 +30,13 @@ _LOG_TAIL = 4000
 class MNNModel:
     """A bundle in the MNN runtime, run in a child process; the same methods as MNNRuntime."""
 
-    def __init__(self, bundle: Path) -> None:
+    def __init__(self, bundle: Path, threads: int | None = None) -> None:
         self.path = bundle
         self._log = tempfile.TemporaryFile()
         root = str(Path(__file__).resolve().parents[2])
         self._process = subprocess.Popen([sys.executable, "-c", _BOOT, root], stdin=subprocess.PIPE,
                                          stdout=subprocess.PIPE, stderr=self._log)
-        self.vocab = int(self._call("load", str(bundle)))
+        self.vocab = int(self._call("load", str(bundle), threads or 2))
 
     def encode(self, text: str) -> list[int]:
         return list(self._call("encode", text))
@@ -44,8 +44,8 @@ class MNNModel:
     def logits_all(self, ids: list[int]) -> np.ndarray:
         return np.asarray(self._call("logits_all", list(ids)), dtype=np.float64)
 
-    def greedy(self, ids: list[int], n: int) -> list[int]:
-        return list(self._call("greedy", list(ids), n))
+    def greedy(self, ids: list[int], n: int, stop: tuple[int, ...] = ()) -> list[int]:
+        return list(self._call("greedy", list(ids), n, tuple(stop)))
 
     def time_forward(self, context: list[int], new: list[int], repeats: int) -> float:
         """Measured inside the child, so the pipe's cost is not part of the figure."""
@@ -127,7 +127,7 @@ def serve() -> None:
             if method == "load":
                 from .mnn_runtime import MNNRuntime
 
-                runtime = MNNRuntime(Path(args[0]))
+                runtime = MNNRuntime(Path(args[0]), threads=int(args[1]) if len(args) > 1 else 2)
                 reply: tuple[str, Any] = ("ok", runtime.vocab)
             elif method in METHODS and runtime is not None:
                 reply = ("ok", getattr(runtime, method)(*args))

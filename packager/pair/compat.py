@@ -23,12 +23,16 @@ class PairIncompatible(PackagerError):
     hint = "a draft must share the target's tokenizer, vocabulary and chat template (same model family)"
 
 
+NEITHER_HINT = ("pass a Hugging Face checkpoint folder (config.json and *.safetensors) or an MNN model folder "
+                "(llm.mnn, llm.mnn.weight and llm_config.json, as llmexport writes it)")
+
+
 @dataclass(frozen=True)
 class Facts:
     path: Path
     bundle: bool
     family: str
-    vocab_size: int
+    vocab_size: int  # 0: not stated by the files (an MNN folder without llm.mnn.json); checked after loading
     special: frozenset[int]
     special_all: frozenset[int]  # checkpoints: every added token; bundles: what the header lists
     stop: frozenset[int]
@@ -42,7 +46,10 @@ def _json(path: Path) -> dict:  # type: ignore[type-arg]
 def facts(path: Path) -> Facts:
     """What pairing compares, read from the files alone; anything unreadable is one line."""
     if not path.is_dir():
-        raise PairIncompatible(f"{shorten(str(path), 120)} is not a bundle or checkpoint folder", "pass two folders")
+        raise PairIncompatible(f"{shorten(str(path), 120)} is not a folder", NEITHER_HINT)
+    if not is_bundle(path) and not (path / "config.json").is_file():
+        raise PairIncompatible(f"{shorten(str(path), 120)} is neither a checkpoint nor an MNN model folder",
+                               NEITHER_HINT)
     try:
         return _bundle_facts(path) if is_bundle(path) else _checkpoint_facts(path)
     except OSError as exc:
@@ -71,12 +78,30 @@ def _checkpoint_facts(path: Path) -> Facts:
 
 def _bundle_facts(path: Path) -> Facts:
     llm_config = _json(path / "llm_config.json")
-    lm = graph.read(_json(path / "llm.mnn.json")).lm_head
-    header = read_header(path / "tokenizer.txt")
-    return Facts(path=path, bundle=True, family=str(llm_config.get("model_type", "")),
-                 vocab_size=lm.out_features if lm else 0, special=frozenset(header.special),
-                 special_all=frozenset(header.special), stop=frozenset(header.stop),
+    config = _json(path / "config.json") if (path / "config.json").is_file() else {}
+    tokenizer = path / str(config.get("tokenizer_file") or "tokenizer.txt")
+    header = read_header(tokenizer if tokenizer.is_file() else path / "tokenizer.mtok")
+    family = str(llm_config.get("model_type", ""))
+    # The stop ids packager's own generation uses for the family (as for checkpoints): plain llmexport lists
+    # only <|im_end|>, packager's bundles <|endoftext|> too.
+    stops = set(header.stop) | (set(QWEN3_STOP_IDS) if family == "qwen3" else set())
+    return Facts(path=path, bundle=True, family=family, vocab_size=_bundle_vocab(path, llm_config, config),
+                 special=frozenset(header.special), special_all=frozenset(header.special), stop=frozenset(stops),
                  chat_template=str((llm_config.get("jinja") or {}).get("chat_template", "")))
+
+
+def _bundle_vocab(path: Path, llm_config: dict, config: dict) -> int:  # type: ignore[type-arg]
+    """From the graph description when present, else from the embedding's bytes; 0 when neither says."""
+    if (path / "llm.mnn.json").is_file():
+        lm = graph.read(_json(path / "llm.mnn.json")).lm_head
+        return lm.out_features if lm else 0
+    hidden, tie = int(llm_config.get("hidden_size") or 0), llm_config.get("tie_embeddings")
+    if hidden and isinstance(tie, list) and len(tie) == 5 and tie[3]:  # [offset, weight bytes, alpha, bits, block]
+        return int(tie[1]) * 8 // (int(tie[3]) * hidden)
+    embeddings = path / str(config.get("embedding_file") or "embeddings_bf16.bin")
+    if hidden and embeddings.name == "embeddings_bf16.bin" and embeddings.is_file():
+        return embeddings.stat().st_size // (2 * hidden)
+    return 0
 
 
 def _special_equal(a: Facts, b: Facts) -> bool:
@@ -90,7 +115,7 @@ def check_files(draft: Facts, target: Facts) -> None:
     problems = []
     if draft.family != target.family:
         problems.append(f"family {shorten(draft.family, 60) or '?'} vs {shorten(target.family, 60) or '?'}")
-    if draft.vocab_size != target.vocab_size:
+    if draft.vocab_size and target.vocab_size and draft.vocab_size != target.vocab_size:
         problems.append(f"vocabulary {draft.vocab_size} vs {target.vocab_size} ids")
     if not _special_equal(draft, target):
         problems.append("different special tokens")
@@ -103,7 +128,11 @@ def check_files(draft: Facts, target: Facts) -> None:
 
 
 def check_tokenizers(draft: Model, target: Model, draft_facts: Facts, target_facts: Facts) -> int:
-    """Every corpus string must get the same ids from both; returns how many strings were compared."""
+    """Same vocabulary as loaded (the logits' width), and every corpus string must get the same ids from both;
+    returns how many strings were compared."""
+    if draft.vocab != target.vocab:
+        raise PairIncompatible(f"{draft_facts.path.name} cannot draft for {target_facts.path.name}: "
+                               f"vocabulary {draft.vocab} vs {target.vocab} ids")
     mixed = draft_facts.bundle != target_facts.bundle
     compared, differing = 0, []
     for item in resources.tokenizer_corpus_items():

@@ -28,17 +28,26 @@ def quiet_stdout() -> Iterator[None]:
         os.close(devnull)
 
 
+def _tokenizer_setting(bundle: Path) -> dict[str, str]:
+    """Without config.json MNN looks for tokenizer.txt; llmexport may have written tokenizer.mtok instead
+    (MNN's LlmConfig: a path to llm.mnn gives {llm_model, llm_weight}, the rest comes from llm_config.json)."""
+    if (bundle / "config.json").is_file() or (bundle / "tokenizer.txt").is_file():
+        return {}
+    return {"tokenizer_file": "tokenizer.mtok"} if (bundle / "tokenizer.mtok").is_file() else {}
+
+
 class MNNRuntime:
     """Greedy, deterministic access to a bundle: token ids, logits at every position, KV-cached steps."""
 
-    def __init__(self, bundle: Path, precision: str = "high") -> None:
+    def __init__(self, bundle: Path, precision: str = "high", threads: int = 2) -> None:
         self.path = bundle
         with quiet_stdout():
             import MNN.llm as mnn_llm
 
-            self.llm = mnn_llm.create(str(bundle / "config.json"))
+            self.llm = mnn_llm.create(str(bundle / "config.json") if (bundle / "config.json").is_file()
+                                      else str(bundle / "llm.mnn"))
             self.llm.set_config({"precision": precision, "all_logits": True, "sampler_type": "greedy",
-                                 "thread_num": 2})
+                                 "thread_num": threads, **_tokenizer_setting(bundle)})
             if not self.llm._c_obj.load():
                 raise BundleError(f"MNN could not load the bundle {bundle}", "run packager validate on it")
         self.vocab = int(self.logits_all([0]).shape[-1])
@@ -53,14 +62,14 @@ class MNNRuntime:
             self.llm.reset()
         return out
 
-    def greedy(self, ids: list[int], n: int) -> list[int]:
-        """Argmax decoding through the KV cache. (MNN's own generate() can pick other tokens than the
-        argmax of the very logits forward() returns, so it is not used.)"""
+    def greedy(self, ids: list[int], n: int, stop: tuple[int, ...] = ()) -> list[int]:
+        """Argmax decoding through the KV cache, ending after a stop id. (MNN's own generate() can pick other
+        tokens than the argmax of the very logits forward() returns, so it is not used.)"""
         tokens: list[int] = []
         with quiet_stdout():
             self.llm.reset()
             logits = self.llm.forward(ids)
-            while len(tokens) < n:
+            while len(tokens) < n and not (tokens and tokens[-1] in stop):
                 last = np.array(logits.read()).reshape(-1, self.vocab)[-1]
                 tokens.append(int(last.argmax()))
                 logits = self.llm.forward(tokens[-1:])

@@ -6,9 +6,10 @@ Every method is greedy and deterministic; timings use the runtime's KV cache, as
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 
@@ -16,24 +17,34 @@ from ..errors import CheckpointNotFound, MissingTokenizer, from_os_error, shorte
 from .child import MNNModel
 
 
+Dtype = Literal["stored", "float32"]
+
+
+def all_cores() -> int:
+    return len(os.sched_getaffinity(0))
+
+
 class Model(Protocol):
     path: Path
+    vocab: int
 
     def encode(self, text: str) -> list[int]: ...
     def logits_all(self, ids: list[int]) -> np.ndarray: ...
-    def greedy(self, ids: list[int], n: int) -> list[int]: ...
+    def greedy(self, ids: list[int], n: int, stop: tuple[int, ...] = ()) -> list[int]: ...
     def time_forward(self, context: list[int], new: list[int], repeats: int) -> float: ...
 
 
 class HFModel:
-    threads = 2  # torch threads; bench/speculative_bench.py lowers it to stay steady on a shared machine
+    threads = 2  # torch threads when none are given; bench/speculative_bench.py lowers it on a shared machine
 
-    def __init__(self, checkpoint: Path) -> None:
+    def __init__(self, checkpoint: Path, threads: int | None = None, dtype: Dtype = "float32") -> None:
+        """`dtype="stored"` keeps the checkpoint's own dtype (bf16 for Qwen3): half the memory of float32, and
+        the argmax, which is all acceptance needs, is the model's own."""
         import torch
         from tokenizers import Tokenizer
         from transformers import AutoModelForCausalLM
 
-        torch.set_num_threads(self.threads)
+        torch.set_num_threads(threads or self.threads)
         self.path = checkpoint
         name = shorten(str(checkpoint), 120)
         try:
@@ -41,13 +52,15 @@ class HFModel:
         except Exception as exc:  # noqa: BLE001 - tokenizers raises plain Exception for a missing/broken file
             raise MissingTokenizer(f"cannot load {name}/tokenizer.json ({shorten(str(exc))})") from None
         try:
-            self.model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32).eval()
+            self.model = AutoModelForCausalLM.from_pretrained(
+                checkpoint, dtype="auto" if dtype == "stored" else torch.float32).eval()
         except (OSError, ValueError, KeyError, RuntimeError) as exc:
             if isinstance(exc, OSError) and exc.errno is not None:  # the OS's reason: permissions, ...
                 raise from_os_error(exc, f"cannot load the checkpoint {name}") from None
             raise CheckpointNotFound(f"transformers cannot load the checkpoint {name} ({shorten(str(exc))})",
                                      "pass a Qwen3 checkpoint folder that transformers can load") from None
         self.torch = torch
+        self.vocab = int(self.model.config.vocab_size)
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False).ids
@@ -56,11 +69,14 @@ class HFModel:
         with self.torch.no_grad():
             return self.model(self.torch.tensor([ids])).logits[0].double().numpy()
 
-    def greedy(self, ids: list[int], n: int) -> list[int]:
+    def greedy(self, ids: list[int], n: int, stop: tuple[int, ...] = ()) -> list[int]:
+        """Up to n argmax tokens; with `stop`, ends after the first stop id (which is kept)."""
+        until = {"eos_token_id": list(stop)} if stop else {"eos_token_id": None, "min_new_tokens": n}
         with self.torch.no_grad():
-            out = self.model.generate(self.torch.tensor([ids]), max_new_tokens=n, min_new_tokens=n, do_sample=False,
-                                      pad_token_id=0, eos_token_id=None)
-        return out[0, len(ids):].tolist()
+            out = self.model.generate(self.torch.tensor([ids]), max_new_tokens=n, do_sample=False, pad_token_id=0,
+                                      **until)
+        tokens = out[0, len(ids):].tolist()
+        return tokens[:next((i + 1 for i, t in enumerate(tokens) if t in stop), len(tokens))]
 
     def prefill(self, ids: list[int]) -> Any:
         from transformers import DynamicCache
@@ -87,8 +103,12 @@ class HFModel:
 
 
 def is_bundle(path: Path) -> bool:
-    return (path / "llm.mnn").is_file() and (path / "config.json").is_file()
+    """Any MNN model folder llmexport makes: its graph, weights and llm_config.json (config.json, llm.mnn.json and
+    an embeddings file are optional), or a folder with llm.mnn and config.json."""
+    if not (path / "llm.mnn").is_file():
+        return False
+    return (path / "config.json").is_file() or all((path / n).is_file() for n in ("llm.mnn.weight", "llm_config.json"))
 
 
-def load(path: Path) -> Model:
-    return MNNModel(path) if is_bundle(path) else HFModel(path)
+def load(path: Path, threads: int | None = None, dtype: Dtype = "float32") -> Model:
+    return MNNModel(path, threads) if is_bundle(path) else HFModel(path, threads, dtype)

@@ -1,0 +1,75 @@
+"""The pair workload: conversations rendered with the model's own chat template (thinking off), so the draft
+is measured on what a chat app feeds the target; generation stops at the stop ids."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from .. import resources
+from ..errors import shorten
+from .compat import PairIncompatible
+
+Messages = tuple[tuple[str, str], ...]  # (role, content) turns
+
+
+@dataclass(frozen=True)
+class Prompt:
+    category: str
+    language: str
+    messages: Messages
+
+
+def builtin() -> tuple[Prompt, ...]:
+    """The built-in workload: prose, code, Q&A and chat in several languages (packager/data/pair_prompts.json)."""
+    return tuple(Prompt(item["category"], item["language"],
+                        tuple((m["role"], m["content"]) for m in item["messages"]))
+                 for item in resources.pair_prompts())
+
+
+def from_texts(texts: tuple[str, ...]) -> tuple[Prompt, ...]:
+    """Prompts of a --prompts file: each is one user turn."""
+    return tuple(Prompt("user", "?", (("user", text),)) for text in texts)
+
+
+def chat_template(path: Path) -> str:
+    """The chat template of a checkpoint (tokenizer_config.json or chat_template.jinja) or an MNN model folder
+    (llm_config.json's jinja); "" when it has none."""
+    if (path / "llm_config.json").is_file() and not (path / "tokenizer_config.json").is_file():
+        jinja = json.loads((path / "llm_config.json").read_text(encoding="utf-8")).get("jinja") or {}
+        return str(jinja.get("chat_template") or "")
+    config = path / "tokenizer_config.json"
+    template = json.loads(config.read_text(encoding="utf-8")).get("chat_template") if config.is_file() else None
+    if not template and (path / "chat_template.jinja").is_file():
+        template = (path / "chat_template.jinja").read_text(encoding="utf-8")
+    return str(template or "")
+
+
+@cache
+def _compiled(template: str) -> Any:
+    from jinja2.ext import loopcontrols
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    # The environment transformers' apply_chat_template uses, so the text is the one the checkpoint's own
+    # tokenizer would produce.
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
+    env.filters["tojson"] = lambda value, indent=None, **_: json.dumps(value, ensure_ascii=False, indent=indent)
+    env.globals["raise_exception"] = _raise
+    return env.from_string(template)
+
+
+def _raise(message: str) -> None:
+    raise PairIncompatible(f"the chat template refused the prompt ({shorten(message)})")
+
+
+def render(template: str, prompt: Prompt) -> str:
+    """The conversation as the model sees it, ready for the assistant's turn, thinking switched off."""
+    if not template:
+        raise PairIncompatible("the target has no chat template to render the workload with",
+                               "pair checkpoints or bundles that carry their chat template")
+    messages = [{"role": role, "content": content} for role, content in prompt.messages]
+    return str(_compiled(template).render(messages=messages, add_generation_prompt=True, enable_thinking=False,
+                                          tools=None))
