@@ -49,7 +49,7 @@ def measure(draft_path: Path, target_path: Path, rounds: int) -> dict[str, objec
                                                             threads=HFModel.threads))
     # The loop runs at the best d, or at d = 1 when no d gains beyond the noise.
     d = report.best_d or 1
-    speedup = report.depths[d - 1].speedup
+    speedup = report.depths[d - 1].speedup_from_measured_tau
     assert speedup is not None
     estimate = speedup.median
     draft, target = HFModel(draft_path), HFModel(target_path)

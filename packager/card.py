@@ -165,7 +165,7 @@ def pairing_from_report(path: Path) -> dict[str, Any]:
                 "depths": [{"d": d["d"], "acceptance_rate": d["acceptance_rate"],
                             "tokens_per_step": d["tokens_per_step"]} for d in report["depths"]],
                 "sampling": sampling, "costs_source": report["costs"]["source"], "device": report["costs"]["device"],
-                "best_d": report["best_d"], "speedup": best["speedup"] if best else None,
+                "best_d": report["best_d"], "speedup": best["speedup_from_measured_tau"] if best else None,
                 "recommended_d": report["recommended_draft_predict_length"]}
     except (TypeError, KeyError) as exc:
         raise CardError(f"{path} is not a `packager pair --json` report (no {exc})") from None

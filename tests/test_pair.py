@@ -70,7 +70,8 @@ def test_draft_paired_with_itself_accepts_everything(bundle4: ConvertResult) -> 
     for depth in report.depths:
         assert depth.acceptance_rate is not None and depth.acceptance_rate.value == 1.0
         assert depth.tokens_per_step is not None and depth.tokens_per_step.value == depth.d + 1
-        assert depth.speedup is not None and depth.speedup.low <= depth.speedup.median <= depth.speedup.high
+        speedup = depth.speedup_from_measured_tau
+        assert speedup is not None and speedup.low <= speedup.median <= speedup.high
     assert report.costs.source.startswith("this CPU (") and report.costs.source.endswith(", 1 thread)")
     assert not report.costs.device and report.recommended_draft_predict_length is None
     assert len(report.costs.repeats) == 2 and all(len(row[2]) == acceptance.MAX_D for row in report.costs.repeats)
@@ -94,7 +95,7 @@ def test_device_costs_decide_the_recommendation(bundle4: ConvertResult, tmp_path
                      "--tokens", "24", "--costs", str(cheap), "--json", "--quiet")
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
-    speedups = {d["d"]: d["speedup"]["median"] for d in data["depths"]}
+    speedups = {d["d"]: d["speedup_from_measured_tau"]["median"] for d in data["depths"]}
     best = max(speedups, key=speedups.__getitem__)
     assert data["best_d"] == data["recommended_draft_predict_length"] == best and speedups[best] > 1
     assert data["costs"] == {"source": "--costs cheap.json", "device": True, "repeats": 1,

@@ -113,8 +113,8 @@ def _report(draft_path: Path, target_path: Path, options: Options, threads: int,
                         [len(p.runs) for p in results])
     depths = tuple(depth_report(d, [p.runs for p in results], alpha, sampled, found)
                    for d in range(1, options.max_d + 1))
-    gaining = [d for d in depths if d.speedup is not None and d.speedup.low > 1.0]
-    best = max(gaining, key=lambda d: d.speedup.median).d if gaining else None  # type: ignore[union-attr]
+    gaining = {d.d: s.median for d in depths if (s := d.speedup_from_measured_tau) is not None and s.low > 1.0}
+    best = max(gaining, key=gaining.__getitem__) if gaining else None
     return PairReport(
         draft=draft_path, target=target_path, prompts=len(results), positions=sum(len(p.runs) for p in results),
         new_tokens=options.new_tokens, threads=threads, dtype=options.dtype, tokenizer_strings_compared=compared,

@@ -22,7 +22,7 @@ class DepthReport:
     tokens_per_step_formula: float  # (1 - alpha^(d+1)) / (1 - alpha)
     tokens_per_step_sampled: float | None  # the same formula with the speculative-sampling acceptance
     verify_seconds: Spread
-    speedup: Spread | None  # from tau and the costs: median from median costs; low/high from tau's interval
+    speedup_from_measured_tau: Spread | None  # from tau and the costs: median from median costs; low/high from tau's interval
     speedup_from_alpha_formula: float  # from the formula's tokens per step and the median costs
 
 
@@ -46,7 +46,7 @@ def depth_report(d: int, all_runs: list[list[int]], alpha: Interval | None, samp
     return DepthReport(d=d, steps=sum(s.steps for s in steps), acceptance_rate=rate, tokens_per_step=tau,
                        tokens_per_step_formula=formula,
                        tokens_per_step_sampled=acceptance.expected_tokens(sampled.value, d) if sampled else None,
-                       verify_seconds=costs.verify[d], speedup=speedup,
+                       verify_seconds=costs.verify[d], speedup_from_measured_tau=speedup,
                        speedup_from_alpha_formula=_speedup(formula, d, *median))
 
 
@@ -78,9 +78,10 @@ class PairReport:
         if self.best_d is None:
             return f"no speedup at any d on {where}"
         best = next(d for d in self.depths if d.d == self.best_d)
-        assert best.speedup is not None
-        return (f"best d: {self.best_d} (speedup {best.speedup.median:.2f}x, "
-                f"{best.speedup.low:.2f}-{best.speedup.high:.2f}, on {where})")
+        speedup = best.speedup_from_measured_tau
+        assert speedup is not None
+        return (f"best d: {self.best_d} (speedup {speedup.median:.2f}x, {speedup.low:.2f}-{speedup.high:.2f}, "
+                f"on {where})")
 
 
 def as_dict(report: PairReport) -> dict[str, Any]:
@@ -129,7 +130,8 @@ def text(report: PairReport) -> str:
     sampled_col = "  sampled" if report.sampling is not None else ""
     lines.append(f" d  accept                 tokens/step            formula{sampled_col}  verify ms  speedup (range)")
     for d in report.depths:
-        speed = f"{d.speedup.median:.3f} ({d.speedup.low:.3f}-{d.speedup.high:.3f})" if d.speedup else "n/a"
+        s = d.speedup_from_measured_tau
+        speed = f"{s.median:.3f} ({s.low:.3f}-{s.high:.3f})" if s else "n/a"
         sampled = f"  {d.tokens_per_step_sampled:7.3f}" if d.tokens_per_step_sampled is not None else ""
         lines.append(f"{d.d:2}  {_interval(d.acceptance_rate):21}  {_interval(d.tokens_per_step):21}  "
                      f"{d.tokens_per_step_formula:7.3f}{sampled}  {d.verify_seconds.median * 1e3:9.2f}  {speed}")
