@@ -57,9 +57,9 @@ def _wrap(owner: Any, name: str, label: str, events: Events) -> None:
     setattr(owner, name, wrapper)
 
 
-# Work done beside the graph build (the tokenizer copy, the weight writers) yields the CPU to it: the graph is
-# what a cold conversion waits for.
-BESIDE_NICE = 10
+# Work done beside a cold graph build yields the CPU to it (the graph is what a cold conversion waits for): the
+# tokenizer copy a little (it is short, and ends the build when starved), the weight writers more (most slack).
+TOKENIZER_NICE, BESIDE_NICE = 5, 10
 
 # llmexport quantizes a weight in row chunks once it exceeds this many elements (its own default is 256M,
 # which makes lm_head one piece with several full-size temporaries). Rows quantize independently, so the
@@ -237,7 +237,7 @@ def _graph_only(job: dict[str, Any], source: Path, tokenizer_dir: Path, events: 
     (config_only / "llm_config.json").write_text("{}", encoding="utf-8")
     events.send("stage", name="writing both tokenizer candidates and measuring their agreement (beside the graph)")
     side = Forked(fence, lambda: _tokenizer_candidates(job, tokenizer_dir, work / "tokenizers", config_only),
-                  nice=BESIDE_NICE)
+                  nice=TOKENIZER_NICE)
     export_dir = _export(job, source, tokenizer_dir, events, tokenizer=False)
     tokenizers = side.result()
     if tokenizers is None:  # the copy failed (see the log): the same work here, with the graph at hand
