@@ -6,13 +6,14 @@ PY := $(VENV)/bin/python
 PACKAGER := $(VENV)/bin/packager
 DEMO := demo-output
 
-.PHONY: help venv system-deps test demo release bench bench-engines clean
+.PHONY: help venv system-deps test demo release bench bench-engines fixture clean
 
 help:
 	@echo "make demo   - tiny Qwen3 checkpoint -> bundle -> validated, carded, checksummed -> released to a local Hub and verified"
 	@echo "make release SPEC=release.toml - release for real (ENDPOINT=... to target another Hub)"
 	@echo "make test   - run the test suite"
 	@echo "make bench  - run the benchmarks in bench/ (slow: builds a 0.6B-shaped model)"
+	@echo "make fixture - train the teacher/draft miniature the quality benches use (cached; minutes on 2 cores)"
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +45,13 @@ bench: venv system-deps
 	$(PY) bench/hash_bench.py
 	$(PY) bench/hub_bench.py --runs 5
 	$(PY) bench/speculative_bench.py
+	$(PY) bench/verify_calibration.py
+	$(PY) bench/mnn_loop_bench.py
+
+# A trained teacher and a LoRA-distilled draft (tests/trained.py), cached under $$PACKAGER_FIXTURE_DIR or
+# ~/.cache/packager/trained-fixtures; prints its folder. Seeds 1 and 2 of the small recipe: make fixture ARGS="--recipe small --seed 1".
+fixture: venv
+	$(PY) -m tests.trained $(ARGS)
 
 # Installs every MNN release from PyPI into its own cached venv (slow the first time).
 bench-engines: venv

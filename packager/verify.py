@@ -1,5 +1,13 @@
-"""`verify`: does the bundle behave like its source? Tokenizer agreement, next-token parity at every prompt
-position, and greedy continuation agreement, each held to a threshold."""
+"""`verify`: does the bundle behave like its source? Tokenizer agreement, then the next-token distribution at
+every position of chat-templated prompts and the source's own greedy continuations (at least 1,000 positions
+with the built-in workload), gated on mean KL, on top-1 agreement where the source's choice is decisive, and on
+the mean logit cosine (scale-free: it also sees damage where the logits are flat and KL cannot).
+
+Why those two: a quantized model's logits move by a little everywhere, so where the source's top two tokens are
+nearly tied any bundle flips some of them, and one flipped token rewrites a greedy continuation. Top-1 over all
+positions and greedy agreement therefore swing with the prompt set and the seed; mean KL and decisive top-1 do
+not. The defaults were calibrated on trained models (tests/trained.py: 8-bit and 4-bit bundles of a teacher and
+a LoRA-distilled draft, several seeds; bench/verify_calibration.py, bench/RESULTS.md)."""
 
 from __future__ import annotations
 
@@ -9,10 +17,11 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import resources
 from .errors import VERIFY_FAILED, InvalidOption, PackagerError, from_os_error, shorten
 
 Progress = Callable[[str], None]
+MIN_POSITIONS = 1000  # fewer makes the figures noisy: the report says so
+MIN_DECISIVE = 100  # fewer decisive positions (flat logits, e.g. untrained weights): top-1 is not gated
 
 
 class VerifyFailed(PackagerError):
@@ -22,13 +31,16 @@ class VerifyFailed(PackagerError):
 
 @dataclass(frozen=True)
 class Thresholds:
-    """Defaults suit a real distilled draft; the release spec's [verify] table overrides them."""
+    """The gate. Defaults come from the calibration on trained models (module docstring); the release spec's
+    [verify] table overrides them. The last two gate only when the spec sets them."""
 
     tokenizer_agreement: float = 0.85  # share of corpus strings with identical ids
-    top1_agreement: float = 0.90  # share of prompt positions where MNN's and transformers' argmax agree
-    mean_cosine: float = 0.98  # mean logit cosine over prompt positions
-    max_mean_kl: float = 0.10  # mean KL(transformers || MNN) over prompt positions, nats
-    greedy_agreement: float = 0.50  # mean share of greedy continuation tokens before the first divergence
+    max_mean_kl: float = 0.05  # mean KL(transformers || MNN) over all positions, nats
+    top1_decisive: float = 0.97  # same argmax where the source's top-1 leads its top-2 by decisive_margin
+    decisive_margin: float = 1.0  # nats between the source's two most likely tokens
+    mean_cosine: float | None = 0.98  # mean logit cosine: scale-free, so it also catches damage to flat logits
+    top1_agreement: float | None = None  # same argmax over all positions
+    greedy_agreement: float | None = None  # mean share of greedy tokens before the first divergence
 
     @classmethod
     def from_spec(cls, table: dict[str, Any] | None) -> Thresholds:
@@ -42,14 +54,18 @@ class VerifyReport:
     source: Path
     tokenizer_matched: int
     tokenizer_total: int
+    prompts: int
     positions: int
+    decisive_positions: int
+    top1_decisive: float | None  # None when fewer than MIN_DECISIVE positions are decisive
     top1_agreement: float
+    mean_kl: float
+    p99_kl: float
     mean_cosine: float
     min_cosine: float
-    mean_kl: float
     greedy_agreement: float
-    prompts: int
     failures: tuple[str, ...]
+    notes: tuple[str, ...]
 
     @property
     def ok(self) -> bool:
@@ -60,18 +76,24 @@ class VerifyReport:
         return self.tokenizer_matched / self.tokenizer_total if self.tokenizer_total else 0.0
 
 
-def _softmax(x: np.ndarray) -> np.ndarray:
-    e = np.exp(x - x.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
+def _log_softmax(x: np.ndarray) -> np.ndarray:
+    shifted = x - x.max(axis=-1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
 
 
 def compare_positions(ours: np.ndarray, theirs: np.ndarray) -> tuple[list[bool], list[float], list[float]]:
     """Per position: same argmax, logit cosine, KL(theirs || ours)."""
     top1 = list(ours.argmax(-1) == theirs.argmax(-1))
     cosine = list((ours * theirs).sum(-1) / (np.linalg.norm(ours, axis=-1) * np.linalg.norm(theirs, axis=-1)))
-    p, q = _softmax(theirs), _softmax(ours)
-    kl = list((p * (np.log(p + 1e-12) - np.log(q + 1e-12))).sum(-1))
-    return [bool(t) for t in top1], [float(c) for c in cosine], [float(k) for k in kl]
+    p_log, q_log = _log_softmax(theirs), _log_softmax(ours)
+    kl = list((np.exp(p_log) * (p_log - q_log)).sum(-1))
+    return [bool(t) for t in top1], [float(c) for c in cosine], [max(0.0, float(k)) for k in kl]
+
+
+def margins(theirs: np.ndarray) -> np.ndarray:
+    """Per position: how far (nats) the source's most likely token leads its second."""
+    top2 = np.partition(_log_softmax(theirs), -2, axis=-1)[..., -2:]
+    return top2[..., 1] - top2[..., 0]
 
 
 def _prefix_share(a: list[int], b: list[int]) -> float:
@@ -84,39 +106,69 @@ def _prefix_share(a: list[int], b: list[int]) -> float:
 
 
 def verify(bundle: Path, source: Path, prompts: tuple[str, ...] | None = None,
-           thresholds: Thresholds = Thresholds(), greedy_tokens: int = 16,
+           thresholds: Thresholds = Thresholds(), continuation: int = 24,
            progress: Progress = lambda _: None) -> VerifyReport:
+    from . import resources
+    from .pair import compat, workload
     from .pair.models import HFModel, MNNModel
 
+    stop = tuple(sorted(compat.facts(source).stop))
+    template = workload.chat_template(source)
+    items = workload.from_texts(prompts) if prompts else workload.builtin()
     progress("loading the bundle (MNN) and the source (transformers)")
     ours, theirs = MNNModel(bundle), HFModel(source)
     corpus = resources.tokenizer_corpus()
     matched = sum(ours.encode(text) == theirs.encode(text) for text in corpus)
-    prompts = prompts or resources.parity_prompts()
-    progress(f"comparing logits and greedy continuations on {len(prompts)} prompts")
+    progress(f"comparing next-token distributions on {len(items)} chat-templated prompts and the source's "
+             f"greedy continuations (up to {continuation} tokens)")
     top1: list[bool] = []
     cosine: list[float] = []
     kl: list[float] = []
+    margin: list[float] = []
     greedy = []
-    for prompt in prompts:
-        ids = theirs.encode(prompt)
-        t, c, k = compare_positions(ours.logits_all(ids), theirs.logits_all(ids))
+    for item in items:
+        ids = theirs.encode(workload.render(template, item) if template else _plain(item))
+        reference = theirs.greedy(ids, continuation, stop)
+        sequence = ids + reference
+        mine, source_logits = ours.logits_all(sequence), theirs.logits_all(sequence)
+        t, c, k = compare_positions(mine, source_logits)
         top1 += t
         cosine += c
         kl += k
-        greedy.append(_prefix_share(ours.greedy(ids, greedy_tokens), theirs.greedy(ids, greedy_tokens)))
-    report = dict(bundle=bundle, source=source, tokenizer_matched=matched, tokenizer_total=len(corpus),
-                  positions=len(top1), top1_agreement=sum(top1) / len(top1), mean_cosine=float(np.mean(cosine)),
-                  min_cosine=float(np.min(cosine)), mean_kl=float(np.mean(kl)),
-                  greedy_agreement=float(np.mean(greedy)), prompts=len(prompts))
-    checks = [("tokenizer agreement", matched / len(corpus), thresholds.tokenizer_agreement, ">="),
-              ("top-1 agreement", report["top1_agreement"], thresholds.top1_agreement, ">="),
-              ("mean cosine", report["mean_cosine"], thresholds.mean_cosine, ">="),
-              ("mean KL", report["mean_kl"], thresholds.max_mean_kl, "<="),
-              ("greedy agreement", report["greedy_agreement"], thresholds.greedy_agreement, ">=")]
+        margin += list(margins(source_logits))
+        greedy.append(_prefix_share(ours.greedy(ids, continuation, stop), reference))
+    return _judge(bundle, source, thresholds, matched, len(corpus), len(items), top1, cosine, kl, margin, greedy)
+
+
+def _plain(item: Any) -> str:
+    return "\n".join(content for _, content in item.messages)
+
+
+def _judge(bundle: Path, source: Path, thresholds: Thresholds, matched: int, corpus: int, prompts: int,
+           top1: list[bool], cosine: list[float], kl: list[float], margin: list[float],
+           greedy: list[float]) -> VerifyReport:
+    decisive = [t for t, m in zip(top1, margin) if m >= thresholds.decisive_margin]
+    top1_decisive = sum(decisive) / len(decisive) if len(decisive) >= MIN_DECISIVE else None
+    values = dict(tokenizer_matched=matched, tokenizer_total=corpus, prompts=prompts, positions=len(top1),
+                  decisive_positions=len(decisive), top1_decisive=top1_decisive,
+                  top1_agreement=sum(top1) / len(top1), mean_kl=float(np.mean(kl)),
+                  p99_kl=float(np.percentile(kl, 99)), mean_cosine=float(np.mean(cosine)),
+                  min_cosine=float(np.min(cosine)), greedy_agreement=float(np.mean(greedy)))
+    checks = [("tokenizer agreement", matched / corpus, thresholds.tokenizer_agreement, ">="),
+              ("mean KL", values["mean_kl"], thresholds.max_mean_kl, "<="),
+              ("decisive top-1", top1_decisive, thresholds.top1_decisive, ">="),
+              ("top-1 agreement", values["top1_agreement"], thresholds.top1_agreement, ">="),
+              ("mean cosine", values["mean_cosine"], thresholds.mean_cosine, ">="),
+              ("greedy agreement", values["greedy_agreement"], thresholds.greedy_agreement, ">=")]
     failures = tuple(f"{name} {value:.4f} {'<' if op == '>=' else '>'} {limit:.4f}" for name, value, limit, op in checks
-                     if (value < limit if op == ">=" else value > limit))
-    return VerifyReport(**report, failures=failures)  # type: ignore[arg-type]
+                     if value is not None and limit is not None and (value < limit if op == ">=" else value > limit))
+    notes = []
+    if len(top1) < MIN_POSITIONS:
+        notes.append(f"only {len(top1)} positions (>= {MIN_POSITIONS} make the figures steady): add prompts")
+    if top1_decisive is None:
+        notes.append(f"only {len(decisive)} positions where the source's top-1 leads by >= "
+                     f"{thresholds.decisive_margin:g} nats (flat logits, e.g. untrained weights): top-1 not gated")
+    return VerifyReport(bundle=bundle, source=source, **values, failures=failures, notes=tuple(notes))  # type: ignore[arg-type]
 
 
 def prompts_from_file(path: Path) -> tuple[str, ...]:

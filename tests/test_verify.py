@@ -16,8 +16,11 @@ from tests.conftest import run_cli
 def test_faithful_8bit_bundle_passes(bundle8: ConvertResult, tiny_checkpoint: Path) -> None:
     report = verify(bundle8.out, tiny_checkpoint)
     assert report.ok, report.failures
-    assert report.mean_cosine > 0.999 and report.mean_kl < 0.001 and report.greedy_agreement == 1.0
-    assert report.positions > 100 and report.tokenizer_total == 44 and report.tokenizer_matched >= 37
+    assert report.mean_cosine > 0.999 and report.mean_kl < 0.001
+    assert report.positions >= 1000 and report.prompts == 54
+    assert report.tokenizer_total == 44 and report.tokenizer_matched >= 37
+    # Random weights have flat logits: almost no position is decisive, so top-1 is reported but not gated.
+    assert report.top1_decisive is None and any("not gated" in note for note in report.notes)
 
 
 def test_tampered_weights_fail_with_numbers(bundle8: ConvertResult, tiny_checkpoint: Path, tmp_path: Path) -> None:
@@ -35,13 +38,17 @@ def test_tampered_weights_fail_with_numbers(bundle8: ConvertResult, tiny_checkpo
 
 
 def test_thresholds_come_from_the_spec(bundle4: ConvertResult, tiny_checkpoint: Path, tmp_path: Path) -> None:
-    strict = verify(bundle4.out, tiny_checkpoint)
-    assert not strict.ok  # 4-bit random weights have nearly flat logits: top-1 is fragile
     spec = tmp_path / "release.toml"
-    spec.write_text("[verify]\ntop1_agreement = 0.3\nmean_cosine = 0.9\ngreedy_agreement = 0.1\n")
-    result = run_cli("verify", str(bundle4.out), "--source", str(tiny_checkpoint), "--spec", str(spec), "--quiet")
-    assert result.returncode == 0, result.stdout
+    # Gates the defaults leave off (all-position top-1, greedy agreement) bite when the spec sets them.
+    spec.write_text("[verify]\ntop1_agreement = 0.9999\ngreedy_agreement = 0.9999\n")
+    result = run_cli("verify", str(bundle4.out), "--source", str(tiny_checkpoint), "--spec", str(spec), "--json",
+                     "--quiet")
+    assert result.returncode == 50, result.stdout
+    failures = json.loads(result.stdout)["failures"]
+    assert any(f.startswith("top-1 agreement") for f in failures)
+    assert any(f.startswith("greedy agreement") for f in failures)
     assert Thresholds.from_spec({"mean_cosine": 0.5}).mean_cosine == 0.5
+    assert Thresholds.from_spec(None).top1_agreement is None  # not gated by default
 
 
 def test_position_metrics() -> None:

@@ -22,7 +22,7 @@ import numpy as np
 
 from ..errors import BundleError, PackagerError, RuntimeCrashed, shorten
 
-METHODS = ("encode", "logits_all", "greedy", "time_forward")
+METHODS = ("encode", "logits_all", "greedy", "time_forward", "start", "step", "keep", "decode")
 _BOOT = "import sys; sys.path.insert(0, sys.argv[1]); from packager.pair.child import serve; serve()"
 _LOG_TAIL = 4000
 
@@ -50,6 +50,21 @@ class MNNModel:
     def time_forward(self, context: list[int], new: list[int], repeats: int) -> float:
         """Measured inside the child, so the pipe's cost is not part of the figure."""
         return float(self._call("time_forward", list(context), list(new), repeats))
+
+    def start(self, ids: list[int]) -> int:
+        return int(self._call("start", list(ids)))
+
+    def step(self, tokens: list[int], every: bool) -> list[int]:
+        return list(self._call("step", list(tokens), every))
+
+    def keep(self, length: int) -> None:
+        self._call("keep", length)
+
+    def decode(self, draft: Path | None, ids: list[int], n: int, d: int, stop: tuple[int, ...] = ()) -> tuple[
+            list[int], list[int], float]:
+        """The whole loop inside the child (see MNNRuntime.decode)."""
+        tokens, accepted, seconds = self._call("decode", str(draft) if draft else None, list(ids), n, d, tuple(stop))
+        return list(tokens), list(accepted), float(seconds)
 
     def close(self) -> None:
         process = getattr(self, "_process", None)

@@ -40,7 +40,7 @@ class MNNRuntime:
     """Greedy, deterministic access to a bundle: token ids, logits at every position, KV-cached steps."""
 
     def __init__(self, bundle: Path, precision: str = "high", threads: int = 2) -> None:
-        self.path = bundle
+        self.path, self.threads = bundle, threads
         with quiet_stdout():
             import MNN.llm as mnn_llm
 
@@ -88,3 +88,44 @@ class MNNRuntime:
                 best = min(best, time.perf_counter() - start)
             self.llm.reset()
         return best
+
+    # Stepping through one KV cache, for the real speculative loop (packager.pair.speculative). MNN applies an
+    # erase_history() at the next forward, dropping the cached positions of rejected tokens.
+
+    def start(self, ids: list[int]) -> int:
+        """A fresh cache holding `ids`; returns its length."""
+        with quiet_stdout():
+            self.llm.reset()
+            if ids:
+                self.llm.forward(ids)
+        return len(ids)
+
+    def step(self, tokens: list[int], every: bool) -> list[int]:
+        """Feed `tokens` on top of the cache; the argmax after each of them (`every`) or after the last."""
+        with quiet_stdout():
+            rows = np.array(self.llm.forward(tokens).read(), dtype=np.float32).reshape(-1, self.vocab)
+        return [int(i) for i in rows.argmax(-1)] if every else [int(rows[-1].argmax())]
+
+    def keep(self, length: int) -> None:
+        """Keep the cache's first `length` positions."""
+        if int(self.llm._c_obj.get_current_history()) > length:
+            self.llm._c_obj.erase_history(length, 0)
+
+    def decode(self, draft: str | None, ids: list[int], n: int, d: int, stop: tuple[int, ...]) -> tuple[
+            list[int], list[int], float]:
+        """This model decoding `ids` greedily: alone (`draft` None) or verifying drafts of length d from the MNN
+        bundle at `draft` (loaded once, in this same process, so no pipe sits inside the timed loop). Returns
+        the tokens, the accepted count per step and the decode seconds."""
+        from .speculative import autoregressive, speculative
+
+        clock: list[float] = []
+        accepted: list[int] = []
+        with quiet_stdout():
+            if draft is None:
+                tokens = autoregressive(self, ids, n, stop, clock=clock)
+            else:
+                if getattr(self, "_draft", None) is None or self._draft.path != Path(draft):
+                    self._draft = MNNRuntime(Path(draft), threads=self.threads)
+                tokens = speculative(self._draft, self, ids, n, d, accepted=accepted, stop=stop, clock=clock)
+        return tokens, accepted, clock[0]
+

@@ -1,59 +1,116 @@
-"""A real greedy speculative-decoding loop over two transformers models with KV caches, and its AR baseline.
+"""A real greedy speculative-decoding loop over two models with KV caches, and its autoregressive baseline.
 
-Lossless: the tokens equal the target's own greedy continuation (the tests check it, and that each step accepts
-what the estimate's arithmetic says). bench/speculative_bench.py compares the estimate with its wall time.
+The loop runs on transformers checkpoints (HFModel) or MNN bundles (MNNModel, whose cache MNN rolls back with
+erase_history), in any mix, through one small interface: `start` a cache, `step` tokens on top of it (the argmax
+after each), `keep` a prefix of it. Lossless: the tokens equal the target's own greedy continuation (the tests
+check it, and that each step accepts what the estimate's arithmetic counts). bench/mnn_loop_bench.py and
+bench/speculative_bench.py compare `pair`'s estimate with the loop's wall time.
 """
 
 from __future__ import annotations
 
 import time
+from typing import Any, Protocol
 
 from .models import HFModel
 
 
-def autoregressive(target: HFModel, ids: list[int], n: int) -> list[int]:
-    logits, cache = target.prefill(ids[:-1])
+class Stepper(Protocol):
+    def start(self, ids: list[int]) -> int: ...
+    def step(self, tokens: list[int], every: bool) -> list[int]: ...
+    def keep(self, length: int) -> None: ...
+
+
+class CachedHF:
+    """A transformers model with one DynamicCache, behind the Stepper interface."""
+
+    def __init__(self, model: HFModel) -> None:
+        self.model, self.cache = model, None  # type: ignore[var-annotated]
+
+    def start(self, ids: list[int]) -> int:
+        from transformers import DynamicCache
+
+        self.cache = DynamicCache()
+        if ids:
+            self.model.extend(self.cache, ids, last_only=True)
+        return len(ids)
+
+    def step(self, tokens: list[int], every: bool) -> list[int]:
+        logits = self.model.extend(self.cache, tokens, last_only=not every)
+        return [int(i) for i in logits.argmax(-1).tolist()]
+
+    def keep(self, length: int) -> None:
+        """Drop the cached positions of rejected tokens (transformers 5 crops by a negative count)."""
+        assert self.cache is not None
+        extra = self.cache.get_seq_length() - length
+        if extra > 0:
+            self.cache.crop(-extra)
+
+
+def stepper(model: Any) -> Stepper:
+    return CachedHF(model) if isinstance(model, HFModel) else model
+
+
+def autoregressive(target: Any, ids: list[int], n: int, stop: tuple[int, ...] = (),
+                   clock: list[float] | None = None) -> list[int]:
+    """The target's greedy continuation, one cached step per token (ends after a stop id). `clock`, when given,
+    receives the seconds spent decoding (after the prompt's prefill)."""
+    model = stepper(target)
+    model.start(ids[:-1])
+    began = time.perf_counter()
     pending, out = ids[-1], []
-    while len(out) < n:
-        pending = int(target.extend(cache, [pending], last_only=True)[-1].argmax())
+    while len(out) < n and not (out and out[-1] in stop):
+        pending = model.step([pending], every=False)[-1]
         out.append(pending)
+    if clock is not None:
+        clock.append(time.perf_counter() - began)
     return out
 
 
-def speculative(draft: HFModel, target: HFModel, ids: list[int], n: int, d: int,
-                accepted: list[int] | None = None) -> list[int]:
-    """Both caches cover the sequence but its last token (`pending`), which each step feeds first. After a
-    full acceptance the draft has not seen its own last proposal yet; it gets it in the same forward.
-    `accepted`, when given, receives how many draft tokens each step accepted."""
-    _, d_cache = draft.prefill(ids[:-1])
-    _, t_cache = target.prefill(ids[:-1])
+def speculative(draft: Any, target: Any, ids: list[int], n: int, d: int, accepted: list[int] | None = None,
+                stop: tuple[int, ...] = (), clock: list[float] | None = None) -> list[int]:
+    """Greedy speculative decoding with draft length d. Both caches cover the sequence but its last token
+    (`pending`), which each step feeds first. After a full acceptance the draft has not seen its own last
+    proposal yet; it gets it in the same forward. `accepted`, when given, receives how many draft tokens each
+    step accepted; `clock` the seconds spent decoding (after both prefills)."""
+    small, big = stepper(draft), stepper(target)
+    small.start(ids[:-1])
+    big.start(ids[:-1])
+    began = time.perf_counter()
     base, pending, out = len(ids) - 1, ids[-1], []
     draft_feed = [pending]
-    while len(out) < n:
-        proposals = []
+    while len(out) < n and not (out and _stopped(out, stop)):
+        proposals: list[int] = []
         for _ in range(d):
-            proposals.append(int(draft.extend(d_cache, draft_feed, last_only=True)[-1].argmax()))
+            proposals.append(small.step(draft_feed, every=False)[-1])
             draft_feed = proposals[-1:]
-        checked = target.extend(t_cache, [pending, *proposals]).argmax(-1).tolist()
+        checked = big.step([pending, *proposals], every=True)
         k = 0
-        while k < d and proposals[k] == checked[k]:
+        while k < d and proposals[k] == checked[k] and proposals[k] not in stop:
             k += 1
         out += proposals[:k] + [checked[k]]
         if accepted is not None:
             accepted.append(k)
         base += k + 1
         pending = checked[k]
-        _keep(t_cache, base)
-        _keep(d_cache, base)
+        big.keep(base)
+        small.keep(base)
         draft_feed = [proposals[-1], pending] if k == d else [pending]
+    if clock is not None:
+        clock.append(time.perf_counter() - began)
+    return _cut(out, n, stop)
+
+
+def _stopped(out: list[int], stop: tuple[int, ...]) -> bool:
+    return any(t in stop for t in out)
+
+
+def _cut(out: list[int], n: int, stop: tuple[int, ...]) -> list[int]:
+    """At most n tokens, ending at the first stop id (as the autoregressive baseline does)."""
+    for i, token in enumerate(out[:n]):
+        if token in stop:
+            return out[: i + 1]
     return out[:n]
-
-
-def _keep(cache, length: int) -> None:  # type: ignore[no-untyped-def]
-    """Drop the cached positions of rejected tokens (transformers 5 crops by a negative count)."""
-    extra = cache.get_seq_length() - length
-    if extra > 0:
-        cache.crop(-extra)
 
 
 def timed(action, repeats: int = 3) -> tuple[float, list[int]]:  # type: ignore[no-untyped-def]

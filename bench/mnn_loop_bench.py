@@ -1,0 +1,113 @@
+"""Benchmark: `pair`'s speedup estimate against a real greedy speculative loop with both models in MNN.
+
+On the trained fixture (tests/trained.py, full recipe): the teacher converted to a 4-bit bundle is the target,
+the LoRA-distilled student converted to a 4-bit bundle (packager convert --lora) is the draft. `pair` measures
+acceptance and the step costs and estimates the speedup per d. Then the real loop (MNNRuntime.decode: the draft
+and the target in one MNN child process, the target's cache rolled back with erase_history) decodes the same
+chat-templated prompts alone (d = 0) and at every d, interleaved within each round (the order rotates from round
+to round, so load drift hits every d alike). Per round, real speedup = decode time alone / decode time at d;
+reported as median and min-max over the rounds, next to the estimate, and the loop's own tokens per step next to
+pair's. The loop is lossless (every d returns the same tokens; checked here too).
+
+Usage: python bench/mnn_loop_bench.py [--rounds 5] [--prompts 16] [--tokens 48] [--threads 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+from pathlib import Path
+
+from common import WORK
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from packager.convert.pipeline import ConvertRequest, convert  # noqa: E402
+from packager.pair import Options, pair, workload  # noqa: E402
+from packager.pair.acceptance import MAX_D  # noqa: E402
+from packager.pair.child import MNNModel  # noqa: E402
+from tests.trained import fixture  # noqa: E402
+
+STOP = (151645, 151643)
+
+
+def bundles(recipe: str) -> tuple[Path, Path, Path]:
+    found = fixture(recipe, log=lambda line: print(line, file=sys.stderr, flush=True))
+    root = WORK / "loop" / found.root.name
+    target, draft = root / "teacher-4bit", root / "draft-4bit"
+    if not target.is_dir():
+        convert(ConvertRequest(checkpoint=found.teacher, out=target))
+    if not draft.is_dir():
+        convert(ConvertRequest(checkpoint=found.student, adapter=found.adapter, out=draft))
+    return found.teacher, target, draft
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--recipe", default="full")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--prompts", type=int, default=16)
+    parser.add_argument("--tokens", type=int, default=48)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    teacher, target_path, draft_path = bundles(args.recipe)
+    report = pair(draft_path, target_path, options=Options(new_tokens=args.tokens, repeats=7, threads=args.threads))
+    target = MNNModel(target_path, args.threads)
+    template = workload.chat_template(teacher)
+    prompts = [target.encode(workload.render(template, item)) for item in workload.builtin()[:args.prompts]]
+    depths = list(range(0, MAX_D + 1))
+    seconds: dict[int, list[float]] = {d: [] for d in depths}
+    steps: dict[int, list[int]] = {d: [] for d in depths}
+    reference: list[list[int]] | None = None
+    for round_ in range(args.rounds):
+        order = depths[round_ % len(depths):] + depths[:round_ % len(depths)]
+        for d in order:
+            total, outputs, taken = 0.0, [], []
+            for ids in prompts:
+                tokens, accepted, spent = target.decode(draft_path if d else None, ids, args.tokens, d, STOP)
+                total += spent
+                outputs.append(tokens)
+                taken += accepted
+            if reference is None and d == 0:
+                reference = outputs
+            assert reference is None or outputs == reference or d == 0, f"d={d}: the loop was not lossless"
+            seconds[d].append(total)
+            steps[d].append(len(taken))
+        print(f"round {round_ + 1}/{args.rounds}: " + ", ".join(f"d={d} {seconds[d][-1]:.2f}s" for d in depths),
+              file=sys.stderr, flush=True)
+    assert reference is not None
+    produced = sum(len(t) for t in reference)
+    rows = []
+    for depth in report.depths:
+        d = depth.d
+        real = [alone / spec for alone, spec in zip(seconds[0], seconds[d])]
+        estimate = depth.speedup.median if depth.speedup else None
+        median = statistics.median(real)
+        rows.append({"d": d, "estimate": estimate,
+                     "real_median": median, "real_min": min(real), "real_max": max(real),
+                     "estimate_over_real": estimate / median if estimate else None,
+                     "pair_tokens_per_step": depth.tokens_per_step.value if depth.tokens_per_step else None,
+                     "loop_tokens_per_step": produced / statistics.median(steps[d])})
+    result = {"recipe": args.recipe, "rounds": args.rounds, "prompts": len(prompts), "tokens": args.tokens,
+              "threads": args.threads, "produced_tokens": produced, "alpha": report.alpha.value,
+              "costs": report.costs.source, "load": os.getloadavg(), "cpu": platform.processor() or "?",
+              "rows": rows}
+    (WORK / "mnn_loop_bench.json").write_text(json.dumps(result, indent=2))
+    print(f"alpha {report.alpha.value:.3f} ({report.alpha.low:.3f}-{report.alpha.high:.3f}); {len(prompts)} prompts, "
+          f"{produced} tokens, {args.rounds} rounds, {args.threads} thread(s), load {os.getloadavg()[0]:.1f}")
+    print("| d | estimate | real (median, min-max) | estimate / real | tau pair | tau loop |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        est = f"{r['estimate']:.2f}x" if r["estimate"] else "-"
+        ratio = f"{r['estimate_over_real']:.2f}" if r["estimate_over_real"] else "-"
+        tau = f"{r['pair_tokens_per_step']:.2f}" if r["pair_tokens_per_step"] else "-"
+        print(f"| {r['d']} | {est} | {r['real_median']:.2f}x ({r['real_min']:.2f}-{r['real_max']:.2f}) | {ratio} "
+              f"| {tau} | {r['loop_tokens_per_step']:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
