@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -106,6 +107,7 @@ def render(bundle: Path, spec: ReleaseSpec, template: Path | None = None,
         "recommended": runtime.get("recommended", {}), "engine": _engine(runtime),
         "format_version": format_version, "llm_config": llm_config,
         "measurements": measurements or {},
+        "quant_sweep": _sweep(spec, (measurements or {}).get("quant_recipe")),
         "front_matter": _front_matter(meta),
     }
     try:
@@ -116,6 +118,31 @@ def render(bundle: Path, spec: ReleaseSpec, template: Path | None = None,
         raise CardError(f"the card template is broken: {exc}") from None
     check_front_matter(text, meta)
     return Card(text=text, metadata=meta)
+
+
+def _sweep(spec: ReleaseSpec, recipe: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The quant-sweep JSON the spec names (convert.quant_sweep): its table, rule and choice, for the card."""
+    path = spec.convert.quant_sweep
+    if path is None:
+        return None
+    from .sweep.report import table
+
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        found = {"chosen": data["chosen"], "rule": data["rule"], "table": table(data), "target": data.get("target")}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise CardError(f"cannot read the quant sweep {path} named by convert.quant_sweep ({exc})") from None
+    if recipe is not None and recipe["name"] != found["chosen"]:
+        raise CardError(f"the bundle was made with {recipe['name']} but the sweep {path.name} chose {found['chosen']}",
+                        "set the spec's [convert] recipe keys to the sweep's \"convert\" values and convert again")
+    return found
+
+
+def _recipe_name(recipe: dict[str, Any]) -> str:
+    from .convert.recipe import QuantRecipe
+
+    return QuantRecipe(bits=recipe["bits"], block=recipe["block"], symmetric=recipe["symmetric"],
+                       algorithm=recipe["algorithm"], lm_bits=recipe["lm_bits"], lm_block=recipe["lm_block"]).name
 
 
 def measurements_from_provenance(record: dict[str, Any]) -> dict[str, Any]:
@@ -130,6 +157,9 @@ def measurements_from_provenance(record: dict[str, Any]) -> dict[str, Any]:
     found = {"tokenizer": {"format": tokenizer["format"], "matched": chosen["matched"], "total": chosen["total"],
                            "mismatched_categories": dict(sorted(categories.items()))},
              "versions": record["versions"], "tool_version": record["tool"]["version"]}
+    recipe = record.get("options", {}).get("quant_recipe")
+    if isinstance(recipe, dict):
+        found["quant_recipe"] = {**recipe, "name": _recipe_name(recipe)}
     check = record.get("engine_check")
     if isinstance(check, dict) and check.get("results"):  # packager engines check --record
         found["engines"] = {"reference": check["reference_engine"], "prompts": check.get("prompts"),

@@ -97,7 +97,7 @@ def _convert(request: ReleaseRequest, state: dict[str, Any], progress: Progress)
     result = convert(ConvertRequest(checkpoint=settings.source, out=out, adapter=settings.lora, spec=request.spec,
                                     force=True), progress=progress)
     state["bundle"] = result.out
-    return f"{result.out} ({result.quant_bits}-bit, block {result.quant_block}, MNN >= {result.engine.text})"
+    return f"{result.out} ({result.recipe.name}, MNN >= {result.engine.text})"
 
 
 def _validate(bundle: Path) -> str:

@@ -21,6 +21,11 @@ class ConvertSettings:
     quant_bits: int | None = None
     quant_block: int | None = None
     engine: str | None = None  # the oldest MNN the bundle must run on ("newest" or MAJOR.MINOR.PATCH)
+    symmetric: bool | None = None
+    algorithm: str | None = None  # plain | hqq
+    lm_bits: int | None = None
+    lm_block: int | None = None
+    quant_sweep: Path | None = None  # the sweep's --json, shown on the card as the reason for the recipe
 
 
 @dataclass(frozen=True)
@@ -196,7 +201,10 @@ def from_dict(data: dict[str, Any], path: Path | None = None) -> ReleaseSpec:
         path=path, data=data,
         convert=ConvertSettings(source=_relative(path, convert.get("source")), lora=_relative(path, convert.get("lora")),
                                 quant_bits=convert.get("quant_bits"), quant_block=convert.get("quant_block"),
-                                engine=convert.get("engine")),
+                                engine=convert.get("engine"), symmetric=convert.get("symmetric"),
+                                algorithm=convert.get("algorithm"), lm_bits=convert.get("lm_bits"),
+                                lm_block=convert.get("lm_block"),
+                                quant_sweep=_relative(path, convert.get("quant_sweep"))),
         runtime=RuntimeOverrides(main=runtime.get("main", {}), draft=runtime.get("draft", {}),
                                  opencl=runtime.get("opencl", {}),
                                  compatible_targets=runtime.get("compatible_targets"),

@@ -107,7 +107,7 @@ def _emit(data: dict[str, Any], as_json: bool, text: Callable[[dict[str, Any]], 
 
 
 # The commands register themselves on `cli` when their modules are imported.
-from . import build, cache, engines, prove, publish  # noqa: E402,F401
+from . import build, cache, engines, prove, publish, sweep  # noqa: E402,F401
 
 
 def main() -> None:

@@ -17,6 +17,14 @@ from . import StderrProgress, _emit, _path, cli
 @click.option("--spec", "spec_path", type=_path(), help="Release spec (TOML) with [convert] and [runtime.*].")
 @click.option("--quant-bits", type=int, default=None, help="Weight bits, 4 or 8.  [default: 4]")
 @click.option("--quant-block", type=int, default=None, help="Quantization block size; 0 means one block per row (per-channel).  [default: 128]")
+@click.option("--sym/--asym", "symmetric", default=None,
+              help="Symmetric quantization (scales only, llmexport --sym).  [default: --asym]")
+@click.option("--algorithm", type=click.Choice(["plain", "hqq", "awq"]), default=None,
+              help="plain round-to-nearest or hqq (llmexport --hqq); awq is refused (it calibrates on data it "
+                   "downloads).  [default: plain]")
+@click.option("--lm-bits", type=int, default=None,
+              help="Bits of the lm_head, also the tied embedding table.  [default: --quant-bits]")
+@click.option("--lm-block", type=int, default=None, help="Block of the lm_head.  [default: --quant-block]")
 @click.option("--force", is_flag=True,
               help="Replace --out if it exists and is a packager bundle (only bundle files inside). Never replaces "
                    "a folder holding anything else, nor one that is, contains or lies inside CHECKPOINT or the "
@@ -31,13 +39,16 @@ from . import StderrProgress, _emit, _path, cli
 @click.option("--quiet", is_flag=True, help="No progress on stderr.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def convert(checkpoint: Path, out: Path, lora: Path | None, spec_path: Path | None, quant_bits: int | None,
-            quant_block: int | None, force: bool, reference: bool, engine: str | None, quiet: bool,
+            quant_block: int | None, symmetric: bool | None, algorithm: str | None, lm_bits: int | None,
+            lm_block: int | None, force: bool, reference: bool, engine: str | None, quiet: bool,
             as_json: bool) -> None:
     """Convert a Qwen3 checkpoint (optionally + LoRA) into the ten-file MNN bundle.
 
     Example: packager convert ./qwen3-draft --lora ./adapter --out ./bundle --quant-bits 4 --quant-block 128
 
     Example: packager convert ./qwen3-draft --out ./bundle-3.4 --engine 3.4.1
+
+    Example: packager convert ./qwen3-draft --out ./bundle-hqq --algorithm hqq --lm-bits 8
     """
     from .. import spec as spec_module
     from ..convert.pipeline import ConvertRequest
@@ -46,11 +57,13 @@ def convert(checkpoint: Path, out: Path, lora: Path | None, spec_path: Path | No
     spec = spec_module.load(spec_path) if spec_path else None
     result = run_convert(ConvertRequest(checkpoint=checkpoint, out=out, adapter=lora, spec=spec,
                                         quant_bits=quant_bits, quant_block=quant_block, force=force,
-                                        reference=reference, engine=engine),
+                                        reference=reference, engine=engine, symmetric=symmetric,
+                                        algorithm=algorithm, lm_bits=lm_bits, lm_block=lm_block),
                          progress=StderrProgress(quiet))
     summary = {
         "bundle": str(result.out), "files": result.sizes, "xxh3_128": result.digests,
         "quant": {"bits": result.quant_bits, "block": result.quant_block}, "weights": result.path,
+        "quant_recipe": {"name": result.recipe.name, **result.recipe.record()},
         "min_mnn_engine": result.engine.text, "min_mnn_engine_because": list(result.engine.reasons),
         "engine_target": {"requested": result.target.requested, "version": result.target.text,
                           "converter_flags": list(result.target.converter_flags)},

@@ -39,6 +39,10 @@ class WorkerJob:
     graph_dtype: str = "float32"  # the dtype the real path loads the model in (the checkpoint's, float32 after a merge)
     equal_tensors: tuple[tuple[str, int], ...] = ()  # tensor name -> equality class of its values
     fuse_c4: bool = True  # MNNConvert's FuseTransformerC4 pass (graphs it touches first run in MNN 3.6.1)
+    symmetric: bool = False
+    hqq: bool = False
+    lm_bits: int | None = None  # None: quant_bits
+    lm_block: int | None = None  # None: quant_block
 
 
 @dataclass(frozen=True)
@@ -71,7 +75,8 @@ def run_worker(job: WorkerJob, progress: Progress) -> WorkerResult:
         "workdir": str(job.workdir), "quant_bits": job.quant_bits, "quant_block": job.quant_block,
         "stop_ids": list(job.stop_ids), "corpus": list(job.corpus),
         "graph_only": job.graph_only, "graph_dtype": job.graph_dtype,
-        "equal_tensors": dict(job.equal_tensors), "fuse_c4": job.fuse_c4}), encoding="utf-8")
+        "equal_tensors": dict(job.equal_tensors), "fuse_c4": job.fuse_c4, "symmetric": job.symmetric,
+        "hqq": job.hqq, "lm_bits": job.lm_bits, "lm_block": job.lm_block}), encoding="utf-8")
     log = job.workdir / "worker.log"
     read_fd, write_fd = os.pipe()
     env = worker_env()

@@ -16,12 +16,13 @@ from ..errors import ConversionFailed, InvalidOption, SpecError, shorten
 from ..hashing import xxh3_128_file
 from ..spec import ReleaseSpec
 from ..staging import Protected, StagedDir, check_target
-from . import presets, provenance, stream
+from . import presets, provenance, recipe as recipes, stream
 from .layout import LayoutUnknown
 from .weightwriter import StreamingUnsupported
 from .checkpoint import CheckpointInfo, inspect_checkpoint
 from .launch import Progress, Runner, WorkerJob, WorkerResult, run_worker
 from .lora import AdapterInfo, inspect_adapter, other_base_warning
+from .recipe import QuantRecipe
 from .reproducible import stamp_uuid
 from .tokenizer import MIN_ENGINE, TokenizerChoice, agreement, choose, hf_encodings
 
@@ -40,6 +41,11 @@ class ConvertRequest:
     force: bool = False
     reference: bool = False  # llmexport's whole-model path instead of the streaming one
     engine: str | None = None  # the oldest MNN the bundle must run on ("newest" or None: the default)
+    # The rest of the recipe (None: the spec's [convert] value, else llmexport's default as packager sets it).
+    symmetric: bool | None = None
+    algorithm: str | None = None
+    lm_bits: int | None = None
+    lm_block: int | None = None
 
 
 @dataclass(frozen=True)
@@ -57,6 +63,7 @@ class ConvertResult:
     warnings: tuple[str, ...] = ()
     path: str = "reference"  # how the weights were made: "streamed" or "reference"
     target: EngineTarget = DEFAULT_TARGET
+    recipe: QuantRecipe = QuantRecipe()
 
 
 def provenance_path(out: Path) -> Path:
@@ -72,21 +79,19 @@ def quantized_inputs(info: CheckpointInfo) -> dict[str, int]:
             "down_proj (intermediate_size)": shape.intermediate_size}
 
 
-def _quant(request: ConvertRequest, info: CheckpointInfo) -> tuple[int, int]:
+def _quant(request: ConvertRequest, info: CheckpointInfo) -> QuantRecipe:
+    """Flags win over the spec's [convert] values, which win over the defaults (4-bit, block 128, plain asym)."""
     settings = request.spec.convert if request.spec else None
-    bits = request.quant_bits or (settings.quant_bits if settings else None) or DEFAULT_BITS
-    block = request.quant_block if request.quant_block is not None else (
-        settings.quant_block if settings and settings.quant_block is not None else DEFAULT_BLOCK)
-    if bits not in QUANT_BITS:
-        raise InvalidOption(f"--quant-bits {shorten(str(bits))} is not supported", "use 4 or 8")
-    if block < 0:
-        raise InvalidOption(f"--quant-block {block} is negative",
-                            "use 0 (one block per row, llmexport's per-channel) or a positive block size")
-    for name, size in quantized_inputs(info).items():
-        if block and size % block:
-            raise InvalidOption(f"--quant-block {block} does not divide the input size {size} of {name}",
-                                "use a block size that divides every input size (128 for Qwen3), or 0 for per-channel")
-    return bits, block
+    values = {}
+    for key, flag in (("quant_bits", request.quant_bits), ("quant_block", request.quant_block),
+                      ("symmetric", request.symmetric), ("algorithm", request.algorithm),
+                      ("lm_bits", request.lm_bits), ("lm_block", request.lm_block)):
+        value = flag if flag is not None else (getattr(settings, key) if settings else None)
+        if value is not None:
+            values[key] = value
+    found = recipes.build(values)
+    recipes.check(found, inputs=quantized_inputs(info))
+    return found
 
 
 def engine_target(request: ConvertRequest) -> EngineTarget:
@@ -109,7 +114,8 @@ def convert(request: ConvertRequest, progress: Progress = lambda _: None,
     info = inspect_checkpoint(request.checkpoint)
     adapter: AdapterInfo | None = inspect_adapter(request.adapter, info) if request.adapter else None
     warnings = tuple(w for w in [other_base_warning(adapter, info) if adapter else None] if w)
-    bits, block = _quant(request, info)
+    recipe = _quant(request, info)
+    bits, block = recipe.bits, recipe.block
     goal = engine_target(request)
     out = request.out.absolute()
     protected = Protected(inputs=(info.path, *((adapter.path,) if adapter else ())))
@@ -118,7 +124,7 @@ def convert(request: ConvertRequest, progress: Progress = lambda _: None,
     with StagedDir(out, request.force, protected, report=progress) as stage, ThreadPoolExecutor(1) as beside:
         # The Hugging Face reference ids are ready by the time the converter is done.
         reference = beside.submit(hf_encodings, info.path / "tokenizer.json", corpus)
-        worker, path = _export(request, info, adapter, bits, block, stage.subdir("work"), corpus, runner, progress,
+        worker, path = _export(request, info, adapter, recipe, stage.subdir("work"), corpus, runner, progress,
                                goal)
         progress("assembling the bundle")
         built = stage.subdir("bundle")
@@ -132,7 +138,7 @@ def convert(request: ConvertRequest, progress: Progress = lambda _: None,
         record = provenance.build(info=info, adapter=adapter, bits=bits, block=block, engine=engine,
                                   tokenizer=choice, digests=digests, versions=worker.versions,
                                   graph_uuid=graph_uuid, blocked=worker.blocked, spec=request.spec, path=path,
-                                  target=goal)
+                                  target=goal, recipe=recipe)
         staged_record = stage.path / "provenance.json"  # type: ignore[operator]
         provenance.write(staged_record, record)
         stage.commit(built)
@@ -140,14 +146,18 @@ def convert(request: ConvertRequest, progress: Progress = lambda _: None,
     return ConvertResult(out=out, sizes=sizes, digests=digests, engine=engine, tokenizer=choice,
                          quant_bits=bits, quant_block=block, graph_uuid=graph_uuid,
                          provenance=provenance_path(out), blocked=worker.blocked, warnings=warnings, path=path,
-                         target=goal)
+                         target=goal, recipe=recipe)
 
 
-def _export(request: ConvertRequest, info: CheckpointInfo, adapter: AdapterInfo | None, bits: int, block: int,
+def _export(request: ConvertRequest, info: CheckpointInfo, adapter: AdapterInfo | None, recipe: QuantRecipe,
             workdir: Path, corpus: tuple[str, ...], runner: Runner, progress: Progress,
             goal: EngineTarget) -> tuple[WorkerResult, str]:
     """The streaming path when it can reproduce the reference bytes, else llmexport loading the whole model."""
-    if not request.reference:
+    bits, block = recipe.bits, recipe.block
+    if not request.reference and not recipe.streamable:
+        progress(f"the streaming writer reproduces plain asymmetric quantization only; {recipe.name} is made by "
+                 "llmexport loading the whole model")
+    if not request.reference and recipe.streamable:
         try:
             return stream.export(info, adapter, bits, block, workdir, corpus, runner, progress,
                                  fuse_c4=goal.fuse_c4), "streamed"
@@ -156,7 +166,9 @@ def _export(request: ConvertRequest, info: CheckpointInfo, adapter: AdapterInfo 
             shutil.rmtree(workdir)
             workdir.mkdir()
     job = WorkerJob(source=info.path, adapter=adapter.path if adapter else None, workdir=workdir,
-                    quant_bits=bits, quant_block=block, stop_ids=info.stop_ids, corpus=corpus, fuse_c4=goal.fuse_c4)
+                    quant_bits=bits, quant_block=block, stop_ids=info.stop_ids, corpus=corpus, fuse_c4=goal.fuse_c4,
+                    symmetric=recipe.symmetric, hqq=recipe.algorithm == "hqq", lm_bits=recipe.lm[0],
+                    lm_block=recipe.lm[1])
     return runner(job, progress), "reference"
 
 

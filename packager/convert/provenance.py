@@ -15,6 +15,7 @@ from ..staging import write_atomic
 from .checkpoint import (DERIVABLE_TOKENIZER_FILES, MODEL_FILES, OPTIONAL_TOKENIZER_FILES, TOKENIZER_FILES,
                          CheckpointInfo)
 from .lora import ADAPTER_FILES, AdapterInfo
+from .recipe import QuantRecipe
 from .tokenizer import TokenizerChoice
 
 
@@ -32,7 +33,8 @@ def checkpoint_sources(folder: Path) -> dict[str, str]:
 def build(*, info: CheckpointInfo, adapter: AdapterInfo | None, bits: int, block: int,
           engine: EngineRequirement, tokenizer: TokenizerChoice, digests: dict[str, str],
           versions: dict[str, str], graph_uuid: str, blocked: tuple[str, ...],
-          spec: ReleaseSpec | None, path: str = "reference", target: EngineTarget = DEFAULT_TARGET) -> dict[str, Any]:
+          spec: ReleaseSpec | None, path: str = "reference", target: EngineTarget = DEFAULT_TARGET,
+          recipe: QuantRecipe | None = None) -> dict[str, Any]:
     return {
         "tool": {"name": "packager", "version": __version__},
         "versions": versions,
@@ -44,6 +46,7 @@ def build(*, info: CheckpointInfo, adapter: AdapterInfo | None, bits: int, block
             "files_xxh3_128": _sources(adapter.path, ADAPTER_FILES)},
         "options": {"quant_bits": bits, "quant_block": block, "spec": str(spec.path) if spec and spec.path else None,
                     "weights": path,
+                    "quant_recipe": (recipe or QuantRecipe(bits, block)).record(),
                     # Only for convert --engine: the default (newest) keeps the record it always had.
                     **({} if target.default else {"engine": {"requested": target.requested, "version": target.text,
                                                              "converter_flags": list(target.converter_flags)}})},

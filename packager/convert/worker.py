@@ -88,6 +88,9 @@ def _export(job: dict[str, Any], source: Path, tokenizer_dir: Path, events: Even
         # Graph only: llmexport builds the model from config.json alone and lays the weight file out
         # without computing it (packager's streaming writer fills it).
         *(["--skip_weight"] if job.get("graph_only") else []),
+        *(["--sym"] if job.get("symmetric") else []), *(["--hqq"] if job.get("hqq") else []),
+        *(["--lm_quant_bit", str(job["lm_bits"])] if job.get("lm_bits") is not None else []),
+        *(["--lm_quant_block", str(job["lm_block"])] if job.get("lm_block") is not None else []),
     ])
     if job.get("graph_only"):
         skeleton.like_checkpoint(job["graph_dtype"], job["equal_tensors"])

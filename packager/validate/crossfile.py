@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,7 @@ from ..convert.tokenizer import MIN_ENGINE, TYPES, HeaderError, TokenizerHeader,
 from ..engine import C4_FUSION, OLDEST, WHY_OLDEST, format_version, parse_version
 from ..errors import shorten
 from .findings import Collector, pointer, report_capped
-from .graph import GraphFacts
+from .graph import GraphFacts, Linear
 
 Docs = dict[str, Any]  # file name -> parsed JSON object, or None when missing/unparsable
 _PATH_DEFAULTS = {"llm_model": "llm.mnn", "llm_weight": "llm.mnn.weight", "tokenizer_file": "tokenizer.txt",
@@ -108,13 +109,26 @@ def check_model_settings(docs: Docs, graph: GraphFacts | None, weight_size: int 
         out.error("llm_config.json", "/tie_embeddings", f"alpha size {s} != {vocab * per_row} for block {block}")
     if weight_size is not None and a + s > weight_size:
         out.error("llm_config.json", "/tie_embeddings", f"ends at byte {a + s}, past llm.mnn.weight ({weight_size})")
-    rows = []
-    for lin in graph.linears:
-        if lin.bits is not None and lin.bits != bits:
-            rows.append((f"/oplists ({lin.name})", f"{lin.bits}-bit weights, the bundle declares {bits}"))
-        elif lin.block is not None and block and lin.block != block:
-            rows.append((f"/oplists ({lin.name})", f"quant block {lin.block}, the bundle declares {block}"))
+    # tie_embeddings declares the lm_head's bits and block (llmexport --lm_quant_bit/--lm_quant_block may give it
+    # its own); every other linear shares one recipe, the one most of them have.
+    rows = _differing(lm, bits, block, lm.asymmetric)
+    body = [lin for lin in graph.linears if lin is not lm and lin.bits is not None]
+    if body:
+        common = Counter((lin.bits, lin.block, lin.asymmetric) for lin in body).most_common(1)[0][0]
+        rows += [row for lin in body for row in _differing(lin, *common)]
     report_capped(out, "llm.mnn.json", rows, "linears that differ")
+
+
+def _differing(lin: Linear, bits: int | None, block: int | None, asymmetric: bool) -> list[tuple[str, str]]:
+    where = f"/oplists ({lin.name})"
+    if lin.bits is not None and lin.bits != bits:
+        return [(where, f"{lin.bits}-bit weights, the bundle declares {bits}")]
+    if lin.block is not None and block and lin.block != block:
+        return [(where, f"quant block {lin.block}, the bundle declares {block}")]
+    if lin.bits is not None and lin.asymmetric != asymmetric:
+        return [(where, f"{'a' if lin.asymmetric else ''}symmetric weights, the others are "
+                        f"{'a' if asymmetric else ''}symmetric")]
+    return []
 
 
 def _tie(value: Any) -> tuple[int, int, int, int, int] | None:

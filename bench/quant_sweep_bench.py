@@ -1,0 +1,108 @@
+"""quant-sweep on the trained full fixture (draft = fx.student + fx.adapter, target = fx.teacher): the table, the
+pick, and the sweep's wall time against converting (and measuring) each recipe separately.
+
+    .venv/bin/python bench/quant_sweep_bench.py [--runs 2] [--separate] [--out bench/work/quant-sweep]
+
+Waits for the full fixture rather than building it (it is built by `make fixture`). Every sweep run starts on an
+empty graph cache of its own; `--separate` converts each recipe with its own `convert --lora` (one shared cache,
+empty at first, as a user's would be) and times verify + pair of the baseline recipe once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import REPO, WORK  # noqa: E402
+
+
+def _full_fixture(wait: float) -> object:
+    from tests.trained import RECIPES, _key, build_corpus, cache_root, fixture
+
+    folder = cache_root() / _key(RECIPES["full"], build_corpus(RECIPES["full"]).digest)
+    deadline = time.monotonic() + wait
+    while not (folder / "fixture.json").is_file():
+        if time.monotonic() > deadline:
+            sys.exit(f"the full fixture is not built yet ({folder}); run `make fixture` first")
+        time.sleep(30)
+    return fixture("full")
+
+
+def _uptime() -> str:
+    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+
+
+def _sweep_run(fx: object, out: Path, run: int) -> dict:  # type: ignore[type-arg]
+    env = {**os.environ, "PACKAGER_CACHE_DIR": tempfile.mkdtemp(prefix="qsweep-cache-")}
+    json_out = out / f"sweep-{run}.json"
+    load = _uptime()
+    start = time.monotonic()
+    subprocess.run([sys.executable, "-m", "packager.cli", "quant-sweep", str(fx.student), "--lora",  # type: ignore[attr-defined]
+                    str(fx.adapter), "--target", str(fx.teacher), "--out", str(out / f"run-{run}"),  # type: ignore[attr-defined]
+                    "--json", str(json_out), "--quiet"], check=True, env=env, cwd=REPO)
+    return {"seconds": time.monotonic() - start, "uptime_before": load, "uptime_after": _uptime(),
+            "json": str(json_out)}
+
+
+def _separate(fx: object, out: Path) -> dict:  # type: ignore[type-arg]
+    from packager.convert.recipe import default_grid
+    from packager.sweep import _flags
+
+    env = {**os.environ, "PACKAGER_CACHE_DIR": tempfile.mkdtemp(prefix="qsep-cache-")}
+    load, each = _uptime(), {}
+    for recipe in default_grid():
+        flags = []
+        for key, value in _flags(recipe).items():
+            flag = "--" + key.replace("_", "-")
+            flags += ([("--sym" if value else "--asym")] if key == "symmetric" else [flag, str(value)])
+        start = time.monotonic()
+        subprocess.run([sys.executable, "-m", "packager.cli", "convert", str(fx.student), "--lora",  # type: ignore[attr-defined]
+                        str(fx.adapter), "--out", str(out / "separate" / recipe.name), "--force", "--quiet",  # type: ignore[attr-defined]
+                        *flags], check=True, env=env, cwd=REPO, stdout=subprocess.DEVNULL)
+        each[recipe.name] = time.monotonic() - start
+    base = out / "separate" / "4bit-b128"
+    start = time.monotonic()
+    subprocess.run([sys.executable, "-m", "packager.cli", "verify", str(base), "--source", str(fx.draft),  # type: ignore[attr-defined]
+                    "--quiet", "--json"], env=env, cwd=REPO, stdout=subprocess.DEVNULL)
+    verify_seconds = time.monotonic() - start
+    start = time.monotonic()
+    subprocess.run([sys.executable, "-m", "packager.cli", "pair", str(base), str(fx.teacher), "--quiet",  # type: ignore[attr-defined]
+                    "--json"], env=env, cwd=REPO, stdout=subprocess.DEVNULL)
+    pair_seconds = time.monotonic() - start
+    return {"convert_seconds": each, "convert_total": sum(each.values()), "verify_one": verify_seconds,
+            "pair_one": pair_seconds, "uptime_before": load, "uptime_after": _uptime()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--separate", action="store_true")
+    parser.add_argument("--wait", type=float, default=1800, help="seconds to wait for the full fixture")
+    parser.add_argument("--out", type=Path, default=WORK / "quant-sweep")
+    args = parser.parse_args()
+    fx = _full_fixture(args.wait)
+    args.out.mkdir(parents=True, exist_ok=True)
+    results: dict = {"fixture": str(fx.root), "sweeps": []}  # type: ignore[attr-defined,type-arg]
+    for run in range(args.runs):
+        results["sweeps"].append(_sweep_run(fx, args.out, run))
+        print(json.dumps(results["sweeps"][-1]), flush=True)
+    if args.separate:
+        results["separate"] = _separate(fx, args.out)
+        print(json.dumps(results["separate"]), flush=True)
+    (args.out / "bench.json").write_text(json.dumps(results, indent=2))
+    if results["sweeps"]:
+        from packager.sweep.report import text
+
+        print(text(json.loads(Path(results["sweeps"][0]["json"]).read_text())))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,97 @@
+"""The quantization recipe: bits, block, symmetry, algorithm, and the lm_head's own bits and block.
+
+llmexport 0.0.5 offers each of these (--quant_bit, --quant_block, --sym, --hqq, --lm_quant_bit,
+--lm_quant_block). Its --awq is not offered: AwqQuantizer calibrates on wikitext or pile-val fetched through
+`datasets` at conversion time, data the fenced converter (no network) does not have.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+from ..errors import InvalidOption, shorten
+
+Algorithm = Literal["plain", "hqq"]
+ALGORITHMS = ("plain", "hqq")
+BITS = (4, 8)
+AWQ_HINT = ("llmexport's AWQ calibrates on wikitext/pile-val downloaded at conversion time, which the fenced "
+            "converter cannot fetch; use plain or hqq")
+
+
+@dataclass(frozen=True)
+class QuantRecipe:
+    bits: int = 4
+    block: int = 128  # 0 = one block per row (per-channel)
+    symmetric: bool = False
+    algorithm: Algorithm = "plain"
+    lm_bits: int | None = None  # the lm_head (also the tied embedding table); None = bits
+    lm_block: int | None = None  # None = block
+
+    @property
+    def lm(self) -> tuple[int, int]:
+        return (self.lm_bits or self.bits, self.block if self.lm_block is None else self.lm_block)
+
+    @property
+    def streamable(self) -> bool:
+        """The streaming writer reproduces llmexport's bytes for plain asymmetric, one spec for every linear."""
+        return self.algorithm == "plain" and not self.symmetric and self.lm == (self.bits, self.block)
+
+    @property
+    def name(self) -> str:
+        parts = [f"{self.bits}bit", "per-channel" if self.block == 0 else f"b{self.block}"]
+        parts += ["sym"] if self.symmetric else []
+        parts += [self.algorithm] if self.algorithm != "plain" else []
+        if self.lm != (self.bits, self.block):
+            parts.append(f"lm{self.lm[0]}bit" + ("" if self.lm[1] == self.block else f"-b{self.lm[1]}"))
+        return "-".join(parts)
+
+    def record(self) -> dict[str, Any]:
+        """The recipe with the lm_head's values resolved (provenance, card, sweep JSON)."""
+        return {**asdict(self), "lm_bits": self.lm[0], "lm_block": self.lm[1]}
+
+
+def build(values: dict[str, Any], where: str = "") -> QuantRecipe:
+    """A recipe from a dict with the spec's key names (quant_bits, quant_block, symmetric, algorithm, lm_bits,
+    lm_block); unknown keys and impossible combinations raise InvalidOption with one line."""
+    known = {"quant_bits", "quant_block", "symmetric", "algorithm", "lm_bits", "lm_block", "name"}
+    extra = sorted(set(values) - known)
+    prefix = f"{where}: " if where else ""
+    if extra:
+        raise InvalidOption(f"{prefix}unknown recipe key {shorten(extra[0])}", f"use {', '.join(sorted(known))}")
+    algorithm = values.get("algorithm") or "plain"
+    if algorithm == "awq":
+        raise InvalidOption(f"{prefix}algorithm awq is not offered", AWQ_HINT)
+    if algorithm not in ALGORITHMS:
+        raise InvalidOption(f"{prefix}algorithm {shorten(str(algorithm))} is not known", "use plain or hqq")
+    recipe = QuantRecipe(bits=values.get("quant_bits") or 4,
+                         block=128 if values.get("quant_block") is None else values["quant_block"],
+                         symmetric=bool(values.get("symmetric")), algorithm=algorithm,  # type: ignore[arg-type]
+                         lm_bits=values.get("lm_bits"), lm_block=values.get("lm_block"))
+    check(recipe, prefix)
+    return recipe
+
+
+def check(recipe: QuantRecipe, prefix: str = "", inputs: dict[str, int] | None = None) -> None:
+    """Refuse what llmexport cannot make, or would silently make otherwise than asked."""
+    for flag, bits in (("--quant-bits", recipe.bits), ("--lm-bits", recipe.lm[0])):
+        if bits not in BITS:
+            raise InvalidOption(f"{prefix}{flag} {shorten(str(bits))} is not supported", "use 4 or 8")
+    for flag, block in (("--quant-block", recipe.block), ("--lm-block", recipe.lm[1])):
+        if not isinstance(block, int) or block < 0:
+            raise InvalidOption(f"{prefix}{flag} {shorten(str(block))} is negative or not a number",
+                                "use 0 (one block per row, llmexport's per-channel) or a positive block size")
+    for name, size in (inputs or {}).items():
+        for flag, block in (("--quant-block", recipe.block), ("--lm-block", recipe.lm[1])):
+            if block and size % block and (flag == "--quant-block" or "lm_head" in name):
+                # llmexport would halve the block until it divides: a recipe other than the one asked for.
+                raise InvalidOption(f"{prefix}{flag} {block} does not divide the input size {size} of {name}",
+                                    "use a block size that divides every input size (128 for Qwen3), or 0 for "
+                                    "per-channel")
+
+
+def default_grid() -> tuple[QuantRecipe, ...]:
+    """The sweep's default: a small grid around 4-bit block 128, and 8-bit as the ceiling."""
+    return (QuantRecipe(), QuantRecipe(block=64), QuantRecipe(block=32), QuantRecipe(symmetric=True),
+            QuantRecipe(algorithm="hqq"), QuantRecipe(lm_bits=8), QuantRecipe(algorithm="hqq", lm_bits=8),
+            QuantRecipe(bits=8))
