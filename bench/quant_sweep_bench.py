@@ -1,7 +1,7 @@
 """quant-sweep on the trained full fixture (draft = fx.student + fx.adapter, target = fx.teacher): the table, the
 pick, and the sweep's wall time against converting (and measuring) each recipe separately.
 
-    .venv/bin/python bench/quant_sweep_bench.py [--runs 2] [--separate] [--out bench/work/quant-sweep]
+    .venv/bin/python bench/quant_sweep_bench.py [--runs 2] [--separate] [--fixture full|small] [--out DIR]
 
 Waits for the full fixture rather than building it (it is built by `make fixture`). Every sweep run starts on an
 empty graph cache of its own; `--separate` converts each recipe with its own `convert --lora` (one shared cache,
@@ -24,16 +24,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.common import REPO, WORK  # noqa: E402
 
 
-def _full_fixture(wait: float) -> object:
+def _trained(name: str, root: Path | None, wait: float) -> object:
+    """The cached fixture; waits for it (another process may be building it) instead of building it twice."""
     from tests.trained import RECIPES, _key, build_corpus, cache_root, fixture
 
-    folder = cache_root() / _key(RECIPES["full"], build_corpus(RECIPES["full"]).digest)
+    folder = (root or cache_root()) / _key(RECIPES[name], build_corpus(RECIPES[name]).digest)
     deadline = time.monotonic() + wait
     while not (folder / "fixture.json").is_file():
         if time.monotonic() > deadline:
-            sys.exit(f"the full fixture is not built yet ({folder}); run `make fixture` first")
+            sys.exit(f"the {name} fixture is not built yet ({folder}); run `make fixture` first")
         time.sleep(30)
-    return fixture("full")
+    return fixture(name, root)
 
 
 def _uptime() -> str:
@@ -85,10 +86,12 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--separate", action="store_true")
-    parser.add_argument("--wait", type=float, default=1800, help="seconds to wait for the full fixture")
+    parser.add_argument("--wait", type=float, default=1800, help="seconds to wait for the fixture")
+    parser.add_argument("--fixture", choices=("full", "small"), default="full")
+    parser.add_argument("--fixture-root", type=Path, help="the fixture cache  [default: tests.trained's]")
     parser.add_argument("--out", type=Path, default=WORK / "quant-sweep")
     args = parser.parse_args()
-    fx = _full_fixture(args.wait)
+    fx = _trained(args.fixture, args.fixture_root, args.wait)
     args.out.mkdir(parents=True, exist_ok=True)
     results: dict = {"fixture": str(fx.root), "sweeps": []}  # type: ignore[attr-defined,type-arg]
     for run in range(args.runs):
