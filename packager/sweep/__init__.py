@@ -9,7 +9,6 @@ one bits/block; the source's logits and the target's greedy continuations are co
 from __future__ import annotations
 
 import json
-import shutil
 import tempfile
 import time
 from dataclasses import dataclass, replace
@@ -93,5 +92,4 @@ def _merged(checkpoint: Path, adapter: Path, out: Path) -> Path:
     inspect_adapter(adapter, inspect_checkpoint(checkpoint))  # refused here, with convert's own errors
     out.mkdir(parents=True)
     merge(checkpoint, adapter, out)
-    shutil.copy2(checkpoint / "config.json", out / "config.json") if not (out / "config.json").is_file() else None
     return out

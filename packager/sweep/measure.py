@@ -12,7 +12,7 @@ import numpy as np
 from ..pair import acceptance, compat, workload
 from ..pair.intervals import Interval, ratio
 from ..pair.models import HFModel, MNNModel, Model
-from ..verify import Thresholds, _plain, compare_positions, margins
+from ..verify import MIN_DECISIVE, Thresholds, _plain, compare_positions, margins
 
 Progress = Callable[[str], None]
 CONTINUATION = 24  # verify's default: the source's greedy continuation compared after each prompt
@@ -98,7 +98,8 @@ def _quality(tally: Tally) -> Quality:
             tau[d] = found
     decisive = len(tally.decisive)
     return Quality(mean_kl=float(np.mean(tally.kl)), top1_agreement=float(np.mean(tally.top1)),
-                   top1_decisive=float(np.mean(tally.decisive)) if decisive else None,
+                   # As verify: too few decisive positions (flat logits) give no figure rather than a noisy one.
+                   top1_decisive=float(np.mean(tally.decisive)) if decisive >= MIN_DECISIVE else None,
                    decisive_positions=decisive, positions=len(tally.top1), alpha=alpha, tau=tau,
                    per_prompt_alpha=tuple(zip(tally.accepted, tally.positions)))
 
