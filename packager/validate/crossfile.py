@@ -114,8 +114,11 @@ def check_model_settings(docs: Docs, graph: GraphFacts | None, weight_size: int 
     rows = _differing(lm, bits, block, lm.asymmetric)
     body = [lin for lin in graph.linears if lin is not lm and lin.bits is not None]
     if body:
-        common = Counter((lin.bits, lin.block, lin.asymmetric) for lin in body).most_common(1)[0][0]
-        rows += [row for lin in body for row in _differing(lin, *common)]
+        bits_common, asym_common = Counter((lin.bits, lin.asymmetric) for lin in body).most_common(1)[0][0]
+        # A block as wide as the input reads as per-channel (block 0), whose width differs per linear.
+        blocked = Counter(lin.block for lin in body if lin.block is not None and lin.block < lin.in_features)
+        block_common = blocked.most_common(1)[0][0] if blocked else 0
+        rows += [row for lin in body for row in _differing(lin, bits_common, block_common, asym_common)]
     report_capped(out, "llm.mnn.json", rows, "linears that differ")
 
 
