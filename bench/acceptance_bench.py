@@ -50,7 +50,8 @@ def main() -> None:
     sampling = Sampling(temperature=0.7, top_k=20, top_p=0.8)
     rows = []
     for name, draft, target in cases:
-        report = pair(draft, target, options=Options(new_tokens=args.tokens, repeats=1, threads=2, sampling=sampling),
+        report = pair(draft, target, options=Options(new_tokens=args.tokens, repeats=1, threads=2, sampling=sampling,
+                                                    dtype="float32"),  # bf16 matmuls are slow on this CPU
                       progress=lambda line: print(line, file=sys.stderr, flush=True))
         d3 = next(d for d in report.depths if d.d == 3)
         tau = d3.tokens_per_step

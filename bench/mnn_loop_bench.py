@@ -85,7 +85,7 @@ def main() -> None:
     for depth in report.depths:
         d = depth.d
         real = [alone / spec for alone, spec in zip(seconds[0], seconds[d])]
-        estimate = depth.speedup.median if depth.speedup else None
+        estimate = depth.speedup_from_measured_tau.median if depth.speedup_from_measured_tau else None
         median = statistics.median(real)
         rows.append({"d": d, "estimate": estimate,
                      "real_median": median, "real_min": min(real), "real_max": max(real),

@@ -118,13 +118,15 @@ def _verify(spec: ReleaseSpec, state: dict[str, Any], progress: Progress) -> str
     assert spec.convert.source is not None
     report = verify(state["bundle"], spec.convert.source, thresholds=Thresholds.from_spec(spec.verify),
                     progress=progress)
-    figures = (f"tokenizer {report.tokenizer_matched}/{report.tokenizer_total}, top-1 {report.top1_agreement:.3f}, "
-               f"cosine {report.mean_cosine:.4f}, KL {report.mean_kl:.4f}, greedy {report.greedy_agreement:.3f}")
+    decisive = "n/a" if report.top1_decisive is None else f"{report.top1_decisive:.3f}"
+    figures = (f"tokenizer {report.tokenizer_matched}/{report.tokenizer_total}, KL {report.mean_kl:.4f}, "
+               f"decisive top-1 {decisive}, top-1 {report.top1_agreement:.3f}, greedy {report.greedy_agreement:.3f}")
     if not report.ok:
         raise VerifyFailed(f"verify failed ({'; '.join(report.failures)}); measured {figures}")
     state["parity"] = {"prompts": report.prompts, "positions": report.positions, "min_cosine": report.min_cosine,
                        "mean_cosine": report.mean_cosine, "top1_agreement": report.top1_agreement,
-                       "greedy_agreement": report.greedy_agreement}
+                       "greedy_agreement": report.greedy_agreement, "mean_kl": report.mean_kl,
+                       "decisive_positions": report.decisive_positions, "top1_decisive": report.top1_decisive}
     return figures
 
 

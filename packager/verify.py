@@ -106,11 +106,12 @@ def _prefix_share(a: list[int], b: list[int]) -> float:
 
 
 def verify(bundle: Path, source: Path, prompts: tuple[str, ...] | None = None,
-           thresholds: Thresholds = Thresholds(), continuation: int = 24,
+           thresholds: Thresholds = Thresholds(), continuation: int = 16,
            progress: Progress = lambda _: None) -> VerifyReport:
     from . import resources
     from .pair import compat, workload
     from .pair.models import HFModel, MNNModel
+    from .pair.speculative import autoregressive
 
     stop = tuple(sorted(compat.facts(source).stop))
     template = workload.chat_template(source)
@@ -128,7 +129,7 @@ def verify(bundle: Path, source: Path, prompts: tuple[str, ...] | None = None,
     greedy = []
     for item in items:
         ids = theirs.encode(workload.render(template, item) if template else _plain(item))
-        reference = theirs.greedy(ids, continuation, stop)
+        reference = autoregressive(theirs, ids, continuation, stop)  # KV-cached, without generate()'s overhead
         sequence = ids + reference
         mine, source_logits = ours.logits_all(sequence), theirs.logits_all(sequence)
         t, c, k = compare_positions(mine, source_logits)

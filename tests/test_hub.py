@@ -211,6 +211,8 @@ def test_release_converts_verifies_and_states_parity(hub: LocalHub, tiny_checkpo
 def test_release_stops_at_a_failed_verify_and_publishes_nothing(hub: LocalHub, tiny_checkpoint: Path,
                                                                tmp_path: Path) -> None:
     spec = _spec_with_source(tmp_path, tiny_checkpoint, "quant_bits = 4\n")
+    # A gate no 4-bit bundle of random weights meets (their logits are flat, so KL cannot tell; cosine can).
+    spec.write_text(spec.read_text() + "\n[verify]\nmean_cosine = 0.9999\n")
     result = hub.cli("release", str(spec), "--out", str(tmp_path / "dist" / "b"), "--quiet", timeout=600)
     assert result.returncode == 50 and "FAIL verify" in result.stdout and "release stopped at verify" in result.stdout
     assert hub.cli("verify-remote", SPEC_REPO).returncode == 43  # nothing was created on the Hub

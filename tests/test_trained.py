@@ -80,11 +80,14 @@ def test_verify_passes_faithful_bundles_of_a_trained_model(bits: int, trained: F
 
 def test_verify_fails_a_draft_converted_without_its_lora(trained: Fixture, draft4: ConvertResult) -> None:
     # The bundle holds base + adapter; checked against the base alone (the adapter forgotten), it must fail.
-    result = run_cli("verify", str(draft4.out), "--source", str(trained.student), "--json", "--quiet")
+    prompts = draft4.out.parent / "prompts.txt"
+    prompts.write_text("Explain assignment statements in Python.\nWhat is the Python module abc for?\n"
+                       "def __init__(self):\n", encoding="utf-8")
+    result = run_cli("verify", str(draft4.out), "--source", str(trained.student), "--json", "--quiet",
+                     "--prompts", str(prompts))
     assert result.returncode == 50, result.stdout[-2000:]
     data = json.loads(result.stdout)
     assert any(f.startswith("mean KL") for f in data["failures"]), data["failures"]
-    assert run_cli("verify", str(draft4.out), "--source", str(trained.draft), "--quiet").returncode == 0
 
 
 def test_mnn_speculative_loop_on_trained_bundles_emits_the_targets_greedy_tokens(

@@ -23,6 +23,13 @@ def test_faithful_8bit_bundle_passes(bundle8: ConvertResult, tiny_checkpoint: Pa
     assert report.top1_decisive is None and any("not gated" in note for note in report.notes)
 
 
+def _few_prompts(folder: Path) -> Path:
+    """A short --prompts file: the CLI tests check the gate's wiring, not the figures (fewer positions, faster)."""
+    path = folder / "prompts.txt"
+    path.write_text("The capital of France is\ndef fibonacci(n):\nQ: Why is the sky blue?\n", encoding="utf-8")
+    return path
+
+
 def test_tampered_weights_fail_with_numbers(bundle8: ConvertResult, tiny_checkpoint: Path, tmp_path: Path) -> None:
     bundle = tmp_path / "tampered"
     shutil.copytree(bundle8.out, bundle)
@@ -30,7 +37,8 @@ def test_tampered_weights_fail_with_numbers(bundle8: ConvertResult, tiny_checkpo
     start = len(weights) // 3
     weights[start:start + 3_000_000] = bytes(reversed(weights[start:start + 3_000_000]))
     (bundle / "llm.mnn.weight").write_bytes(bytes(weights))
-    result = run_cli("verify", str(bundle), "--source", str(tiny_checkpoint), "--json", "--quiet")
+    result = run_cli("verify", str(bundle), "--source", str(tiny_checkpoint), "--json", "--quiet",
+                     "--prompts", str(_few_prompts(tmp_path)))
     assert result.returncode == 50
     data = json.loads(result.stdout)
     assert not data["ok"] and data["mean_cosine"] < 0.98
@@ -42,7 +50,7 @@ def test_thresholds_come_from_the_spec(bundle4: ConvertResult, tiny_checkpoint: 
     # Gates the defaults leave off (all-position top-1, greedy agreement) bite when the spec sets them.
     spec.write_text("[verify]\ntop1_agreement = 0.9999\ngreedy_agreement = 0.9999\n")
     result = run_cli("verify", str(bundle4.out), "--source", str(tiny_checkpoint), "--spec", str(spec), "--json",
-                     "--quiet")
+                     "--quiet", "--prompts", str(_few_prompts(tmp_path)))
     assert result.returncode == 50, result.stdout
     failures = json.loads(result.stdout)["failures"]
     assert any(f.startswith("top-1 agreement") for f in failures)
