@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .convert.checkpoint import QWEN3_STOP_IDS
 from .errors import VERIFY_FAILED, InvalidOption, PackagerError, from_os_error, shorten
 
 Progress = Callable[[str], None]
@@ -113,8 +114,14 @@ def verify(bundle: Path, source: Path, prompts: tuple[str, ...] | None = None,
     from .pair.models import HFModel, MNNModel
     from .pair.speculative import autoregressive
 
-    stop = tuple(sorted(compat.facts(source).stop))
-    template = workload.chat_template(source)
+    try:
+        stop = tuple(sorted(compat.facts(source).stop))
+    except compat.PairIncompatible:  # an unreadable source: loading it below says what is wrong, as verify's error
+        stop = QWEN3_STOP_IDS
+    try:
+        template = workload.chat_template(source)
+    except (OSError, ValueError):  # likewise: the source's own load reports it
+        template = ""
     items = workload.from_texts(prompts) if prompts else workload.builtin()
     progress("loading the bundle (MNN) and the source (transformers)")
     ours, theirs = MNNModel(bundle), HFModel(source)
