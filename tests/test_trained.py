@@ -1,6 +1,7 @@
-"""On a trained teacher/draft pair (tests/trained.py, the small recipe): the fixture really learned, `verify`
-passes faithful 8-bit and 4-bit bundles and fails a draft converted without its LoRA, `pair` sees the
-distillation, and the real speculative loop over two MNN bundles is lossless."""
+"""On a trained teacher/draft pair (tests/trained.py, the small recipe): the fixture really learned and the
+distillation moved the draft toward the teacher, `verify` passes faithful 8-bit and 4-bit bundles and fails a
+draft checked without its LoRA, and the real speculative loop over two MNN bundles emits the target's greedy
+tokens (up to MNN's near-ties) and accepts what the estimate counts."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from packager.verify import verify
 from tests.conftest import run_cli
 from tests.trained import RECIPES, Fixture, build_corpus, fixture, held_out_accuracy
 
-# Built once per builder source and library versions, reused across test sessions of this user (atomic).
+# Built once per recipe, BUILDER number and library versions, reused across this user's test sessions (atomic).
 FIXTURES = Path(os.environ.get("PACKAGER_FIXTURE_DIR") or Path(tempfile.gettempdir()) / f"packager-test-fixtures-{os.getuid()}")
 STOP = (151645, 151643)
 
