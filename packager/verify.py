@@ -92,8 +92,9 @@ def compare_positions(ours: np.ndarray, theirs: np.ndarray) -> tuple[list[bool],
 
 
 def margins(theirs: np.ndarray) -> np.ndarray:
-    """Per position: how far (nats) the source's most likely token leads its second."""
-    top2 = np.partition(_log_softmax(theirs), -2, axis=-1)[..., -2:]
+    """Per position: how far (nats) the source's most likely token leads its second. Logits or log-probs give
+    the same gap (a row's log-softmax only shifts it)."""
+    top2 = np.partition(theirs, -2, axis=-1)[..., -2:]
     return top2[..., 1] - top2[..., 0]
 
 
@@ -143,7 +144,7 @@ def verify(bundle: Path, source: Path, prompts: tuple[str, ...] | None = None,
         top1 += t
         cosine += c
         kl += k
-        margin += list(margins(source_logits))
+        margin += list(margins(source_logits))  # from the logits: no second log-softmax
         greedy.append(_prefix_share(ours.greedy(ids, continuation, stop), reference))
     return _judge(bundle, source, thresholds, matched, len(corpus), len(items), top1, cosine, kl, margin, greedy)
 

@@ -218,11 +218,7 @@ class Vocab:
 
     def log_probs(self, model, ids, temperature: float = 1.0):  # type: ignore[no-untyped-def]
         """log p over the used ids at temperature T (the bucket holds the rest), shape [B, L, used]."""
-        import torch
-
-        logits = model(input_ids=ids).logits / temperature
-        bucket = torch.full_like(logits[..., :1], self.bucket)
-        return logits - torch.logsumexp(torch.cat([logits, bucket], dim=-1), dim=-1, keepdim=True)
+        return _with_bucket(model(input_ids=ids).logits / temperature, self)
 
     def expand(self, model, shape: Shape, seed: int):  # type: ignore[no-untyped-def]
         """The same network in the real vocabulary."""

@@ -79,7 +79,7 @@ def speculative(draft: Any, target: Any, ids: list[int], n: int, d: int, accepte
     began = time.perf_counter()
     base, pending, out = len(ids) - 1, ids[-1], []
     draft_feed = [pending]
-    while len(out) < n and not (out and _stopped(out, stop)):
+    while len(out) < n and not (out and out[-1] in stop):  # accepted proposals never hold a stop id
         proposals: list[int] = []
         for _ in range(d):
             proposals.append(small.step(draft_feed, every=False)[-1])
@@ -98,18 +98,6 @@ def speculative(draft: Any, target: Any, ids: list[int], n: int, d: int, accepte
         draft_feed = [proposals[-1], pending] if k == d else [pending]
     if clock is not None:
         clock.append(time.perf_counter() - began)
-    return _cut(out, n, stop)
-
-
-def _stopped(out: list[int], stop: tuple[int, ...]) -> bool:
-    return any(t in stop for t in out)
-
-
-def _cut(out: list[int], n: int, stop: tuple[int, ...]) -> list[int]:
-    """At most n tokens, ending at the first stop id (as the autoregressive baseline does)."""
-    for i, token in enumerate(out[:n]):
-        if token in stop:
-            return out[: i + 1]
     return out[:n]
 
 
