@@ -153,7 +153,9 @@ def test_provenance_lives_outside_the_bundle(bundle4: ConvertResult, tiny_checkp
     assert set(record["versions"]) >= {"mnn", "llmexport", "torch", "transformers"}
     assert record["source"]["files_xxh3_128"]["model.safetensors"] == xxh3_128_file(
         tiny_checkpoint / "model.safetensors")
-    assert record["options"] == {"quant_bits": 4, "quant_block": 128, "spec": None, "weights": "streamed"}
+    assert record["options"] == {"quant_bits": 4, "quant_block": 128, "spec": None, "weights": "streamed",
+                                 "quant_recipe": {"bits": 4, "block": 128, "symmetric": False, "algorithm": "plain",
+                                                  "lm_bits": 4, "lm_block": 128}}
     assert record["bundle_xxh3_128"] == bundle4.digests
     assert record["sandbox_blocked"] == []
     assert not list(resources.validator("provenance").iter_errors(record))
