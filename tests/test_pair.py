@@ -29,8 +29,17 @@ def test_acceptance_arithmetic() -> None:
     runs = [6] * 40
     for d in range(1, 7):
         steps = acceptance.simulate(runs, d)
-        assert steps.accepted == steps.proposed and steps.tokens / steps.steps == d + 1
+        assert steps.accepted == steps.proposed and steps.tokens / steps.steps == d + 1 and steps.full == steps.steps
+    assert acceptance.simulate([3, 0, 5, 4, 3, 2, 1, 0, 0, 0], 2).full == 2  # steps at 0, 3 and 6: 2, 2, 1
     assert acceptance.expected_tokens(1.0, 3) == 4 and abs(acceptance.expected_tokens(0.5, 1) - 1.5) < 1e-12
+
+
+def test_speedup_charges_the_draft_catch_up_after_a_full_acceptance() -> None:
+    # d = 3, draft step 1, verification 4, target step 4: 3 tokens per step cost 3 + 4 = 7 against 3 x 4.
+    assert acceptance.speedup(3.0, 3, 1.0, 4.0, 4.0) == 12 / 7
+    # Half the steps accept everything and then pay a two-token catch-up of 1.5 instead of a step of 1.
+    assert acceptance.speedup(3.0, 3, 1.0, 4.0, 4.0, full=0.5, catchup=1.5) == 12 / 7.25
+    assert acceptance.speedup(3.0, 3, 1.0, 4.0, 4.0, full=1.0, catchup=None) == 12 / 7
 
 
 def test_builtin_workload_is_rendered_with_the_checkpoints_own_template(tiny_checkpoint: Path) -> None:
@@ -100,7 +109,18 @@ def test_device_costs_decide_the_recommendation(bundle4: ConvertResult, tmp_path
     assert data["best_d"] == data["recommended_draft_predict_length"] == best and speedups[best] > 1
     assert data["costs"] == {"source": "--costs cheap.json", "device": True, "repeats": 1,
                              "draft_step_s": {"median": 0.005, "low": 0.005, "high": 0.005},
-                             "target_step_s": {"median": 0.05, "low": 0.05, "high": 0.05}}
+                             "target_step_s": {"median": 0.05, "low": 0.05, "high": 0.05},
+                             "draft_catchup_s": {"median": 0.005, "low": 0.005, "high": 0.005}}
+    # A draft paired with itself accepts everything, so every step pays the catch-up the file names.
+    costly = json.loads(cheap.read_text()) | {"draft_catchup_seconds": 0.02}
+    (tmp_path / "costly.json").write_text(json.dumps(costly))
+    slower = pair(bundle4.out, bundle4.out, PROMPTS, Options(new_tokens=24, costs_file=tmp_path / "costly.json"))
+    for depth in slower.depths:
+        assert depth.speedup_from_measured_tau is not None and depth.tokens_per_step is not None
+        expected = acceptance.speedup(depth.tokens_per_step.value, depth.d, 0.005, 0.05 + 0.002 * depth.d, 0.05,
+                                      full=1.0, catchup=0.02)
+        assert abs(depth.speedup_from_measured_tau.median - expected) < 1e-9
+        assert expected < speedups[depth.d]
 
 
 def _prompts(tmp_path: Path) -> Path:

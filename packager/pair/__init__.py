@@ -97,7 +97,7 @@ def pair(draft_path: Path, target_path: Path, prompts: tuple[str, ...] | None = 
     if device_costs is None:
         progress(f"timing draft step, target step and verifications, interleaved, {options.repeats} repeats")
         where = costs.host(threads)
-        cut = len(longest) - options.max_d - 1
+        cut = len(longest) - options.max_d - 2
         found = costs.measure(draft, target, longest[:cut], longest[cut:], options.max_d, options.repeats, where)
     else:
         found = device_costs

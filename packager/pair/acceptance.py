@@ -28,6 +28,7 @@ class Steps:
     accepted: int
     proposed: int
     tokens: int
+    full: int  # steps that accepted all d proposals
 
 
 def accepted_per_step(runs: list[int], d: int) -> list[int]:
@@ -43,7 +44,8 @@ def accepted_per_step(runs: list[int], d: int) -> list[int]:
 
 def simulate(runs: list[int], d: int) -> Steps:
     taken = accepted_per_step(runs, d)
-    return Steps(steps=len(taken), accepted=sum(taken), proposed=len(taken) * d, tokens=sum(taken) + len(taken))
+    return Steps(steps=len(taken), accepted=sum(taken), proposed=len(taken) * d, tokens=sum(taken) + len(taken),
+                 full=sum(1 for k in taken if k == d))
 
 
 def expected_tokens(alpha: float, d: int) -> float:
@@ -53,6 +55,10 @@ def expected_tokens(alpha: float, d: int) -> float:
     return (1 - alpha ** (d + 1)) / (1 - alpha)
 
 
-def speedup(tokens_per_step: float, d: int, draft_step: float, verify: float, target_step: float) -> float:
-    """Time per token without a draft over time per token with it: d draft steps + one verification."""
-    return tokens_per_step * target_step / (d * draft_step + verify)
+def speedup(tokens_per_step: float, d: int, draft_step: float, verify: float, target_step: float,
+            full: float = 0.0, catchup: float | None = None) -> float:
+    """Time per token without a draft over time per token with it. A step costs d draft forwards and one
+    verification; in the fraction `full` of steps that accept all d proposals, one of the draft's forwards is
+    the two-token catch-up (its last proposal and the bonus token), costing `catchup` instead of a step."""
+    extra = full * ((draft_step if catchup is None else catchup) - draft_step)
+    return tokens_per_step * target_step / (d * draft_step + extra + verify)

@@ -22,7 +22,7 @@ import numpy as np
 
 from ..errors import BundleError, PackagerError, RuntimeCrashed, shorten
 
-METHODS = ("encode", "logits_all", "greedy", "time_forward", "start", "step", "keep", "decode")
+METHODS = ("encode", "logits_all", "greedy", "start", "step", "timed_step", "keep", "decode")
 _BOOT = "import sys; sys.path.insert(0, sys.argv[1]); from packager.pair.child import serve; serve()"
 _LOG_TAIL = 4000
 
@@ -47,15 +47,16 @@ class MNNModel:
     def greedy(self, ids: list[int], n: int, stop: tuple[int, ...] = ()) -> list[int]:
         return list(self._call("greedy", list(ids), n, tuple(stop)))
 
-    def time_forward(self, context: list[int], new: list[int], repeats: int) -> float:
-        """Measured inside the child, so the pipe's cost is not part of the figure."""
-        return float(self._call("time_forward", list(context), list(new), repeats))
 
     def start(self, ids: list[int]) -> int:
         return int(self._call("start", list(ids)))
 
     def step(self, tokens: list[int], every: bool) -> list[int]:
         return list(self._call("step", list(tokens), every))
+
+    def timed_step(self, tokens: list[int], every: bool) -> float:
+        """Measured inside the child, so the pipe's cost is not part of the figure."""
+        return float(self._call("timed_step", list(tokens), every))
 
     def keep(self, length: int) -> None:
         self._call("keep", length)

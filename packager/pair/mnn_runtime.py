@@ -76,19 +76,6 @@ class MNNRuntime:
             self.llm.reset()
         return tokens
 
-    def time_forward(self, context: list[int], new: list[int], repeats: int) -> float:
-        """Seconds for one forward of `new` on top of a cached `context` (best of `repeats`)."""
-        best = float("inf")
-        with quiet_stdout():
-            for _ in range(repeats):
-                self.llm.reset()
-                self.llm.forward(context)
-                start = time.perf_counter()
-                self.llm.forward(new).read()
-                best = min(best, time.perf_counter() - start)
-            self.llm.reset()
-        return best
-
     # Stepping through one KV cache, for the real speculative loop (packager.pair.speculative). MNN applies an
     # erase_history() at the next forward, dropping the cached positions of rejected tokens.
 
@@ -105,6 +92,12 @@ class MNNRuntime:
         with quiet_stdout():
             rows = np.array(self.llm.forward(tokens).read(), dtype=np.float32).reshape(-1, self.vocab)
         return [int(i) for i in rows.argmax(-1)] if every else [int(rows[-1].argmax())]
+
+    def timed_step(self, tokens: list[int], every: bool) -> float:
+        """Seconds for one step as the loop takes it: the forward, reading its logits and the argmax."""
+        start = time.perf_counter()
+        self.step(tokens, every)
+        return time.perf_counter() - start
 
     def keep(self, length: int) -> None:
         """Keep the cache's first `length` positions."""

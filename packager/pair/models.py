@@ -31,7 +31,10 @@ class Model(Protocol):
     def encode(self, text: str) -> list[int]: ...
     def logits_all(self, ids: list[int]) -> np.ndarray: ...
     def greedy(self, ids: list[int], n: int, stop: tuple[int, ...] = ()) -> list[int]: ...
-    def time_forward(self, context: list[int], new: list[int], repeats: int) -> float: ...
+    def start(self, ids: list[int]) -> int: ...
+    def step(self, tokens: list[int], every: bool) -> list[int]: ...
+    def keep(self, length: int) -> None: ...
+    def timed_step(self, tokens: list[int], every: bool) -> float: ...
 
 
 class HFModel:
@@ -92,14 +95,33 @@ class HFModel:
         with self.torch.no_grad():
             return self.model(self.torch.tensor([new]), cache=cache, use_cache=True, **keep).logits[0]
 
-    def time_forward(self, context: list[int], new: list[int], repeats: int) -> float:
-        best = float("inf")
-        for _ in range(repeats):
-            _, cache = self.prefill(context)
-            start = time.perf_counter()
-            self.extend(cache, new).argmax(-1).tolist()  # a step includes picking its tokens
-            best = min(best, time.perf_counter() - start)
-        return best
+    # One KV cache, stepped as the speculative loop (packager.pair.speculative) and the costs do.
+
+    def start(self, ids: list[int]) -> int:
+        """A fresh cache holding `ids`; returns its length."""
+        from transformers import DynamicCache
+
+        self._cache = DynamicCache()
+        if ids:
+            self.extend(self._cache, ids, last_only=True)
+        return len(ids)
+
+    def step(self, tokens: list[int], every: bool) -> list[int]:
+        """Feed `tokens` on top of the cache; the argmax after each of them (`every`) or after the last."""
+        logits = self.extend(self._cache, tokens, last_only=not every)
+        return [int(i) for i in logits.argmax(-1).tolist()]
+
+    def keep(self, length: int) -> None:
+        """Drop the cached positions of rejected tokens (transformers 5 crops by a negative count)."""
+        extra = self._cache.get_seq_length() - length
+        if extra > 0:
+            self._cache.crop(-extra)
+
+    def timed_step(self, tokens: list[int], every: bool) -> float:
+        """Seconds for one step, picking its tokens included."""
+        start = time.perf_counter()
+        self.step(tokens, every)
+        return time.perf_counter() - start
 
 
 def is_bundle(path: Path) -> bool:

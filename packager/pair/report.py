@@ -26,8 +26,8 @@ class DepthReport:
     speedup_from_alpha_formula: float  # from the formula's tokens per step and the median costs
 
 
-def _speedup(tau: float, d: int, draft: float, target: float, verify: float) -> float:
-    return acceptance.speedup(tau, d, draft, verify, target)
+def _speedup(tau: float, d: int, full: float, draft: float, target: float, verify: float, catchup: float) -> float:
+    return acceptance.speedup(tau, d, draft, verify, target, full, catchup)
 
 
 def depth_report(d: int, all_runs: list[list[int]], alpha: Interval | None, sampled: Interval | None,
@@ -35,19 +35,20 @@ def depth_report(d: int, all_runs: list[list[int]], alpha: Interval | None, samp
     steps = [acceptance.simulate(runs, d) for runs in all_runs]
     tau = ratio([s.tokens for s in steps], [s.steps for s in steps])
     rate = ratio([s.accepted for s in steps], [s.proposed for s in steps])
-    median = (costs.draft_step.median, costs.target_step.median, costs.verify[d].median)
+    median = (costs.draft_step.median, costs.target_step.median, costs.verify[d].median, costs.draft_catchup.median)
     formula = acceptance.expected_tokens(alpha.value if alpha else 0.0, d)
     speedup = None
     if tau is not None:
-        per_repeat = [(tau.low, tau.high, row[0], row[1], row[2][d]) for row in costs.repeats]
-        speedup = Spread(median=_speedup(tau.value, d, *median),
-                         low=min(_speedup(lo, d, dr, tg, vf) for lo, _, dr, tg, vf in per_repeat),
-                         high=max(_speedup(hi, d, dr, tg, vf) for _, hi, dr, tg, vf in per_repeat))
+        full = sum(s.full for s in steps) / max(1, sum(s.steps for s in steps))
+        per_repeat = [(row[0], row[1], row[2][d], row[3]) for row in costs.repeats]
+        speedup = Spread(median=_speedup(tau.value, d, full, *median),
+                         low=min(_speedup(tau.low, d, full, *row) for row in per_repeat),
+                         high=max(_speedup(tau.high, d, full, *row) for row in per_repeat))
     return DepthReport(d=d, steps=sum(s.steps for s in steps), acceptance_rate=rate, tokens_per_step=tau,
                        tokens_per_step_formula=formula,
                        tokens_per_step_sampled=acceptance.expected_tokens(sampled.value, d) if sampled else None,
                        verify_seconds=costs.verify[d], speedup_from_measured_tau=speedup,
-                       speedup_from_alpha_formula=_speedup(formula, d, *median))
+                       speedup_from_alpha_formula=_speedup(formula, d, (alpha.value if alpha else 0.0) ** d, *median))
 
 
 @dataclass(frozen=True)
@@ -96,7 +97,8 @@ def as_dict(report: PairReport) -> dict[str, Any]:
             **asdict(report.sampling), "acceptance": asdict(report.sampled_acceptance)
             if report.sampled_acceptance else None},
         "costs": {"source": c.source, "device": c.device, "repeats": len(c.repeats),
-                  "draft_step_s": asdict(c.draft_step), "target_step_s": asdict(c.target_step)},
+                  "draft_step_s": asdict(c.draft_step), "target_step_s": asdict(c.target_step),
+                  "draft_catchup_s": asdict(c.draft_catchup)},
         "depths": [_depth_dict(d) for d in report.depths],
         "best_d": report.best_d, "verdict": report.verdict,
         "recommended_draft_predict_length": report.recommended_draft_predict_length,
@@ -124,8 +126,8 @@ def text(report: PairReport) -> str:
         lines.append(f"acceptance under speculative sampling (T {s.temperature:g}, top-k {s.top_k or 'off'}, "
                      f"top-p {s.top_p:g}): {_interval(report.sampled_acceptance)}")
     c = report.costs
-    lines.append(f"costs from {c.source}: draft step {c.draft_step.median * 1e3:.2f} ms, target step "
-                 f"{c.target_step.median * 1e3:.2f} ms" + (f" (median of {len(c.repeats)} interleaved repeats)"
+    lines.append(f"costs from {c.source}: draft step {c.draft_step.median * 1e3:.2f} ms (catch-up "
+                 f"{c.draft_catchup.median * 1e3:.2f} ms), target step {c.target_step.median * 1e3:.2f} ms" + (f" (median of {len(c.repeats)} interleaved repeats)"
                                                           if not c.device else ""))
     sampled_col = "  sampled" if report.sampling is not None else ""
     lines.append(f" d  accept                 tokens/step            formula{sampled_col}  verify ms  speedup (range)")

@@ -12,7 +12,6 @@ from __future__ import annotations
 import time
 from typing import Any, Protocol
 
-from .models import HFModel
 
 
 class Stepper(Protocol):
@@ -21,41 +20,11 @@ class Stepper(Protocol):
     def keep(self, length: int) -> None: ...
 
 
-class CachedHF:
-    """A transformers model with one DynamicCache, behind the Stepper interface."""
-
-    def __init__(self, model: HFModel) -> None:
-        self.model, self.cache = model, None  # type: ignore[var-annotated]
-
-    def start(self, ids: list[int]) -> int:
-        from transformers import DynamicCache
-
-        self.cache = DynamicCache()
-        if ids:
-            self.model.extend(self.cache, ids, last_only=True)
-        return len(ids)
-
-    def step(self, tokens: list[int], every: bool) -> list[int]:
-        logits = self.model.extend(self.cache, tokens, last_only=not every)
-        return [int(i) for i in logits.argmax(-1).tolist()]
-
-    def keep(self, length: int) -> None:
-        """Drop the cached positions of rejected tokens (transformers 5 crops by a negative count)."""
-        assert self.cache is not None
-        extra = self.cache.get_seq_length() - length
-        if extra > 0:
-            self.cache.crop(-extra)
-
-
-def stepper(model: Any) -> Stepper:
-    return CachedHF(model) if isinstance(model, HFModel) else model
-
-
 def autoregressive(target: Any, ids: list[int], n: int, stop: tuple[int, ...] = (),
                    clock: list[float] | None = None) -> list[int]:
     """The target's greedy continuation, one cached step per token (ends after a stop id). `clock`, when given,
     receives the seconds spent decoding (after the prompt's prefill)."""
-    model = stepper(target)
+    model: Stepper = target
     model.start(ids[:-1])
     began = time.perf_counter()
     pending, out = ids[-1], []
@@ -73,7 +42,8 @@ def speculative(draft: Any, target: Any, ids: list[int], n: int, d: int, accepte
     (`pending`), which each step feeds first. After a full acceptance the draft has not seen its own last
     proposal yet; it gets it in the same forward. `accepted`, when given, receives how many draft tokens each
     step accepted; `clock` the seconds spent decoding (after both prefills)."""
-    small, big = stepper(draft), stepper(target)
+    small: Stepper = draft
+    big: Stepper = target
     small.start(ids[:-1])
     big.start(ids[:-1])
     began = time.perf_counter()
