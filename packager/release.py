@@ -59,6 +59,10 @@ def run(request: ReleaseRequest, progress: Progress = lambda _: None) -> Release
     spec.need("card")
     stages: list[Stage] = []
     state: dict[str, Any] = {"bundle": request.bundle}
+    if spec.verify_prompts is not None and spec.convert.source is not None:
+        from .verify import prompts_from_file
+
+        state["prompts"] = prompts_from_file(spec.verify_prompts)  # a bad file is refused before any work
 
     def stage(name: str, action: Callable[[], str]) -> None:
         progress(f"release: {name}")
@@ -116,8 +120,8 @@ def _verify(spec: ReleaseSpec, state: dict[str, Any], progress: Progress) -> str
     from .verify import Thresholds, VerifyFailed, verify
 
     assert spec.convert.source is not None
-    report = verify(state["bundle"], spec.convert.source, thresholds=Thresholds.from_spec(spec.verify),
-                    progress=progress)
+    report = verify(state["bundle"], spec.convert.source, prompts=state.get("prompts"),
+                    thresholds=Thresholds.from_spec(spec.verify), progress=progress)
     decisive = "n/a" if report.top1_decisive is None else f"{report.top1_decisive:.3f}"
     figures = (f"tokenizer {report.tokenizer_matched}/{report.tokenizer_total}, KL {report.mean_kl:.4f}, "
                f"decisive top-1 {decisive}, top-1 {report.top1_agreement:.3f}, greedy {report.greedy_agreement:.3f}")

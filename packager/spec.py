@@ -119,7 +119,8 @@ class ReleaseSpec:
     benchmarks: tuple[Benchmark, ...] = ()
     card: CardText | None = None
     credits: tuple[Credit, ...] = ()
-    verify: dict[str, float] = field(default_factory=dict)
+    verify: dict[str, float] = field(default_factory=dict)  # thresholds
+    verify_prompts: Path | None = None  # [verify] prompts: a prompts file instead of the built-in workload
 
     def need(self, table: str) -> Any:
         """A table the caller cannot do without; its absence fails with the table's name."""
@@ -215,4 +216,5 @@ def from_dict(data: dict[str, Any], path: Path | None = None) -> ReleaseSpec:
         benchmarks=tuple(_build(Benchmark, b) for b in data.get("benchmarks", [])),
         card=_build(CardText, data.get("card")),
         credits=tuple(_build(Credit, c) for c in data.get("credits", [])),
-        verify=dict(data.get("verify", {})))
+        verify={k: v for k, v in data.get("verify", {}).items() if k != "prompts"},
+        verify_prompts=_relative(path, data.get("verify", {}).get("prompts")))

@@ -191,10 +191,13 @@ def test_server_keeps_its_repos_across_a_restart(hub: LocalHub, ready: Path) -> 
 
 
 def _spec_with_source(tmp_path: Path, source: Path, extra: str) -> Path:
+    """A spec whose release verifies against `source` on three prompts of its own (the gate's wiring is what these
+    tests check; the built-in 54-prompt workload is tests/test_verify.py's)."""
     text = EXAMPLE.read_text().replace("[convert]\nquant_bits = 4\nquant_block = 128\n",
                                        f'[convert]\nsource = "{source}"\n{extra}')
+    (tmp_path / "prompts.txt").write_text("The capital of France is\ndef fibonacci(n):\nQ: Why is the sky blue?\n")
     path = tmp_path / "release.toml"
-    path.write_text(text)
+    path.write_text(text + '\n[verify]\nprompts = "prompts.txt"\n')
     return path
 
 
@@ -205,14 +208,24 @@ def test_release_converts_verifies_and_states_parity(hub: LocalHub, tiny_checkpo
     stages = [s["name"] for s in json.loads(result.stdout)["stages"]]
     assert stages == ["convert", "validate", "verify", "card", "checksum", "upload, verify, tag"]
     card = (tmp_path / "dist" / "b" / "README.md").read_text()
-    assert "Parity with the source checkpoint" in card and "8-bit weights" in card
+    assert "Parity with the source checkpoint (packager verify: 3 chat-templated prompts" in card
+    assert "8-bit weights" in card
+
+
+def test_release_refuses_a_missing_verify_prompts_file_before_any_work(hub: LocalHub, tiny_checkpoint: Path,
+                                                                      tmp_path: Path) -> None:
+    spec = _spec_with_source(tmp_path, tiny_checkpoint, "quant_bits = 8\n")
+    (tmp_path / "prompts.txt").unlink()
+    result = hub.cli("release", str(spec), "--out", str(tmp_path / "dist" / "b"), "--quiet", timeout=600)
+    assert result.returncode != 0 and result.stderr.count("\n") == 1 and "prompts" in result.stderr
+    assert not (tmp_path / "dist").exists()  # nothing converted
 
 
 def test_release_stops_at_a_failed_verify_and_publishes_nothing(hub: LocalHub, tiny_checkpoint: Path,
                                                                tmp_path: Path) -> None:
     spec = _spec_with_source(tmp_path, tiny_checkpoint, "quant_bits = 4\n")
     # A gate no 4-bit bundle of random weights meets (their logits are flat, so KL cannot tell; cosine can).
-    spec.write_text(spec.read_text() + "\n[verify]\nmean_cosine = 0.9999\n")
+    spec.write_text(spec.read_text() + "mean_cosine = 0.9999\n")
     result = hub.cli("release", str(spec), "--out", str(tmp_path / "dist" / "b"), "--quiet", timeout=600)
     assert result.returncode == 50 and "FAIL verify" in result.stdout and "release stopped at verify" in result.stdout
     assert hub.cli("verify-remote", SPEC_REPO).returncode == 43  # nothing was created on the Hub
