@@ -9,7 +9,7 @@ to round, so load drift hits every d alike). Per round, real speedup = decode ti
 reported as median and min-max over the rounds, next to the estimate, and the loop's own tokens per step next to
 pair's. The loop is lossless (every d returns the same tokens; checked here too).
 
-Usage: python bench/mnn_loop_bench.py [--rounds 5] [--prompts 16] [--tokens 48] [--threads 1]
+Usage: python bench/mnn_loop_bench.py [--rounds 5] [--prompts 16] [--tokens 48] [--threads 1] [--repeats 15]
 """
 
 from __future__ import annotations
@@ -53,9 +53,10 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=16)
     parser.add_argument("--tokens", type=int, default=48)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=15, help="pair's cost repeats (one sample per d each)")
     args = parser.parse_args()
     teacher, target_path, draft_path = bundles(args.recipe)
-    report = pair(draft_path, target_path, options=Options(new_tokens=args.tokens, repeats=7, threads=args.threads))
+    report = pair(draft_path, target_path, options=Options(new_tokens=args.tokens, repeats=args.repeats, threads=args.threads))
     target = MNNModel(target_path, args.threads)
     template = workload.chat_template(teacher)
     prompts = [target.encode(workload.render(template, item)) for item in workload.builtin()[:args.prompts]]
@@ -92,7 +93,7 @@ def main() -> None:
                      "estimate_over_real": estimate / median if estimate else None,
                      "pair_tokens_per_step": depth.tokens_per_step.value if depth.tokens_per_step else None,
                      "loop_tokens_per_step": produced / statistics.median(steps[d])})
-    result = {"recipe": args.recipe, "rounds": args.rounds, "prompts": len(prompts), "tokens": args.tokens,
+    result = {"recipe": args.recipe, "rounds": args.rounds, "repeats": args.repeats, "prompts": len(prompts), "tokens": args.tokens,
               "threads": args.threads, "produced_tokens": produced, "alpha": report.alpha.value,
               "costs": report.costs.source, "load": os.getloadavg(), "cpu": platform.processor() or "?",
               "rows": rows}
