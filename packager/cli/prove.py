@@ -76,7 +76,8 @@ def verify(ctx: click.Context, bundle: Path, source: Path, prompts_file: Path | 
               help="Checkpoints: compute in their stored dtype (bf16: half the memory) or in float32.")
 @click.option("--costs", "costs_file", type=_path(exists=True, dir_okay=False),
               help="JSON costs measured on the device (draft_step_seconds, target_step_seconds, verify_seconds "
-                   "per d, optional draft_catchup_seconds): the speedup and the recommended d come from them instead of this CPU.")
+                   "per d, optional draft_catchup_seconds): the speedup and the recommended d come from them "
+                   "instead of this CPU.")
 @click.option("--temperature", type=float, help="Also report acceptance under speculative sampling at this T.")
 @click.option("--top-k", type=int, default=0, help="With --temperature: top-k (0: off).")
 @click.option("--top-p", type=float, default=1.0, help="With --temperature: top-p (1: off).")

@@ -47,7 +47,6 @@ class MNNModel:
     def greedy(self, ids: list[int], n: int, stop: tuple[int, ...] = ()) -> list[int]:
         return list(self._call("greedy", list(ids), n, tuple(stop)))
 
-
     def start(self, ids: list[int]) -> int:
         return int(self._call("start", list(ids)))
 

@@ -64,6 +64,7 @@ class HFModel:
                                      "pass a Qwen3 checkpoint folder that transformers can load") from None
         self.torch = torch
         self.vocab = int(self.model.config.vocab_size)
+        self._cache: Any = None  # the KV cache `start` makes
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False).ids
@@ -80,14 +81,6 @@ class HFModel:
                                       **until)
         tokens = out[0, len(ids):].tolist()
         return tokens[:next((i + 1 for i, t in enumerate(tokens) if t in stop), len(tokens))]
-
-    def prefill(self, ids: list[int]) -> Any:
-        from transformers import DynamicCache
-
-        cache = DynamicCache()
-        with self.torch.no_grad():
-            out = self.model(self.torch.tensor([ids]), cache=cache, use_cache=True)
-        return out.logits[0], cache
 
     def extend(self, cache: Any, new: list[int], last_only: bool = False) -> Any:
         """Logits for `new` on top of `cache` (only the last position's when that is all the caller needs)."""

@@ -48,7 +48,8 @@ def depth_report(d: int, all_runs: list[list[int]], alpha: Interval | None, samp
                        tokens_per_step_formula=formula,
                        tokens_per_step_sampled=acceptance.expected_tokens(sampled.value, d) if sampled else None,
                        verify_seconds=costs.verify[d], speedup_from_measured_tau=speedup,
-                       speedup_from_alpha_formula=_speedup(formula, d, (alpha.value if alpha else 0.0) ** d, *median))
+                       speedup_from_alpha_formula=_speedup(formula, d, (alpha.value if alpha else 0.0) ** d,
+                                                           *median))
 
 
 @dataclass(frozen=True)
@@ -126,9 +127,9 @@ def text(report: PairReport) -> str:
         lines.append(f"acceptance under speculative sampling (T {s.temperature:g}, top-k {s.top_k or 'off'}, "
                      f"top-p {s.top_p:g}): {_interval(report.sampled_acceptance)}")
     c = report.costs
+    repeats = f" (median of {len(c.repeats)} interleaved repeats)" if not c.device else ""
     lines.append(f"costs from {c.source}: draft step {c.draft_step.median * 1e3:.2f} ms (catch-up "
-                 f"{c.draft_catchup.median * 1e3:.2f} ms), target step {c.target_step.median * 1e3:.2f} ms" + (f" (median of {len(c.repeats)} interleaved repeats)"
-                                                          if not c.device else ""))
+                 f"{c.draft_catchup.median * 1e3:.2f} ms), target step {c.target_step.median * 1e3:.2f} ms{repeats}")
     sampled_col = "  sampled" if report.sampling is not None else ""
     lines.append(f" d  accept                 tokens/step            formula{sampled_col}  verify ms  speedup (range)")
     for d in report.depths:

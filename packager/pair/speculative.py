@@ -13,7 +13,6 @@ import time
 from typing import Any, Protocol
 
 
-
 class Stepper(Protocol):
     def start(self, ids: list[int]) -> int: ...
     def step(self, tokens: list[int], every: bool) -> list[int]: ...
