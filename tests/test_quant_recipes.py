@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from packager.card import CardError, gather_measurements, render
-from packager.convert.pipeline import ConvertRequest, ConvertResult, convert
+from packager.bundle import FILES
+from packager.convert.pipeline import ConvertRequest, ConvertResult, convert, convert_many
 from packager.convert.recipe import QuantRecipe
 from packager.spec import from_dict
 from packager.sweep import SweepRequest, sweep
@@ -56,6 +57,37 @@ def test_symmetric_weights_have_no_zero_points(tiny_checkpoint: Path, tmp_path: 
     tie, body, lm = _facts(result.out)
     assert {asym for _, _, asym in body} == {False} and lm[2] is False
     assert not validate(result.out).errors
+
+
+def test_one_model_load_exports_every_recipe_to_the_bytes_of_its_own_conversion(
+        tiny_checkpoint: Path, bundle4: ConvertResult, bundle8: ConvertResult, hqq_lm8: ConvertResult,
+        tmp_path: Path) -> None:
+    # quant-sweep's path: llmexport loads the model once and exports recipe after recipe. Each bundle must be
+    # what a conversion of its own makes (the streaming ones included), in all ten files, whatever came before.
+    symmetric = convert(ConvertRequest(checkpoint=tiny_checkpoint, out=tmp_path / "sym", symmetric=True))
+    alone = [bundle4, hqq_lm8, symmetric, bundle8]
+    requests = [ConvertRequest(checkpoint=tiny_checkpoint, out=tmp_path / "many" / r.recipe.name,
+                               quant_bits=r.recipe.bits, quant_block=r.recipe.block, symmetric=r.recipe.symmetric,
+                               algorithm=r.recipe.algorithm, lm_bits=r.recipe.lm_bits, lm_block=r.recipe.lm_block)
+                for r in alone]
+    stages: list[str] = []
+    together = convert_many(requests, progress=stages.append)
+    assert sum("exporting again from the loaded model" in line for line in stages) == len(alone) - 1
+    assert sum(line.startswith("loading the checkpoint into llmexport") for line in stages) == 1
+    for one, batch in zip(alone, together):
+        assert batch.recipe == one.recipe and batch.path == "reference"
+        for name in FILES:
+            assert (batch.out / name).read_bytes() == (one.out / name).read_bytes(), (one.recipe.name, name)
+        assert not validate(batch.out).errors
+    assert sorted(p.name for p in (tmp_path / "many").iterdir()) == sorted(
+        [r.recipe.name for r in alone] + [f"{r.recipe.name}.provenance.json" for r in alone])
+
+
+def test_many_recipes_refuse_a_repeated_recipe_before_any_work(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    same = [ConvertRequest(checkpoint=tiny_checkpoint, out=tmp_path / name) for name in ("a", "b")]
+    with pytest.raises(ValueError, match="distinct"):
+        convert_many(same)
+    assert not list(tmp_path.iterdir())
 
 
 def test_validate_finds_a_linear_off_the_bundles_recipe(hqq_lm8: ConvertResult, tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ import json
 import os
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
@@ -43,6 +43,9 @@ class WorkerJob:
     hqq: bool = False
     lm_bits: int | None = None  # None: quant_bits
     lm_block: int | None = None  # None: quant_block
+    # More recipes exported from the same loaded model (whole-model path only): each a dict of name, quant_bits,
+    # quant_block, symmetric, hqq, lm_bits, lm_block.
+    also: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,7 @@ class WorkerResult:
     versions: dict[str, str]
     blocked: tuple[str, ...]
     log: Path
+    also: dict[str, Path] = field(default_factory=dict)  # the `also` recipes' export folders, by name
 
 
 class Runner(Protocol):
@@ -76,7 +80,8 @@ def run_worker(job: WorkerJob, progress: Progress) -> WorkerResult:
         "stop_ids": list(job.stop_ids), "corpus": list(job.corpus),
         "graph_only": job.graph_only, "graph_dtype": job.graph_dtype,
         "equal_tensors": dict(job.equal_tensors), "fuse_c4": job.fuse_c4, "symmetric": job.symmetric,
-        "hqq": job.hqq, "lm_bits": job.lm_bits, "lm_block": job.lm_block}), encoding="utf-8")
+        "hqq": job.hqq, "lm_bits": job.lm_bits, "lm_block": job.lm_block, "also": list(job.also)}),
+        encoding="utf-8")
     log = job.workdir / "worker.log"
     read_fd, write_fd = os.pipe()
     env = worker_env()
@@ -131,7 +136,8 @@ def _result(final: dict[str, Any] | None, code: int, log: Path, workdir: Path) -
     return WorkerResult(export_dir=Path(data["export_dir"]),
                         tokenizers={k: Path(v) for k, v in data["tokenizers"].items()},
                         encodings=data["encodings"], versions=data["versions"],
-                        blocked=tuple(final.get("blocked", [])), log=log)
+                        blocked=tuple(final.get("blocked", [])), log=log,
+                        also={k: Path(v) for k, v in data.get("also", {}).items()})
 
 
 def _ended(code: int) -> str:

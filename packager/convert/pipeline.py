@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from contextlib import ExitStack
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from .. import resources
 from ..bundle import FILES
@@ -113,9 +116,7 @@ def convert(request: ConvertRequest, progress: Progress = lambda _: None,
     """Inspect, export through the fenced worker, assemble, check, and move the bundle into place."""
     info = inspect_checkpoint(request.checkpoint)
     adapter: AdapterInfo | None = inspect_adapter(request.adapter, info) if request.adapter else None
-    warnings = tuple(w for w in [other_base_warning(adapter, info) if adapter else None] if w)
     recipe = _quant(request, info)
-    bits, block = recipe.bits, recipe.block
     goal = engine_target(request)
     out = request.out.absolute()
     protected = Protected(inputs=(info.path, *((adapter.path,) if adapter else ())))
@@ -126,23 +127,71 @@ def convert(request: ConvertRequest, progress: Progress = lambda _: None,
         reference = beside.submit(hf_encodings, info.path / "tokenizer.json", corpus)
         worker, path = _export(request, info, adapter, recipe, stage.subdir("work"), corpus, runner, progress,
                                goal)
-        progress("assembling the bundle")
-        built = stage.subdir("bundle")
-        engine, choice, graph_uuid, weight_digest = _assemble(worker, info, request, built, corpus, goal,
-                                                              reference.result())
-        progress("validating the bundle")
-        _check_built(built, request.spec)
-        digests = {name: weight_digest if name == "llm.mnn.weight" else xxh3_128_file(built / name)
-                   for name in FILES}
-        sizes = {name: (built / name).stat().st_size for name in FILES}
-        record = provenance.build(info=info, adapter=adapter, bits=bits, block=block, engine=engine,
-                                  tokenizer=choice, digests=digests, versions=worker.versions,
-                                  graph_uuid=graph_uuid, blocked=worker.blocked, spec=request.spec, path=path,
-                                  target=goal, recipe=recipe)
-        staged_record = stage.path / "provenance.json"  # type: ignore[operator]
-        provenance.write(staged_record, record)
-        stage.commit(built)
-        os.replace(staged_record, provenance_path(out))
+        return _finish(request, info, adapter, recipe, goal, worker, path, stage, corpus, reference.result(),
+                       progress)
+
+
+def convert_many(requests: Sequence[ConvertRequest], progress: Progress = lambda _: None,
+                 runner: Runner = run_worker) -> list[ConvertResult]:
+    """Several quantization recipes of one checkpoint (+ adapter), engine target and spec from one load of the
+    model: the worker exports every recipe in turn on llmexport's whole-model path (the `--reference` bytes, which
+    the streaming path equals) and makes the tokenizer candidates once. Each bundle is staged and moved into place
+    as `convert` does; one that fails leaves those before it in place."""
+    first = requests[0]
+    shared = (first.checkpoint, first.adapter, first.engine, first.spec)
+    if any((r.checkpoint, r.adapter, r.engine, r.spec) != shared for r in requests):
+        raise ValueError("convert_many takes one checkpoint, adapter, engine target and spec")
+    info = inspect_checkpoint(first.checkpoint)
+    adapter = inspect_adapter(first.adapter, info) if first.adapter else None
+    chosen = [_quant(r, info) for r in requests]
+    outs = [r.out.absolute() for r in requests]
+    if len({c.name for c in chosen}) < len(chosen) or len(set(outs)) < len(outs):
+        raise ValueError("convert_many takes distinct recipes and distinct output folders")
+    goal = engine_target(first)
+    protected = Protected(inputs=(info.path, *((adapter.path,) if adapter else ())))
+    for request, out in zip(requests, outs):
+        check_target(out, request.force, protected)
+    corpus = resources.tokenizer_corpus()
+    with ExitStack() as stack:
+        stages = [stack.enter_context(StagedDir(out, r.force, protected, report=progress))
+                  for r, out in zip(requests, outs)]
+        reference = stack.enter_context(ThreadPoolExecutor(1)).submit(hf_encodings, info.path / "tokenizer.json",
+                                                                      corpus)
+        job = _whole_model_job(info, adapter, chosen[0], stages[0].subdir("work"), corpus, goal,
+                               also=tuple({"name": c.name, **_quant_fields(c)} for c in chosen[1:]))
+        worker = runner(job, progress)
+        results = []
+        for number, (request, recipe, stage) in enumerate(zip(requests, chosen, stages)):
+            progress(f"recipe {recipe.name}: assembling its bundle")
+            this = worker if number == 0 else replace(worker, export_dir=worker.also[recipe.name])
+            results.append(_finish(request, info, adapter, recipe, goal, this, "reference", stage, corpus,
+                                   reference.result(), progress))
+    return results
+
+
+def _finish(request: ConvertRequest, info: CheckpointInfo, adapter: AdapterInfo | None, recipe: QuantRecipe,
+            goal: EngineTarget, worker: WorkerResult, path: str, stage: StagedDir, corpus: tuple[str, ...],
+            reference: list[list[int]], progress: Progress) -> ConvertResult:
+    """Assemble the exported files into the ten-file bundle, check it, record provenance, move it into place."""
+    warnings = tuple(w for w in [other_base_warning(adapter, info) if adapter else None] if w)
+    bits, block = recipe.bits, recipe.block
+    out = request.out.absolute()
+    progress("assembling the bundle")
+    built = stage.subdir("bundle")
+    engine, choice, graph_uuid, weight_digest = _assemble(worker, info, request, built, corpus, goal, reference)
+    progress("validating the bundle")
+    _check_built(built, request.spec)
+    digests = {name: weight_digest if name == "llm.mnn.weight" else xxh3_128_file(built / name)
+               for name in FILES}
+    sizes = {name: (built / name).stat().st_size for name in FILES}
+    record = provenance.build(info=info, adapter=adapter, bits=bits, block=block, engine=engine,
+                              tokenizer=choice, digests=digests, versions=worker.versions,
+                              graph_uuid=graph_uuid, blocked=worker.blocked, spec=request.spec, path=path,
+                              target=goal, recipe=recipe)
+    staged_record = stage.path / "provenance.json"  # type: ignore[operator]
+    provenance.write(staged_record, record)
+    stage.commit(built)
+    os.replace(staged_record, provenance_path(out))
     return ConvertResult(out=out, sizes=sizes, digests=digests, engine=engine, tokenizer=choice,
                          quant_bits=bits, quant_block=block, graph_uuid=graph_uuid,
                          provenance=provenance_path(out), blocked=worker.blocked, warnings=warnings, path=path,
@@ -165,11 +214,18 @@ def _export(request: ConvertRequest, info: CheckpointInfo, adapter: AdapterInfo 
             progress(f"streaming does not cover this checkpoint ({shorten(str(exc))}); loading the whole model instead")
             shutil.rmtree(workdir)
             workdir.mkdir()
-    job = WorkerJob(source=info.path, adapter=adapter.path if adapter else None, workdir=workdir,
-                    quant_bits=bits, quant_block=block, stop_ids=info.stop_ids, corpus=corpus, fuse_c4=goal.fuse_c4,
-                    symmetric=recipe.symmetric, hqq=recipe.algorithm == "hqq", lm_bits=recipe.lm[0],
-                    lm_block=recipe.lm[1])
-    return runner(job, progress), "reference"
+    return runner(_whole_model_job(info, adapter, recipe, workdir, corpus, goal), progress), "reference"
+
+
+def _quant_fields(recipe: QuantRecipe) -> dict[str, Any]:
+    return {"quant_bits": recipe.bits, "quant_block": recipe.block, "symmetric": recipe.symmetric,
+            "hqq": recipe.algorithm == "hqq", "lm_bits": recipe.lm[0], "lm_block": recipe.lm[1]}
+
+
+def _whole_model_job(info: CheckpointInfo, adapter: AdapterInfo | None, recipe: QuantRecipe, workdir: Path,
+                     corpus: tuple[str, ...], goal: EngineTarget, also: tuple[dict[str, Any], ...] = ()) -> WorkerJob:
+    return WorkerJob(source=info.path, adapter=adapter.path if adapter else None, workdir=workdir,
+                     stop_ids=info.stop_ids, corpus=corpus, fuse_c4=goal.fuse_c4, also=also, **_quant_fields(recipe))
 
 
 def _check_built(built: Path, spec: ReleaseSpec | None) -> None:

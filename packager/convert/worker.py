@@ -109,7 +109,30 @@ def _export(job: dict[str, Any], source: Path, tokenizer_dir: Path, events: Even
     if not tokenizer:
         exporter.export_tokenizer = lambda: None
     exporter.export("mnn")
+    exporter.export_tokenizer = lambda: None  # the recipes below share this export's tokenizer candidates
+    # The export swapped the model's linears for weightless stand-ins and kept the real ones in
+    # exporter.unloaded_ops, which the converter only reads: later exports trace the same stand-ins and quantize
+    # from the same real weights. (Swapping again would find no linears left to swap.)
+    exporter.unload_param = lambda: None
+    for number, extra in enumerate(job.get("also", ())):
+        events.send("stage", name=f"recipe {extra['name']}: exporting again from the loaded model")
+        _export_again(exporter, extra, Path(job["workdir"]) / f"export-{number}")
     return dst
+
+
+def _export_again(exporter: Any, recipe: dict[str, Any], dst: Path) -> None:
+    """Another quantization recipe from the model already loaded: llmexport reads these arguments when it
+    exports (each export makes its MNNConverter afresh), as a new process would from its command line.
+    tests/test_quant_recipes.py checks the bytes equal a conversion of their own."""
+    args = exporter.args
+    args.quant_bit, args.quant_block = recipe["quant_bits"], recipe["quant_block"]
+    args.sym, args.hqq = bool(recipe.get("symmetric")), bool(recipe.get("hqq"))
+    args.lm_quant_bit = recipe["lm_bits"] if recipe.get("lm_bits") is not None else recipe["quant_bits"]
+    args.lm_quant_block = recipe["lm_block"] if recipe.get("lm_block") is not None else recipe["quant_block"]
+    args.dst_path = str(dst)
+    exporter.onnx_path = str(dst / "onnx")
+    (dst / "onnx").mkdir(parents=True)
+    exporter.export("mnn")
 
 
 # MNNConvert runs FuseTransformerC4 only in the MNN-to-MNN pass at --optimizeLevel=1 (llmexport's removeDupOps;
@@ -271,7 +294,9 @@ def run(job: dict[str, Any], events: Events, fence: Fence | None = None) -> dict
                for name, path in candidates.items()}
     return {"export_dir": str(export_dir), "tokenizers": {k: str(v) for k, v in candidates.items()},
             "encodings": encoded, "merged_source": str(source) if job.get("adapter") else None,
-            "versions": installed(WORKER_VERSIONS)}
+            "versions": installed(WORKER_VERSIONS),
+            "also": {extra["name"]: str(work / f"export-{number}")
+                     for number, extra in enumerate(job.get("also", ()))}}
 
 
 def _os_error(exc: BaseException) -> dict[str, Any]:

@@ -55,7 +55,7 @@ def read_recipes(path: Path) -> tuple[QuantRecipe, ...]:
 
 
 def sweep(request: SweepRequest, progress: Progress = lambda _: None) -> SweepReport:
-    from ..convert.pipeline import ConvertRequest, convert
+    from ..convert.pipeline import ConvertRequest, convert_many
 
     request.workdir.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
@@ -65,13 +65,13 @@ def sweep(request: SweepRequest, progress: Progress = lambda _: None) -> SweepRe
             progress("merging the LoRA adapter once (peft, float32): every recipe converts it, and the bundles "
                      "are measured against it")
             source = _merged(request.checkpoint, request.adapter, Path(temp) / "merged")
-        bundles, sizes, paths = {}, {}, {}
-        for number, item in enumerate(request.recipes, 1):
-            progress(f"recipe {number}/{len(request.recipes)}: {item.name}")
-            out = request.workdir / item.name
-            result = convert(ConvertRequest(checkpoint=source, out=out, force=True, **_flags(item)),
-                             progress=lambda line: progress(f"  {line}"))
-            bundles[item.name], sizes[item.name], paths[item.name] = out, sum(result.sizes.values()), result.path
+        progress(f"converting {len(request.recipes)} recipes from one load of the model")
+        results = convert_many([ConvertRequest(checkpoint=source, out=request.workdir / item.name, force=True,
+                                               **_flags(item)) for item in request.recipes],
+                               progress=lambda line: progress(f"  {line}"))
+        bundles = {item.name: result.out for item, result in zip(request.recipes, results)}
+        sizes = {item.name: sum(result.sizes.values()) for item, result in zip(request.recipes, results)}
+        paths = {item.name: result.path for item, result in zip(request.recipes, results)}
         converted = time.monotonic()
         quality = measure(bundles, source, request.target, request.threads, request.prompts, progress)
     rows = tuple(Row(recipe=r, bundle=bundles[r.name], bytes=sizes[r.name], weights=paths[r.name],
