@@ -2,10 +2,14 @@
 pick, and the sweep's wall time against converting (and measuring) each recipe separately.
 
     .venv/bin/python bench/quant_sweep_bench.py [--runs 2] [--separate] [--fixture full|small] [--out DIR]
+    .venv/bin/python bench/quant_sweep_bench.py --runs 0 --conversions 3   # the conversion phase alone
 
 Waits for the full fixture rather than building it (it is built by `make fixture`). Every sweep run starts on an
 empty graph cache of its own; `--separate` converts each recipe with its own `convert --lora` (one shared cache,
-empty at first, as a user's would be) and times verify + pair of the baseline recipe once.
+empty at first, as a user's would be) and times verify + pair of the baseline recipe once. `--conversions N`
+times the sweep's conversion phase alone (the LoRA merged once, every recipe from one load of the model; what
+`quant-sweep` runs before measuring) against the eight separate `convert --lora`, N runs, the two interleaved
+with the order reversed every other run, each on an empty graph cache of its own.
 """
 
 from __future__ import annotations
@@ -53,7 +57,7 @@ def _sweep_run(fx: object, out: Path, run: int) -> dict:  # type: ignore[type-ar
             "json": str(json_out)}
 
 
-def _separate(fx: object, out: Path) -> dict:  # type: ignore[type-arg]
+def _separate(fx: object, out: Path, measure: bool = True) -> dict:  # type: ignore[type-arg]
     from packager.convert.recipe import default_grid
     from packager.sweep import _flags
 
@@ -69,6 +73,8 @@ def _separate(fx: object, out: Path) -> dict:  # type: ignore[type-arg]
                         str(fx.adapter), "--out", str(out / "separate" / recipe.name), "--force", "--quiet",  # type: ignore[attr-defined]
                         *flags], check=True, env=env, cwd=REPO, stdout=subprocess.DEVNULL)
         each[recipe.name] = time.monotonic() - start
+    if not measure:
+        return {"convert_seconds": each, "convert_total": sum(each.values())}
     base = out / "separate" / "4bit-b128"
     start = time.monotonic()
     subprocess.run([sys.executable, "-m", "packager.cli", "verify", str(base), "--source", str(fx.draft),  # type: ignore[attr-defined]
@@ -82,10 +88,43 @@ def _separate(fx: object, out: Path) -> dict:  # type: ignore[type-arg]
             "pair_one": pair_seconds, "uptime_before": load, "uptime_after": _uptime()}
 
 
+_SWEEP_CONVERSION = """
+import sys, tempfile
+from pathlib import Path
+from packager.convert.pipeline import ConvertRequest, convert_many
+from packager.convert.recipe import default_grid
+from packager.sweep import _flags, _merged
+student, adapter, out = map(Path, sys.argv[1:4])
+out.mkdir(parents=True, exist_ok=True)
+with tempfile.TemporaryDirectory(prefix="merged-", dir=out) as temp:
+    merged = _merged(student, adapter, Path(temp) / "merged")
+    convert_many([ConvertRequest(checkpoint=merged, out=out / r.name, force=True, **_flags(r)) for r in default_grid()])
+"""
+
+
+def _conversions(fx: object, out: Path, runs: int) -> dict:  # type: ignore[type-arg]
+    """The sweep's conversion phase against separate conversions, interleaved."""
+    found: dict[str, list[float]] = {"sweep": [], "separate": []}
+    for run in range(runs):
+        for name in (("sweep", "separate") if run % 2 == 0 else ("separate", "sweep")):
+            start = time.monotonic()
+            if name == "sweep":
+                env = {**os.environ, "PACKAGER_CACHE_DIR": tempfile.mkdtemp(prefix="qsweep-cache-")}
+                subprocess.run([sys.executable, "-c", _SWEEP_CONVERSION, str(fx.student), str(fx.adapter),  # type: ignore[attr-defined]
+                                str(out / "phase")], check=True, env=env, cwd=REPO)
+            else:
+                _separate(fx, out, measure=False)
+            found[name].append(time.monotonic() - start)
+            print(name, run, round(found[name][-1], 1), _uptime(), flush=True)
+    ratios = [a / b for a, b in zip(found["sweep"], found["separate"])]
+    return {**found, "ratios": ratios}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--separate", action="store_true")
+    parser.add_argument("--conversions", type=int, default=0, help="runs of the conversion-phase comparison")
     parser.add_argument("--wait", type=float, default=1800, help="seconds to wait for the fixture")
     parser.add_argument("--fixture", choices=("full", "small"), default="full")
     parser.add_argument("--fixture-root", type=Path, help="the fixture cache  [default: tests.trained's]")
@@ -100,6 +139,9 @@ def main() -> None:
     if args.separate:
         results["separate"] = _separate(fx, args.out)
         print(json.dumps(results["separate"]), flush=True)
+    if args.conversions:
+        results["conversions"] = _conversions(fx, args.out, args.conversions)
+        print(json.dumps(results["conversions"]), flush=True)
     (args.out / "bench.json").write_text(json.dumps(results, indent=2))
     if results["sweeps"]:
         from packager.sweep.report import text
