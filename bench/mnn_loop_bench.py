@@ -7,9 +7,10 @@ and the target in one MNN child process, the target's cache rolled back with era
 chat-templated prompts alone (d = 0) and at every d, interleaved within each round (the order rotates from round
 to round, so load drift hits every d alike). Per round, real speedup = decode time alone / decode time at d;
 reported as median and min-max over the rounds, next to the estimate, and the loop's own tokens per step next to
-pair's. The loop is lossless (every d returns the same tokens; checked here too).
+pair's. MNN's one-token steps and its batched verification differ at near-ties (tests/test_trained.py checks the
+loop is lossless up to them), so a few prompts may end with other tokens at some d: the bench counts them.
 
-Usage: python bench/mnn_loop_bench.py [--rounds 5] [--prompts 16] [--tokens 48] [--threads 1] [--repeats 15]
+Usage: python bench/mnn_loop_bench.py [--rounds 5] [--prompts 54] [--tokens 48] [--threads 1] [--repeats 15]
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--recipe", default="full")
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--prompts", type=int, default=16)
+    parser.add_argument("--prompts", type=int, default=54, help="the first N built-in prompts (54: pair's own workload)")
     parser.add_argument("--tokens", type=int, default=48)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=15, help="pair's cost repeats (one sample per d each)")
@@ -63,6 +64,8 @@ def main() -> None:
     depths = list(range(0, MAX_D + 1))
     seconds: dict[int, list[float]] = {d: [] for d in depths}
     steps: dict[int, list[int]] = {d: [] for d in depths}
+    made: dict[int, list[int]] = {d: [] for d in depths}  # tokens emitted per round
+    differing: dict[int, int] = dict.fromkeys(depths, 0)  # most prompts whose tokens differ from d = 0's
     reference: list[list[int]] | None = None
     for round_ in range(args.rounds):
         order = depths[round_ % len(depths):] + depths[:round_ % len(depths)]
@@ -75,9 +78,11 @@ def main() -> None:
                 taken += accepted
             if reference is None and d == 0:
                 reference = outputs
-            assert reference is None or outputs == reference or d == 0, f"d={d}: the loop was not lossless"
+            if reference is not None:
+                differing[d] = max(differing[d], sum(a != b for a, b in zip(outputs, reference)))
             seconds[d].append(total)
             steps[d].append(len(taken))
+            made[d].append(sum(len(t) for t in outputs))
         print(f"round {round_ + 1}/{args.rounds}: " + ", ".join(f"d={d} {seconds[d][-1]:.2f}s" for d in depths),
               file=sys.stderr, flush=True)
     assert reference is not None
@@ -92,7 +97,8 @@ def main() -> None:
                      "real_median": median, "real_min": min(real), "real_max": max(real),
                      "estimate_over_real": estimate / median if estimate else None,
                      "pair_tokens_per_step": depth.tokens_per_step.value if depth.tokens_per_step else None,
-                     "loop_tokens_per_step": produced / statistics.median(steps[d])})
+                     "loop_tokens_per_step": statistics.median(m / k for m, k in zip(made[d], steps[d])),
+                     "prompts_differing_from_d0": differing[d]})
     result = {"recipe": args.recipe, "rounds": args.rounds, "repeats": args.repeats, "prompts": len(prompts), "tokens": args.tokens,
               "threads": args.threads, "produced_tokens": produced, "alpha": report.alpha.value,
               "costs": report.costs.source, "load": os.getloadavg(), "cpu": platform.processor() or "?",
@@ -100,14 +106,14 @@ def main() -> None:
     (WORK / "mnn_loop_bench.json").write_text(json.dumps(result, indent=2))
     print(f"alpha {report.alpha.value:.3f} ({report.alpha.low:.3f}-{report.alpha.high:.3f}); {len(prompts)} prompts, "
           f"{produced} tokens, {args.rounds} rounds, {args.threads} thread(s), load {os.getloadavg()[0]:.1f}")
-    print("| d | estimate | real (median, min-max) | estimate / real | tau pair | tau loop |")
-    print("|---|---|---|---|---|---|")
+    print("| d | estimate | real (median, min-max) | estimate / real | tau pair | tau loop | prompts differing |")
+    print("|---|---|---|---|---|---|---|")
     for r in rows:
         est = f"{r['estimate']:.2f}x" if r["estimate"] else "-"
         ratio = f"{r['estimate_over_real']:.2f}" if r["estimate_over_real"] else "-"
         tau = f"{r['pair_tokens_per_step']:.2f}" if r["pair_tokens_per_step"] else "-"
         print(f"| {r['d']} | {est} | {r['real_median']:.2f}x ({r['real_min']:.2f}-{r['real_max']:.2f}) | {ratio} "
-              f"| {tau} | {r['loop_tokens_per_step']:.2f} |")
+              f"| {tau} | {r['loop_tokens_per_step']:.2f} | {r['prompts_differing_from_d0']} |")
 
 
 if __name__ == "__main__":
