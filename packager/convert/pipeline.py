@@ -137,6 +137,8 @@ def convert_many(requests: Sequence[ConvertRequest], progress: Progress = lambda
     model: the worker exports every recipe in turn on llmexport's whole-model path (the `--reference` bytes, which
     the streaming path equals) and makes the tokenizer candidates once. Each bundle is staged and moved into place
     as `convert` does; one that fails leaves those before it in place."""
+    if not requests:
+        return []
     first = requests[0]
     shared = (first.checkpoint, first.adapter, first.engine, first.spec)
     if any((r.checkpoint, r.adapter, r.engine, r.spec) != shared for r in requests):
