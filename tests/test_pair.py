@@ -129,7 +129,10 @@ def _prompts(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize("content", ["[1, 2", '{"draft_step_seconds": 0.1, "target_step_seconds": 0.1}',
-                                     '{"draft_step_seconds": -1, "target_step_seconds": 0.1, "verify_seconds": [1]}'])
+                                     '{"draft_step_seconds": -1, "target_step_seconds": 0.1, "verify_seconds": [1]}',
+                                     '{"draft_step_seconds": 1e999, "target_step_seconds": 0.1, "verify_seconds": [1]}',
+                                     '{"draft_step_seconds": 0.1, "target_step_seconds": 0.1, "verify_seconds": '
+                                     '[1, 1, 1, 1, 1, 1], "draft_catchup_seconds": 0}'])
 def test_bad_costs_file_is_one_line_before_anything_loads(content: str, tmp_path: Path) -> None:
     (tmp_path / "costs.json").write_text(content)
     result = run_cli("pair", str(tmp_path), str(tmp_path), "--costs", str(tmp_path / "costs.json"))

@@ -12,6 +12,7 @@ within each repeat, in an order that rotates, so load drift hits every d alike; 
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -104,7 +105,7 @@ def read(path: Path, max_d: int) -> Costs:
 
 
 def _seconds(value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
         raise ValueError(f"not a positive number of seconds: {shorten(value, 40)}")
     return float(value)
 
