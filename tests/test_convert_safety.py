@@ -386,3 +386,15 @@ def test_spec_path_too_long_for_the_bundle_is_a_spec_error(tiny_checkpoint: Path
     result = run_cli("convert", str(tiny_checkpoint), "--out", str(out), "--spec", str(spec), "--quiet")
     assert_refused(result, 17, "tokenizer_file", out)
     assert len(result.stderr) < 600
+
+
+def test_a_worker_that_reports_done_but_dies_is_a_failed_conversion(tmp_path: Path) -> None:
+    # The worker's last event said "done", then it was killed on its way out: one error line naming the signal,
+    # not a KeyError from looking for the failure's message.
+    from packager.convert.launch import _result
+    from packager.errors import ConversionFailed
+
+    log = tmp_path / "worker.log"
+    log.write_text("the worker's log\n")
+    with pytest.raises(ConversionFailed, match="killed by SIGKILL"):
+        _result({"event": "done", "result": {}, "blocked": []}, -9, log, tmp_path)

@@ -130,7 +130,8 @@ def _result(final: dict[str, Any] | None, code: int, log: Path, workdir: Path) -
         if blocked:
             raise SandboxViolation(f"conversion stopped: the converter tried {blocked[0]}")
         _raise_os_reason(final or {}, workdir, log)
-        reason = final["message"] if final else _ended(code)
+        # A worker can report "done" and still end badly (killed while exiting, say): then the exit is the reason.
+        reason = (final or {}).get("message") or _ended(code)
         raise ConversionFailed(f"conversion failed: {reason}", details=_tail(log))
     data = final["result"]
     return WorkerResult(export_dir=Path(data["export_dir"]),
