@@ -213,3 +213,21 @@ def test_streamed_weights_fill_every_byte(bundle4: ConvertResult) -> None:
         if isinstance(external, list) and op["type"] == "Convolution":
             packed = data[external[0] + 26: external[0] + external[1]]
             assert packed.any(), op["name"]
+
+
+def test_a_graph_build_that_fails_before_its_imports_end_writes_no_weights(tiny_checkpoint: Path, own_cache: Path,
+                                                                          tmp_path: Path) -> None:
+    # On a cache miss the weights are written beside the graph build, but only once the converter reports its
+    # libraries imported; a converter that fails before that leaves the writers unstarted, and the error stands.
+    from packager.errors import ConversionFailed
+
+    def failing(job: object, progress: object) -> object:
+        raise ConversionFailed("conversion failed: the converter could not start")
+
+    lines: list[str] = []
+    with pytest.raises(ConversionFailed, match="could not start"):
+        convert(ConvertRequest(checkpoint=tiny_checkpoint, out=tmp_path / "b"), progress=lines.append,
+                runner=failing)  # type: ignore[arg-type]
+    assert any(line.startswith("graph cache miss") for line in lines)
+    assert not any(line.startswith("quantizing weights:") for line in lines), lines
+    assert not (tmp_path / "b").exists()

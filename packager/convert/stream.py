@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from .lora import _LORA_KEY, _SAVED_KEY, AdapterInfo
 from .quant import QuantSpec
 from .safetensors_header import TensorRef
 from .weightwriter import Lora, StreamingUnsupported
-from .worker import BESIDE_NICE
+from .worker import BESIDE_NICE, GRAPH_STAGE
 
 _STORED = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}
 GRAPH_VERSIONS = ("mnn", "llmexport", "torch", "transformers", "onnx", "tokenizers", "peft")
@@ -57,10 +58,31 @@ def export(info: CheckpointInfo, adapter: AdapterInfo | None, bits: int, block: 
         shape = info.shape
         predicted = layout.predict(shape.hidden_size, shape.num_layers, shape.num_heads, shape.num_kv_heads,
                                    shape.head_dim, shape.intermediate_size, shape.vocab_size, spec)
+        # The weights are written beside the graph build, but only once the converter has imported its
+        # libraries: importing is what a cold conversion waits for first, and the writers streaming 1 GB through
+        # memory slowed it by a third even at a lower priority (bench/RESULTS.md).
+        imported, failed = threading.Event(), threading.Event()
+
+        def build_progress(line: str) -> None:
+            if line.startswith(GRAPH_STAGE):
+                imported.set()
+            progress(line)
+
+        def write_when_imported() -> None:
+            imported.wait()
+            if not failed.is_set():
+                write(predicted, BESIDE_NICE)
+
         with ThreadPoolExecutor(max_workers=1) as background:
-            early = background.submit(write, predicted, BESIDE_NICE)
-            entry = _build(info, adapter, bits, block, workdir, corpus, runner, progress, dtype, classes, entry_key,
-                           fuse_c4)
+            early = background.submit(write_when_imported)
+            try:
+                entry = _build(info, adapter, bits, block, workdir, corpus, runner, build_progress, dtype, classes,
+                               entry_key, fuse_c4)
+            except BaseException:
+                failed.set()
+                raise
+            finally:
+                imported.set()
             early.result()
     else:
         progress(f"graph cache hit ({entry_key[:12]})")

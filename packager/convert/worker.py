@@ -60,6 +60,8 @@ def _wrap(owner: Any, name: str, label: str, events: Events) -> None:
 # Work done beside a cold graph build yields the CPU to it (the graph is what a cold conversion waits for): the
 # tokenizer copy a little (it is short, and ends the build when starved), the weight writers more (most slack).
 TOKENIZER_NICE, BESIDE_NICE = 5, 10
+# The stage a graph-only worker reports once its libraries are imported (the weight writers wait for it).
+GRAPH_STAGE = "building the graph from config.json (llmexport, weights skipped)"
 
 # llmexport quantizes a weight in row chunks once it exceeds this many elements (its own default is 256M,
 # which makes lm_head one piece with several full-size temporaries). Rows quantize independently, so the
@@ -101,8 +103,7 @@ def _export(job: dict[str, Any], source: Path, tokenizer_dir: Path, events: Even
     _wrap(MNNConverter, "onnx2mnn", "converting the ONNX graph with MNN", events)
     _wrap(MNNConverter, "rebuild", f"quantizing weights ({job['quant_bits']}-bit, block {job['quant_block']})",
           events)
-    events.send("stage", name="building the graph from config.json (llmexport, weights skipped)" if job.get("graph_only")
-                else "loading the checkpoint into llmexport")
+    events.send("stage", name=GRAPH_STAGE if job.get("graph_only") else "loading the checkpoint into llmexport")
     exporter = llmexport.LlmExporter(args)
     exporter.tokenizer.stop_ids = list(job["stop_ids"])
     _wrap(exporter, "export_onnx", "exporting the ONNX graph", events)
