@@ -198,6 +198,7 @@ def _relative(base: Path | None, value: str | None) -> Path | None:
 def from_dict(data: dict[str, Any], path: Path | None = None) -> ReleaseSpec:
     convert = data.get("convert", {})
     runtime = data.get("runtime", {})
+    verify = data.get("verify", {})
     return ReleaseSpec(
         path=path, data=data,
         convert=ConvertSettings(source=_relative(path, convert.get("source")), lora=_relative(path, convert.get("lora")),
@@ -216,5 +217,5 @@ def from_dict(data: dict[str, Any], path: Path | None = None) -> ReleaseSpec:
         benchmarks=tuple(_build(Benchmark, b) for b in data.get("benchmarks", [])),
         card=_build(CardText, data.get("card")),
         credits=tuple(_build(Credit, c) for c in data.get("credits", [])),
-        verify={k: v for k, v in data.get("verify", {}).items() if k != "prompts"},
-        verify_prompts=_relative(path, data.get("verify", {}).get("prompts")))
+        verify={k: v for k, v in verify.items() if k != "prompts"},
+        verify_prompts=_relative(path, verify.get("prompts")))
