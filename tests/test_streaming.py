@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from packager.bundle import FILES
-from packager.convert import graphcache
+from packager.convert import graphcache, layout, weightwriter
 from packager.convert.pipeline import ConvertRequest, ConvertResult, convert
 from packager.convert.quant import QuantSpec, quantize
 from tests.conftest import run_cli
@@ -215,19 +215,67 @@ def test_streamed_weights_fill_every_byte(bundle4: ConvertResult) -> None:
             assert packed.any(), op["name"]
 
 
-def test_a_graph_build_that_fails_before_its_imports_end_writes_no_weights(tiny_checkpoint: Path, own_cache: Path,
-                                                                          tmp_path: Path) -> None:
-    # On a cache miss the weights are written beside the graph build, but only once the converter reports its
-    # libraries imported; a converter that fails before that leaves the writers unstarted, and the error stands.
+def test_a_graph_build_that_fails_stops_the_weight_writers_and_its_error_stands(tiny_checkpoint: Path,
+                                                                              own_cache: Path,
+                                                                              tmp_path: Path) -> None:
+    # On a cache miss the weights are written from the start, beside the converter's imports; a converter that
+    # fails while they are being written stops them, and its error (not theirs) is what the user gets.
+    import multiprocessing
+    import threading
+
     from packager.errors import ConversionFailed
 
+    writing = threading.Event()
+
+    def progress(line: str) -> None:
+        lines.append(line)
+        if line.startswith("quantizing weights:"):
+            writing.set()
+
     def failing(job: object, progress: object) -> object:
+        assert writing.wait(timeout=600), "the weights were never written beside the graph build"
         raise ConversionFailed("conversion failed: the converter could not start")
 
     lines: list[str] = []
     with pytest.raises(ConversionFailed, match="could not start"):
-        convert(ConvertRequest(checkpoint=tiny_checkpoint, out=tmp_path / "b"), progress=lines.append,
+        convert(ConvertRequest(checkpoint=tiny_checkpoint, out=tmp_path / "b"), progress=progress,
                 runner=failing)  # type: ignore[arg-type]
     assert any(line.startswith("graph cache miss") for line in lines)
-    assert not any(line.startswith("quantizing weights:") for line in lines), lines
     assert not (tmp_path / "b").exists()
+    assert not multiprocessing.active_children()  # no writer process outlives the conversion
+
+
+def _weight_tasks(checkpoint: Path) -> tuple[list[weightwriter.Task], int]:
+    from packager.convert.checkpoint import inspect_checkpoint
+
+    info = inspect_checkpoint(checkpoint)
+    s = info.shape
+    regions = layout.predict(s.hidden_size, s.num_layers, s.num_heads, s.num_kv_heads, s.head_dim,
+                             s.intermediate_size, s.vocab_size, QuantSpec(4, 128))
+    tasks = weightwriter.plan(regions, weightwriter.index(info.weight_files), {}, {}, adapted=False)
+    return tasks, layout.total_size(regions)
+
+
+def test_stopped_weight_writers_start_no_further_task(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    # Before `widen` one process of two runs; `stop` set at its first report leaves exactly that task written.
+    import threading
+
+    tasks, size = _weight_tasks(tiny_checkpoint)
+    assert len(tasks) > 3
+    widen, stop = threading.Event(), threading.Event()
+    path = tmp_path / "llm.mnn.weight"
+    finished = weightwriter.write(path, size, tasks, QuantSpec(4, 128), 2, lambda line: stop.set(),
+                                  widen=widen, stop=stop)
+    data = path.read_bytes()
+    written = []
+    for task in tasks:
+        parts = weightwriter._encode(task, QuantSpec(4, 128))
+        if all(data[offset:offset + len(part)] == part for part, offset in parts):
+            written.append(task)
+        else:
+            assert not any(any(data[offset:offset + len(part)]) for part, offset in parts), task
+    assert finished is False and len(written) == 1 and len(data) == size
+    whole = tmp_path / "whole"
+    assert weightwriter.write(whole, size, tasks, QuantSpec(4, 128), 2, lambda line: None) is True
+    assert all(whole.read_bytes()[offset:offset + len(part)] == part
+               for task in tasks for part, offset in weightwriter._encode(task, QuantSpec(4, 128)))

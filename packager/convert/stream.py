@@ -46,9 +46,10 @@ def export(info: CheckpointInfo, adapter: AdapterInfo | None, bits: int, block: 
     weight_file = export_dir / "llm.mnn.weight"
     workers = max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
-    def write(regions: tuple[layout.Region, ...], nice: int = 0) -> None:
+    def write(regions: tuple[layout.Region, ...], nice: int = 0, widen: threading.Event | None = None,
+              stop: threading.Event | None = None) -> None:
         tasks = weightwriter.plan(regions, refs, saved, loras, adapted=adapter is not None)
-        weightwriter.write(weight_file, layout.total_size(regions), tasks, spec, workers, progress, nice)
+        weightwriter.write(weight_file, layout.total_size(regions), tasks, spec, workers, progress, nice, widen, stop)
 
     entry = graphcache.lookup(entry_key, report=progress)
     predicted: tuple[layout.Region, ...] | None = None
@@ -58,9 +59,10 @@ def export(info: CheckpointInfo, adapter: AdapterInfo | None, bits: int, block: 
         shape = info.shape
         predicted = layout.predict(shape.hidden_size, shape.num_layers, shape.num_heads, shape.num_kv_heads,
                                    shape.head_dim, shape.intermediate_size, shape.vocab_size, spec)
-        # The weights are written beside the graph build, but only once the converter has imported its
-        # libraries: importing is what a cold conversion waits for first, and the writers streaming 1 GB through
-        # memory slowed it by a third even at a lower priority (bench/RESULTS.md).
+        # The weights are written beside the graph build from the start, on one process while the converter
+        # imports its libraries (a single-threaded wait the other core would spend idle) and on every core
+        # once it reports the graph stage. (Two writers during the imports slowed them by a third; one costs
+        # them nothing measurable and finishes a 0.6B's weights before they end: bench/RESULTS.md.)
         imported, failed = threading.Event(), threading.Event()
 
         def build_progress(line: str) -> None:
@@ -68,18 +70,13 @@ def export(info: CheckpointInfo, adapter: AdapterInfo | None, bits: int, block: 
                 imported.set()
             progress(line)
 
-        def write_when_imported() -> None:
-            imported.wait()
-            if not failed.is_set():
-                write(predicted, BESIDE_NICE)
-
         with ThreadPoolExecutor(max_workers=1) as background:
-            early = background.submit(write_when_imported)
+            early = background.submit(write, predicted, BESIDE_NICE, imported, failed)
             try:
                 entry = _build(info, adapter, bits, block, workdir, corpus, runner, build_progress, dtype, classes,
                                entry_key, fuse_c4)
             except BaseException:
-                failed.set()
+                failed.set()  # no further weight task starts; the error is what the user sees
                 raise
             finally:
                 imported.set()

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
@@ -69,14 +70,21 @@ def equality_classes(refs: dict[str, TensorRef], unique: set[str] = frozenset())
 
     seen: dict[tuple[str, tuple[int, ...], str], int] = {}
     classes = []
-    for name in sorted(refs):
-        ref = refs[name]
-        if name in unique or ref.nbytes == 0 or len(ref.shape) != 1:
-            key = ("own", ref.shape, name)
-        else:
-            data = np.memmap(ref.file, dtype=np.uint8, mode="r", offset=ref.start, shape=(ref.nbytes,))
-            key = (ref.dtype, ref.shape, xxhash.xxh3_128_hexdigest(data))
-        classes.append((name, seen.setdefault(key, len(seen))))
+    handles: dict[Path, int] = {}
+    try:
+        for name in sorted(refs):
+            ref = refs[name]
+            if name in unique or ref.nbytes == 0 or len(ref.shape) != 1:
+                key = ("own", ref.shape, name)
+            else:  # one open file per checkpoint file: a memory map per vector cost 5 ms each
+                if ref.file not in handles:
+                    handles[ref.file] = os.open(ref.file, os.O_RDONLY)
+                data = os.pread(handles[ref.file], ref.nbytes, ref.start)
+                key = (ref.dtype, ref.shape, xxhash.xxh3_128_hexdigest(data))
+            classes.append((name, seen.setdefault(key, len(seen))))
+    finally:
+        for fd in handles.values():
+            os.close(fd)
     return tuple(classes)
 
 
@@ -98,23 +106,39 @@ def plan(layout: tuple[Region, ...], source: dict[str, TensorRef], saved: dict[s
 
 
 def write(path: Path, layout_size: int, tasks: list[Task], spec: QuantSpec, workers: int,
-          progress: Progress, nice: int = 0) -> None:
+          progress: Progress, nice: int = 0, widen: threading.Event | None = None,
+          stop: threading.Event | None = None) -> bool:
     """Fill `path` (created at its final size) by running the tasks on `workers` processes, `nice` lower in
-    priority than this one (while something more urgent runs beside them)."""
+    priority than this one (while something more urgent runs beside them).
+
+    Until `widen` is set, one core is left to the caller's other work (one process on two cores); once `stop`
+    is set no further task starts and False is returned (the file is then incomplete)."""
     with open(path, "wb") as handle:
         handle.truncate(layout_size)
     total = sum(t.source.nbytes * (t.rows[1] - t.rows[0]) // max(1, t.source.shape[0]) for t in tasks)
     done, start, shown = 0, time.monotonic(), 0.0
+    pending = list(reversed(tasks))
+    running: set[Future[int]] = set()
     with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"),
                              initializer=os.nice if nice else None, initargs=(nice,) if nice else ()) as pool:
-        for nbytes in pool.map(_run, [(str(path), task, spec) for task in tasks]):
-            done += nbytes
+        while pending or running:
+            if stop is not None and stop.is_set():
+                for future in running:
+                    future.cancel()
+                return False
+            limit = workers if widen is None or widen.is_set() else max(1, workers - 1)
+            while pending and len(running) < limit:
+                running.add(pool.submit(_run, (str(path), pending.pop(), spec)))
+            finished, running = wait(running, timeout=0.1, return_when=FIRST_COMPLETED)
+            for future in finished:
+                done += future.result()
             now = time.monotonic()
-            if now - shown >= 1.0 or done == total:
+            if finished and (now - shown >= 1.0 or done == total):
                 shown = now
                 rate = done / max(now - start, 1e-6) / 1e6
                 progress(f"quantizing weights: {done / 1e6:.0f} / {total / 1e6:.0f} MB of source weights "
-                         f"({rate:.0f} MB/s on {workers} processes)")
+                         f"({rate:.0f} MB/s on {limit} processes)")
+    return True
 
 
 def _run(item: tuple[str, Task, QuantSpec]) -> int:
