@@ -7,7 +7,7 @@ embeds only a three-token sample), so their memory is allocated and never writte
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 # Rows of a linear or the embedding that get values (the sample llmexport embeds reads rows 0-2).
 _SAMPLE_ROWS = 8
@@ -99,3 +99,62 @@ def without_discarded_tokenizer() -> None:
             return None
 
     utils.model.LlmTokenizer = _Discarded
+
+
+class FactsTokenizer:
+    """Stands in for llmexport's tokenizer where only its chat template and bos/eos tokens are read: they come
+    from `facts` (which may wait for them); when `facts` gives None, or anything else is read, the real
+    tokenizer is loaded with `load` and answers instead."""
+
+    def __init__(self, load: Callable[[], Any], facts: Callable[[], dict[str, Any] | None]) -> None:
+        self._load, self._facts, self._real = load, facts, None
+        self.stop_ids: list[int] = []
+
+    def _loaded(self) -> Any:
+        if self._real is None:
+            self._real = self._load()
+            self._real.stop_ids = self.stop_ids
+        return self._real
+
+    def _fact(self, name: str) -> Any:
+        known = self._facts()
+        return known[name] if known is not None else getattr(self._loaded(), name)
+
+    def get_chat_template(self) -> Any:
+        known = self._facts()
+        return known["chat_template"] if known is not None else self._loaded().get_chat_template()
+
+    @property
+    def bos_token(self) -> Any:
+        return self._fact("bos_token")
+
+    @property
+    def eos_token(self) -> Any:
+        return self._fact("eos_token")
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._loaded(), name)
+
+
+def tokenizer_facts(facts: Callable[[], dict[str, Any] | None]) -> None:
+    """In graph-only mode llmexport's exporter loads the tokenizer (about a second, on the graph's critical path)
+    only to read its chat template and bos/eos tokens (llm_config.json's `jinja`). The forked copy beside the
+    graph loads the same tokenizer anyway and sends them; `facts` waits for them."""
+    import llmexport  # the module llmexport/llmexport.py, first on sys.path
+
+    real = llmexport.LlmTokenizer
+
+    class _Loader:
+        @staticmethod
+        def from_pretrained(path: str, model_type: str, **kwargs: Any) -> FactsTokenizer:
+            return FactsTokenizer(lambda: real.from_pretrained(path, model_type=model_type, **kwargs), facts)
+
+    llmexport.LlmTokenizer = _Loader
+
+
+def facts_of(tokenizer: Any) -> dict[str, Any]:
+    """What FactsTokenizer stands in for, read from llmexport's own tokenizer."""
+    return {"chat_template": tokenizer.get_chat_template(), "bos_token": tokenizer.bos_token,
+            "eos_token": tokenizer.eos_token}

@@ -15,11 +15,11 @@ import sys
 import traceback
 import types
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..engine import NO_C4_FUSION
 from ..versions import installed
-from .forked import Forked
+from .forked import Forked, Send
 from .sandbox import Fence
 
 # The versions provenance records (those that shape the bundle's bytes).
@@ -70,8 +70,10 @@ GRAPH_STAGE = "building the graph from config.json (llmexport, weights skipped)"
 QUANT_CHUNK_ELEMENTS = 8 * 1024 * 1024
 
 
-def _export(job: dict[str, Any], source: Path, tokenizer_dir: Path, events: Events, tokenizer: bool = True) -> Path:
-    """llmexport's export; without `tokenizer` it writes no tokenizer.mtok (a forked side job makes it)."""
+def _export(job: dict[str, Any], source: Path, tokenizer_dir: Path, events: Events, tokenizer: bool = True,
+            facts: Callable[[], dict[str, Any] | None] | None = None) -> Path:
+    """llmexport's export; without `tokenizer` it writes no tokenizer.mtok (a forked side job makes it, and
+    sends the tokenizer's `facts` the graph reads)."""
     import llmexport  # the module llmexport/llmexport.py, first on sys.path
     import utils.torch_utils
     from utils.mnn_converter import MNNConverter
@@ -99,6 +101,8 @@ def _export(job: dict[str, Any], source: Path, tokenizer_dir: Path, events: Even
         skeleton.like_checkpoint(job["graph_dtype"], job["equal_tensors"])
         skeleton.lengths_only(MNNConverter)
         skeleton.without_discarded_tokenizer()
+        if facts is not None:
+            skeleton.tokenizer_facts(facts)
     if not job.get("fuse_c4", True):
         _without_c4_fusion(MNNConverter)
     _wrap(MNNConverter, "onnx2mnn", "converting the ONNX graph with MNN", events)
@@ -231,19 +235,25 @@ def _encodings(export_dir: Path, tokenizer_file: Path, probe_dir: Path, corpus: 
     return [list(llm.tokenizer_encode(text)) for text in corpus]
 
 
-def _pipeline_tokenizer(job: dict[str, Any], source: Path, out: Path) -> Path:
-    """tokenizer.mtok as llmexport's own export writes it (its tokenizer, our stop ids)."""
+def _pipeline_tokenizer(job: dict[str, Any], source: Path, out: Path, send: Send | None = None) -> Path:
+    """tokenizer.mtok as llmexport's own export writes it (its tokenizer, our stop ids); `send` gets the facts
+    of the tokenizer the graph reads, as soon as it is loaded."""
     from utils.tokenizer import LlmTokenizer
 
+    from . import skeleton
+
     tokenizer = LlmTokenizer.from_pretrained(str(source), model_type="qwen3")
+    if send is not None:
+        send(skeleton.facts_of(tokenizer))
     tokenizer.stop_ids = list(job["stop_ids"])
     return Path(tokenizer.export(str(out)))
 
 
-def _tokenizer_candidates(job: dict[str, Any], source: Path, folder: Path, export_dir: Path) -> dict[str, Any]:
+def _tokenizer_candidates(job: dict[str, Any], source: Path, folder: Path, export_dir: Path,
+                          send: Send | None = None) -> dict[str, Any]:
     """Both tokenizer candidates and MNN's ids for the corpus with each (graph-only jobs)."""
     folder.mkdir()
-    candidates = {"pipeline": _pipeline_tokenizer(job, source, folder / "tokenizer-pipeline"),
+    candidates = {"pipeline": _pipeline_tokenizer(job, source, folder / "tokenizer-pipeline", send),
                   "text": _text_tokenizer(job, source, folder)}
     encoded = {name: _encodings(export_dir, path, folder / f"probe-{name}", job["corpus"])
                for name, path in candidates.items()}
@@ -255,20 +265,23 @@ def _graph_only(job: dict[str, Any], source: Path, tokenizer_dir: Path, events: 
     """The graph, with the tokenizer candidates made meanwhile by a forked copy of this worker.
 
     The tokenizer needs nothing of the graph: MNN's probe reads only the tokenizer file (the probe's
-    llm_config.json is empty), so the copy starts as soon as the libraries are imported. (Forking earlier, once
-    only the tokenizer's own libraries are in, cost 2 CPU-seconds more and no wall time: the worker importing
-    the rest of llmexport then copies the pages it shares with the copy.)
+    llm_config.json is empty). So the copy is forked once the tokenizer's own libraries are imported (torch and
+    transformers, shared with this worker); it loads the tokenizer while this worker imports the rest of
+    llmexport, and sends the three facts of it the graph reads, which spares the graph's own load (about a
+    second on its critical path; bench/RESULTS.md).
     """
-    import llmexport  # noqa: F401 - imported before the fork, so the copy shares it
+    from utils.tokenizer import LlmTokenizer  # noqa: F401 - imported before the fork, so the copy shares it
+
+    import MNN.llm  # noqa: F401 - the same
 
     work = Path(job["workdir"])
     config_only = work / "probe-config"
     config_only.mkdir()
     (config_only / "llm_config.json").write_text("{}", encoding="utf-8")
     events.send("stage", name="writing both tokenizer candidates and measuring their agreement (beside the graph)")
-    side = Forked(fence, lambda: _tokenizer_candidates(job, tokenizer_dir, work / "tokenizers", config_only),
-                  nice=TOKENIZER_NICE)
-    export_dir = _export(job, source, tokenizer_dir, events, tokenizer=False)
+    side = Forked(fence, lambda send: _tokenizer_candidates(job, tokenizer_dir, work / "tokenizers", config_only,
+                                                            send), nice=TOKENIZER_NICE)
+    export_dir = _export(job, source, tokenizer_dir, events, tokenizer=False, facts=side.early)
     tokenizers = side.result()
     if tokenizers is None:  # the copy failed (see the log): the same work here, with the graph at hand
         events.send("stage", name="writing both tokenizer candidates and measuring their agreement")
