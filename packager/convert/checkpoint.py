@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .. import heap
 from ..errors import (CheckpointNotFound, CorruptWeights, InvalidCheckpointConfig, MissingTokenizer,
                       UnsupportedModel, UntiedEmbeddings, shorten)
 from . import safetensors_header
@@ -73,6 +74,7 @@ def inspect_checkpoint(path: Path) -> CheckpointInfo:
         tensors.update(safetensors_header.tensor_shapes(weight_file))
     _check_tensors(folder, tensors, shape)
     vocab_size = _check_tokenizer(folder, shape)
+    heap.give_back()  # the parsed tokenizer.json
     return CheckpointInfo(
         path=folder, model_type=model_type, shape=shape,
         dtype=str(config.get("dtype") or config.get("torch_dtype") or "float32"),

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from .. import heap
 from ..engine import Version, parse_version
 
 TokenizerFormat = Literal["text", "pipeline"]
@@ -75,7 +76,10 @@ def hf_encodings(tokenizer_json: Path, corpus: tuple[str, ...]) -> list[list[int
     from tokenizers import Tokenizer
 
     tokenizer = Tokenizer.from_file(str(tokenizer_json))
-    return [tokenizer.encode(text, add_special_tokens=False).ids for text in corpus]
+    ids = [tokenizer.encode(text, add_special_tokens=False).ids for text in corpus]
+    del tokenizer
+    heap.give_back()
+    return ids
 
 
 def agreement(fmt: TokenizerFormat, mnn: list[list[int]], reference: list[list[int]],
