@@ -123,12 +123,13 @@ def convert(request: ConvertRequest, progress: Progress = lambda _: None,
     check_target(out, request.force, protected)
     corpus = resources.tokenizer_corpus()
     with StagedDir(out, request.force, protected, report=progress) as stage, ThreadPoolExecutor(1) as beside:
-        # The Hugging Face reference ids are ready by the time the converter is done.
+        # The Hugging Face reference ids and the inputs' digests are ready by the time the converter is done.
         reference = beside.submit(hf_encodings, info.path / "tokenizer.json", corpus)
+        inputs = beside.submit(provenance.input_digests, info, adapter)
         worker, path = _export(request, info, adapter, recipe, stage.subdir("work"), corpus, runner, progress,
                                goal)
         return _finish(request, info, adapter, recipe, goal, worker, path, stage, corpus, reference.result(),
-                       progress)
+                       progress, inputs.result())
 
 
 def convert_many(requests: Sequence[ConvertRequest], progress: Progress = lambda _: None,
@@ -157,8 +158,9 @@ def convert_many(requests: Sequence[ConvertRequest], progress: Progress = lambda
     with ExitStack() as stack:
         stages = [stack.enter_context(StagedDir(out, r.force, protected, report=progress))
                   for r, out in zip(requests, outs)]
-        reference = stack.enter_context(ThreadPoolExecutor(1)).submit(hf_encodings, info.path / "tokenizer.json",
-                                                                      corpus)
+        beside = stack.enter_context(ThreadPoolExecutor(1))
+        reference = beside.submit(hf_encodings, info.path / "tokenizer.json", corpus)
+        inputs = beside.submit(provenance.input_digests, info, adapter)
         job = _whole_model_job(info, adapter, chosen[0], stages[0].subdir("work"), corpus, goal,
                                also=tuple({"name": c.name, **_quant_fields(c)} for c in chosen[1:]))
         worker = runner(job, progress)
@@ -167,13 +169,13 @@ def convert_many(requests: Sequence[ConvertRequest], progress: Progress = lambda
             progress(f"recipe {recipe.name}: assembling its bundle")
             this = worker if number == 0 else replace(worker, export_dir=worker.also[recipe.name])
             results.append(_finish(request, info, adapter, recipe, goal, this, "reference", stage, corpus,
-                                   reference.result(), progress))
+                                   reference.result(), progress, inputs.result()))
     return results
 
 
 def _finish(request: ConvertRequest, info: CheckpointInfo, adapter: AdapterInfo | None, recipe: QuantRecipe,
             goal: EngineTarget, worker: WorkerResult, path: str, stage: StagedDir, corpus: tuple[str, ...],
-            reference: list[list[int]], progress: Progress) -> ConvertResult:
+            reference: list[list[int]], progress: Progress, inputs: provenance.InputDigests) -> ConvertResult:
     """Assemble the exported files into the ten-file bundle, check it, record provenance, move it into place."""
     warnings = tuple(w for w in [other_base_warning(adapter, info) if adapter else None] if w)
     bits, block = recipe.bits, recipe.block
@@ -189,7 +191,7 @@ def _finish(request: ConvertRequest, info: CheckpointInfo, adapter: AdapterInfo 
     record = provenance.build(info=info, adapter=adapter, bits=bits, block=block, engine=engine,
                               tokenizer=choice, digests=digests, versions=worker.versions,
                               graph_uuid=graph_uuid, blocked=worker.blocked, spec=request.spec, path=path,
-                              target=goal, recipe=recipe)
+                              target=goal, recipe=recipe, inputs=inputs)
     staged_record = stage.path / "provenance.json"  # type: ignore[operator]
     provenance.write(staged_record, record)
     stage.commit(built)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,20 +30,33 @@ def checkpoint_sources(folder: Path) -> dict[str, str]:
     return _sources(folder, names, ("*.safetensors",))
 
 
+@dataclass(frozen=True)
+class InputDigests:
+    """xxh3-128 of every file the conversion reads from the checkpoint and the adapter folders."""
+
+    checkpoint: dict[str, str]
+    adapter: dict[str, str] | None
+
+
+def input_digests(info: CheckpointInfo, adapter: AdapterInfo | None) -> InputDigests:
+    """Hashed while the converter runs (1.2 GB of a 0.6B's weights took 0.3-0.6 s at the end of a conversion)."""
+    return InputDigests(checkpoint_sources(info.path), _sources(adapter.path, ADAPTER_FILES) if adapter else None)
+
+
 def build(*, info: CheckpointInfo, adapter: AdapterInfo | None, bits: int, block: int,
           engine: EngineRequirement, tokenizer: TokenizerChoice, digests: dict[str, str],
           versions: dict[str, str], graph_uuid: str, blocked: tuple[str, ...],
           spec: ReleaseSpec | None, path: str = "reference", target: EngineTarget = DEFAULT_TARGET,
-          recipe: QuantRecipe | None = None) -> dict[str, Any]:
+          inputs: InputDigests, recipe: QuantRecipe | None = None) -> dict[str, Any]:
     return {
         "tool": {"name": "packager", "version": __version__},
         "versions": versions,
         "source": {"path": str(info.path), "model_type": info.model_type, "shape": asdict(info.shape),
-                   "dtype": info.dtype, "files_xxh3_128": checkpoint_sources(info.path)},
+                   "dtype": info.dtype, "files_xxh3_128": inputs.checkpoint},
         "adapter": None if adapter is None else {
             "path": str(adapter.path), "rank": adapter.rank, "alpha": adapter.alpha,
             "target_modules": list(adapter.target_modules), "base_model": adapter.base_model,
-            "files_xxh3_128": _sources(adapter.path, ADAPTER_FILES)},
+            "files_xxh3_128": inputs.adapter},
         "options": {"quant_bits": bits, "quant_block": block, "spec": str(spec.path) if spec and spec.path else None,
                     "weights": path,
                     "quant_recipe": (recipe or QuantRecipe(bits, block)).record(),
