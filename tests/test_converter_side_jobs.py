@@ -76,6 +76,8 @@ def test_the_stand_in_loads_the_tokenizer_when_the_facts_are_missing_or_more_is_
     assert (without.get_chat_template(), without.bos_token, without.eos_token) == ("{{ real }}", None,
                                                                                    "<|im_end|>")
     assert _Real.loads == 1 and without._loaded().stop_ids == [151645]
+    without.stop_ids = [151643, 151645]
+    assert without._loaded().stop_ids == [151643, 151645] and _Real.loads == 1
     more = FactsTokenizer(_Real, lambda: {"chat_template": "", "bos_token": None, "eos_token": None})
     assert getattr(more, "_private", "absent") == "absent" and _Real.loads == 1  # private names load nothing
     assert more.vocab_size == 151669 and _Real.loads == 2

@@ -108,13 +108,23 @@ class FactsTokenizer:
 
     def __init__(self, load: Callable[[], Any], facts: Callable[[], dict[str, Any] | None]) -> None:
         self._load, self._facts, self._real = load, facts, None
-        self.stop_ids: list[int] = []
+        self._stop_ids: list[int] = []
 
     def _loaded(self) -> Any:
         if self._real is None:
             self._real = self._load()
-            self._real.stop_ids = self.stop_ids
+            self._real.stop_ids = self._stop_ids
         return self._real
+
+    @property
+    def stop_ids(self) -> list[int]:
+        return self._stop_ids
+
+    @stop_ids.setter
+    def stop_ids(self, ids: list[int]) -> None:  # packager sets its own stop ids; a loaded tokenizer gets them too
+        self._stop_ids = ids
+        if self._real is not None:
+            self._real.stop_ids = ids
 
     def _fact(self, name: str) -> Any:
         known = self._facts()
