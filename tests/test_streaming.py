@@ -279,3 +279,44 @@ def test_stopped_weight_writers_start_no_further_task(tiny_checkpoint: Path, tmp
     assert weightwriter.write(whole, size, tasks, QuantSpec(4, 128), 2, lambda line: None) is True
     assert all(whole.read_bytes()[offset:offset + len(part)] == part
                for task in tasks for part, offset in weightwriter._encode(task, QuantSpec(4, 128)))
+
+
+_KILLED_WRITER = """
+import multiprocessing, os, signal, sys, threading
+from pathlib import Path
+from packager.convert.quant import QuantSpec
+from packager.convert import weightwriter
+from tests.test_streaming import _weight_tasks
+
+tasks, size = _weight_tasks(Path(sys.argv[1]))
+
+def progress(line):  # at the first report the pool still has tasks: print its processes, then die at once
+    print(" ".join(str(p.pid) for p in multiprocessing.active_children()), flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+weightwriter.write(Path(sys.argv[2]), size, tasks, QuantSpec(4, 128), 2, progress, widen=threading.Event())
+"""
+
+
+def test_a_killed_packager_leaves_no_weight_writer_behind(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    # The writers asked the kernel to kill them with the process that started them: without that, a SIGKILLed
+    # conversion left a writer (and multiprocessing's tracker) waiting on their queue forever.
+    import psutil
+
+    # Files, not pipes: an orphaned writer would hold a pipe open and hang the test instead of failing it.
+    with open(tmp_path / "out", "w") as stdout, open(tmp_path / "err", "w") as stderr:
+        code = subprocess.run([sys.executable, "-c", _KILLED_WRITER, str(tiny_checkpoint), str(tmp_path / "w")],
+                              stdout=stdout, stderr=stderr, cwd=Path(__file__).resolve().parents[1]).returncode
+    assert code == -9, (tmp_path / "err").read_text()
+    pids = (tmp_path / "out").read_text().split()
+    assert pids, "the pool had no process at its first report"
+    helpers = []
+    for pid in pids:
+        try:
+            helpers.append(psutil.Process(int(pid)))
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(helpers, timeout=120)
+    for process in alive:
+        process.kill()
+    assert not alive, "writers outlived the killed packager"

@@ -13,6 +13,7 @@ import sys
 import traceback
 from typing import IO, Any, Callable
 
+from .lifeline import die_with
 from .sandbox import Fence
 
 Send = Callable[[dict[str, Any]], None]
@@ -61,7 +62,7 @@ class Forked:
 def _child(job: Callable[[Send], dict[str, Any]], fd: int, parent: int, nice: int) -> None:
     code = 1
     try:
-        _die_with(parent)
+        die_with(parent)
         with os.fdopen(fd, "wb", buffering=0) as out:
             sent = False
 
@@ -81,12 +82,3 @@ def _child(job: Callable[[Send], dict[str, Any]], fd: int, parent: int, nice: in
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)  # never the worker's own exit path (atexit, the result event)
-
-
-def _die_with(parent: int) -> None:
-    import ctypes
-    import signal
-
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    if os.getppid() != parent:
-        os._exit(1)

@@ -20,6 +20,7 @@ from typing import Callable
 import numpy as np
 
 from .layout import EMBED, Region
+from .lifeline import die_with
 from .quant import QuantSpec, quantize
 from .safetensors_header import TensorRef, tensor_refs
 
@@ -119,8 +120,8 @@ def write(path: Path, layout_size: int, tasks: list[Task], spec: QuantSpec, work
     done, start, shown = 0, time.monotonic(), 0.0
     pending = list(reversed(tasks))
     running: set[Future[int]] = set()
-    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"),
-                             initializer=os.nice if nice else None, initargs=(nice,) if nice else ()) as pool:
+    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"), initializer=_start_writer,
+                             initargs=(os.getpid(), nice)) as pool:
         while pending or running:
             if stop is not None and stop.is_set():
                 for future in running:
@@ -139,6 +140,12 @@ def write(path: Path, layout_size: int, tasks: list[Task], spec: QuantSpec, work
                 progress(f"quantizing weights: {done / 1e6:.0f} / {total / 1e6:.0f} MB of source weights "
                          f"({rate:.0f} MB/s on {limit} processes)")
     return True
+
+
+def _start_writer(parent: int, nice: int) -> None:
+    die_with(parent)  # a killed packager leaves no writer behind (they would wait on their queue forever)
+    if nice:
+        os.nice(nice)
 
 
 def _run(item: tuple[str, Task, QuantSpec]) -> int:

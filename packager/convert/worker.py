@@ -20,6 +20,7 @@ from typing import Any, Callable
 from ..engine import NO_C4_FUSION
 from ..versions import installed
 from .forked import Forked, Send
+from .lifeline import die_with
 from .sandbox import Fence
 
 # The versions provenance records (those that shape the bundle's bytes).
@@ -327,21 +328,8 @@ def _os_error(exc: BaseException) -> dict[str, Any]:
     return {}
 
 
-def _die_with_parent() -> None:
-    """Linux: the kernel kills this worker when packager dies (even by SIGKILL), so no orphan keeps writing."""
-    import ctypes
-    import signal
-
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        return
-    if str(os.getppid()) != os.environ.get("PACKAGER_PARENT_PID", str(os.getppid())):
-        os._exit(1)  # the parent was already gone before the request took effect
-
-
 def main(argv: list[str]) -> int:
-    _die_with_parent()
+    die_with(int(os.environ.get("PACKAGER_PARENT_PID", os.getppid())))
     job = json.loads(Path(argv[1]).read_text(encoding="utf-8"))
     events = Events(int(os.environ["PACKAGER_EVENTS_FD"]))
     fence = Fence(Path(job["workdir"]))
