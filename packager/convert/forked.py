@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import traceback
 from typing import IO, Any, Callable
 
-from .lifeline import die_with
+from .lifeline import die_with, exit_now
 from .sandbox import Fence
 
 Send = Callable[[dict[str, Any]], None]
@@ -79,6 +78,4 @@ def _child(job: Callable[[Send], dict[str, Any]], fd: int, parent: int, nice: in
     except BaseException:  # noqa: BLE001 - the worker does the job itself instead
         traceback.print_exc()
     finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)  # never the worker's own exit path (atexit, the result event)
+        exit_now(code)  # never the worker's own exit path (atexit, the result event)

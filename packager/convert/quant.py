@@ -49,9 +49,7 @@ _HALF_LSB = np.uint32(0x7FFF)
 
 def _round_bf16(x: np.ndarray) -> np.ndarray:
     """float32 -> nearest bfloat16 (ties to even), kept as float32."""
-    bits = x.view(np.uint32)
-    bits = (bits + (_HALF_LSB + ((bits >> np.uint32(16)) & np.uint32(1)))) & _HIGH_HALF
-    return bits.view(np.float32)
+    return _round_bf16_in_place(np.array(x, np.float32), np.empty(np.size(x), np.uint32))
 
 
 def _round_bf16_in_place(x: np.ndarray, scratch: np.ndarray) -> np.ndarray:

@@ -20,7 +20,7 @@ from typing import Any, Callable
 from ..engine import NO_C4_FUSION
 from ..versions import installed
 from .forked import Forked, Send
-from .lifeline import die_with
+from .lifeline import die_with, exit_now
 from .sandbox import Fence
 
 # The versions provenance records (those that shape the bundle's bytes).
@@ -347,19 +347,5 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def _exit_now(code: int) -> None:
-    """Exit without the interpreter's teardown: every file is written and closed by now, and tearing down torch,
-    transformers and llmexport took 0.9 s that a conversion waited for (the parent waits for this exit)."""
-    import ctypes
-
-    sys.stdout.flush()
-    sys.stderr.flush()
-    try:
-        ctypes.CDLL(None).fflush(None)  # what the C++ converter printed, still in C's buffers
-    except (OSError, AttributeError):
-        pass
-    os._exit(code)
-
-
 if __name__ == "__main__":
-    _exit_now(main(sys.argv))
+    exit_now(main(sys.argv))  # every file is written and closed, the result sent
