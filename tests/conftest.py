@@ -21,8 +21,6 @@ sys.path.insert(0, str(Path(__file__).parent / "netguard"))
 import sitecustomize as _netguard  # noqa: E402,F401  (installs the loopback-only audit hook)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-# The streaming converter's graph cache: never the user's own during tests.
-os.environ["PACKAGER_CACHE_DIR"] = _GRAPH_CACHE = tempfile.mkdtemp(prefix="packager-test-graph-cache-")
 # MNN engines from PyPI for `engines check` tests: one folder reused by every test session of this user (an
 # install is atomic and safe to share), never the user's own engine cache; set it to reuse another.
 os.environ.setdefault("PACKAGER_ENGINES_DIR", str(Path(tempfile.gettempdir()) / f"packager-test-engines-{os.getuid()}"))
@@ -30,8 +28,14 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.pop("HF_TOKEN", None)
 
 
+def pytest_configure() -> None:
+    """The streaming converter's graph cache: never the user's own during tests. Made here, not at import, so a
+    helper process that imports from tests/ leaves no folder behind."""
+    os.environ["PACKAGER_CACHE_DIR"] = tempfile.mkdtemp(prefix="packager-test-graph-cache-")
+
+
 def pytest_sessionfinish() -> None:
-    shutil.rmtree(_GRAPH_CACHE, ignore_errors=True)  # about 100 MB a session, never reused by the next
+    shutil.rmtree(os.environ["PACKAGER_CACHE_DIR"], ignore_errors=True)  # ~100 MB a session, never reused
 
 
 @pytest.fixture(scope="session")
