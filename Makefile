@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PACKAGER := $(VENV)/bin/packager
 DEMO := demo-output
 
-.PHONY: help venv system-deps test demo release bench bench-engines fixture clean
+.PHONY: help venv system-deps test demo release bench bench-engines fixture clean clean-bench
 
 help:
 	@echo "make demo   - tiny Qwen3 checkpoint -> bundle -> validated, carded, checksummed -> released to a local Hub and verified"
@@ -14,6 +14,8 @@ help:
 	@echo "make test   - run the test suite"
 	@echo "make bench  - run the benchmarks in bench/ (slow: builds a 0.6B-shaped model)"
 	@echo "make fixture - train the teacher/draft miniature the quality benches use (cached; minutes on 2 cores)"
+	@echo "make bench-engines - which MNN releases run a bundle (installs each into its own cached venv)"
+	@echo "make clean  - remove the demo output; make clean-bench - remove bench/work (benchmark models and outputs, up to ~30 GB)"
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -59,3 +61,7 @@ bench-engines: venv
 
 clean:
 	rm -rf $(DEMO) build *.egg-info
+
+# The benches keep their models and outputs in bench/work to reuse them (the 0.6B-shaped checkpoint alone is 1.2 GB).
+clean-bench:
+	rm -rf bench/work
