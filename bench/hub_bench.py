@@ -190,6 +190,7 @@ def main() -> None:
     }
     (WORK / "hub_bench.json").write_text(json.dumps(result, indent=2))
     print(json.dumps(result, indent=2))
+    shutil.rmtree(root, ignore_errors=True)  # the Hub's copies of every upload: GBs nothing reads again
 
 
 if __name__ == "__main__":
