@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -123,9 +123,7 @@ def convert(request: ConvertRequest, progress: Progress = lambda _: None,
     check_target(out, request.force, protected)
     corpus = resources.tokenizer_corpus()
     with StagedDir(out, request.force, protected, report=progress) as stage, ThreadPoolExecutor(1) as beside:
-        # The Hugging Face reference ids and the inputs' digests are ready by the time the converter is done.
-        reference = beside.submit(hf_encodings, info.path / "tokenizer.json", corpus)
-        inputs = beside.submit(provenance.input_digests, info, adapter)
+        reference, inputs = _start_beside(beside, info, adapter, corpus)
         worker, path = _export(request, info, adapter, recipe, stage.subdir("work"), corpus, runner, progress,
                                goal)
         return _finish(request, info, adapter, recipe, goal, worker, path, stage, corpus, reference.result(),
@@ -158,9 +156,7 @@ def convert_many(requests: Sequence[ConvertRequest], progress: Progress = lambda
     with ExitStack() as stack:
         stages = [stack.enter_context(StagedDir(out, r.force, protected, report=progress))
                   for r, out in zip(requests, outs)]
-        beside = stack.enter_context(ThreadPoolExecutor(1))
-        reference = beside.submit(hf_encodings, info.path / "tokenizer.json", corpus)
-        inputs = beside.submit(provenance.input_digests, info, adapter)
+        reference, inputs = _start_beside(stack.enter_context(ThreadPoolExecutor(1)), info, adapter, corpus)
         job = _whole_model_job(info, adapter, chosen[0], stages[0].subdir("work"), corpus, goal,
                                also=tuple({"name": c.name, **_quant_fields(c)} for c in chosen[1:]))
         worker = runner(job, progress)
@@ -171,6 +167,13 @@ def convert_many(requests: Sequence[ConvertRequest], progress: Progress = lambda
             results.append(_finish(request, info, adapter, recipe, goal, this, "reference", stage, corpus,
                                    reference.result(), progress, inputs.result()))
     return results
+
+
+def _start_beside(beside: ThreadPoolExecutor, info: CheckpointInfo, adapter: AdapterInfo | None,
+                  corpus: tuple[str, ...]) -> tuple[Future[list[list[int]]], Future[provenance.InputDigests]]:
+    """The Hugging Face reference ids and the inputs' digests, ready by the time the converter is done."""
+    return (beside.submit(hf_encodings, info.path / "tokenizer.json", corpus),
+            beside.submit(provenance.input_digests, info, adapter))
 
 
 def _finish(request: ConvertRequest, info: CheckpointInfo, adapter: AdapterInfo | None, recipe: QuantRecipe,

@@ -101,6 +101,11 @@ def without_discarded_tokenizer() -> None:
     utils.model.LlmTokenizer = _Discarded
 
 
+# The facts of llmexport's tokenizer its graph-only export reads, and how each is read from the real one.
+_FACTS: dict[str, Callable[[Any], Any]] = {"chat_template": lambda t: t.get_chat_template(),
+                                           "bos_token": lambda t: t.bos_token, "eos_token": lambda t: t.eos_token}
+
+
 class FactsTokenizer:
     """Stands in for llmexport's tokenizer where only its chat template and bos/eos tokens are read: they come
     from `facts` (which may wait for them); when `facts` gives None, or anything else is read, the real
@@ -128,11 +133,10 @@ class FactsTokenizer:
 
     def _fact(self, name: str) -> Any:
         known = self._facts()
-        return known[name] if known is not None else getattr(self._loaded(), name)
+        return known[name] if known is not None else _FACTS[name](self._loaded())
 
     def get_chat_template(self) -> Any:
-        known = self._facts()
-        return known["chat_template"] if known is not None else self._loaded().get_chat_template()
+        return self._fact("chat_template")
 
     @property
     def bos_token(self) -> Any:
@@ -166,5 +170,4 @@ def tokenizer_facts(facts: Callable[[], dict[str, Any] | None]) -> None:
 
 def facts_of(tokenizer: Any) -> dict[str, Any]:
     """What FactsTokenizer stands in for, read from llmexport's own tokenizer."""
-    return {"chat_template": tokenizer.get_chat_template(), "bos_token": tokenizer.bos_token,
-            "eos_token": tokenizer.eos_token}
+    return {name: read(tokenizer) for name, read in _FACTS.items()}
