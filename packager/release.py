@@ -63,6 +63,10 @@ def run(request: ReleaseRequest, progress: Progress = lambda _: None) -> Release
         from .verify import prompts_from_file
 
         state["prompts"] = prompts_from_file(spec.verify_prompts)  # a bad file is refused before any work
+    if spec.need("card").pair_report is not None:
+        from .card import pairing_from_report
+
+        pairing_from_report(spec.need("card").pair_report)  # likewise a missing or foreign pair report
 
     def stage(name: str, action: Callable[[], str]) -> None:
         progress(f"release: {name}")
@@ -138,7 +142,8 @@ def _card(spec: ReleaseSpec, bundle: Path, parity: dict[str, Any] | None = None)
     from .card import gather_measurements, render
     from .staging import write_atomic
 
-    card = render(bundle, spec, measurements=gather_measurements(bundle, parity=parity))
+    measurements = gather_measurements(bundle, parity=parity, pair_report=spec.need("card").pair_report)
+    card = render(bundle, spec, measurements=measurements)
     write_atomic(bundle / "README.md", card.text.encode("utf-8"))
     return f"README.md ({len(card.text):,} characters)"
 

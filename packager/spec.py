@@ -5,13 +5,14 @@ from __future__ import annotations
 import datetime
 import math
 import tomllib
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
 from . import resources
 from .convert.presets import RuntimeOverrides
 from .errors import SpecError, shorten
+from .speccheck import check_links, message
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,15 @@ class Release:
     publisher: str | None = None
     base_model_relation: str | None = None
     tags: tuple[str, ...] = ()
+    collection: str | None = None  # a Hub collection title, in collection_owner's (default: repo_id's namespace)
+    collection_owner: str | None = None
+    collection_note: str | None = None
+    gated: Literal["auto", "manual"] | None = None
+
+    @property
+    def owner(self) -> str:
+        """Whose collection it is: collection_owner, else the repo's namespace."""
+        return self.collection_owner or self.repo_id.split("/")[0]
 
 
 @dataclass(frozen=True)
@@ -90,11 +100,23 @@ class Benchmark:
 
 
 @dataclass(frozen=True)
+class App:
+    name: str
+    download_name: str  # what the app calls this download
+    platforms: tuple[str, ...]  # whose app downloads it
+    not_downloaded_on: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class CardText:
     runs_on: str
     limitations: tuple[str, ...]
     phone_class: str | None = None
     intended_use: str | None = None
+    usage: tuple[str, ...] = ()
+    links: tuple[tuple[str, str], ...] = ()  # (name, http(s) URL), in the spec's order
+    app: App | None = None
+    pair_report: Path | None = None  # a `pair --json` report, relative to the spec
 
 
 @dataclass(frozen=True)
@@ -162,8 +184,9 @@ def check(data: dict[str, Any], where: str) -> None:
         first = errors[0]
         location = ".".join(str(p) for p in first.absolute_path) or "(top level)"
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        raise SpecError(f"{where}: {location}: {first.message}{more}")
+        raise SpecError(f"{where}: {location}: {message(first)}{more}")
     _check_training(data.get("training"), where)
+    check_links(data.get("card", {}).get("links", {}), where)
 
 
 def _check_training(training: dict[str, Any] | None, where: str) -> None:
@@ -195,6 +218,16 @@ def _relative(base: Path | None, value: str | None) -> Path | None:
     return (base.parent / value) if base is not None else Path(value)
 
 
+def _card(data: dict[str, Any] | None, path: Path | None) -> CardText | None:
+    if data is None:
+        return None
+    plain = {k: v for k, v in data.items() if k not in ("links", "app", "pair_report")}
+    card: CardText = _build(CardText, plain)
+    app = _build(App, data.get("app"))
+    links = tuple((name, url) for name, url in data.get("links", {}).items())
+    return replace(card, app=app, links=links, pair_report=_relative(path, data.get("pair_report")))
+
+
 def from_dict(data: dict[str, Any], path: Path | None = None) -> ReleaseSpec:
     convert = data.get("convert", {})
     runtime = data.get("runtime", {})
@@ -215,7 +248,7 @@ def from_dict(data: dict[str, Any], path: Path | None = None) -> ReleaseSpec:
         training=_build(Training, data.get("training")),
         pairing=tuple(_build(Pairing, p) for p in data.get("pairing", [])),
         benchmarks=tuple(_build(Benchmark, b) for b in data.get("benchmarks", [])),
-        card=_build(CardText, data.get("card")),
+        card=_card(data.get("card"), path),
         credits=tuple(_build(Credit, c) for c in data.get("credits", [])),
         verify={k: v for k, v in verify.items() if k != "prompts"},
         verify_prompts=_relative(path, verify.get("prompts")))
