@@ -86,6 +86,8 @@ def run(request: ReleaseRequest, progress: Progress = lambda _: None) -> Release
         stage("card", lambda: _card(spec, state["bundle"], state.get("parity")))
         stage("checksum", lambda: _checksum(state["bundle"]))
         stage("upload, verify, tag", lambda: _upload(request, state, progress))
+        if spec.need("release").collection is not None:
+            stage("collection", lambda: _collection(state))
     except PackagerError as exc:
         return ReleaseResult(tuple(stages), state["bundle"], release.repo_id, state.get("commit"),
                              state.get("tag"), error=exc)
@@ -157,17 +159,35 @@ def _checksum(bundle: Path) -> str:
 
 def _upload(request: ReleaseRequest, state: dict[str, Any], progress: Progress) -> str:
     from . import __version__
+    from .hub.collection import CollectionNotUpdated, CollectionRequest
     from .hub.plan import SENT
     from .hub.publish import UploadRequest, upload
 
     release = request.spec.need("release")
     message = f"Release {release.version}: {release.title} (packager {__version__})"
-    result = upload(UploadRequest(bundle=state["bundle"], repo_id=release.repo_id, endpoint=request.endpoint,
-                                  tag=release.version, private=request.private, message=message,
-                                  token=request.token), progress=progress)
-    state["commit"], state["tag"] = result.commit, result.tag
+    collection = (CollectionRequest(release.collection, release.owner, release.collection_note)
+                  if release.collection else None)
+    try:
+        result = upload(UploadRequest(bundle=state["bundle"], repo_id=release.repo_id, endpoint=request.endpoint,
+                                      tag=release.version, private=request.private, message=message,
+                                      token=request.token, collection=collection, gated=release.gated),
+                        progress=progress)
+    except CollectionNotUpdated as exc:  # the commit is verified and tagged: this stage passed, the next did not
+        state["commit"], state["tag"], state["collection"] = exc.commit, exc.tag, exc
+        return f"{release.repo_id}@{(exc.commit or '')[:12]} verified, tagged {exc.tag}"
+    state["commit"], state["tag"], state["collection"] = result.commit, result.tag, result.collection
     sent = sum(r.action in SENT for r in result.plan)
     what = f"committed {sent} file(s)" if result.committed else "unchanged, no commit"
     if result.repaired:
         what += f", repaired {', '.join(result.repaired)}"
-    return f"{what}; {release.repo_id}@{(result.commit or '')[:12]} verified, tagged {release.version}"
+    gated = f", gated ({result.gated})" if result.gated else ""
+    return f"{what}; {release.repo_id}@{(result.commit or '')[:12]} verified, tagged {release.version}{gated}"
+
+
+def _collection(state: dict[str, Any]) -> str:
+    from .hub.collection import CollectionNotUpdated, describe
+
+    found = state["collection"]
+    if isinstance(found, CollectionNotUpdated):
+        raise found
+    return describe(found)
