@@ -13,6 +13,7 @@ from .bundle import APP_FILES, FILES
 from .convert.checkpoint import read_json
 from .engine import EngineRequirement, format_version, parse_version
 from .errors import PackagerError
+from .card_reports import check_pairing, parity_from_report
 from .evalresults import model_index
 from .hashing import xxh3_128_file
 from .spec import ReleaseSpec
@@ -190,7 +191,7 @@ def gather_measurements(bundle: Path, provenance: Path | None = None, parity: di
     record = provenance or provenance_path(bundle.absolute())
     found = measurements_from_provenance(provenance_module.read(record)) if record.is_file() else {}
     if verify_report is not None:
-        parity = parity_from_report(verify_report)
+        parity = parity_from_report(verify_report, CardError)
     if parity:
         found["parity"] = parity
     if pair_report is not None:
@@ -205,32 +206,18 @@ def pairing_from_report(path: Path) -> dict[str, Any]:
     try:
         best = next((d for d in report["depths"] if d["d"] == report["best_d"]), None)
         sampling = report["sampling"]
-        return {"target": Path(report["target"]).name, "alpha": report["alpha"], "prompts": report["prompts"],
-                "positions": report["positions"], "new_tokens": report["new_tokens"],
-                "depths": [{"d": d["d"], "acceptance_rate": d["acceptance_rate"],
-                            "tokens_per_step": d["tokens_per_step"]} for d in report["depths"]],
-                "sampling": sampling, "costs_source": report["costs"]["source"], "device": report["costs"]["device"],
-                "best_d": report["best_d"], "speedup": best["speedup_from_measured_tau"] if best else None,
-                "recommended_d": report["recommended_draft_predict_length"]}
+        found = {"target": Path(report["target"]).name, "alpha": report["alpha"], "prompts": report["prompts"],
+                 "positions": report["positions"], "new_tokens": report["new_tokens"],
+                 "depths": [{"d": d["d"], "acceptance_rate": d["acceptance_rate"],
+                             "tokens_per_step": d["tokens_per_step"]} for d in report["depths"]],
+                 "sampling": sampling, "costs_source": report["costs"]["source"], "device": report["costs"]["device"],
+                 "best_d": report["best_d"], "speedup": best["speedup_from_measured_tau"] if best else None,
+                 "recommended_d": report["recommended_draft_predict_length"]}
+        check_pairing(found)
     except (TypeError, KeyError) as exc:
         raise CardError(f"{path} is not a `packager pair --json` report (no {exc})") from None
-
-
-PARITY_KEYS = ("prompts", "positions", "min_cosine", "mean_cosine", "top1_agreement", "greedy_agreement", "mean_kl",
-               "decisive_positions", "top1_decisive")
-
-
-def parity_from_report(path: Path) -> dict[str, Any]:
-    """The figures of a passing `packager verify --json` report; a failed verification is not stated on a card."""
-    report = read_json(path, CardError)
-    try:
-        found = {key: report[key] for key in PARITY_KEYS}
-        failures = report["failures"]
-    except (TypeError, KeyError) as exc:
-        raise CardError(f"{path} is not a `packager verify --json` report (no {exc})") from None
-    if failures or report.get("ok") is not True:
-        raise CardError(f"{path} is a failed verification ({'; '.join(map(str, failures)) or 'not ok'})",
-                        "the card states only a verification that passed; reconvert and verify again")
+    except ValueError as exc:
+        raise CardError(f"{path}: {exc}", "use the report `packager pair --json` wrote") from None
     return found
 
 

@@ -49,8 +49,9 @@ def _pair_report(path: Path, alpha: float = 0.62, tau3: float = 2.31, sampled: f
                  recommended: int | None = None) -> Path:
     """A pair report written by pair's own serializer (so its format is the real one), with chosen figures."""
     spread = Spread.exact(0.01)
+    taus = {d: 1 + (tau3 - 1) * d / 3 for d in range(1, 7)}  # tau grows with d, tau3 at d=3
     depths = tuple(DepthReport(d=d, steps=100, acceptance_rate=Interval(alpha, alpha - 0.05, alpha + 0.05),
-                               tokens_per_step=Interval(tau3 + d - 3, tau3 + d - 3.2, tau3 + d - 2.8),
+                               tokens_per_step=Interval(taus[d], taus[d] - 0.1, taus[d] + 0.1),
                                tokens_per_step_formula=2.0, tokens_per_step_sampled=None, verify_seconds=spread,
                                speedup_from_measured_tau=Spread(1.2, 1.1, 1.3), speedup_from_alpha_formula=1.2)
                    for d in range(1, 7))
@@ -129,7 +130,7 @@ def test_pair_report_becomes_hub_eval_results(bundle4: ConvertResult, tmp_path: 
     moved = _pair_report(tmp_path / "q.json", alpha=0.7, tau3=2.5, sampled=None, recommended=5)
     second = _results(render(bundle4.out, spec, measurements=_measured(bundle4, moved)).text)
     assert second["greedy_acceptance_alpha"].metric_value == 0.7 and "sampling_acceptance" not in second
-    assert second["tokens_per_step"].metric_config == "d=5" and second["tokens_per_step"].metric_value == 4.5
+    assert second["tokens_per_step"].metric_config == "d=5" and second["tokens_per_step"].metric_value == 3.5
 
 
 def _measured(bundle4: ConvertResult, pair: Path | None = None, verify: Path | None = None) -> dict[str, object]:
@@ -214,3 +215,29 @@ def test_a_good_presence_spec_loads_into_typed_fields(tmp_path: Path) -> None:
     assert card.links == (("Website", "https://tokforge.ai"), ("Discord", "https://discord.gg/Acv3CBtfVm"))
     assert card.app is not None and card.app.platforms == ("Android",) and card.app.not_downloaded_on == ("iOS",)
     assert len(card.usage) == 3
+
+
+@pytest.mark.parametrize(("field", "value"), [("alpha", "0.62"), ("alpha", float("nan")), ("alpha", 1.5),
+                                              ("recommended_draft_predict_length", "3"), ("prompts", True)])
+def test_a_tampered_pair_report_is_refused_naming_the_figure(bundle4: ConvertResult, tmp_path: Path, field: str,
+                                                            value: object) -> None:
+    path = _pair_report(tmp_path / "p.json")
+    data = json.loads(path.read_text())
+    if field == "alpha":
+        data["alpha"]["value"] = value
+    else:
+        data[field] = value
+    path.write_text(json.dumps(data))
+    with pytest.raises(CardError) as refused:
+        _measured(bundle4, path)
+    shown = {"recommended_draft_predict_length": "recommended_d"}.get(field, field)
+    assert shown in refused.value.message and "not a number" in refused.value.message
+
+
+def test_a_tampered_verify_report_is_refused(bundle4: ConvertResult, tmp_path: Path) -> None:
+    path = _verify_report(tmp_path / "v.json")
+    data = json.loads(path.read_text())
+    data["mean_kl"] = -1
+    path.write_text(json.dumps(data))
+    with pytest.raises(CardError, match="mean_kl is '-1', not a number"):
+        _measured(bundle4, verify=path)

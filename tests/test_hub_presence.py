@@ -133,3 +133,25 @@ def test_gating_that_cannot_be_set_stops_before_the_commit(hub: LocalHub, ready:
     assert result.returncode == 67, result.stdout + result.stderr
     assert "gated access (auto) was not set" in result.stderr and "nothing was committed" in result.stderr
     assert _history(hub, "tokforge/draft") == []
+
+
+def test_two_runs_at_once_make_one_collection_with_one_entry(hub: LocalHub, online: None) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from packager.hub.client import connect
+    from packager.hub.collection import CollectionRequest, place
+
+    _api(hub).create_repo("tokforge/draft")
+    # Both runs find no collection, then create it at the same moment (the barrier holds the first until the
+    # second arrives), then add the repo: the Hub's 409s and exists_ok leave one collection and one entry.
+    hub.faults({"method": "POST", "path": "/api/collections", "barrier": 2, "times": 2})
+    wanted = CollectionRequest(TITLE, "tokforge", "v3")
+
+    def run() -> Any:
+        return place(connect(hub.url, WRITE_TOKEN), wanted, "tokforge/draft", private=False, sleep=lambda _: None)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = [f.result() for f in [pool.submit(run), pool.submit(run)]]
+    assert results[0].slug == results[1].slug and hub.stats()["faults_left"] == 0
+    collections = _collections(hub, "tokforge")
+    assert len(collections) == 1 and [(i.item_id, i.note) for i in collections[0].items] == [("tokforge/draft", "v3")]
