@@ -46,7 +46,8 @@ def pair_results(pairing: dict[str, Any], repo_id: str, default_d: int | None) -
     depth = next((x for x in pairing["depths"] if x["d"] == d and x["tokens_per_step"]), None)
     if depth is not None:
         text, args = _ci(depth["tokens_per_step"], 2)
-        results.append(EvalResult(metric_type="tokens_per_step", metric_value=round(depth["tokens_per_step"]["value"], 3),
+        results.append(EvalResult(metric_type="tokens_per_step",
+                                  metric_value=round(depth["tokens_per_step"]["value"], 3),
                                   metric_name=f"Tokens per target step at d={d}{text}", metric_config=f"d={d}",
                                   metric_args=args, **workload))
     sampling = pairing.get("sampling")

@@ -172,7 +172,10 @@ def _upload(request: ReleaseRequest, state: dict[str, Any], progress: Progress) 
                                       tag=release.version, private=request.private, message=message,
                                       token=request.token, collection=collection, gated=release.gated),
                         progress=progress)
-    except CollectionNotUpdated as exc:  # the commit is verified and tagged: this stage passed, the next did not
+    except CollectionNotUpdated as exc:
+        if exc.commit is None:  # refused before anything was sent
+            raise
+        # The commit is verified and tagged: this stage passed, the collection stage did not.
         state["commit"], state["tag"], state["collection"] = exc.commit, exc.tag, exc
         return f"{release.repo_id}@{(exc.commit or '')[:12]} verified, tagged {exc.tag}"
     state["commit"], state["tag"], state["collection"] = result.commit, result.tag, result.collection

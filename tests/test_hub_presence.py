@@ -85,6 +85,7 @@ def test_another_users_collection_is_refused_before_anything_is_sent(hub: LocalH
     assert result.returncode == 66, result.stdout + result.stderr
     assert f"belongs to the user {OTHER_USER}, not to local; nothing was sent" in summary["error"]
     assert summary["commit"] is None and _history(hub, REPO) == []
+    assert summary["stages"][-1]["name"] == "upload, verify, tag" and not summary["stages"][-1]["ok"]
 
 
 def test_a_refused_collection_after_the_commit_is_its_own_exit_code(hub: LocalHub, ready: Path,

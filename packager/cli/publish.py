@@ -92,7 +92,7 @@ def _collection_request(repo_id: str, title: str | None, owner: str | None, note
     fields = {"collection": title, **({"collection_owner": owner} if owner else {}),
               **({"collection_note": note} if note else {})}
     check({"release": {"repo_id": repo_id, "title": "t", "version": "v", "license": "x", "summary": "s", **fields}},
-          "upload")
+          "upload --collection")
     return CollectionRequest(title, owner or repo_id.split("/")[0], note)
 
 

@@ -170,8 +170,8 @@ def translate(hub: Hub, exc: BaseException, what: str) -> PackagerError:
     server = getattr(exc, "server_message", None) or ""
     detail = hub.redact(f" ({server})" if server else "")[:300]
     if isinstance(exc, GatedRepoError):
-        return HubGated(f"{what}: the repo is gated and this {'token has no access' if hub.token else 'request has no token'}"
-                        f" ({status}){detail}")
+        who = "this token has not been granted access" if hub.token else "no token was given"
+        return HubGated(f"{what}: the repo is gated and {who} ({status}){detail}")
     if status == 401:
         return HubAuthError(f"{what}: the Hub at {hub.endpoint} rejected the credentials (401){detail}")
     if status == 403:

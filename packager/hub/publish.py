@@ -164,7 +164,6 @@ def upload(request: UploadRequest, progress: Progress = lambda _: None,
                                                          (commit, commit != parent, request.tag), sleep))
 
 
-
 def _publish(hub: Hub, request: UploadRequest, rows: tuple[PlanRow, ...], local: dict[str, LocalFile],
              parent: str, progress: Progress, sleep: Callable[[float], None]) -> str:
     """Send what the plan says and verify it; the commit the bundle is now at."""
@@ -214,7 +213,6 @@ def _prepare(hub: Hub, request: UploadRequest, repo: Repo, base: str | None,
         with_retries(hub, f"creating the branch {request.revision} of {repo_id} at {base[:12]}",
                      lambda: hub.api.create_branch(repo_id, branch=request.revision, revision=base), sleep=sleep)
     return base, gated
-
 
 
 def _send(hub: Hub, request: UploadRequest, rows: tuple[PlanRow, ...], local: dict[str, LocalFile],

@@ -17,8 +17,8 @@ from .store import Store
 JSON_CAP = 1_000_000
 COMMIT_CAP = 64_000_000
 LFS_CAP = 50_000_000_000
-BODY_IDLE_SECONDS = 30.0
-DEFAULT_USER = "local"  # whoever holds a token configured without a user name  # a body that sends nothing for this long is abandoned (a Content-Length lie)
+BODY_IDLE_SECONDS = 30.0  # a body that sends nothing for this long is abandoned (a Content-Length lie)
+DEFAULT_USER = "local"  # whoever holds a token configured without a user name
 
 
 @dataclass(frozen=True)
