@@ -16,11 +16,13 @@ from . import StderrProgress, _path, cli
 @click.option("--prompts", "prompts_file", type=_path(exists=True, dir_okay=False),
               help="Prompts, one per line (or JSON).  [default: the built-in set]")
 @click.option("--spec", "spec_path", type=_path(), help="Release spec whose [verify] table sets thresholds.")
+@click.option("--source-dtype", type=click.Choice(["stored", "float32"]), default="stored", show_default=True,
+              help="The source computes in its stored dtype (bf16 for Qwen3) or in float32 (twice the memory).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--quiet", is_flag=True, help="No progress on stderr.")
 @click.pass_context
 def verify(ctx: click.Context, bundle: Path, source: Path, prompts_file: Path | None, spec_path: Path | None,
-           as_json: bool, quiet: bool) -> None:
+           source_dtype: str, as_json: bool, quiet: bool) -> None:
     """Check that BUNDLE (MNN) behaves like its source checkpoint (transformers). Exit 50 below a threshold.
 
     Compares the next-token distributions at every position of the built-in chat-templated workload (54
@@ -30,6 +32,9 @@ def verify(ctx: click.Context, bundle: Path, source: Path, prompts_file: Path | 
     cosine; top-1 over all positions and greedy agreement are reported, and gated only if the spec's
     [verify] sets them.
 
+    The source runs first (its continuations decoded in batches of prompts, its logits kept in a temporary
+    file: about 14 MB a prompt), then the bundle, so the two are never in memory together.
+
     Example: packager verify ./bundle --source ./qwen3-draft
     """
     from .. import spec as spec_module
@@ -38,8 +43,8 @@ def verify(ctx: click.Context, bundle: Path, source: Path, prompts_file: Path | 
 
     thresholds = Thresholds.from_spec(spec_module.load(spec_path).verify if spec_path else None)
     report = run_verify(bundle, source, prompts_from_file(prompts_file) if prompts_file else None, thresholds,
-                        progress=StderrProgress(quiet))
-    data = {"ok": report.ok, "bundle": str(bundle), "source": str(source),
+                        progress=StderrProgress(quiet), dtype=source_dtype)  # type: ignore[arg-type]
+    data = {"ok": report.ok, "bundle": str(bundle), "source": str(source), "source_dtype": source_dtype,
             "tokenizer": {"matched": report.tokenizer_matched, "total": report.tokenizer_total},
             "prompts": report.prompts, "positions": report.positions,
             "decisive_positions": report.decisive_positions, "top1_decisive": report.top1_decisive,
