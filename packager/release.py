@@ -30,6 +30,8 @@ class ReleaseResult:
     commit: str | None = None
     tag: str | None = None
     error: PackagerError | None = field(default=None, compare=False)
+    dry_run: bool = False
+    upload: Any = None  # the upload's (or, dry, the plan's) UploadResult, once that stage ran
 
     @property
     def ok(self) -> bool:
@@ -44,6 +46,7 @@ class ReleaseRequest:
     endpoint: str | None = None
     private: bool = False
     token: str | None = field(default=None, repr=False)  # else HF_TOKEN or the huggingface login
+    dry_run: bool = False  # every stage but the upload, which only plans: nothing changes on the Hub
 
 
 def _default_out(spec: ReleaseSpec) -> Path:
@@ -81,11 +84,15 @@ def run(request: ReleaseRequest, progress: Progress = lambda _: None) -> Release
             stage("verify", lambda: _verify(spec, state, progress))
         stage("card", lambda: _card(spec, state["bundle"], state.get("parity")))
         stage("checksum", lambda: _checksum(state["bundle"]))
-        stage("upload, verify, tag", lambda: _upload(request, state, progress))
+        if request.dry_run:
+            stage("upload plan (dry run)", lambda: _plan(request, state, progress))
+        else:
+            stage("upload, verify, tag", lambda: _upload(request, state, progress))
+        error = None
     except PackagerError as exc:
-        return ReleaseResult(tuple(stages), state["bundle"], release.repo_id, state.get("commit"),
-                             state.get("tag"), error=exc)
-    return ReleaseResult(tuple(stages), state["bundle"], release.repo_id, state.get("commit"), state.get("tag"))
+        error = exc
+    return ReleaseResult(tuple(stages), state["bundle"], release.repo_id, state.get("commit"), state.get("tag"),
+                         error=error, dry_run=request.dry_run, upload=state.get("upload"))
 
 
 def _convert(request: ReleaseRequest, state: dict[str, Any], progress: Progress) -> str:
@@ -150,19 +157,36 @@ def _checksum(bundle: Path) -> str:
     return f"{manifest.path.name} ({len(manifest.digests)} files)"
 
 
-def _upload(request: ReleaseRequest, state: dict[str, Any], progress: Progress) -> str:
+def _upload_request(request: ReleaseRequest, bundle: Path) -> Any:
     from . import __version__
-    from .hub.plan import SENT
-    from .hub.publish import UploadRequest, upload
+    from .hub.publish import UploadRequest
 
     release = request.spec.need("release")
-    message = f"Release {release.version}: {release.title} (packager {__version__})"
-    result = upload(UploadRequest(bundle=state["bundle"], repo_id=release.repo_id, endpoint=request.endpoint,
-                                  tag=release.version, private=request.private, message=message,
-                                  token=request.token), progress=progress)
-    state["commit"], state["tag"] = result.commit, result.tag
+    return UploadRequest(bundle=bundle, repo_id=release.repo_id, endpoint=request.endpoint, tag=release.version,
+                         private=request.private, dry_run=request.dry_run, token=request.token,
+                         message=f"Release {release.version}: {release.title} (packager {__version__})")
+
+
+def _upload(request: ReleaseRequest, state: dict[str, Any], progress: Progress) -> str:
+    from .hub.plan import SENT
+    from .hub.publish import upload
+
+    release = request.spec.need("release")
+    result = upload(_upload_request(request, state["bundle"]), progress=progress)
+    state["commit"], state["tag"], state["upload"] = result.commit, result.tag, result
     sent = sum(r.action in SENT for r in result.plan)
     what = f"committed {sent} file(s)" if result.committed else "unchanged, no commit"
     if result.repaired:
         what += f", repaired {', '.join(result.repaired)}"
     return f"{what}; {release.repo_id}@{(result.commit or '')[:12]} verified, tagged {release.version}"
+
+
+def _plan(request: ReleaseRequest, state: dict[str, Any], progress: Progress) -> str:
+    from .hub.publish import upload
+
+    release = request.spec.need("release")
+    result = upload(_upload_request(request, state["bundle"]), progress=progress)
+    state["upload"] = result
+    changes = sum(r.action != "unchanged" for r in result.plan)
+    return (f"{changes} of {len(result.plan)} file(s) would change, {result.bytes_to_send:,} bytes sent, tag "
+            f"{release.version}; nothing changed on {result.endpoint}")
