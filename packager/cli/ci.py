@@ -59,6 +59,12 @@ def init(folder: Path, checkpoint: Path | None, adapter: Path | None, repo_id: s
 
     if adapter is not None and checkpoint is None:
         raise click.UsageError("--lora needs --from (the checkpoint the adapter was trained on)")
+    if repo_id is not None:
+        from ..errors import InvalidOption
+        from ..hub.names import repo_id_problem
+
+        if (problem := repo_id_problem(repo_id)) is not None:
+            raise InvalidOption(f"--repo-id: {problem}", "give the Hub repo as namespace/name")
     result = run_init(InitRequest(folder=folder, checkpoint=checkpoint, adapter=adapter, repo_id=repo_id,
                                   hook_repo=hook_repo, hook_rev=hook_rev))
     for name in result.written:
