@@ -157,3 +157,11 @@ def test_files_are_written_with_the_users_umask(tmp_path: Path) -> None:
 def test_parameters_are_said_as_people_say_them() -> None:
     assert [say_parameters(n) for n in (596_049_920, 1_720_574_976, 4_022_468_096, 40_077_056)] == \
         ["0.6B", "1.7B", "4B", "40M"]
+
+
+def test_convert_takes_the_checkpoint_from_the_spec_when_none_is_given(tmp_path: Path) -> None:
+    spec = tmp_path / "release.toml"
+    spec.write_text('[convert]\nsource = "models/missing-draft"\n')
+    result = run_cli("convert", "--spec", str(spec), "--out", str(tmp_path / "b"))
+    assert result.returncode == 10 and str(tmp_path / "models" / "missing-draft") in result.stderr
+    assert run_cli("convert", "--out", str(tmp_path / "b")).returncode == 2
