@@ -6,10 +6,13 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from .errors import PackagerError, SpecError
 from .spec import ReleaseSpec
+
+if TYPE_CHECKING:
+    from .hub.publish import UploadRequest, UploadResult
 
 Progress = Callable[[str], None]
 
@@ -31,7 +34,7 @@ class ReleaseResult:
     tag: str | None = None
     error: PackagerError | None = field(default=None, compare=False)
     dry_run: bool = False
-    upload: Any = None  # the upload's (or, dry, the plan's) UploadResult, once that stage ran
+    upload: UploadResult | None = None  # the upload's (dry run: the plan's) result, once that stage ran
 
     @property
     def ok(self) -> bool:
@@ -157,7 +160,7 @@ def _checksum(bundle: Path) -> str:
     return f"{manifest.path.name} ({len(manifest.digests)} files)"
 
 
-def _upload_request(request: ReleaseRequest, bundle: Path) -> Any:
+def _upload_request(request: ReleaseRequest, bundle: Path) -> UploadRequest:
     from . import __version__
     from .hub.publish import UploadRequest
 

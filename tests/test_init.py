@@ -165,3 +165,22 @@ def test_convert_takes_the_checkpoint_from_the_spec_when_none_is_given(tmp_path:
     result = run_cli("convert", "--spec", str(spec), "--out", str(tmp_path / "b"))
     assert result.returncode == 10 and str(tmp_path / "models" / "missing-draft") in result.stderr
     assert run_cli("convert", "--out", str(tmp_path / "b")).returncode == 2
+
+
+def test_a_file_that_appears_while_writing_is_kept_and_the_rest_undone(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from packager.errors import InitFileExists
+    from packager.init import scaffold
+
+    folder = tmp_path / "r"
+    real_publish = scaffold._publish
+
+    def another_init_wins(path: Path, text: str) -> None:  # the other run writes its Makefile first
+        if path.name == "Makefile":
+            path.write_text("theirs\n")
+        real_publish(path, text)
+
+    monkeypatch.setattr(scaffold, "_publish", another_init_wins)
+    with pytest.raises(InitFileExists, match="Makefile appeared while packager init was writing"):
+        scaffold.init(scaffold.InitRequest(folder=folder))
+    assert [p.name for p in folder.iterdir()] == ["Makefile"] and (folder / "Makefile").read_text() == "theirs\n"

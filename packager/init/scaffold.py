@@ -148,7 +148,10 @@ def _write_all(folder: Path, files: dict[str, str]) -> None:
             made.append(path)
     except BaseException as exc:
         for path in reversed(made):
-            path.rmdir() if path.is_dir() else path.unlink(missing_ok=True)
+            try:
+                path.rmdir() if path.is_dir() else path.unlink(missing_ok=True)
+            except OSError:  # a folder another run has written into meanwhile stays, with its files
+                pass
         if isinstance(exc, OSError):
             raise from_os_error(exc, "writing the release repository") from None
         raise
