@@ -133,7 +133,7 @@ class ReleaseSpec:
 def load(path: Path) -> ReleaseSpec:
     """Read and check a release spec; a wrong field fails with its dotted path."""
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = parse(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise SpecError(f"release spec {path} does not exist", "pass the path of your release.toml") from None
     except (OSError, UnicodeDecodeError) as exc:
@@ -142,9 +142,13 @@ def load(path: Path) -> ReleaseSpec:
         raise SpecError(f"release spec {path} is not valid TOML: {shorten(str(exc))}") from None
     except RecursionError:
         raise SpecError(f"release spec {path} is nested too deeply to be a release spec") from None
-    data = _dates_as_text(data)
     check(data, str(path))
     return from_dict(data, path)
+
+
+def parse(text: str) -> dict[str, Any]:
+    """The spec's TOML as data, dates as YYYY-MM-DD text (as the schema and the card take them)."""
+    return _dates_as_text(tomllib.loads(text))
 
 
 def _dates_as_text(node: Any) -> Any:
@@ -155,31 +159,66 @@ def _dates_as_text(node: Any) -> Any:
     return node.isoformat() if isinstance(node, (datetime.date, datetime.datetime)) else node
 
 
-def check(data: dict[str, Any], where: str) -> None:
+TODO = "TODO"  # `packager init` writes what only a person knows as "TODO: ..."; the schema refuses it
+
+
+@dataclass(frozen=True)
+class SpecProblem:
+    path: tuple[str | int, ...]  # where in the spec, e.g. ("release", "title"); () for the top level
+    message: str
+    placeholder: bool = False  # a TODO that packager init wrote is still there
+
+    @property
+    def dotted(self) -> str:
+        return ".".join(str(p) for p in self.path) or "(top level)"
+
+
+def problems(data: dict[str, Any]) -> list[SpecProblem]:
+    """Every schema violation and broken figure rule of a parsed spec, in the spec's order of paths."""
     validator = resources.validator("release")
     errors = sorted(validator.iter_errors(data), key=lambda e: (list(map(str, e.absolute_path)), e.message))
-    if errors:
-        first = errors[0]
-        location = ".".join(str(p) for p in first.absolute_path) or "(top level)"
-        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        raise SpecError(f"{where}: {location}: {first.message}{more}")
-    _check_training(data.get("training"), where)
+    found = [SpecProblem(tuple(e.absolute_path), _message(e), _placeholder(e)) for e in errors]
+    todo = {p.path for p in found if p.placeholder}  # a TODO also fails the field's own rules: say it once
+    found = [p for p in found if p.placeholder or p.path not in todo]
+    if not any(p.path[:1] == ("training",) for p in found):  # the figure rules need well-typed figures
+        found += _training_problems(data.get("training"))
+    return found
 
 
-def _check_training(training: dict[str, Any] | None, where: str) -> None:
+def _placeholder(error: Any) -> bool:
+    return isinstance(error.instance, str) and error.instance.startswith(TODO) and error.validator == "not"
+
+
+def _message(error: Any) -> str:
+    if _placeholder(error):
+        return f"still the placeholder {shorten(repr(error.instance))}: fill in what only you know"
+    return error.message
+
+
+def check(data: dict[str, Any], where: str) -> None:
+    found = problems(data)
+    if found:
+        more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+        raise SpecError(f"{where}: {found[0].dotted}: {found[0].message}{more}")
+
+
+def _training_problems(training: dict[str, Any] | None) -> list[SpecProblem]:
     if not training:
-        return
+        return []
+    found = []
     parts = [training.get(k) for k in ("samples", "batch_size", "grad_accum", "epochs")]
     steps = training.get("optimizer_steps")
     if steps is not None and all(p is not None for p in parts):
         samples, batch, accum, epochs = parts
         expected = math.ceil(samples / (batch * accum)) * epochs
         if steps != expected:
-            raise SpecError(f"{where}: training.optimizer_steps is {steps} but samples / (batch_size x grad_accum) "
-                            f"x epochs = {expected}")
+            found.append(SpecProblem(("training", "optimizer_steps"), f"{steps} != ceil(samples / (batch_size x "
+                                     f"grad_accum)) x epochs = {expected}"))
     if training.get("loss_kl") is not None and training.get("loss_ce") is not None:
         if abs(training["loss_kl"] + training["loss_ce"] - 1) > 1e-9:
-            raise SpecError(f"{where}: training.loss_kl + training.loss_ce must be 1")
+            found.append(SpecProblem(("training", "loss_ce"), f"loss_kl + loss_ce must be 1, they add up to "
+                                     f"{training['loss_kl'] + training['loss_ce']:g}"))
+    return found
 
 
 def _build(cls: type, data: dict[str, Any] | None) -> Any:
