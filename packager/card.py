@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import resources
+from . import mnnfolder, resources
 from .bundle import APP_FILES, FILES
 from .convert.checkpoint import read_json
 from .engine import EngineRequirement, format_version, parse_version
@@ -95,8 +95,14 @@ def render(bundle: Path, spec: ReleaseSpec, template: Path | None = None,
 
     files = _files(bundle)
     llm_config = _json(bundle, "llm_config.json")
-    tie = llm_config.get("tie_embeddings")
-    bits, block = (tie[3], tie[4]) if isinstance(tie, list) else (tie["quant_bit"], tie["quant_block"])
+    try:
+        tie = mnnfolder.tied_embedding(llm_config.get("tie_embeddings"))
+    except mnnfolder.FolderConflict as exc:
+        raise CardError(str(exc), "run packager validate on the bundle") from None
+    if tie is None:
+        raise CardError("llm_config.json has no tie_embeddings: the card states the quantization it declares",
+                        "run packager validate on the bundle")
+    bits, block = tie.bits, tie.block
     runtime = _json(bundle, "runtime_config.json")
     meta = metadata(spec, bits)
     index = model_index(spec.need("release").repo_id, measurements or {},

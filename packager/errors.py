@@ -123,6 +123,20 @@ class NotEnoughMemory(PackagerError):
             "(or pass an MNN folder llmexport made) and pair against that")
 
 
+class InitFileExists(PackagerError):
+    """`packager init` would have to overwrite a file."""
+
+    exit_code = 60
+    hint = "packager init never overwrites a file: move it aside, or init another folder"
+
+
+class InitTargetRefused(PackagerError):
+    """`packager init` was pointed at a folder it must not write into (inside the checkpoint, a file, ...)."""
+
+    exit_code = 61
+    hint = "init the release repository outside the checkpoint and the adapter (it may contain them)"
+
+
 # Longest excerpt of any user-supplied value that a message shows.
 MAX_SHOWN = 200
 

@@ -6,10 +6,13 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from .errors import PackagerError, SpecError
 from .spec import ReleaseSpec
+
+if TYPE_CHECKING:
+    from .hub.publish import UploadRequest, UploadResult
 
 Progress = Callable[[str], None]
 
@@ -30,6 +33,8 @@ class ReleaseResult:
     commit: str | None = None
     tag: str | None = None
     error: PackagerError | None = field(default=None, compare=False)
+    dry_run: bool = False
+    upload: UploadResult | None = None  # the upload's (dry run: the plan's) result, once that stage ran
 
     @property
     def ok(self) -> bool:
@@ -44,6 +49,7 @@ class ReleaseRequest:
     endpoint: str | None = None
     private: bool = False
     token: str | None = field(default=None, repr=False)  # else HF_TOKEN or the huggingface login
+    dry_run: bool = False  # every stage but the upload, which only plans: nothing changes on the Hub
 
 
 def _default_out(spec: ReleaseSpec) -> Path:
@@ -85,13 +91,18 @@ def run(request: ReleaseRequest, progress: Progress = lambda _: None) -> Release
             stage("verify", lambda: _verify(spec, state, progress))
         stage("card", lambda: _card(spec, state["bundle"], state.get("parity")))
         stage("checksum", lambda: _checksum(state["bundle"]))
-        stage("upload, verify, tag", lambda: _upload(request, state, progress))
-        if spec.need("release").collection is not None:
-            stage("collection", lambda: _collection(state))
+        if request.dry_run:
+            stage("upload plan (dry run)", lambda: _plan(request, state, progress))
+        else:
+            stage("upload, verify, tag", lambda: _upload(request, state, progress))
+        if release.collection is not None:
+            stage("collection (dry run)" if request.dry_run else "collection",
+                  lambda: _collection(state, request.dry_run))
+        error = None
     except PackagerError as exc:
-        return ReleaseResult(tuple(stages), state["bundle"], release.repo_id, state.get("commit"),
-                             state.get("tag"), error=exc)
-    return ReleaseResult(tuple(stages), state["bundle"], release.repo_id, state.get("commit"), state.get("tag"))
+        error = exc
+    return ReleaseResult(tuple(stages), state["bundle"], release.repo_id, state.get("commit"), state.get("tag"),
+                         error=error, dry_run=request.dry_run, upload=state.get("upload"))
 
 
 def _convert(request: ReleaseRequest, state: dict[str, Any], progress: Progress) -> str:
@@ -157,28 +168,36 @@ def _checksum(bundle: Path) -> str:
     return f"{manifest.path.name} ({len(manifest.digests)} files)"
 
 
-def _upload(request: ReleaseRequest, state: dict[str, Any], progress: Progress) -> str:
+def _upload_request(request: ReleaseRequest, bundle: Path) -> UploadRequest:
     from . import __version__
-    from .hub.collection import CollectionNotUpdated, CollectionRequest
-    from .hub.plan import SENT
-    from .hub.publish import UploadRequest, upload
+    from .hub.collection import CollectionRequest
+    from .hub.publish import UploadRequest
 
     release = request.spec.need("release")
-    message = f"Release {release.version}: {release.title} (packager {__version__})"
     collection = (CollectionRequest(release.collection, release.owner, release.collection_note)
                   if release.collection else None)
+    return UploadRequest(bundle=bundle, repo_id=release.repo_id, endpoint=request.endpoint, tag=release.version,
+                         private=request.private, dry_run=request.dry_run, token=request.token,
+                         message=f"Release {release.version}: {release.title} (packager {__version__})",
+                         collection=collection, gated=release.gated)
+
+
+def _upload(request: ReleaseRequest, state: dict[str, Any], progress: Progress) -> str:
+    from .hub.collection import CollectionNotUpdated
+    from .hub.plan import SENT
+    from .hub.publish import upload
+
+    release = request.spec.need("release")
     try:
-        result = upload(UploadRequest(bundle=state["bundle"], repo_id=release.repo_id, endpoint=request.endpoint,
-                                      tag=release.version, private=request.private, message=message,
-                                      token=request.token, collection=collection, gated=release.gated),
-                        progress=progress)
+        result = upload(_upload_request(request, state["bundle"]), progress=progress)
     except CollectionNotUpdated as exc:
-        if exc.commit is None:  # refused before anything was sent
+        if exc.upload is None:  # refused before anything was sent
             raise
         # The commit is verified and tagged: this stage passed, the collection stage did not.
-        state["commit"], state["tag"], state["collection"] = exc.commit, exc.tag, exc
-        return f"{release.repo_id}@{(exc.commit or '')[:12]} verified, tagged {exc.tag}"
-    state["commit"], state["tag"], state["collection"] = result.commit, result.tag, result.collection
+        result, state["collection"] = exc.upload, exc
+    else:
+        state["collection"] = result.collection
+    state["commit"], state["tag"], state["upload"] = result.commit, result.tag, result
     sent = sum(r.action in SENT for r in result.plan)
     what = f"committed {sent} file(s)" if result.committed else "unchanged, no commit"
     if result.repaired:
@@ -187,10 +206,23 @@ def _upload(request: ReleaseRequest, state: dict[str, Any], progress: Progress) 
     return f"{what}; {release.repo_id}@{(result.commit or '')[:12]} verified, tagged {release.version}{gated}"
 
 
-def _collection(state: dict[str, Any]) -> str:
+def _plan(request: ReleaseRequest, state: dict[str, Any], progress: Progress) -> str:
+    from .hub.publish import upload
+
+    release = request.spec.need("release")
+    result = upload(_upload_request(request, state["bundle"]), progress=progress)
+    state["upload"], state["collection"] = result, result.collection
+    changes = sum(r.action != "unchanged" for r in result.plan)
+    gated = f", gated ({result.gated}) once released" if result.gated else ""
+    return (f"{changes} of {len(result.plan)} file(s) would change, {result.bytes_to_send:,} bytes sent, tag "
+            f"{release.version}{gated}; nothing changed on {result.endpoint}")
+
+
+def _collection(state: dict[str, Any], dry_run: bool) -> str:
+    """What the upload did to the collection (a dry run: would do); a failure after its commit is raised here."""
     from .hub.collection import CollectionNotUpdated, describe
 
     found = state["collection"]
     if isinstance(found, CollectionNotUpdated):
         raise found
-    return describe(found)
+    return describe(found, dry_run) + ("; nothing changed on the Hub" if dry_run else "")

@@ -19,7 +19,7 @@ def schema(name: str) -> dict[str, Any]:
 
 
 SCHEMA_NAMES = ("mnn_runtime", "config", "draft_config", "config_opencl", "runtime_config", "llm_config",
-                "provenance", "release")
+                "provenance", "release", "release_summary")
 
 
 @cache

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime
-import math
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -12,7 +11,7 @@ from typing import Any, Literal
 from . import resources
 from .convert.presets import RuntimeOverrides
 from .errors import SpecError, shorten
-from .speccheck import check_links, message
+from .spec_rules import problems
 
 
 @dataclass(frozen=True)
@@ -155,7 +154,7 @@ class ReleaseSpec:
 def load(path: Path) -> ReleaseSpec:
     """Read and check a release spec; a wrong field fails with its dotted path."""
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = parse(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise SpecError(f"release spec {path} does not exist", "pass the path of your release.toml") from None
     except (OSError, UnicodeDecodeError) as exc:
@@ -164,9 +163,13 @@ def load(path: Path) -> ReleaseSpec:
         raise SpecError(f"release spec {path} is not valid TOML: {shorten(str(exc))}") from None
     except RecursionError:
         raise SpecError(f"release spec {path} is nested too deeply to be a release spec") from None
-    data = _dates_as_text(data)
     check(data, str(path))
     return from_dict(data, path)
+
+
+def parse(text: str) -> dict[str, Any]:
+    """The spec's TOML as data, dates as YYYY-MM-DD text (as the schema and the card take them)."""
+    return _dates_as_text(tomllib.loads(text))
 
 
 def _dates_as_text(node: Any) -> Any:
@@ -178,31 +181,10 @@ def _dates_as_text(node: Any) -> Any:
 
 
 def check(data: dict[str, Any], where: str) -> None:
-    validator = resources.validator("release")
-    errors = sorted(validator.iter_errors(data), key=lambda e: (list(map(str, e.absolute_path)), e.message))
-    if errors:
-        first = errors[0]
-        location = ".".join(str(p) for p in first.absolute_path) or "(top level)"
-        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        raise SpecError(f"{where}: {location}: {message(first)}{more}")
-    _check_training(data.get("training"), where)
-    check_links(data.get("card", {}).get("links", {}), where)
-
-
-def _check_training(training: dict[str, Any] | None, where: str) -> None:
-    if not training:
-        return
-    parts = [training.get(k) for k in ("samples", "batch_size", "grad_accum", "epochs")]
-    steps = training.get("optimizer_steps")
-    if steps is not None and all(p is not None for p in parts):
-        samples, batch, accum, epochs = parts
-        expected = math.ceil(samples / (batch * accum)) * epochs
-        if steps != expected:
-            raise SpecError(f"{where}: training.optimizer_steps is {steps} but samples / (batch_size x grad_accum) "
-                            f"x epochs = {expected}")
-    if training.get("loss_kl") is not None and training.get("loss_ce") is not None:
-        if abs(training["loss_kl"] + training["loss_ce"] - 1) > 1e-9:
-            raise SpecError(f"{where}: training.loss_kl + training.loss_ce must be 1")
+    found = problems(data)
+    if found:
+        more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+        raise SpecError(f"{where}: {found[0].dotted}: {found[0].message}{more}")
 
 
 def _build(cls: type, data: dict[str, Any] | None) -> Any:

@@ -1,35 +1,82 @@
-"""Release-spec checks the schema cannot word well: pattern failures in the schema's own words, and links."""
+"""`check-spec`: every problem of a release spec at once (schema, placeholders, figure rules), with its line."""
 
 from __future__ import annotations
 
+import re
+import tomllib
+from pathlib import Path
 from typing import Any
 
-from .errors import SpecError, shorten
+from . import spec
+from .ci import Checked
+from .errors import shorten
+from .validate.findings import Finding
+
+_TOML_AT = re.compile(r"\(at line (\d+), column (\d+)\)")
+_HEADER = re.compile(r"^\s*(\[\[?)\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
+_KEY = re.compile(r"""^\s*((?:[A-Za-z0-9_-]+|"[^"]*"|'[^']*')(?:\s*\.\s*(?:[A-Za-z0-9_-]+|"[^"]*"|'[^']*'))*)\s*=""")
 
 
-def message(error: Any) -> str:
-    """The validator's message, or the schema's own words for a broken pattern; long values cut short."""
-    problem = error.schema.get("x-problem") if isinstance(error.schema, dict) else None
-    if error.validator == "pattern" and problem:
-        return f"{shorten(repr(error.instance), 80)} {problem}"
-    if error.validator == "maxLength":
-        return f"{shorten(repr(error.instance), 80)} is longer than {error.validator_value} characters"
-    return error.message
+def check_spec(path: Path) -> Checked:
+    """One spec's findings; a spec that cannot be read or parsed is one finding, never an exception."""
+    shown = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return _one(shown, "does not exist")
+    except (OSError, UnicodeDecodeError) as exc:
+        return _one(shown, f"cannot be read ({shorten(str(exc))})")
+    try:
+        data = spec.parse(text)
+    except tomllib.TOMLDecodeError as exc:
+        at = _TOML_AT.search(str(exc))
+        line, column = (int(at[1]), int(at[2])) if at else (None, None)
+        return _one(shown, f"is not valid TOML: {shorten(str(exc))}", line, column)
+    except RecursionError:
+        return _one(shown, "is nested too deeply to be a release spec")
+    lines = key_lines(text)
+    findings = []
+    for problem in spec.problems(data):
+        line = locate(lines, problem.path)
+        findings.append(Finding(shown, "", "error", f"{problem.dotted}: {problem.message}",
+                                line=line, column=1 if line else None))
+    findings.sort(key=lambda f: f.line or 0)
+    return Checked("spec", shown, tuple(findings), (shown,))
 
 
-def check_links(links: dict[str, str], where: str) -> None:
-    """Each link is an http(s) URL with a host, and without a user name or password (the card is public)."""
-    from urllib.parse import urlsplit
+def _one(shown: str, message: str, line: int | None = None, column: int | None = None) -> Checked:
+    return Checked("spec", shown, (Finding(shown, "", "error", message, line=line, column=column),), (shown,))
 
-    for name, url in links.items():
-        try:
-            parts = urlsplit(url)
-            parts.port  # noqa: B018 - raises ValueError for a bad port
-        except ValueError:
-            parts = None
-        if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
-            raise SpecError(f"{where}: card.links.{name}: {shorten(url, 80)} is not an http:// or https:// URL "
-                            "with a host")
-        if parts.username is not None or parts.password is not None:
-            raise SpecError(f"{where}: card.links.{name}: the URL carries a user name or password; the card is "
-                            "public, so give the link without them")
+
+def key_lines(text: str) -> dict[tuple[Any, ...], int]:
+    """Line (1-based) of every table header and key, by its path: ("release", "title"), ("benchmarks", 0)."""
+    where: dict[tuple[Any, ...], int] = {}
+    table: tuple[Any, ...] = ()
+    arrays: dict[tuple[str, ...], int] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        header = _HEADER.match(line)
+        if header:
+            names = _parts(header[2])
+            if header[1] == "[[":
+                arrays[names] = arrays.get(names, -1) + 1
+                table = (*names, arrays[names])
+            else:
+                table = names
+            where.setdefault(table, number)
+            continue
+        key = _KEY.match(line)
+        if key:
+            where.setdefault((*table, *_parts(key[1])), number)
+    return where
+
+
+def _parts(dotted: str) -> tuple[str, ...]:
+    return tuple(part.strip().strip("\"'") for part in re.split(r"\.(?=(?:[^\"']|\"[^\"]*\"|'[^']*')*$)", dotted))
+
+
+def locate(lines: dict[tuple[Any, ...], int], path: tuple[Any, ...]) -> int | None:
+    """The line of the longest part of `path` the file spells out (a list item is found by its key)."""
+    for end in range(len(path), 0, -1):
+        if tuple(path[:end]) in lines:
+            return lines[tuple(path[:end])]
+    return None

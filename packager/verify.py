@@ -11,6 +11,7 @@ a LoRA-distilled draft, several seeds; bench/verify_calibration.py, bench/RESULT
 
 from __future__ import annotations
 
+import gc
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Callable
@@ -19,6 +20,11 @@ import numpy as np
 
 from .convert.checkpoint import QWEN3_STOP_IDS
 from .errors import VERIFY_FAILED, InvalidOption, PackagerError, from_os_error, shorten
+
+from . import heap
+from .continuation import Continued, Spill, continue_all
+from .pair import compat, workload
+from .pair.models import Dtype, HFModel, MNNModel
 
 Progress = Callable[[str], None]
 MIN_POSITIONS = 1000  # fewer makes the figures noisy: the report says so
@@ -98,23 +104,83 @@ def margins(theirs: np.ndarray) -> np.ndarray:
     return top2[..., 1] - top2[..., 0]
 
 
-def _prefix_share(a: list[int], b: list[int]) -> float:
-    same = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        same += 1
-    return same / max(1, len(b))
+def compare_in_chunks(ours: np.ndarray, theirs: np.ndarray, chunk: int = 16) -> tuple[
+        list[bool], list[float], list[float], list[float]]:
+    """compare_positions and margins, a few rows at a time in float64 (a whole prompt's rows in float64, with
+    their softmax temporaries, are several hundred MB at a 152k vocabulary)."""
+    top1: list[bool] = []
+    cosine: list[float] = []
+    kl: list[float] = []
+    margin: list[float] = []
+    for at in range(0, len(theirs), chunk):
+        mine, source = ours[at:at + chunk].astype(np.float64), theirs[at:at + chunk].astype(np.float64)
+        t, c, k = compare_positions(mine, source)
+        top1 += t
+        cosine += c
+        kl += k
+        margin += [float(m) for m in margins(source)]  # from the logits: no second log-softmax
+    return top1, cosine, kl, margin
 
 
 def verify(bundle: Path, source: Path, prompts: tuple[str, ...] | None = None,
            thresholds: Thresholds = Thresholds(), continuation: int = 16,
-           progress: Progress = lambda _: None) -> VerifyReport:
-    from . import resources
-    from .pair import compat, workload
-    from .pair.models import HFModel, MNNModel
-    from .pair.speculative import autoregressive
+           progress: Progress = lambda _: None, dtype: Dtype = "stored") -> VerifyReport:
+    """The source first (its greedy continuations of every prompt, in batches, its logits to a temporary file),
+    then, with the source freed, the bundle: one teacher-forced forward per prompt gives its logits at every
+    position and its greedy agreement. `dtype`: the source computes in its stored dtype (bf16 for Qwen3) or in
+    float32."""
+    import tempfile
 
+    from . import resources
+
+    stop, template = _source_facts(source)
+    items = workload.from_texts(prompts) if prompts else workload.builtin()
+    corpus = resources.tokenizer_corpus()
+    encoded = _preflight(bundle, corpus, progress)
+    with tempfile.TemporaryDirectory(prefix="packager-verify-") as folder:
+        progress(f"the source's greedy continuations of {len(items)} chat-templated prompts (up to {continuation} "
+                 "tokens), in batches")
+        continued, spill, expected = _source_pass(source, dtype, template, items, corpus, continuation, stop,
+                                                  Path(folder))
+        try:
+            progress("the bundle (MNN) on the same tokens")
+            ours = MNNModel(bundle)
+            try:
+                matched = sum(mine == theirs for mine, theirs in zip(encoded, expected))
+                top1: list[bool] = []
+                cosine: list[float] = []
+                kl: list[float] = []
+                margin: list[float] = []
+                greedy = []
+                for item in continued:
+                    mine = ours.logits_all([*item.ids, *item.tokens])[:item.positions]
+                    t, c, k, m = compare_in_chunks(mine, spill.read(item))
+                    top1 += t
+                    cosine += c
+                    kl += k
+                    margin += m
+                    greedy.append(_greedy_prefix(mine, item) / max(1, len(item.tokens)))
+            finally:
+                ours.close()
+        finally:
+            spill.close()
+    return _judge(bundle, source, thresholds, matched, len(corpus), len(items), top1, cosine, kl, margin, greedy)
+
+
+def _preflight(bundle: Path, corpus: tuple[str, ...], progress: Progress) -> list[list[int]]:
+    """The bundle's ids for the tokenizer corpus, and one forward: a bundle that cannot run fails in seconds, not
+    after the source's whole pass (its runtime is closed again so the two models are never resident together)."""
+    progress("loading the bundle (MNN) for a first forward and its tokenizer's ids")
+    ours = MNNModel(bundle)
+    try:
+        encoded = [ours.encode(text) for text in corpus]
+        ours.logits_all(next((ids for ids in encoded if ids), [0])[:8])
+    finally:
+        ours.close()
+    return encoded
+
+
+def _source_facts(source: Path) -> tuple[tuple[int, ...], str]:
     try:
         stop = tuple(sorted(compat.facts(source).stop))
     except compat.PairIncompatible:  # an unreadable source: loading it below says what is wrong, as verify's error
@@ -123,30 +189,35 @@ def verify(bundle: Path, source: Path, prompts: tuple[str, ...] | None = None,
         template = workload.chat_template(source)
     except (OSError, ValueError):  # likewise: the source's own load reports it
         template = ""
-    items = workload.from_texts(prompts) if prompts else workload.builtin()
-    progress("loading the bundle (MNN) and the source (transformers)")
-    ours, theirs = MNNModel(bundle), HFModel(source)
-    corpus = resources.tokenizer_corpus()
-    matched = sum(ours.encode(text) == theirs.encode(text) for text in corpus)
-    progress(f"comparing next-token distributions on {len(items)} chat-templated prompts and the source's "
-             f"greedy continuations (up to {continuation} tokens)")
-    top1: list[bool] = []
-    cosine: list[float] = []
-    kl: list[float] = []
-    margin: list[float] = []
-    greedy = []
-    for item in items:
-        ids = theirs.encode(workload.render(template, item) if template else _plain(item))
-        reference = autoregressive(theirs, ids, continuation, stop)  # KV-cached, without generate()'s overhead
-        sequence = ids + reference
-        mine, source_logits = ours.logits_all(sequence), theirs.logits_all(sequence)
-        t, c, k = compare_positions(mine, source_logits)
-        top1 += t
-        cosine += c
-        kl += k
-        margin += list(margins(source_logits))  # from the logits: no second log-softmax
-        greedy.append(_prefix_share(ours.greedy(ids, continuation, stop), reference))
-    return _judge(bundle, source, thresholds, matched, len(corpus), len(items), top1, cosine, kl, margin, greedy)
+    return stop, template
+
+
+def _source_pass(source: Path, dtype: Dtype, template: str, items: list[Any], corpus: tuple[str, ...], n: int,
+                 stop: tuple[int, ...], folder: Path) -> tuple[list[Continued], Spill, list[list[int]]]:
+    """Load the source, decode, free it (and give its heap back) before the bundle is loaded."""
+    theirs = HFModel(source, dtype=dtype)
+    expected = [theirs.encode(text) for text in corpus]
+    ids = [theirs.encode(workload.render(template, item) if template else _plain(item)) for item in items]
+    spill = Spill(folder, theirs.vocab)
+    try:
+        continued = continue_all(theirs.model, ids, n, stop, spill)
+    except BaseException:
+        spill.close()
+        raise
+    del theirs
+    gc.collect()
+    heap.give_back()
+    return continued, spill, expected
+
+
+def _greedy_prefix(mine: np.ndarray, item: Continued) -> int:
+    """How many leading tokens of the source's continuation the bundle's own greedy decoding gives: up to its
+    first argmax that differs (teacher-forced on the same tokens, so no stepwise decoding is needed)."""
+    start = len(item.ids) - 1
+    for j, token in enumerate(item.tokens):
+        if int(mine[start + j].argmax()) != token:
+            return j
+    return len(item.tokens)
 
 
 def _plain(item: Any) -> str:

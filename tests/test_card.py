@@ -110,7 +110,7 @@ def test_wrong_type_fails_with_its_path(tmp_path: Path) -> None:
 
 
 def test_inconsistent_training_figures_are_refused(tmp_path: Path) -> None:
-    with pytest.raises(SpecError, match="optimizer_steps is 1800 but .* = 1875"):
+    with pytest.raises(SpecError, match=r"training\.optimizer_steps: 1800 != ceil\(.*\) x epochs = 1875"):
         spec_module.load(_spec_with(tmp_path, "optimizer_steps = 1875", "optimizer_steps = 1800"))
 
 

@@ -7,7 +7,8 @@ import sys
 
 from tests.conftest import run_cli
 
-COMMANDS = ("convert", "validate", "checksum", "card", "upload", "verify-remote", "release", "hub", "verify", "pair")
+COMMANDS = ("convert", "validate", "checksum", "card", "upload", "verify-remote", "release", "hub", "verify", "pair",
+            "check-spec", "init")
 
 
 def test_every_command_has_help_with_an_example() -> None:

@@ -7,6 +7,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from jsonschema import Draft202012Validator
+
+from packager import resources
 from tests.localhub import OTHER_TOKEN, OTHER_USER, WRITE_TOKEN, LocalHub, hub, online, ready  # noqa: F401
 from tests.localhub import history as _history
 from tests.localhub import upload as _upload
@@ -33,9 +36,12 @@ def _collections(hub: LocalHub, owner: str = "your-name") -> list[Any]:
     return [api.get_collection(c.slug) for c in api.list_collections(owner=owner)]
 
 
-def _release(hub: LocalHub, spec: Path, bundle: Path) -> tuple[Any, dict[str, Any]]:
-    result = hub.cli("release", str(spec), "--bundle", str(bundle), "--json", "--quiet")
-    return result, json.loads(result.stdout)
+def _release(hub: LocalHub, spec: Path, bundle: Path, *flags: str) -> tuple[Any, dict[str, Any]]:
+    """release --json; its summary checked against the summary's schema."""
+    result = hub.cli("release", str(spec), "--bundle", str(bundle), "--json", "--quiet", *flags)
+    summary = json.loads(result.stdout)
+    Draft202012Validator(resources.schema("release_summary")).validate(summary)
+    return result, summary
 
 
 def test_release_adds_the_repo_to_its_collection_once_however_often_it_runs(hub: LocalHub, ready: Path,
@@ -52,6 +58,9 @@ def test_release_adds_the_repo_to_its_collection_once_however_often_it_runs(hub:
         assert [(i.item_id, i.note) for i in collections[0].items] == [(REPO, "The v3 draft")]
     assert len(_history(hub, REPO)) == 1  # the second run committed nothing
     assert _api(hub).model_info(REPO).gated == "auto" and "gated (auto)" in summary["stages"][-2]["detail"]
+    assert summary["gated"] == "auto" and summary["collection"]["title"] == TITLE
+    assert (summary["collection"]["created"], summary["collection"]["added"]) == (False, False)
+    assert summary["collection"]["slug"] == collections[0].slug
     changed = _spec(tmp_path, f'collection = "{TITLE}"\ncollection_note = "The v3 draft, 10,000 samples"')
     result, summary = _release(hub, changed, ready)
     assert result.returncode == 0 and "note updated" in summary["stages"][-1]["detail"]
@@ -67,6 +76,8 @@ def test_a_failing_collection_call_after_the_commit_says_what_is_done_and_a_reru
     assert result.returncode == 65, result.stdout + result.stderr
     tag = hub.api(f"/api/models/{REPO}/refs")["tags"]
     assert summary["commit"] and [t["name"] for t in tag] == ["v3"] and tag[0]["targetCommit"] == summary["commit"]
+    assert summary["exit_code"] == 65 and summary["collection"] is None and summary["tag"] == "v3"
+    assert {r["action"] for r in summary["plan"]} == {"add"}  # what the commit holds, though a later stage failed
     ok, failed = summary["stages"][-2], summary["stages"][-1]
     assert ok["name"] == "upload, verify, tag" and ok["ok"] and failed["name"] == "collection" and not failed["ok"]
     assert f"{REPO}@{summary['commit'][:12]} is committed, verified and tagged v3" in failed["detail"]
@@ -98,6 +109,41 @@ def test_a_refused_collection_after_the_commit_is_its_own_exit_code(hub: LocalHu
         in result.stdout and "(403)" in result.stdout
     assert "committed and tagged, but its collection is NOT updated; rerun the same command to finish" in result.stdout
     assert len(_history(hub, REPO)) == 1 and _collections(hub, OTHER_USER) == []
+
+
+def test_release_dry_run_says_what_it_would_do_to_the_collection_and_gating_and_does_none_of_it(
+        hub: LocalHub, ready: Path, tmp_path: Path, online: None) -> None:
+    spec = _spec(tmp_path, f'collection = "{TITLE}"\ncollection_note = "The v3 draft"\ngated = "manual"')
+    result, summary = _release(hub, spec, ready, "--dry-run")
+    assert result.returncode == 0, result.stdout + result.stderr
+    plan, collection = summary["stages"][-2:]
+    assert (plan["name"], collection["name"]) == ("upload plan (dry run)", "collection (dry run)")
+    assert "gated (manual) once released" in plan["detail"] and summary["gated"] == "manual"
+    assert collection["ok"] and f"would create the collection {TITLE!r} and add the repo" in collection["detail"]
+    assert summary["collection"] == {"title": TITLE, "slug": None, "url": None, "created": True, "added": True,
+                                     "note_updated": False}
+    assert _collections(hub) == [] and hub.stats()["commits_received"] == 0
+    assert hub.cli("verify-remote", REPO).returncode == 43  # not even the repo was made
+    assert hub.cli("release", str(spec), "--bundle", str(ready), "--quiet").returncode == 0
+    slug = _collections(hub)[0].slug
+    ungated = _spec(tmp_path, f'collection = "{TITLE}"\ngated = "auto"')
+    text = hub.cli("release", str(ungated), "--bundle", str(ready), "--quiet", "--dry-run")
+    assert text.returncode == 0, text.stdout + text.stderr
+    assert f"the collection {TITLE!r} ({slug}) already holds the repo; nothing changed on the Hub" in text.stdout
+    assert "gated (auto) once released" in text.stdout
+    assert text.stdout.splitlines()[-1] == f"dry run of {REPO}@v3: nothing changed on {hub.url}"
+    assert _api(hub).model_info(REPO).gated == "manual" and len(_history(hub, REPO)) == 1  # the dry run set nothing
+    assert [(i.item_id, i.note) for c in _collections(hub) for i in c.items] == [(REPO, "The v3 draft")]
+
+
+def test_release_dry_run_refuses_another_users_collection_like_a_release(hub: LocalHub, ready: Path,
+                                                                        tmp_path: Path, online: None) -> None:
+    _api(hub, OTHER_TOKEN).create_collection(TITLE)
+    spec = _spec(tmp_path, f'collection = "{TITLE}"\ncollection_owner = "{OTHER_USER}"')
+    result, summary = _release(hub, spec, ready, "--dry-run")
+    assert result.returncode == 66 and summary["exit_code"] == 66, result.stdout + result.stderr
+    assert summary["stages"][-1]["name"] == "upload plan (dry run)" and not summary["stages"][-1]["ok"]
+    assert "nothing was sent" in summary["error"] and summary["collection"] is None
 
 
 def test_upload_collection_flags_dry_run_changes_nothing(hub: LocalHub, ready: Path, online: None) -> None:

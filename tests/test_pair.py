@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from packager.bundle import APP_FILES
 from packager.convert.pipeline import ConvertResult
 from packager.pair import Options, acceptance, compat, pair, runs_for, workload
 from packager.pair.models import HFModel, MNNModel
@@ -194,6 +195,17 @@ def test_any_mnn_folder_llmexport_makes_pairs(raw_exports: dict[str, Path]) -> N
     assert same.alpha.value == 1.0
     mixed = pair(raw_exports["checkpoint"], raw_exports["bare"], PROMPTS, QUICK)
     assert mixed.tokenizer_strings_compared > 30 and mixed.alpha.value > 0.3
+
+
+def test_tied_target_stored_as_an_app_stores_it_pairs(bundle4: ConvertResult, tmp_path: Path) -> None:
+    """The seven runtime files an app downloads (no llm.mnn.json): the vocabulary comes from tie_embeddings'
+    weight span (its second entry is the alpha offset, not a size; read as a size it gave 158962)."""
+    app = tmp_path / "app-target"
+    app.mkdir()
+    for name in APP_FILES:
+        shutil.copy(bundle4.out / name, app / name)
+    assert compat.facts(app).vocab_size == 151936
+    assert pair(bundle4.out, app, PROMPTS, QUICK).alpha.value == 1.0
 
 
 def test_folder_that_is_neither_a_checkpoint_nor_an_mnn_model_says_so(tiny_checkpoint: Path, tmp_path: Path) -> None:

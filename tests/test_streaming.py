@@ -183,11 +183,11 @@ def test_cache_ls_and_clear_touch_only_cache_entries(tiny_checkpoint: Path, own_
     assert run_cli("convert", str(tiny_checkpoint), "--out", str(tmp_path / "b")).returncode == 0
     (own_cache / "my-notes").mkdir()  # the user pointed the cache at a folder that has other things in it
     (own_cache / "my-notes" / "keep.txt").write_text("mine")
-    listing = json.loads(run_cli("cache", "ls", "--json").stdout)
+    listing = json.loads(run_cli("cache", "ls", "--json").stdout)["graphs"]
     assert len(listing) == 1 and "hidden 256 x 2 layers" in listing[0]["describe"]
     cleared = run_cli("cache", "clear")
     assert cleared.returncode == 0 and "removed 1 entries" in cleared.stdout
-    assert json.loads(run_cli("cache", "ls", "--json").stdout) == []
+    assert json.loads(run_cli("cache", "ls", "--json").stdout) == {"graphs": [], "targets": []}
     assert (own_cache / "my-notes" / "keep.txt").read_text() == "mine"
 
 

@@ -106,8 +106,28 @@ def _emit(data: dict[str, Any], as_json: bool, text: Callable[[dict[str, Any]], 
     click.echo(json.dumps(data, indent=2, ensure_ascii=False) if as_json else text(data))
 
 
+def format_option(command: Any) -> Any:
+    from ..ci import FORMATS
+
+    return click.option("--format", "fmt", type=click.Choice(FORMATS), help=(
+        "text for people, json for scripts, github for GitHub Actions annotations (workflow commands), junit for "
+        "a JUnit XML test report.  [default: text]"))(command)
+
+
+def chosen_format(fmt: str | None, as_json: bool) -> str:
+    if as_json and fmt not in (None, "json"):
+        raise click.UsageError(f"--json is --format json; it cannot be combined with --format {fmt}")
+    return "json" if as_json else fmt or "text"
+
+
+def emit_report(report: Any, fmt: str) -> None:
+    from ..ci.formats import render
+
+    click.echo(render(report, fmt))
+
+
 # The commands register themselves on `cli` when their modules are imported.
-from . import build, cache, engines, prove, publish, sweep  # noqa: E402,F401
+from . import build, cache, ci, engines, prove, publish, sweep  # noqa: E402,F401
 
 
 def main() -> None:

@@ -8,10 +8,10 @@ from typing import Any
 import click
 
 from ..errors import CHECKSUM_MISMATCH, VALIDATION_FAILED
-from . import StderrProgress, _emit, _path, cli
+from . import StderrProgress, _emit, _path, chosen_format, cli, emit_report, format_option
 
 @cli.command()
-@click.argument("checkpoint", type=_path())
+@click.argument("checkpoint", type=_path(), required=False)
 @click.option("--out", "out", required=True, type=_path(), help="Bundle folder to create.")
 @click.option("--lora", "lora", type=_path(), help="peft LoRA adapter folder to merge into CHECKPOINT first.")
 @click.option("--spec", "spec_path", type=_path(), help="Release spec (TOML) with [convert] and [runtime.*].")
@@ -44,17 +44,25 @@ def convert(checkpoint: Path, out: Path, lora: Path | None, spec_path: Path | No
             as_json: bool) -> None:
     """Convert a Qwen3 checkpoint (optionally + LoRA) into the ten-file MNN bundle.
 
+    Without CHECKPOINT, the checkpoint and adapter are --spec's [convert] source and lora.
+
     Example: packager convert ./qwen3-draft --lora ./adapter --out ./bundle --quant-bits 4 --quant-block 128
 
     Example: packager convert ./qwen3-draft --out ./bundle-3.4 --engine 3.4.1
 
     Example: packager convert ./qwen3-draft --out ./bundle-hqq --algorithm hqq --lm-bits 8
+
+    Example: packager convert --spec release.toml --out dist/bundle --force
     """
     from .. import spec as spec_module
     from ..convert.pipeline import ConvertRequest
     from ..convert.pipeline import convert as run_convert
 
     spec = spec_module.load(spec_path) if spec_path else None
+    if checkpoint is None:
+        if spec is None or spec.convert.source is None:
+            raise click.UsageError("give CHECKPOINT, or --spec with a [convert] source")
+        checkpoint, lora = spec.convert.source, lora or spec.convert.lora
     result = run_convert(ConvertRequest(checkpoint=checkpoint, out=out, adapter=lora, spec=spec,
                                         quant_bits=quant_bits, quant_block=quant_block, force=force,
                                         reference=reference, engine=engine, symmetric=symmetric,
@@ -92,24 +100,30 @@ def _convert_text(s: dict[str, Any]) -> str:
 
 
 @cli.command()
-@click.argument("bundle", type=_path())
-@click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
+@click.argument("bundles", metavar="BUNDLE...", nargs=-1, required=True, type=_path())
+@click.option("--files", "from_files", is_flag=True,
+              help="The arguments are files (as pre-commit passes them): validate every bundle folder they belong "
+                   "to; a file in no bundle folder is skipped.")
+@format_option
+@click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
 @click.option("--strict", is_flag=True, help="Fail on warnings too.")
 @click.pass_context
-def validate(ctx: click.Context, bundle: Path, as_json: bool, strict: bool) -> None:
-    """Check a bundle: JSON syntax, schemas, unknown keys, completeness, cross-file consistency, checksums.
+def validate(ctx: click.Context, bundles: tuple[Path, ...], from_files: bool, fmt: str | None, as_json: bool,
+             strict: bool) -> None:
+    """Check bundles: JSON syntax, schemas, unknown keys, completeness, cross-file consistency, checksums.
 
-    Exit 0 when there is no error (warnings allowed unless --strict), 30 otherwise.
+    Every finding of every bundle is reported at once. Exit 0 when there is no error (warnings allowed unless
+    --strict), 30 otherwise.
 
     Example: packager validate ./bundle --strict
-    """
-    from ..validate import validate as run_validate
-    from ..validate.report import as_json as json_report
-    from ..validate.report import as_text
 
-    report = run_validate(bundle)
-    click.echo(json_report(report, strict) if as_json else as_text(report, strict))
-    if not report.ok(strict):
+    Example: packager validate --files --format github dist/draft/config.json dist/draft/llm.mnn
+    """
+    from ..ci.checks import check_bundles
+
+    report = check_bundles(bundles, from_files=from_files, strict=strict)
+    emit_report(report, chosen_format(fmt, as_json))
+    if not report.ok():
         ctx.exit(VALIDATION_FAILED)
 
 

@@ -1,9 +1,10 @@
-"""`packager cache`: the graph cache of the streaming converter."""
+"""`packager cache`: the graph cache of the streaming converter and the target cache of pair and quant-sweep."""
 
 from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 
 import click
 
@@ -12,9 +13,11 @@ from . import cli
 
 @cli.group()
 def cache() -> None:
-    """Inspect or empty the graph cache (graphs built once per model shape and quantization).
+    """Inspect or empty packager's caches: graphs (built once per model shape and quantization) and targets (a
+    target's greedy continuations and argmaxes, per prompt, for pair and quant-sweep).
 
-    It lives in $PACKAGER_CACHE_DIR, else $XDG_CACHE_HOME/packager/graphs, else ~/.cache/packager/graphs.
+    Graphs live in $PACKAGER_CACHE_DIR, else $XDG_CACHE_HOME/packager/graphs, else ~/.cache/packager/graphs;
+    targets in $PACKAGER_CACHE_DIR/targets, else $XDG_CACHE_HOME/packager/targets, else ~/.cache/packager/targets.
 
     Example: packager cache ls
     """
@@ -23,29 +26,39 @@ def cache() -> None:
 @cache.command("ls")
 @click.option("--json", "as_json", is_flag=True, help="Print the entries as JSON.")
 def cache_ls(as_json: bool) -> None:
-    """List the cache's entries, most recently used first.
+    """List both caches' entries, most recently used first (target entries grouped by target).
 
     Example: packager cache ls --json
     """
     from ..convert import graphcache
+    from ..pair import targetcache
 
-    found = graphcache.entries()
+    graphs, targets = graphcache.entries(), targetcache.entries()
     if as_json:
-        click.echo(json.dumps([{"key": e.key, "bytes": e.size, "last_used": e.last_used, "describe": e.describe}
-                               for e in found], indent=2))
+        click.echo(json.dumps({
+            "graphs": [{"key": e.key, "bytes": e.size, "last_used": e.last_used, "describe": e.describe}
+                       for e in graphs],
+            "targets": [{"key": e.key, "bytes": e.size, "last_used": e.last_used, "target": e.describe}
+                        for e in targets]}, indent=2))
         return
-    click.echo(f"{graphcache.root()}: {len(found)} entries, {sum(e.size for e in found) / 1e6:.1f} MB")
-    for entry in found:
+    click.echo(f"{graphcache.root()}: {len(graphs)} graph entries, {sum(e.size for e in graphs) / 1e6:.1f} MB")
+    for entry in graphs:
         used = time.strftime("%Y-%m-%d %H:%M", time.localtime(entry.last_used))
         click.echo(f"{entry.key[:12]}  {entry.size / 1e6:7.1f} MB  {used}  {entry.describe}")
+    click.echo(f"{targetcache.root()}: {len(targets)} target prompts, {sum(e.size for e in targets) / 1e6:.1f} MB")
+    for target, count in Counter(e.describe for e in targets).most_common():
+        click.echo(f"{count:6} prompts  {target}")
 
 
 @cache.command("clear")
 def cache_clear() -> None:
-    """Remove every entry; the next conversion of each shape builds its graph again.
+    """Remove every entry of both caches; the next conversion of each shape builds its graph again, and the next
+    pair decodes its target again.
 
     Example: packager cache clear
     """
     from ..convert import graphcache
+    from ..pair import targetcache
 
     click.echo(f"removed {graphcache.clear()} entries from {graphcache.root()}")
+    click.echo(f"removed {targetcache.clear()} entries from {targetcache.root()}")

@@ -16,11 +16,13 @@ from . import StderrProgress, _path, cli
 @click.option("--prompts", "prompts_file", type=_path(exists=True, dir_okay=False),
               help="Prompts, one per line (or JSON).  [default: the built-in set]")
 @click.option("--spec", "spec_path", type=_path(), help="Release spec whose [verify] table sets thresholds.")
+@click.option("--source-dtype", type=click.Choice(["stored", "float32"]), default="stored", show_default=True,
+              help="The source computes in its stored dtype (bf16 for Qwen3) or in float32 (twice the memory).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--quiet", is_flag=True, help="No progress on stderr.")
 @click.pass_context
 def verify(ctx: click.Context, bundle: Path, source: Path, prompts_file: Path | None, spec_path: Path | None,
-           as_json: bool, quiet: bool) -> None:
+           source_dtype: str, as_json: bool, quiet: bool) -> None:
     """Check that BUNDLE (MNN) behaves like its source checkpoint (transformers). Exit 50 below a threshold.
 
     Compares the next-token distributions at every position of the built-in chat-templated workload (54
@@ -30,6 +32,9 @@ def verify(ctx: click.Context, bundle: Path, source: Path, prompts_file: Path | 
     cosine; top-1 over all positions and greedy agreement are reported, and gated only if the spec's
     [verify] sets them.
 
+    The source runs first (its continuations decoded in batches of prompts, its logits kept in a temporary
+    file: about 14 MB a prompt), then the bundle, so the two are never in memory together.
+
     Example: packager verify ./bundle --source ./qwen3-draft
     """
     from .. import spec as spec_module
@@ -38,8 +43,8 @@ def verify(ctx: click.Context, bundle: Path, source: Path, prompts_file: Path | 
 
     thresholds = Thresholds.from_spec(spec_module.load(spec_path).verify if spec_path else None)
     report = run_verify(bundle, source, prompts_from_file(prompts_file) if prompts_file else None, thresholds,
-                        progress=StderrProgress(quiet))
-    data = {"ok": report.ok, "bundle": str(bundle), "source": str(source),
+                        progress=StderrProgress(quiet), dtype=source_dtype)  # type: ignore[arg-type]
+    data = {"ok": report.ok, "bundle": str(bundle), "source": str(source), "source_dtype": source_dtype,
             "tokenizer": {"matched": report.tokenizer_matched, "total": report.tokenizer_total},
             "prompts": report.prompts, "positions": report.positions,
             "decisive_positions": report.decisive_positions, "top1_decisive": report.top1_decisive,
@@ -81,17 +86,22 @@ def verify(ctx: click.Context, bundle: Path, source: Path, prompts_file: Path | 
 @click.option("--temperature", type=float, help="Also report acceptance under speculative sampling at this T.")
 @click.option("--top-k", type=int, default=0, help="With --temperature: top-k (0: off).")
 @click.option("--top-p", type=float, default=1.0, help="With --temperature: top-p (1: off).")
+@click.option("--no-target-cache", is_flag=True,
+              help="Decode the target again instead of reusing its cached continuations (and store none).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (schema: README).")
 @click.option("--quiet", is_flag=True, help="No progress on stderr.")
 def pair_command(draft: Path, target: Path, new_tokens: int, prompts_file: Path | None, threads: int | None,
                  repeats: int, dtype: str, costs_file: Path | None, temperature: float | None, top_k: int, top_p: float,
-                 as_json: bool, quiet: bool) -> None:
+                 no_target_cache: bool, as_json: bool, quiet: bool) -> None:
     """Measure how well DRAFT drafts for TARGET (checkpoints or MNN model folders): compatibility, acceptance, speedup.
 
     Refuses (exit 51) before measuring when vocabulary, special or stop tokens, chat template or family
     differ, and (exit 52) when the two would not fit in memory. Then reports alpha and tokens per step for
     d = 1..6 with 95% intervals over chat-templated prompts, the costs of a draft step, a target step and a
     verification (this CPU, or the device's with --costs), and the speedup per d with its spread.
+
+    The target's greedy continuations and argmaxes are cached, content-addressed by its files' digests, the
+    prompts and the settings: a second draft against the same target decodes nothing of it (packager cache ls).
 
     Example: packager pair ./draft-bundle ./target-4bit --costs phone-costs.json
     """
@@ -106,7 +116,7 @@ def pair_command(draft: Path, target: Path, new_tokens: int, prompts_file: Path 
         raise InvalidOption("--top-k and --top-p need --temperature", "add --temperature 0.7 (Qwen3's advice)")
     sampling = Sampling(temperature, top_k, top_p) if temperature is not None else None
     options = Options(new_tokens=new_tokens, repeats=repeats, threads=threads, dtype=dtype, sampling=sampling,  # type: ignore[arg-type]
-                      costs_file=costs_file)
+                      costs_file=costs_file, target_cache=not no_target_cache)
     report = run_pair(draft, target, prompts_from_file(prompts_file) if prompts_file else None, options,
                       progress=StderrProgress(quiet))
     click.echo(json.dumps(as_dict(report), indent=2) if as_json else text(report))

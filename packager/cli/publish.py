@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -118,12 +119,7 @@ def _upload_text(d: dict[str, Any]) -> str:
 def _collection_text(c: dict[str, Any], dry_run: bool) -> str:
     from ..hub.collection import CollectionResult, describe
 
-    if not dry_run:
-        return describe(CollectionResult(**c))
-    if c["created"]:
-        return f"would create the collection {c['title']!r} and add the repo"
-    return f"would add the repo to the collection {c['title']!r} ({c['slug']})" if c["added"] else (
-        f"the collection {c['title']!r} ({c['slug']}) already holds the repo")
+    return describe(CollectionResult(**c), dry_run)
 
 
 @cli.command("verify-remote")
@@ -164,44 +160,67 @@ def verify_remote(ctx: click.Context, target: str, endpoint: str | None, timeout
 @click.option("--out", type=_path(), help="Where to convert to.  [default: dist/NAME-VERSION beside the spec]")
 @click.option("--endpoint", help="Hub URL.  [default: $HF_ENDPOINT, else https://huggingface.co]")
 @click.option("--private", is_flag=True, help="Create the repo private; refuse to upload into a public one.")
+@click.option("--dry-run", is_flag=True, help="Every stage but the upload, which only plans (add / replace / "
+                                              "unchanged / delete, the tag, the gating, the collection): nothing "
+                                              "changes on the Hub.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@click.option("--summary", "summary_path", type=_path(dir_okay=False),
+              help="Also write the JSON summary to this file, also when the release fails (a CI artifact; "
+                   "schemas/release_summary.schema.json).")
 @click.option("--quiet", is_flag=True, help="No progress on stderr.")
 @_token_option
 @click.pass_context
 def release(ctx: click.Context, spec_path: Path, bundle: Path | None, out: Path | None, endpoint: str | None,
-            private: bool, as_json: bool, quiet: bool, token_file: Path | None) -> None:
-    """Convert, validate, write the card and manifest, upload in one commit, verify, tag; stop at the first failure.
+            private: bool, dry_run: bool, as_json: bool, summary_path: Path | None, quiet: bool,
+            token_file: Path | None) -> None:
+    """Convert, validate, write the card and manifest, upload in one commit, verify, tag, then put the repo into
+    [release] collection; stop at the first failure.
 
     Example: packager release release.toml --endpoint http://127.0.0.1:8765
+
+    Example: packager release release.toml --dry-run --summary dist/release-summary.json
     """
     from .. import spec as spec_module
+    from ..errors import PackagerError
     from ..release import ReleaseRequest, run
+    from ..release_summary import as_text, summary
 
-    spec = spec_module.load(spec_path)
-    result = run(ReleaseRequest(spec=spec, bundle=bundle, out=out, endpoint=endpoint, private=private,
-                                token=_token(token_file)),
-                 progress=StderrProgress(quiet))
-    data = {"ok": result.ok, "repo_id": result.repo_id, "bundle": str(result.bundle) if result.bundle else None,
-            "commit": result.commit, "tag": result.tag,
-            "stages": [{"name": s.name, "ok": s.ok, "seconds": round(s.seconds, 3), "detail": s.detail}
-                       for s in result.stages],
-            "error": result.error.one_line() if result.error else None}
-    lines = [f"{'ok  ' if s['ok'] else 'FAIL'} {s['name']:20} {s['seconds']:7.2f}s  {s['detail']}" for s in data["stages"]]
-    lines.append(_release_outcome(result))
-    click.echo(json.dumps(data, indent=2) if as_json else "\n".join(lines))
+    if summary_path is not None:
+        _writable(summary_path)  # before any work: a release must not end unable to say what it did
+    spec = None
+    try:
+        spec = spec_module.load(spec_path)
+        result = run(ReleaseRequest(spec=spec, bundle=bundle, out=out, endpoint=endpoint, private=private,
+                                    token=_token(token_file), dry_run=dry_run),
+                     progress=StderrProgress(quiet))
+    except PackagerError as exc:  # refused before the first stage: the artifact still says why
+        if summary_path is not None:
+            _write_summary(summary_path, summary(None, spec_path, dry_run=dry_run, endpoint=endpoint, error=exc,
+                                                   spec=spec))
+        raise
+    data = summary(result, spec_path, dry_run=dry_run, endpoint=endpoint, spec=spec)
+    if summary_path is not None:
+        _write_summary(summary_path, data)
+    click.echo(json.dumps(data, indent=2) if as_json else as_text(data))
     if result.error is not None:
         ctx.exit(result.error.exit_code)
 
 
-def _release_outcome(result: Any) -> str:
-    from ..hub.collection import CollectionNotUpdated
+def _writable(path: Path) -> None:
+    from ..errors import from_os_error
 
-    if result.ok:
-        return f"released {result.repo_id}@{result.tag} ({result.commit})"
-    if isinstance(result.error, CollectionNotUpdated):
-        return (f"released {result.repo_id}@{result.tag} ({result.commit}), committed and tagged, but its collection "
-                "is NOT updated; rerun the same command to finish")
-    return f"release stopped at {result.stages[-1].name if result.stages else 'start'}"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+            raise PermissionError(13, "Permission denied", str(path))
+    except OSError as exc:
+        raise from_os_error(exc, "--summary cannot be written") from None
+
+
+def _write_summary(path: Path, data: dict[str, Any]) -> None:
+    from ..staging import write_atomic
+
+    write_atomic(path, (json.dumps(data, indent=2) + "\n").encode("utf-8"))
 
 
 @cli.group()

@@ -18,8 +18,7 @@ class CollectionNotUpdated(PackagerError):
 
     exit_code = 65
     hint = "rerun the same command to finish: nothing is sent again and the repo is added to the collection once"
-    commit: str | None = None  # what the release is at when this is raised after its commit
-    tag: str | None = None
+    upload: Any = None  # the verified UploadResult when this is raised after its commit (None: nothing was sent)
 
 
 class CollectionForbidden(CollectionNotUpdated):
@@ -101,9 +100,14 @@ def place(hub: Hub, request: CollectionRequest, repo_id: str, private: bool,
                             note_updated=updated)
 
 
-def describe(result: CollectionResult) -> str:
+def describe(result: CollectionResult, dry_run: bool = False) -> str:
     """One line: what this run did to the collection (or, in a dry run, would do)."""
     where = f"{result.title!r} ({result.slug})" if result.slug else repr(result.title)
+    if dry_run:
+        if result.created:
+            return f"would create the collection {result.title!r} and add the repo"
+        return (f"would add the repo to the collection {where}" if result.added
+                else f"the collection {where} already holds the repo")
     made = "created " if result.created else ""
     if result.added:
         return f"{made}collection {where}, repo added"
@@ -114,17 +118,16 @@ def _is_repo(item: Any, repo_id: str) -> bool:
     return item.item_type == "model" and item.item_id == repo_id
 
 
-def place_after_commit(hub: Hub, request: CollectionRequest, repo_id: str, private: bool,
-                       release: tuple[str, bool, str | None], sleep: Callable[[float], None]) -> CollectionResult:
-    """`place`, once `release` (commit, whether this run made it, tag) is verified. A failure says what is done
-    and what is not, and carries the commit and tag."""
-    commit, committed, tag = release
-    done = (f"{repo_id}@{commit[:12]} is {'committed' if committed else 'unchanged'}, verified"
-            f"{' and tagged ' + tag if tag else ''}")
+def place_after_commit(hub: Hub, request: CollectionRequest, upload: Any, private: bool,
+                       sleep: Callable[[float], None]) -> CollectionResult:
+    """`place`, once `upload` (its UploadResult) is verified and tagged. A failure says what is done and what is
+    not, and carries that result."""
+    done = (f"{upload.repo_id}@{upload.commit[:12]} is {'committed' if upload.committed else 'unchanged'}, verified"
+            f"{' and tagged ' + upload.tag if upload.tag else ''}")
     try:
-        return place(hub, request, repo_id, private, sleep)
+        return place(hub, request, upload.repo_id, private, sleep)
     except PackagerError as exc:
         cls = CollectionForbidden if isinstance(exc, (HubForbidden, CollectionForbidden)) else CollectionNotUpdated
         error = cls(f"{done}; the collection {request.title!r} of {request.owner} was NOT updated: {exc.message}")
-        error.commit, error.tag = commit, tag
+        error.upload = upload
         raise error from None

@@ -157,11 +157,11 @@ def upload(request: UploadRequest, progress: Progress = lambda _: None,
     if request.tag and repo.tags.get(request.tag) != commit:
         with_retries(hub, f"tagging {request.repo_id}@{commit[:12]} as {request.tag}",
                      lambda: hub.api.create_tag(request.repo_id, tag=request.tag, revision=commit), sleep=sleep)
-    result = replace(result, plan=rows, commit=commit, committed=commit != parent, verified=True, gated=gated)
+    result = replace(result, plan=rows, commit=commit, committed=commit != parent, verified=True, gated=gated,
+                     collection=None)  # the plan's collection until placed: a failure carries none
     if request.collection is None:
         return result
-    return replace(result, collection=place_after_commit(hub, request.collection, request.repo_id, request.private,
-                                                         (commit, commit != parent, request.tag), sleep))
+    return replace(result, collection=place_after_commit(hub, request.collection, result, request.private, sleep))
 
 
 def _publish(hub: Hub, request: UploadRequest, rows: tuple[PlanRow, ...], local: dict[str, LocalFile],

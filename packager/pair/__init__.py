@@ -10,12 +10,13 @@ from typing import Callable
 import numpy as np
 
 from ..errors import InvalidOption
-from . import acceptance, compat, costs, memory, workload
+from . import acceptance, compat, costs, memory, targetcache, workload
 from .intervals import Interval, ratio
 from .models import Dtype, Model, all_cores, is_bundle, load
 from .report import DepthReport, PairReport, depth_report
 from .sampling import Sampling
 from .sampling import acceptance as sampled_acceptance
+from .targetcache import TargetCache, TargetRun
 
 Progress = Callable[[str], None]
 
@@ -29,6 +30,7 @@ class Options:
     dtype: Dtype = "stored"  # checkpoints: their stored dtype, or "float32"
     sampling: Sampling | None = None  # None: greedy only
     costs_file: Path | None = None  # device costs; None: measure on this CPU
+    target_cache: bool = True  # reuse (and store) the target's continuations and argmaxes
 
     def check(self) -> None:
         if self.new_tokens < self.max_d + 1:
@@ -52,18 +54,47 @@ def runs_for(draft: Model, target: Model, prompt_ids: list[int], new_tokens: int
     return result.continuation, result.runs
 
 
-def measure_prompt(draft: Model, target: Model, prompt_ids: list[int], new_tokens: int, stop: tuple[int, ...],
-                   sampling: Sampling | None) -> PromptResult:
+def target_run(target: Model, prompt_ids: list[int], new_tokens: int, stop: tuple[int, ...],
+               cache: TargetCache | None = None) -> tuple[TargetRun, np.ndarray | None]:
+    """The target's greedy continuation and teacher-forced argmaxes: from the cache, else decoded (and stored),
+    with the target's logits at those positions when they were computed."""
+    found = cache.get(prompt_ids) if cache is not None else None
+    if found is not None:
+        return found, None
     continuation = target.greedy(prompt_ids, new_tokens, stop)
+    start = len(prompt_ids) - 1
+    logits = target.logits_all(prompt_ids + continuation)[start:start + len(continuation)]
+    run = TargetRun(tuple(continuation), tuple(int(row.argmax()) for row in logits))
+    if cache is not None:
+        cache.put(prompt_ids, run)
+    return run, logits
+
+
+def measure_prompt(draft: Model, target: Model, prompt_ids: list[int], new_tokens: int, stop: tuple[int, ...],
+                   sampling: Sampling | None, cache: TargetCache | None = None) -> PromptResult:
+    run, target_logits = target_run(target, prompt_ids, new_tokens, stop, cache)
+    continuation = list(run.continuation)
     sequence, start = prompt_ids + continuation, len(prompt_ids) - 1
     rows = slice(start, start + len(continuation))
-    draft_logits, target_logits = draft.logits_all(sequence)[rows], target.logits_all(sequence)[rows]
+    draft_logits = draft.logits_all(sequence)[rows]
     # Both argmaxes from one teacher-forced pass each: the same computation on both sides, so a model paired
     # with itself agrees everywhere (a KV-cached step and a full pass can differ at a near-tie of the logits).
-    runs = acceptance.match_runs([int(row.argmax()) for row in draft_logits],
-                                 [int(row.argmax()) for row in target_logits])
-    sampled = sampled_acceptance(sampling, target_logits, draft_logits) if sampling is not None else None
+    runs = acceptance.match_runs([int(row.argmax()) for row in draft_logits], list(run.argmax))
+    sampled = None
+    if sampling is not None:
+        target_logits = target.logits_all(sequence)[rows] if target_logits is None else target_logits
+        sampled = sampled_acceptance(sampling, target_logits, draft_logits)
     return PromptResult(continuation, runs, sampled)
+
+
+def open_cache(target_path: Path, options: Options, threads: int) -> TargetCache | None:
+    """The target cache for these settings, or None when the options turn it off."""
+    if not options.target_cache:
+        return None
+    bundle = is_bundle(target_path)
+    settings = {"new_tokens": options.new_tokens, "threads": threads, "kind": "mnn" if bundle else "checkpoint",
+                "dtype": None if bundle else options.dtype}
+    return TargetCache(targetcache.identity(target_path, bundle, settings), str(target_path.resolve()))
 
 
 def _load_both(draft_path: Path, target_path: Path, options: Options, threads: int,
@@ -88,12 +119,21 @@ def pair(draft_path: Path, target_path: Path, prompts: tuple[str, ...] | None = 
     compared = compat.check_tokenizers(draft, target, draft_facts, target_facts)
     items = workload.from_texts(prompts) if prompts else workload.builtin()
     template, stop = target_facts.chat_template, tuple(sorted(target_facts.stop))
+    if options.target_cache:
+        progress("digesting the target's files (its cache is content-addressed)")
+    cache = open_cache(target_path, options, threads)
     progress(f"measuring acceptance on {len(items)} chat-templated prompts x up to {options.new_tokens} tokens")
     results, longest = [], []
-    for item in items:
+    for number, item in enumerate(items, 1):
         ids = target.encode(workload.render(template, item))
-        results.append(measure_prompt(draft, target, ids, options.new_tokens, stop, options.sampling))
+        results.append(measure_prompt(draft, target, ids, options.new_tokens, stop, options.sampling, cache))
         longest = max(longest, ids + results[-1].continuation, key=len)
+        if number % 9 == 0 or number == len(items):
+            progress(f"  {number}/{len(items)} prompts ({cache.hits if cache else 0} of the target's from its cache)")
+    if cache is not None:
+        targetcache.trim()
+        if cache.write_error:
+            progress(f"the target cache was not written ({cache.write_error}); the next run decodes the target again")
     if device_costs is None:
         progress(f"timing draft step, target step and verifications, interleaved, {options.repeats} repeats")
         where = costs.host(threads)
@@ -101,11 +141,12 @@ def pair(draft_path: Path, target_path: Path, prompts: tuple[str, ...] | None = 
         found = costs.measure(draft, target, longest[:cut], longest[cut:], options.max_d, options.repeats, where)
     else:
         found = device_costs
-    return _report(draft_path, target_path, options, threads, compared, results, found)
+    return _report(draft_path, target_path, options, threads, compared, results, found,
+                   cache.hits if cache else 0)
 
 
 def _report(draft_path: Path, target_path: Path, options: Options, threads: int, compared: int,
-            results: list[PromptResult], found: costs.Costs) -> PairReport:
+            results: list[PromptResult], found: costs.Costs, cached: int = 0) -> PairReport:
     alpha = ratio([sum(1 for r in p.runs if r > 0) for p in results], [len(p.runs) for p in results])
     sampled = None
     if options.sampling is not None:
@@ -119,7 +160,7 @@ def _report(draft_path: Path, target_path: Path, options: Options, threads: int,
         draft=draft_path, target=target_path, prompts=len(results), positions=sum(len(p.runs) for p in results),
         new_tokens=options.new_tokens, threads=threads, dtype=options.dtype, tokenizer_strings_compared=compared,
         alpha=alpha or Interval(0.0, 0.0, 0.0), sampling=options.sampling, sampled_acceptance=sampled, costs=found,
-        depths=depths, best_d=best)
+        depths=depths, best_d=best, target_cached=cached)
 
 
 __all__ = ["DepthReport", "Options", "PairReport", "pair", "runs_for"]

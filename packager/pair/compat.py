@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import resources
+from .. import mnnfolder, resources
 from ..convert.checkpoint import QWEN3_STOP_IDS, read_json
 from ..convert.tokenizer import read_header
 from ..errors import PackagerError, from_os_error, shorten
@@ -91,17 +91,14 @@ def _bundle_facts(path: Path) -> Facts:
 
 
 def _bundle_vocab(path: Path, llm_config: dict, config: dict) -> int:  # type: ignore[type-arg]
-    """From the graph description when present, else from the embedding's bytes; 0 when neither says."""
-    if (path / "llm.mnn.json").is_file():
-        lm = graph.read(_json(path / "llm.mnn.json")).lm_head
-        return lm.out_features if lm else 0
-    hidden, tie = int(llm_config.get("hidden_size") or 0), llm_config.get("tie_embeddings")
-    if hidden and isinstance(tie, list) and len(tie) == 5 and tie[3]:  # [offset, weight bytes, alpha, bits, block]
-        return int(tie[1]) * 8 // (int(tie[3]) * hidden)
-    embeddings = path / str(config.get("embedding_file") or "embeddings_bf16.bin")
-    if hidden and embeddings.name == "embeddings_bf16.bin" and embeddings.is_file():
-        return embeddings.stat().st_size // (2 * hidden)
-    return 0
+    """What the graph description, the tied embedding and the embeddings file agree on (packager.mnnfolder);
+    0 when none says. Files that disagree are refused here, before anything loads."""
+    lm = graph.read(_json(path / "llm.mnn.json")).lm_head if (path / "llm.mnn.json").is_file() else None
+    try:
+        return mnnfolder.vocabulary(path, llm_config, config, lm.out_features if lm else None)
+    except mnnfolder.FolderConflict as exc:
+        raise PairIncompatible(f"{shorten(str(path), 120)}: {exc}",
+                               "restore the folder's files from the export that made them") from None
 
 
 def _special_equal(a: Facts, b: Facts) -> bool:

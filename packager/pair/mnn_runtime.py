@@ -56,8 +56,9 @@ class MNNRuntime:
         return list(self.llm.tokenizer_encode(text))
 
     def logits_all(self, ids: list[int]) -> np.ndarray:
-        """float32 logits, one row per position of `ids`."""
+        """float32 logits, one row per position of `ids` (from an empty cache, whatever was stepped before)."""
         with quiet_stdout():
+            self.llm.reset()
             out = np.array(self.llm.forward(ids).read(), dtype=np.float32).reshape(len(ids), -1)
             self.llm.reset()
         return out

@@ -68,6 +68,7 @@ class PairReport:
     costs: Costs
     depths: tuple[DepthReport, ...]
     best_d: int | None  # None: no d gains beyond the noise with these costs
+    target_cached: int = 0  # prompts whose target continuation came from the target cache
 
     @property
     def recommended_draft_predict_length(self) -> int | None:
@@ -101,7 +102,7 @@ def as_dict(report: PairReport) -> dict[str, Any]:
                   "draft_step_s": asdict(c.draft_step), "target_step_s": asdict(c.target_step),
                   "draft_catchup_s": asdict(c.draft_catchup)},
         "depths": [_depth_dict(d) for d in report.depths],
-        "best_d": report.best_d, "verdict": report.verdict,
+        "best_d": report.best_d, "verdict": report.verdict, "target_cached_prompts": report.target_cached,
         "recommended_draft_predict_length": report.recommended_draft_predict_length,
     }
 
@@ -122,6 +123,9 @@ def text(report: PairReport) -> str:
     lines = [f"{report.prompts} prompts, {report.positions} target tokens (up to {report.new_tokens} each, stopping "
              f"at end of text); 95% intervals over prompts",
              f"alpha (greedy per-token acceptance): {_interval(report.alpha)}"]
+    if report.target_cached:
+        lines.append(f"the target's continuations of {report.target_cached} of {report.prompts} prompts came from "
+                     "the target cache (packager cache ls)")
     if report.sampling is not None:
         s = report.sampling
         lines.append(f"acceptance under speculative sampling (T {s.temperature:g}, top-k {s.top_k or 'off'}, "

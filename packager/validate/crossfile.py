@@ -9,6 +9,7 @@ from typing import Any
 from ..convert.checkpoint import QWEN3_STOP_IDS
 from ..convert.tokenizer import MIN_ENGINE, TYPES, HeaderError, TokenizerHeader, read_header
 from ..engine import C4_FUSION, OLDEST, WHY_OLDEST, format_version, parse_version
+from .. import mnnfolder
 from ..errors import shorten
 from .findings import Collector, pointer, report_capped
 from .graph import GraphFacts, Linear
@@ -95,16 +96,19 @@ def check_model_settings(docs: Docs, graph: GraphFacts | None, weight_size: int 
     for key, found in (("hidden_size", graph.hidden_size), ("layer_nums", graph.layers)):
         if isinstance(llm.get(key), int) and found is not None and llm[key] != found:
             out.error("llm_config.json", pointer([key]), f"{key} is {llm[key]} but the graph has {found}")
-    tie = _tie(llm.get("tie_embeddings"))
+    try:
+        tie = mnnfolder.tied_embedding(llm.get("tie_embeddings"))
+    except mnnfolder.FolderConflict:  # its schema reports the malformed value
+        return
     lm = graph.lm_head
     if tie is None or lm is None:
         return
-    w, a, s, bits, block = tie
+    w, a, s, bits, block = tie.weight_offset, tie.alpha_offset, tie.alpha_size, tie.bits, tie.block
     hidden, vocab = lm.in_features, lm.out_features
     if a - w != vocab * hidden * bits // 8:
         out.error("llm_config.json", "/tie_embeddings", f"weight span {a - w} bytes != vocab {vocab} x hidden "
                                                          f"{hidden} x {bits} bits / 8 = {vocab * hidden * bits // 8}")
-    per_row = (hidden // block if block else 1) * (2 if lm.asymmetric else 1) * 4
+    per_row = (hidden // block if block else 1) * (2 if lm.asymmetric else 1) * tie.alpha_bytes
     if s != vocab * per_row:
         out.error("llm_config.json", "/tie_embeddings", f"alpha size {s} != {vocab * per_row} for block {block}")
     if weight_size is not None and a + s > weight_size:
@@ -132,16 +136,6 @@ def _differing(lin: Linear, bits: int | None, block: int | None, asymmetric: boo
         return [(where, f"{'a' if lin.asymmetric else ''}symmetric weights, the others are "
                         f"{'a' if asymmetric else ''}symmetric")]
     return []
-
-
-def _tie(value: Any) -> tuple[int, int, int, int, int] | None:
-    if isinstance(value, list) and len(value) >= 5 and all(isinstance(v, int) for v in value[:5]):
-        return value[0], value[1], value[2], value[3], value[4]
-    if isinstance(value, dict):
-        keys = ("weight_offset", "alpha_offset", "alpha_size", "quant_bit", "quant_block")
-        if all(isinstance(value.get(k), int) for k in keys):
-            return tuple(value[k] for k in keys)  # type: ignore[return-value]
-    return None
 
 
 def check_weight_ranges(graph: GraphFacts, weight_size: int, out: Collector) -> None:

@@ -1,0 +1,74 @@
+"""Commands for a publisher's repository and CI: check-spec and init."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..errors import SpecError
+from . import _path, chosen_format, cli, emit_report, format_option
+
+DEFAULT_SPEC = Path("release.toml")
+
+
+@cli.command("check-spec")
+@click.argument("specs", metavar="[RELEASE_TOML]...", nargs=-1, type=_path())
+@format_option
+@click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
+@click.pass_context
+def check_spec(ctx: click.Context, specs: tuple[Path, ...], fmt: str | None, as_json: bool) -> None:
+    """Check release specs without touching a Hub: schema, TODOs left by init, training figures.
+
+    Every problem of every spec at once, with its line. Exit 0 when all pass, 17 otherwise. Without
+    arguments, ./release.toml.
+
+    Example: packager check-spec release.toml --format github
+    """
+    from ..ci.checks import check_specs
+
+    if not specs and not DEFAULT_SPEC.is_file():
+        raise SpecError("there is no release.toml here", "name the release specs to check")
+    report = check_specs(specs or (DEFAULT_SPEC,))
+    emit_report(report, chosen_format(fmt, as_json))
+    if not report.ok():
+        ctx.exit(SpecError.exit_code)
+
+
+@cli.command()
+@click.argument("folder", metavar="DIR", type=_path())
+@click.option("--from", "checkpoint", type=_path(), help="The draft's checkpoint: its facts go into release.toml.")
+@click.option("--lora", "adapter", type=_path(), help="The peft LoRA adapter merged into the checkpoint.")
+@click.option("--repo-id", help="The Hub repo to release to, namespace/name.  [default: a TODO in release.toml]")
+@click.option("--hook-repo", help="The git URL of packager for .pre-commit-config.yaml.  [default: where pip "
+                                  "installed packager from, if a git URL; else hooks that run the packager on PATH]")
+@click.option("--hook-rev", help="The tag or commit of --hook-repo.  [default: that commit, or v<version>]")
+def init(folder: Path, checkpoint: Path | None, adapter: Path | None, repo_id: str | None, hook_repo: str | None,
+         hook_rev: str | None) -> None:
+    """Start a release repository for a new draft in DIR.
+
+    Writes release.toml (what the checkpoint and adapter state filled in, what only you know as TODO values
+    the schema refuses), a Makefile (check, validate, card, dry-run, release), .pre-commit-config.yaml,
+    .github/workflows/release.yml and .gitlab-ci.yml. Never overwrites a file; refuses a DIR inside the
+    checkpoint or the adapter.
+
+    Example: packager init ./my-draft-release --from ./qwen3-draft --lora ./adapter --repo-id me/qwen3-draft-mnn
+    """
+    from ..init.scaffold import InitRequest
+    from ..init.scaffold import init as run_init
+
+    if adapter is not None and checkpoint is None:
+        raise click.UsageError("--lora needs --from (the checkpoint the adapter was trained on)")
+    if repo_id is not None:
+        from ..errors import InvalidOption
+        from ..hub.names import repo_id_problem
+
+        if (problem := repo_id_problem(repo_id)) is not None:
+            raise InvalidOption(f"--repo-id: {problem}", "give the Hub repo as namespace/name")
+    result = run_init(InitRequest(folder=folder, checkpoint=checkpoint, adapter=adapter, repo_id=repo_id,
+                                  hook_repo=hook_repo, hook_rev=hook_rev))
+    for name in result.written:
+        click.echo(f"wrote {result.folder / name}")
+    if result.todos:
+        click.echo(f"left for you in release.toml: {', '.join(result.todos)} "
+                   f"(packager check-spec {result.folder / 'release.toml'} names what is still open)")

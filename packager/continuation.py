@@ -1,0 +1,152 @@
+"""The source's greedy continuations of many prompts, decoded in batches of prompts, with its logits at every
+position kept in a temporary file: the half of `verify` that runs the source.
+
+Why batches: one decoding step of a 0.6B model reads every weight once whatever the batch, and with bf16 weights
+(the checkpoint's own dtype, which this CPU multiplies natively) a step over 16 prompts costs about what a step
+over one does (measured: bench/verify_bench.py). Prompts are left-padded, with the attention mask and positions
+that make padding invisible; each continuation is exactly greedy in the logits stored for it (every token is the
+argmax of the row it was chosen from). The rows go to a file, not memory, so the bundle's runtime can be loaded
+after the source is freed and the workload's size does not bound memory."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO, Callable, Iterator
+
+import numpy as np
+
+from .errors import from_os_error
+
+MAX_BATCH = 16  # prompts decoded together
+MAX_BATCH_TOKENS = 2048  # padded prompt tokens per batch: bounds the prefill's activations
+PAD = 0
+
+
+@dataclass(frozen=True)
+class Continued:
+    """One prompt, its greedy continuation, and where its logit rows (one per position but the last) are."""
+
+    ids: tuple[int, ...]
+    tokens: tuple[int, ...]
+    segments: tuple[tuple[int, int], ...]  # (byte offset, rows) in the spill file, in position order
+
+    @property
+    def positions(self) -> int:
+        return len(self.ids) + len(self.tokens) - 1
+
+
+class Spill:
+    """Logit rows in one temporary file, in the model's own dtype (bf16 stored as its 16 bits: lossless)."""
+
+    def __init__(self, folder: Path, vocab: int) -> None:
+        self.path, self.vocab = folder / "source-logits.bin", vocab
+        self.dtype: str | None = None
+        try:
+            self._file: BinaryIO = open(self.path, "w+b")
+        except OSError as exc:
+            raise from_os_error(exc, "cannot write the source's logits") from None
+
+    def write(self, rows: Any) -> tuple[int, int]:
+        """A torch tensor of rows (bf16, fp16 or fp32); returns (offset, rows)."""
+        import torch
+
+        self.dtype = {torch.bfloat16: "bf16", torch.float16: "<f2"}.get(rows.dtype, "<f4")
+        data = (rows.contiguous().view(torch.int16) if self.dtype == "bf16" else
+                rows.contiguous() if self.dtype == "<f2" else rows.float().contiguous())
+        offset = self._file.seek(0, os.SEEK_END)
+        try:
+            self._file.write(data.numpy().tobytes())
+        except OSError as exc:
+            raise from_os_error(exc, "cannot write the source's logits") from None
+        return offset, int(rows.shape[0])
+
+    def read(self, item: Continued) -> np.ndarray:
+        """float32 rows for every position of `item`."""
+        parts = []
+        for offset, count in item.segments:
+            self._file.seek(offset)
+            width = 2 if self.dtype in ("bf16", "<f2") else 4
+            raw = np.frombuffer(self._file.read(count * self.vocab * width),
+                                dtype="<u2" if self.dtype == "bf16" else self.dtype or "<f4")
+            parts.append((raw.astype(np.uint32) << 16).view(np.float32) if self.dtype == "bf16"
+                         else raw.astype(np.float32))
+        return np.concatenate(parts).reshape(-1, self.vocab)[:item.positions]  # n = 0: the prompt's rows only
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def batches(lengths: list[int]) -> Iterator[list[int]]:
+    """Indices of prompts, shortest first (less padding), at most MAX_BATCH a batch and MAX_BATCH_TOKENS padded
+    tokens (a prompt longer than that goes alone)."""
+    batch: list[int] = []
+    for index in sorted(range(len(lengths)), key=lengths.__getitem__):
+        if batch and (len(batch) == MAX_BATCH or lengths[index] * (len(batch) + 1) > MAX_BATCH_TOKENS):
+            yield batch
+            batch = []
+        batch.append(index)
+    if batch:
+        yield batch
+
+
+def continue_all(model: Any, prompts: list[list[int]], n: int, stop: tuple[int, ...], spill: Spill,
+                 progress: Callable[[int], None] = lambda _: None) -> list[Continued]:
+    """Every prompt's greedy continuation (up to n tokens, ending after a stop id) by a transformers causal LM
+    (`model.model`: the base, `model.lm_head`), in input order; `progress` gets the count done so far."""
+    done: dict[int, Continued] = {}
+    for batch in batches([len(p) for p in prompts]):
+        for index, item in zip(batch, _decode([prompts[i] for i in batch], model, n, stop, spill)):
+            done[index] = item
+        progress(len(done))
+    return [done[i] for i in range(len(prompts))]
+
+
+def _decode(prompts: list[list[int]], model: Any, n: int, stop: tuple[int, ...], spill: Spill) -> list[Continued]:
+    import torch
+
+    width = max(len(p) for p in prompts)
+    ids = torch.tensor([[PAD] * (width - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    segments: list[list[tuple[int, int]]] = []
+    with torch.no_grad():
+        from transformers import DynamicCache
+
+        cache = DynamicCache()
+        hidden = model.model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache,
+                             use_cache=True).last_hidden_state
+        following = []
+        for row, prompt in enumerate(prompts):  # the lm_head over one prompt's positions at a time
+            logits = model.lm_head(hidden[row, width - len(prompt):])
+            segments.append([spill.write(logits)])
+            following.append(logits[-1])
+        chosen = torch.stack(following).argmax(-1)
+        tokens: list[list[int]] = [[] for _ in prompts]
+        steps: list[list[Any]] = [[] for _ in prompts]
+        last = positions[:, -1]
+        while True:
+            for row, token in enumerate(chosen.tolist()):
+                if _open(tokens[row], n, stop):
+                    tokens[row].append(token)
+            if not any(_open(t, n, stop) for t in tokens):
+                break
+            mask = torch.cat([mask, torch.ones(len(prompts), 1, dtype=mask.dtype)], 1)
+            last = last + 1
+            hidden = model.model(input_ids=chosen[:, None], attention_mask=mask, position_ids=last[:, None],
+                                 cache=cache, use_cache=True).last_hidden_state
+            logits = model.lm_head(hidden[:, -1])
+            for row in range(len(prompts)):
+                if _open(tokens[row], n, stop):  # this row's latest token was fed: its row counts
+                    steps[row].append(logits[row])
+            chosen = logits.argmax(-1)
+    for row in range(len(prompts)):
+        if steps[row]:
+            segments[row].append(spill.write(torch.stack(steps[row])))
+    return [Continued(tuple(p), tuple(t), tuple(s)) for p, t, s in zip(prompts, tokens, segments)]
+
+
+def _open(tokens: list[int], n: int, stop: tuple[int, ...]) -> bool:
+    """Still decoding: fewer than n tokens and no stop id yet."""
+    return len(tokens) < n and not (tokens and tokens[-1] in stop)

@@ -1,0 +1,78 @@
+"""The source's side of verify: greedy continuations decoded in batches of left-padded prompts are exactly greedy in
+the logits kept for them, those logits are the model's own at every position (padding changes nothing but
+rounding), and the spill file gives back every row bit for bit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from packager.continuation import MAX_BATCH, MAX_BATCH_TOKENS, Spill, batches, continue_all
+from packager.pair import workload
+from packager.pair.models import HFModel
+
+STOP = (151643, 151645)
+
+
+def test_batches_go_shortest_first_within_both_limits() -> None:
+    lengths = [30, 5, 2000, 40, 7] + [10] * 20
+    groups = list(batches(lengths))
+    assert sorted(i for g in groups for i in g) == list(range(len(lengths)))
+    for group in groups:
+        assert len(group) <= MAX_BATCH
+        assert len(group) == 1 or max(lengths[i] for i in group) * len(group) <= MAX_BATCH_TOKENS
+    assert groups[-1] == [2] and groups[0][0] == 1  # the longest alone, the shortest first
+
+
+@pytest.fixture(scope="module")
+def source(tiny_checkpoint: Path) -> HFModel:
+    return HFModel(tiny_checkpoint, dtype="stored")
+
+
+@pytest.mark.parametrize("n", [0, 1, 12])
+def test_batched_continuations_are_greedy_in_their_own_rows_which_match_one_prompt_alone(
+        source: HFModel, tiny_checkpoint: Path, tmp_path: Path, n: int) -> None:
+    template = workload.chat_template(tiny_checkpoint)
+    prompts = [source.encode(workload.render(template, item)) for item in workload.builtin()[:5]]
+    prompts.append(source.encode("Hi"))  # much shorter than the rest: most of its batch row is padding
+    spill = Spill(tmp_path, source.vocab)
+    try:
+        done = continue_all(source.model, prompts, n, STOP, spill)
+        assert [list(item.ids) for item in done] == prompts
+        for item in done:
+            rows = spill.read(item)
+            assert rows.shape == (item.positions, source.vocab) and rows.dtype == np.float32
+            assert 1 <= len(item.tokens) <= n or (n == 0 and not item.tokens)
+            start = len(item.ids) - 1
+            assert [int(rows[start + j].argmax()) for j in range(len(item.tokens))] == list(item.tokens)
+            assert all(t not in STOP for t in item.tokens[:-1])
+            alone = source.logits_all([*item.ids, *item.tokens]).astype(np.float32)[:item.positions]
+            cosine = (rows * alone).sum(-1) / (np.linalg.norm(rows, axis=-1) * np.linalg.norm(alone, axis=-1))
+            assert cosine.min(initial=1.0) > 0.999  # bf16 rounding, not another computation
+    finally:
+        spill.close()
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
+def test_spill_gives_back_every_row_bit_for_bit(dtype: str, tmp_path: Path) -> None:
+    import torch
+
+    from packager.continuation import Continued
+
+    rows = torch.randn(7, 11).to(getattr(torch, dtype))
+    spill = Spill(tmp_path, 11)
+    try:
+        first, second = spill.write(rows[:4]), spill.write(rows[4:])
+        back = spill.read(Continued(ids=(1, 2, 3, 4), tokens=(5, 6, 7, 8), segments=(first, second)))
+    finally:
+        spill.close()
+    assert np.array_equal(back, rows.float().numpy())
+
+
+def test_spill_that_cannot_be_written_is_one_line(tmp_path: Path) -> None:
+    from packager.errors import FileSystemError
+
+    with pytest.raises(FileSystemError, match="cannot write the source's logits: No such file or directory"):
+        Spill(tmp_path / "gone", 11)
