@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 import psutil
-from common import REPO, WORK
+from common import REPO, WORK, tree_peak
 
 sys.path.insert(0, str(REPO))
 
@@ -46,13 +46,7 @@ def run_pair(draft: Path, target: Path, cache: Path) -> dict[str, object]:
     began = time.perf_counter()
     proc = psutil.Popen([sys.executable, "-m", "packager.cli", "pair", str(draft), str(target), "--json", "--quiet"],
                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO, env=env)
-    peak = 0
-    while proc.poll() is None:
-        try:
-            peak = max(peak, sum(p.memory_info().rss for p in [proc, *proc.children(recursive=True)]))
-        except psutil.Error:
-            pass
-        time.sleep(0.02)
+    peak = tree_peak(proc)
     wall = time.perf_counter() - began
     out, err = proc.communicate()
     if proc.returncode != 0:
