@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from .. import __version__
 from ..bundle import FILES
-from ..checksum import MANIFEST
+from ..checksum import MANIFEST, SIGNATURE
 from ..errors import BundleError
 from ..validate import validate
 from .client import (Hub, HubBadTarget, HubConflict, HubError, HubRevisionRefused, HubVerificationFailed,
@@ -71,6 +71,8 @@ def local_files(bundle: Path) -> list[str]:
     if missing:
         step = "packager card" if CARD in missing else "packager checksum" if MANIFEST in missing else "packager convert"
         raise BundleError(f"{bundle} lacks {', '.join(missing)}", f"run {step} first")
+    if (bundle / SIGNATURE).is_file():  # model.sig, when signed: part of the one commit
+        names.append(SIGNATURE)
     # validate() also checks every file against the manifest.
     report = validate(bundle)
     if report.errors:

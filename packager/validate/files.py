@@ -7,12 +7,12 @@ import stat
 from pathlib import Path
 
 from ..bundle import FILES
-from ..checksum import MANIFEST
+from ..checksum import MANIFEST, SIGNATURE
 from ..errors import BundleError, from_os_error, shorten
 from .findings import Collector
 
 CARD = "README.md"
-RELEASE_EXTRAS = (CARD, MANIFEST)
+RELEASE_EXTRAS = (CARD, MANIFEST, SIGNATURE)
 FOLDER = "."  # the file name of findings about the folder as a whole
 SHOWN_EXTRAS = 20
 

@@ -1,0 +1,89 @@
+"""Downloads for `pull` into a hidden staging folder beside DIR, which only a complete, checked pull turns
+into DIR (one rename). An interrupted download stays there for the next run to resume; the partial file is
+never trusted: every file is checked whole, and a resumed file that fails is fetched again from its start.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+from pathlib import Path
+from typing import Callable
+
+from ..errors import OutputExists, shorten
+from .client import Hub, HubConflict, with_retries
+
+
+def staging_for(dest: Path) -> Path:
+    return dest.parent / f".{dest.name}.pull"
+
+
+class Staging:
+    """The staging folder, locked against a second pull into the same DIR while this one runs."""
+
+    def __init__(self, dest: Path) -> None:
+        self.dest = dest
+        self.root = staging_for(dest)
+        self.files = self.root / "files"
+        self._lock: int | None = None
+        self.resumed = False
+
+    def __enter__(self) -> Staging:
+        check_dest(self.dest)
+        self.root.mkdir(parents=True, exist_ok=True)
+        lock = os.open(self.root / "lock", os.O_CREAT | os.O_RDWR, 0o600)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(lock)  # the other run's staging is its own: left alone
+            raise HubConflict(f"another packager pull into {shorten(str(self.dest), 120)} is running",
+                              "wait for it to finish, or pull into another folder") from None
+        self._lock = lock
+        self.files.mkdir(exist_ok=True)
+        # What an earlier, interrupted run left: finished files and partial ones; none of it is trusted.
+        self.resumed = any(self.files.iterdir())
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        # Kept only for what a rerun can resume: Ctrl-C, SIGTERM and transient Hub failures (exit 40).
+        resumable = exc_type is not None and (issubclass(exc_type, KeyboardInterrupt)
+                                              or getattr(exc, "exit_code", None) == 40)
+        if not resumable:
+            shutil.rmtree(self.root, ignore_errors=True)
+        if self._lock is not None:
+            os.close(self._lock)
+
+    def path(self, name: str) -> Path:
+        return self.files / name
+
+    def publish(self, names: list[str]) -> None:
+        """Move `names` into a fresh folder and rename it to DIR: DIR appears whole or not at all."""
+        out = self.root / "out"
+        out.mkdir()
+        for name in names:
+            os.replace(self.files / name, out / name)
+        check_dest(self.dest)
+        if self.dest.is_dir():
+            self.dest.rmdir()  # empty (checked): os.replace cannot replace a folder on every system
+        os.replace(out, self.dest)
+
+
+def check_dest(dest: Path) -> None:
+    if dest.is_symlink() or (dest.exists() and not dest.is_dir()):
+        raise OutputExists(f"{shorten(str(dest), 120)} exists and is not a folder", "pull into a new or empty folder")
+    if dest.is_dir() and any(dest.iterdir()):
+        raise OutputExists(f"{shorten(str(dest), 120)} is not empty; nothing was downloaded",
+                           "pull into a new or empty folder (a pull never mixes its files with others)")
+
+
+def download(hub: Hub, stage: Staging, repo_id: str, commit: str, name: str, fresh: bool = False,
+             progress: Callable[[str], None] = lambda _: None) -> Path:
+    """`name` at `commit` into the staging folder (resuming an interrupted download unless `fresh`)."""
+    if fresh:
+        stage.path(name).unlink(missing_ok=True)
+        shutil.rmtree(stage.files / ".cache", ignore_errors=True)
+    progress(f"downloading {name}")
+    with_retries(hub, f"downloading {name} of {repo_id}@{commit[:12]}", lambda: hub.api.hf_hub_download(
+        repo_id, name, revision=commit, local_dir=str(stage.files), force_download=fresh))
+    return stage.path(name)
