@@ -90,7 +90,7 @@ def pull(request: PullRequest, progress: Progress = lambda _: None) -> PullResul
                           lambda: hub.api.repo_info(request.repo_id, revision=request.revision).sha)
     listing = files_at(hub, request.repo_id, commit)
     held = set(listing) - {KEEP, SIGNATURE}
-    wanted = sorted(held) if request.files == "all" else list(APP_FILES)
+    wanted = sorted(held - {MANIFEST}) if request.files == "all" else list(APP_FILES)
     if absent := [name for name in [*wanted, MANIFEST] if name not in held]:
         raise HubVerificationFailed(f"{where} lacks {', '.join(absent)}; nothing was downloaded",
                                     "pull a revision packager released")
@@ -99,10 +99,11 @@ def pull(request: PullRequest, progress: Progress = lambda _: None) -> PullResul
         signed = _signature(hub, stage, request, commit, listing, held, where, progress)
         from .hub.fetch import download
 
-        manifest_path = download(hub, stage, request.repo_id, commit, MANIFEST, progress=progress)
+        manifest_path = download(hub, stage, request.repo_id, commit, MANIFEST, listing[MANIFEST].size,
+                                 progress=progress)
         listed = parse_manifest(manifest_path.read_text(encoding="utf-8", errors="replace"), Path(MANIFEST))
         for name in checked:
-            _fetch_checked(hub, stage, request, commit, name, listed, signed, where, progress)
+            _fetch_checked(hub, stage, request, commit, name, listing[name].size, listed, signed, where, progress)
         if signed is not None and mismatched(stage.files, signed, [MANIFEST]):
             raise ContentMismatch(f"{MANIFEST} of {where} differs from what {SIGNATURE} signed")
         min_engine = _engine_check(stage.path(ENGINE_FILE), request.engine, where) if request.engine else None
@@ -127,7 +128,7 @@ def _signature(hub: object, stage: object, request: PullRequest, commit: str, li
     size = listing[SIGNATURE].size
     if size > MAX_SIGNATURE_BYTES:
         raise SignatureMalformed(f"{SIGNATURE} of {where} is {size:,} bytes, more than any signature; not downloaded")
-    path = download(hub, stage, request.repo_id, commit, SIGNATURE, progress=progress)  # type: ignore[arg-type]
+    path = download(hub, stage, request.repo_id, commit, SIGNATURE, size, progress=progress)  # type: ignore[arg-type]
     if not request.trust.given:
         return None
     signed = read_signed(path, request.trust)
@@ -135,7 +136,7 @@ def _signature(hub: object, stage: object, request: PullRequest, commit: str, li
     return signed
 
 
-def _fetch_checked(hub: object, stage: object, request: PullRequest, commit: str, name: str,
+def _fetch_checked(hub: object, stage: object, request: PullRequest, commit: str, name: str, size: int,
                    listed: dict[str, str], signed: Signed | None, where: str, progress: Progress) -> None:
     """Download `name` and check it whole; a file from an interrupted run that fails is fetched once afresh."""
     from .hub.fetch import download
@@ -143,7 +144,8 @@ def _fetch_checked(hub: object, stage: object, request: PullRequest, commit: str
     if name not in listed:
         raise ContentMismatch(f"{name} of {where} is not in its {MANIFEST}, so it cannot be checked")
     for fresh in (False, True):
-        path = download(hub, stage, request.repo_id, commit, name, fresh=fresh, progress=progress)  # type: ignore[arg-type]
+        path = download(hub, stage, request.repo_id, commit, name, size, fresh=fresh,  # type: ignore[arg-type]
+                        progress=progress)
         problem = _problem(stage.files, path, name, listed, signed)  # type: ignore[attr-defined]
         if problem is None:
             return

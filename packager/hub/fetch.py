@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import OutputExists, shorten
-from .client import Hub, HubConflict, with_retries
+from .client import Hub, HubConflict, HubVerificationFailed, with_retries
 
 
 def staging_for(dest: Path) -> Path:
@@ -77,13 +77,52 @@ def check_dest(dest: Path) -> None:
                            "pull into a new or empty folder (a pull never mixes its files with others)")
 
 
-def download(hub: Hub, stage: Staging, repo_id: str, commit: str, name: str, fresh: bool = False,
-             progress: Callable[[str], None] = lambda _: None) -> Path:
-    """`name` at `commit` into the staging folder (resuming an interrupted download unless `fresh`)."""
+def download(hub: Hub, stage: Staging, repo_id: str, commit: str, name: str, size: int, fresh: bool = False,
+             timeout: float = 30.0, progress: Callable[[str], None] = lambda _: None) -> Path:
+    """`name` at `commit` into the staging folder through huggingface_hub's HTTP session, resuming what an
+    interrupted run (or a dropped connection) left in NAME.part unless `fresh`. The caller checks it whole."""
+    final, part = stage.path(name), stage.files / f"{name}.part"
     if fresh:
-        stage.path(name).unlink(missing_ok=True)
-        shutil.rmtree(stage.files / ".cache", ignore_errors=True)
-    progress(f"downloading {name}")
-    with_retries(hub, f"downloading {name} of {repo_id}@{commit[:12]}", lambda: hub.api.hf_hub_download(
-        repo_id, name, revision=commit, local_dir=str(stage.files), force_download=fresh))
-    return stage.path(name)
+        final.unlink(missing_ok=True)
+        part.unlink(missing_ok=True)
+    if final.is_file():
+        return final  # finished by an interrupted earlier run: checked whole like any other
+    progress(f"downloading {name}" + (f" (resuming after {part.stat().st_size:,} bytes)" if part.is_file() else ""))
+    with_retries(hub, f"downloading {name} of {repo_id}@{commit[:12]}",
+                 lambda: _get(hub, repo_id, commit, name, size, part, timeout))
+    os.replace(part, final)
+    return final
+
+
+class _Short(ConnectionError):
+    """The connection ended before the whole file came: a transient failure, retried from where it stopped."""
+
+
+def _get(hub: Hub, repo_id: str, commit: str, name: str, size: int, part: Path, timeout: float) -> None:
+    from huggingface_hub import hf_hub_url
+    from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
+
+    have = part.stat().st_size if part.is_file() else 0
+    if have > size:
+        part.unlink()
+        have = 0
+    if have == size:
+        return
+    headers = build_hf_headers(token=hub.token)
+    if have:
+        headers["Range"] = f"bytes={have}-"
+    url = hf_hub_url(repo_id, name, revision=commit, endpoint=hub.endpoint)
+    with get_session().stream("GET", url, headers=headers, timeout=timeout, follow_redirects=True) as response:
+        if response.status_code >= 400:
+            response.read()
+            hf_raise_for_status(response)
+        resumed = response.status_code == 206
+        with part.open("ab" if resumed else "wb") as sink:  # a 200 is the whole file: start over
+            written = have if resumed else 0
+            for chunk in response.iter_bytes():
+                written += len(chunk)
+                if written > size:
+                    raise HubVerificationFailed(f"{name}: the Hub sends more than the {size:,} bytes it lists")
+                sink.write(chunk)
+    if written < size:
+        raise _Short(f"{name}: {written:,} of {size:,} bytes")
