@@ -66,13 +66,8 @@ def check_request(request: PullRequest) -> None:
             parse_version(request.engine)
         except ValueError as exc:
             raise InvalidOption(f"--engine: {exc}", "give the app's MNN version, e.g. --engine 3.6.1") from None
-    trust = request.trust
-    if trust.public_key is not None and trust.identity is not None:
-        raise InvalidOption("--public-key and --identity both given", "trust either a key or a sigstore identity")
-    if (trust.identity is None) != (trust.issuer is None):
-        raise InvalidOption("--identity and --issuer go together", "give both, e.g. --issuer "
-                            "https://token.actions.githubusercontent.com")
-    if request.require_signature and not trust.given:
+    request.trust.check()
+    if request.require_signature and not request.trust.given:
         raise InvalidOption("--require-signature needs whom to trust",
                             "add --public-key KEY.pub (or --identity and --issuer)")
 

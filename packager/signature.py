@@ -56,6 +56,16 @@ class Trust:
     def given(self) -> bool:
         return self.public_key is not None or self.identity is not None
 
+    def check(self) -> None:
+        """Refuse a contradictory or half-given trust before anything is downloaded."""
+        from .errors import InvalidOption
+
+        if self.public_key is not None and self.identity is not None:
+            raise InvalidOption("--public-key and --identity both given", "trust either a key or a sigstore identity")
+        if (self.identity is None) != (self.issuer is None):
+            raise InvalidOption("--identity and --issuer go together",
+                                "give both, e.g. --issuer https://token.actions.githubusercontent.com")
+
     def describe(self) -> str:
         if self.public_key is not None:
             return f"the key {shorten(str(self.public_key), 120)}"

@@ -51,6 +51,7 @@ class SignResult:
     signature: Path
     files: tuple[str, ...]
     key_id: str  # sha256 of the public key (PEM), as model-signing records it in the bundle
+    unchanged: bool = False  # the bundle's model.sig was already this key's signature over these very files
 
 
 def load_key(path: Path, passphrase: bytes | None) -> object:
@@ -86,6 +87,22 @@ def load_key(path: Path, passphrase: bytes | None) -> object:
     return key
 
 
+def public_pem(private: object) -> bytes:
+    from cryptography.hazmat.primitives import serialization
+
+    return bytes(private.public_key().public_bytes(  # type: ignore[attr-defined]
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+
+
+def key_id(pem: bytes) -> str:
+    """The key's fingerprint as model-signing writes it (its hint): sha256 of the public PEM, by cryptography."""
+    from cryptography.hazmat.primitives import hashes
+
+    digest = hashes.Hash(hashes.SHA256())
+    digest.update(pem)
+    return digest.finalize().hex()
+
+
 def read_passphrase(passphrase_file: Path | None) -> bytes | None:
     """--passphrase-file (its first line), else the environment variable, else none."""
     if passphrase_file is not None:
@@ -118,15 +135,36 @@ def check_release_set(bundle: Path) -> None:
 
 
 def sign(bundle: Path, key: Path, passphrase: bytes | None = None) -> SignResult:
-    """Write `model.sig` over the release set (atomically: a failed signing leaves the old one, or none)."""
-    load_key(key, passphrase)
+    """Write `model.sig` over the release set (atomically: a failed signing leaves the old one, or none);
+    keep it when it already is this key's signature over these files."""
+    private = load_key(key, passphrase)
     check_release_set(bundle)
-    from model_signing import hashing, signing
+    if (kept := _still_valid(bundle, private)) is not None:
+        return kept
+    from model_signing import signing
 
     config = signing.Config().set_hashing_config(_hashing())
     # model-signing types the password as str but hands it to cryptography, which wants bytes.
     config.use_elliptic_key_signer(private_key=key, password=passphrase)  # type: ignore[arg-type]
     return _write(bundle, config)
+
+
+def _still_valid(bundle: Path, private: object) -> SignResult | None:
+    """An existing model.sig by this key over exactly these files is kept: ECDSA signatures differ each time,
+    and a new one would make an unchanged re-release commit again."""
+    from .signature import Trust, key_hint, verify_folder
+
+    if not (bundle / SIGNATURE).is_file():
+        return None
+    with tempfile.TemporaryDirectory(prefix="packager-pub-") as work:
+        public = Path(work) / "key.pub"
+        public.write_bytes(public_pem(private))
+        try:
+            verify_folder(bundle, Trust(public_key=public))
+        except PackagerError:  # no longer valid (files changed, another key): signed anew
+            return None
+    data = (bundle / SIGNATURE).read_bytes()
+    return SignResult(signature=bundle / SIGNATURE, files=RELEASE_SET, key_id=key_hint(data), unchanged=True)
 
 
 def sign_keyless(bundle: Path, identity_token: str | None = None, use_staging: bool = False) -> SignResult:

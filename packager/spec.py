@@ -39,6 +39,9 @@ class Release:
     publisher: str | None = None
     base_model_relation: str | None = None
     tags: tuple[str, ...] = ()
+    signing_key: str | None = None  # EC private key (PEM), relative to the spec; PACKAGER_SIGNING_KEY wins
+    signing_identity: str | None = None  # keyless (sigstore in CI): the identity the card tells users to trust
+    signing_issuer: str | None = None
 
 
 @dataclass(frozen=True)

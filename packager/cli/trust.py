@@ -10,24 +10,7 @@ import click
 
 from . import StderrProgress, _emit, _path, cli
 from .publish import _token, _token_option
-
-
-def trust_options(command: Any) -> Any:
-    """--public-key, or --identity with --issuer (keyless sigstore)."""
-    for option in reversed([
-        click.option("--public-key", type=_path(dir_okay=False), help="The publisher's EC public key (PEM)."),
-        click.option("--identity", help="Keyless: the signer's identity, e.g. a GitHub workflow URL."),
-        click.option("--issuer", help="Keyless: the identity's OIDC issuer, e.g. "
-                                      "https://token.actions.githubusercontent.com."),
-    ]):
-        command = option(command)
-    return command
-
-
-def _trust(public_key: Path | None, identity: str | None, issuer: str | None) -> Any:
-    from ..signature import Trust
-
-    return Trust(public_key=public_key, identity=identity, issuer=issuer)
+from .trustopts import _trust, trust_options
 
 
 @cli.command()

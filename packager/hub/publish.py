@@ -41,6 +41,8 @@ class UploadRequest:
     dry_run: bool = False
     message: str | None = None
     token: str | None = None
+    # Run on the verified commit before it is tagged (release: the signature against the Hub's files).
+    check: Callable[[str], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -148,6 +150,8 @@ def upload(request: UploadRequest, progress: Progress = lambda _: None,
         rows = plan(request.bundle, local, remote)
     rows = restore(rows, missing_objects(hub, request.repo_id, request.revision, lfs_unchanged(rows, local, remote)))
     commit = _publish(hub, request, rows, local, parent, progress, sleep)
+    if request.check is not None:
+        request.check(commit)
     if request.tag and repo.tags.get(request.tag) != commit:
         with_retries(hub, f"tagging {request.repo_id}@{commit[:12]} as {request.tag}",
                      lambda: hub.api.create_tag(request.repo_id, tag=request.tag, revision=commit), sleep=sleep)

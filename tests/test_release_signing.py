@@ -1,0 +1,123 @@
+"""`release` with a signing key: model.sig written after the card and manifest, part of the one commit, checked
+against the Hub's files before the tag; the card says who signed and how to verify, and its commands work."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from packager.checksum import write_manifest
+from tests.localhub import WRITE_TOKEN, LocalHub, hub, online, ready  # noqa: F401 - fixtures
+from tests.localhub import history as _history
+from tests.signkeys import Keys, keys  # noqa: F401 - fixture
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "release.toml"
+REPO = "your-name/Qwen3-0.6B-KL-draft-MNN"
+MODEL_SIGNING = Path(sys.executable).parent / "model_signing"
+
+
+def spec_signed_with(tmp_path: Path, key: Path | None) -> Path:
+    spec = tmp_path / "release.toml"
+    line = f'signing_key = "{key}"\n' if key else ""
+    spec.write_text(EXAMPLE.read_text().replace("[release]\n", f"[release]\n{line}", 1))
+    return spec
+
+
+def release(hub: LocalHub, spec: Path, bundle: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "packager.cli", "release", str(spec), "--bundle", str(bundle),
+                           "--json", "--quiet"], capture_output=True, text=True, env={**hub.env(), **env}, timeout=300)
+
+
+def test_a_signed_release_is_one_commit_with_model_sig_and_pulls_verified(hub: LocalHub, ready: Path, keys: Keys,
+                                                                          tmp_path: Path) -> None:
+    result = release(hub, spec_signed_with(tmp_path, keys.private), ready)
+    assert result.returncode == 0, result.stdout + result.stderr
+    summary = json.loads(result.stdout)
+    names = [s["name"] for s in summary["stages"]]
+    assert names == ["convert", "validate", "card", "checksum", "sign", "upload, verify, tag"]
+    assert "signature verified on the Hub (12 files)" in summary["stages"][-1]["detail"]
+    assert len(_history(hub, REPO)) == 1
+    tree = {f["path"] for f in hub.api(f"/api/models/{REPO}/tree/v3?recursive=true")}
+    assert "model.sig" in tree and len(tree) == 14
+    pulled = hub.cli("pull", f"{REPO}@v3", str(tmp_path / "draft"), "--public-key", str(keys.public),
+                     "--require-signature", "--quiet", token=None)
+    assert pulled.returncode == 0, pulled.stderr
+    check = hub.cli("verify-remote", f"{REPO}@v3", "--public-key", str(keys.public), "--json")
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert json.loads(check.stdout)["signature"] == "verified"
+
+
+def test_the_card_names_the_key_and_its_commands_verify(hub: LocalHub, ready: Path, keys: Keys,
+                                                        tmp_path: Path) -> None:
+    assert release(hub, spec_signed_with(tmp_path, keys.private), ready).returncode == 0
+    card = (ready / "README.md").read_text()
+    key_id = json.loads((ready / "model.sig").read_text())["verificationMaterial"]["publicKey"]["hint"]
+    assert f"`{key_id}`" in card
+    assert f"packager pull {REPO}@v3 ./draft --public-key publisher.pub --require-signature" in card
+    command = "model_signing verify key ./release --signature ./release/model.sig --public_key publisher.pub"
+    assert command in card
+    # The card's model-signing command, run as written on a full pull (its exit code says nothing: read it).
+    folder = tmp_path / "release"
+    assert hub.cli("pull", f"{REPO}@v3", str(folder), "--files", "all", "--quiet", token=None).returncode == 0
+    (tmp_path / "publisher.pub").write_bytes(keys.public.read_bytes())
+    argv = [str(MODEL_SIGNING), *command.split()[1:]]
+    good = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert "Verification succeeded" in good.stdout + good.stderr, good.stdout + good.stderr
+    (folder / "tokenizer.txt").write_bytes(b"tampered")
+    bad = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert "Verification failed" in bad.stdout + bad.stderr
+
+
+def test_the_key_can_come_from_the_environment_for_ci(hub: LocalHub, ready: Path, keys: Keys,
+                                                      tmp_path: Path) -> None:
+    result = release(hub, spec_signed_with(tmp_path, None), ready, PACKAGER_SIGNING_KEY=str(keys.private))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "sign" in [s["name"] for s in json.loads(result.stdout)["stages"]]
+    assert (ready / "model.sig").is_file()
+
+
+def test_an_unchanged_signed_rerelease_makes_no_commit(hub: LocalHub, ready: Path, keys: Keys,
+                                                       tmp_path: Path) -> None:
+    spec = spec_signed_with(tmp_path, keys.private)
+    assert release(hub, spec, ready).returncode == 0
+    again = release(hub, spec, ready)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "model.sig kept" in json.loads(again.stdout)["stages"][4]["detail"]
+    assert len(_history(hub, REPO)) == 1
+
+
+@pytest.mark.parametrize("which, code", [("wrong_curve", 71), ("locked", 72), ("public", 70)])
+def test_a_bad_signing_key_stops_the_release_before_any_work(hub: LocalHub, ready: Path, keys: Keys,
+                                                             tmp_path: Path, which: str, code: int) -> None:
+    key = {"wrong_curve": keys.wrong_curve, "locked": keys.locked, "public": keys.public}[which]
+    before = (ready / "README.md").read_bytes()
+    result = release(hub, spec_signed_with(tmp_path, key), ready)
+    assert result.returncode == code, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (ready / "model.sig").exists() and (ready / "README.md").read_bytes() == before
+    assert _history(hub, REPO) == []
+
+
+def test_verify_remote_names_a_file_replaced_with_its_manifest_line(hub: LocalHub, ready: Path, keys: Keys,
+                                                                    tmp_path: Path, online: None) -> None:
+    assert release(hub, spec_signed_with(tmp_path, keys.private), ready).returncode == 0
+    data = bytearray((ready / "llm.mnn.weight").read_bytes())
+    data[123] ^= 1
+    (ready / "llm.mnn.weight").write_bytes(bytes(data))
+    write_manifest(ready)
+    from huggingface_hub import CommitOperationAdd, HfApi
+
+    HfApi(endpoint=hub.url, token=WRITE_TOKEN).create_commit(REPO, commit_message="tamper", operations=[
+        CommitOperationAdd(path_in_repo=n, path_or_fileobj=str(ready / n)) for n in ("llm.mnn.weight",
+                                                                                       "checksums.xxh128")])
+    unchecked = hub.cli("verify-remote", REPO)
+    assert unchecked.returncode == 0 and "signature: not checked" in unchecked.stdout  # the manifest agrees
+    checked = hub.cli("verify-remote", REPO, "--public-key", str(keys.public))
+    assert checked.returncode == 31, checked.stdout + checked.stderr
+    assert "NOT AS SIGNED llm.mnn.weight" in checked.stdout and "NOT AS SIGNED checksums.xxh128" in checked.stdout
+    other = hub.cli("verify-remote", REPO, "--public-key", str(keys.other_public))
+    assert other.returncode == 77 and "is not signed by the key" in other.stderr
