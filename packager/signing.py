@@ -167,22 +167,41 @@ def _still_valid(bundle: Path, private: object) -> SignResult | None:
     return SignResult(signature=bundle / SIGNATURE, files=RELEASE_SET, key_id=key_hint(data), unchanged=True)
 
 
-def sign_keyless(bundle: Path, identity_token: str | None = None, use_staging: bool = False) -> SignResult:
-    """Keyless sigstore signing (CI's OIDC identity, e.g. GitHub Actions with id-token: write): needs Fulcio and
-    Rekor on the network, which this machine does not reach."""
+def sign_keyless(bundle: Path, identity_token: str | None = None) -> SignResult:
+    """Keyless sigstore signing with CI's OIDC identity (e.g. GitHub Actions with `id-token: write`), or an
+    explicit token. Everything before sigstore's services is checked here; they need the network."""
     check_release_set(bundle)
+    token = _identity_token(identity_token)
     from model_signing import signing
 
-    config = signing.Config().set_hashing_config(_hashing())
-    config.use_sigstore_signer(use_ambient_credentials=identity_token is None, identity_token=identity_token,
-                               use_staging=use_staging)
     try:
+        config = signing.Config().set_hashing_config(_hashing())
+        config.use_sigstore_signer(use_ambient_credentials=False, identity_token=token)
         return _write(bundle, config)
     except PackagerError:
         raise
-    except Exception as exc:  # noqa: BLE001 - sigstore's OIDC, Fulcio and Rekor failures are many kinds
+    except Exception as exc:  # noqa: BLE001 - sigstore's trust root, Fulcio and Rekor failures are many kinds
         raise KeylessSigningFailed(f"keyless signing failed: {type(exc).__name__}: {shorten(str(exc), 160)}; "
                                    "nothing was signed") from None
+
+
+def _identity_token(given: str | None) -> str:
+    """The OIDC token: the one given, else the CI's ambient one; checked as a sigstore identity offline."""
+    from sigstore import oidc
+
+    try:
+        token = given or oidc.detect_credential()
+    except Exception as exc:  # noqa: BLE001 - id's AmbientCredentialError and the like
+        raise KeylessSigningFailed(f"no OIDC identity: {shorten(str(exc), 160)}; nothing was signed") from None
+    if not token:
+        raise KeylessSigningFailed("no OIDC identity token (no --identity-token-file, and no CI identity "
+                                   "detected); nothing was signed")
+    try:
+        oidc.IdentityToken(token.strip())
+    except Exception as exc:  # noqa: BLE001 - IdentityError on a malformed or non-sigstore token
+        raise KeylessSigningFailed(f"the OIDC identity token is not usable: {shorten(str(exc), 160)}; "
+                                   "nothing was signed") from None
+    return token.strip()
 
 
 def _hashing() -> object:

@@ -157,3 +157,69 @@ def test_a_signed_path_outside_the_bundle_is_refused(ready: Path, keys: Keys, pa
 def test_verify_signature_needs_whom_to_trust(ready: Path, keys: Keys) -> None:
     assert sign(ready, "--key", str(keys.private)).returncode == 0
     one_line_error(run_cli("verify-signature", str(ready), env=_env()), 19, "--require-signature needs")
+
+
+def _offline_env(tmp_path: Path) -> dict[str, str]:
+    """No CI identity in the environment, a fresh HOME (no sigstore cache), and the loopback-only guard."""
+    tests = Path(__file__).resolve().parent
+    env = {k: v for k, v in _env().items() if not k.startswith(("ACTIONS_", "GITHUB_", "GOOGLE_", "SIGSTORE"))}
+    return {**env, "HOME": str(tmp_path / "home"), "XDG_CACHE_HOME": str(tmp_path / "cache"),
+            "XDG_DATA_HOME": str(tmp_path / "data"), "PACKAGER_NETGUARD_LOG": str(tmp_path / "netguard.log"),
+            "PYTHONPATH": os.pathsep.join([str(tests / "netguard"), str(tests.parent)])}
+
+
+def _jwt(claims: dict[str, object]) -> str:
+    import base64
+
+    def part(data: dict[str, object]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(data).encode()).rstrip(b"=").decode()
+
+    return ".".join([part({"alg": "RS256", "typ": "JWT"}), part(claims), "c2lnbmF0dXJl"])
+
+
+def test_keyless_signing_without_an_identity_is_one_line_and_writes_nothing(ready: Path, tmp_path: Path) -> None:
+    before = sorted(p.name for p in ready.iterdir())
+    one_line_error(sign(ready, "--keyless", env=_offline_env(tmp_path)), 74, "no OIDC identity token")
+    assert sorted(p.name for p in ready.iterdir()) == before
+    assert not (tmp_path / "netguard.log").exists()  # refused before any network
+
+
+def test_keyless_signing_refuses_a_malformed_token_offline(ready: Path, tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("not-a-jwt")
+    one_line_error(sign(ready, "--keyless", "--identity-token-file", str(token), env=_offline_env(tmp_path)), 74,
+                   "identity token is not usable")
+    assert not (ready / "model.sig").exists() and not (tmp_path / "netguard.log").exists()
+
+
+def test_keyless_signing_goes_as_far_as_sigstore_and_fails_in_one_line_without_it(ready: Path,
+                                                                                  tmp_path: Path) -> None:
+    import time
+
+    now = int(time.time())
+    token = tmp_path / "token"
+    token.write_text(_jwt({"iss": "https://token.actions.githubusercontent.com", "aud": "sigstore", "iat": now,
+                           "nbf": now, "exp": now + 3600, "sub": "repo:me/draft:ref:refs/heads/main"}))
+    result = sign(ready, "--keyless", "--identity-token-file", str(token), env=_offline_env(tmp_path))
+    one_line_error(result, 74, "keyless signing failed")
+    assert not (ready / "model.sig").exists()
+    assert (tmp_path / "netguard.log").read_text().strip()  # it reached for sigstore's services, and only then
+
+
+def test_a_key_signed_bundle_is_not_accepted_as_keyless_and_the_reverse(ready: Path, keys: Keys) -> None:
+    assert sign(ready, "--key", str(keys.private)).returncode == 0
+    as_keyless = run_cli("verify-signature", str(ready), "--identity", "me@example.com", "--issuer",
+                         "https://accounts.example.com", env=_env())
+    one_line_error(as_keyless, 77, "signed with a key, not keyless")
+    document = json.loads((ready / "model.sig").read_text())
+    document["verificationMaterial"] = {"certificate": {"rawBytes": "MIIB"}, "tlogEntries": []}
+    (ready / "model.sig").write_text(json.dumps(document))
+    one_line_error(check(ready, keys.public), 77, "was signed keyless")
+
+
+@pytest.mark.parametrize("args, words", [
+    (("--identity", "me@example.com"), ("--identity and --issuer go together",)),
+    (("--public-key", "k.pub", "--identity", "x", "--issuer", "y"), ("both given",)),
+])
+def test_contradictory_trust_options_are_refused(ready: Path, args: tuple[str, ...], words: tuple[str, ...]) -> None:
+    one_line_error(run_cli("verify-signature", str(ready), *args, env=_env()), 19, *words)

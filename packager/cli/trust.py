@@ -22,8 +22,11 @@ from .trustopts import _trust, trust_options
 @click.option("--keyless", is_flag=True, help=(
     "Sign with sigstore and CI's OIDC identity instead of a key (needs the network and e.g. GitHub Actions' "
     "id-token: write)."))
+@click.option("--identity-token-file", type=_path(dir_okay=False), help=(
+    "Keyless: read the OIDC identity token from this file.  [default: CI's ambient identity]"))
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def sign(bundle: Path, key: Path | None, passphrase_file: Path | None, keyless: bool, as_json: bool) -> None:
+def sign(bundle: Path, key: Path | None, passphrase_file: Path | None, keyless: bool,
+         identity_token_file: Path | None, as_json: bool) -> None:
     """Write BUNDLE/model.sig: an OpenSSF model-signing signature over every file of the release.
 
     Sign after `packager card` and `packager checksum`; the signature covers the ten files, README.md and
@@ -37,7 +40,8 @@ def sign(bundle: Path, key: Path | None, passphrase_file: Path | None, keyless: 
     if keyless:
         if key is not None:
             raise InvalidOption("--key and --keyless both given", "sign with one of them")
-        result = sign_keyless(bundle)
+        token = identity_token_file.read_text(encoding="utf-8", errors="replace") if identity_token_file else None
+        result = sign_keyless(bundle, token)
     else:
         key = key or (Path(os.environ[KEY_ENV]) if os.environ.get(KEY_ENV) else None)
         if key is None:
