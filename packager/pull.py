@@ -15,13 +15,14 @@ from typing import Callable, Literal
 from .bundle import APP_FILES
 from .checksum import MANIFEST, SIGNATURE, parse_manifest
 from .engine import parse_version
-from .errors import InvalidOption, PackagerError, shorten
+from .errors import InputTooLarge, InvalidOption, PackagerError, shorten
 from .hashing import xxh3_128_file
 from .signature import (MAX_SIGNATURE_BYTES, ContentMismatch, SignatureMalformed, SignatureUntrusted, Signed, Trust,
                         check_coverage, mismatched, read_signed)
 
 Progress = Callable[[str], None]
 ENGINE_FILE = "runtime_config.json"  # declares the oldest MNN engine the bundle runs on
+MAX_MANIFEST_BYTES = 1024 * 1024  # a bundle's manifest is ~700 bytes
 
 
 class EngineTooOld(PackagerError):
@@ -73,31 +74,28 @@ def check_request(request: PullRequest) -> None:
 
 
 def pull(request: PullRequest, progress: Progress = lambda _: None) -> PullResult:
-    from .hub.client import HubVerificationFailed, connect, with_retries
-    from .hub.fetch import Staging, check_dest
+    from .hub.client import connect, with_retries
+    from .hub.fetch import Staging, check_dest, download
     from .hub.remote import KEEP, files_at
 
     check_request(request)
-    check_dest(request.dest)
+    dest = request.dest.absolute()
+    check_dest(dest)
     hub = connect(request.endpoint, request.token)
     where = f"{request.repo_id}@{request.revision}"
     commit = with_retries(hub, f"reading {where}",
                           lambda: hub.api.repo_info(request.repo_id, revision=request.revision).sha)
     listing = files_at(hub, request.repo_id, commit)
     held = set(listing) - {KEEP, SIGNATURE}
-    wanted = sorted(held - {MANIFEST}) if request.files == "all" else list(APP_FILES)
-    if absent := [name for name in [*wanted, MANIFEST] if name not in held]:
-        raise HubVerificationFailed(f"{where} lacks {', '.join(absent)}; nothing was downloaded",
-                                    "pull a revision packager released")
-    checked = wanted + ([ENGINE_FILE] if request.engine and ENGINE_FILE not in wanted else [])
-    with Staging(request.dest) as stage:
+    _check_listing(held, request.files, where)
+    with Staging(dest) as stage:
         signed = _signature(hub, stage, request, commit, listing, held, where, progress)
-        from .hub.fetch import download
-
-        manifest_path = download(hub, stage, request.repo_id, commit, MANIFEST, listing[MANIFEST].size,
-                                 progress=progress)
-        listed = parse_manifest(manifest_path.read_text(encoding="utf-8", errors="replace"), Path(MANIFEST))
-        for name in checked:
+        if listing[MANIFEST].size > MAX_MANIFEST_BYTES:
+            raise InputTooLarge(f"{MANIFEST} of {where} is {listing[MANIFEST].size:,} bytes, not a bundle's manifest")
+        path = download(hub, stage, request.repo_id, commit, MANIFEST, listing[MANIFEST].size, progress=progress)
+        listed = parse_manifest(path.read_text(encoding="utf-8", errors="replace"), Path(MANIFEST))
+        wanted = _wanted(request.files, listed, held, where)
+        for name in wanted + ([ENGINE_FILE] if request.engine and ENGINE_FILE not in wanted else []):
             _fetch_checked(hub, stage, request, commit, name, listing[name].size, listed, signed, where, progress)
         if signed is not None and mismatched(stage.files, signed, [MANIFEST]):
             raise ContentMismatch(f"{MANIFEST} of {where} differs from what {SIGNATURE} signed")
@@ -105,8 +103,33 @@ def pull(request: PullRequest, progress: Progress = lambda _: None) -> PullResul
         # A full pull is the whole release, checkable again later; an app's pull is just what it runs.
         keep = wanted + ([MANIFEST, *([SIGNATURE] if SIGNATURE in listing else [])] if request.files == "all" else [])
         stage.publish(keep)
-    return PullResult(request.repo_id, request.revision, commit, request.dest, tuple(sorted(keep)),
+    return PullResult(request.repo_id, request.revision, commit, dest, tuple(sorted(keep)),
                       signer=signed.signer if signed else None, signed=SIGNATURE in listing, min_engine=min_engine)
+
+
+def _check_listing(held: set[str], files: str, where: str) -> None:
+    """Before any download: the revision has what is asked for, and no path a flat bundle cannot hold."""
+    from .hub.client import HubVerificationFailed
+
+    if files == "all" and (odd := sorted(n for n in held if "/" in n or "\\" in n)):
+        raise ContentMismatch(f"{where} holds {shorten(odd[0], 120)}, which is no file of a flat bundle; "
+                              "nothing was downloaded")
+    needed = [MANIFEST, *(APP_FILES if files == "app" else ())]
+    if absent := [name for name in needed if name not in held]:
+        raise HubVerificationFailed(f"{where} lacks {', '.join(absent)}; nothing was downloaded",
+                                    "pull a revision packager released")
+
+
+def _wanted(files: str, listed: dict[str, str], held: set[str], where: str) -> list[str]:
+    """app: the seven runtime files; all: every file the manifest lists, which must be every file there is."""
+    if files == "app":
+        return list(APP_FILES)
+    if unlisted := sorted(held - set(listed) - {MANIFEST}):
+        raise ContentMismatch(f"{where} holds {', '.join(shorten(n, 60) for n in unlisted[:5])}, which its "
+                              f"{MANIFEST} does not list; nothing was written")
+    if absent := sorted(set(listed) - held):
+        raise ContentMismatch(f"{where} lacks {', '.join(absent[:5])}, which its {MANIFEST} lists")
+    return sorted(listed)
 
 
 def _signature(hub: object, stage: object, request: PullRequest, commit: str, listing: dict, held: set[str],

@@ -197,7 +197,19 @@ def mismatched(folder: Path, signed: Signed, names: list[str]) -> list[str]:
 
 def verify_folder(folder: Path, trust: Trust) -> Signed:
     """A local bundle against its own model.sig: trusted signer, exact coverage, every file as signed."""
-    signed = read_signed(folder / SIGNATURE, trust)
+    from .errors import BundleError
+
+    path = folder / SIGNATURE
+    if not folder.is_dir():
+        raise BundleError(f"{shorten(str(folder), 120)} is not a folder", "pass the bundle folder")
+    if path.is_symlink() or not path.is_file():
+        raise SignatureUntrusted(f"{shorten(str(folder), 120)} holds no {SIGNATURE} (it is not signed)",
+                                 "sign it with packager sign, or ask its publisher for a signed release")
+    odd = sorted(p.name for p in folder.iterdir() if p.is_symlink() or not p.is_file())
+    if odd:
+        raise BundleError(f"{shorten(odd[0], 120)} in {shorten(str(folder), 120)} is not a regular file",
+                          "a signed bundle holds only regular files")
+    signed = read_signed(path, trust)
     held = {p.name for p in folder.iterdir() if p.name not in (SIGNATURE, ".gitattributes")}
     check_coverage(signed, held, str(folder))
     bad = mismatched(folder, signed, sorted(held))

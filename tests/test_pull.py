@@ -207,3 +207,43 @@ def test_a_huge_remote_signature_is_refused_without_downloading_it(hub: LocalHub
     commit_files(hub, {"model.sig": b" " * (1024 * 1024 + 10)})
     dest = tmp_path / "draft"
     refused(pull(hub, REPO, dest, "--public-key", str(keys.public)), 73, dest, "more than any signature")
+
+
+def test_a_refused_pull_removes_the_folders_it_made_above_dir(hub: LocalHub, signed: Path, keys: Keys,
+                                                              tmp_path: Path) -> None:
+    dest = tmp_path / "new" / "deeper" / "draft"
+    result = pull(hub, REPO, dest, "--public-key", str(keys.other_public))
+    assert result.returncode == 77
+    assert not (tmp_path / "new").exists()
+
+
+def test_a_second_pull_into_the_same_dir_is_refused_while_the_first_runs(hub: LocalHub, signed: Path,
+                                                                         tmp_path: Path) -> None:
+    import fcntl
+    import os
+
+    dest = tmp_path / "draft"
+    staging = tmp_path / ".draft.pull"
+    staging.mkdir()
+    lock = os.open(staging / "lock", os.O_CREAT | os.O_RDWR)
+    fcntl.flock(lock, fcntl.LOCK_EX)  # as the first pull holds it
+    try:
+        result = pull(hub, REPO, dest)
+    finally:
+        os.close(lock)
+    assert result.returncode == 44 and "another packager pull" in result.stderr
+    assert staging.is_dir() and not dest.exists()  # the first pull's staging is left to it
+
+
+def test_a_full_pull_refuses_a_file_the_manifest_does_not_list(hub: LocalHub, signed: Path, tmp_path: Path,
+                                                               online: None) -> None:
+    commit_files(hub, {"notes.txt": b"not part of the release"})
+    dest = tmp_path / "draft"
+    refused(pull(hub, REPO, dest, "--files", "all"), 78, dest, "notes.txt", "does not list")
+
+
+def test_a_full_pull_refuses_a_path_outside_the_flat_bundle(hub: LocalHub, signed: Path, tmp_path: Path,
+                                                            online: None) -> None:
+    commit_files(hub, {"sub/llm.mnn": b"elsewhere"})
+    dest = tmp_path / "draft"
+    refused(pull(hub, REPO, dest, "--files", "all"), 78, dest, "sub/llm.mnn", "no file of a flat bundle")

@@ -28,9 +28,12 @@ class Staging:
         self.files = self.root / "files"
         self._lock: int | None = None
         self.resumed = False
+        self._made: list[Path] = []
 
     def __enter__(self) -> Staging:
         check_dest(self.dest)
+        # Folders above DIR that this pull creates, removed again if it is refused.
+        self._made = [p for p in [self.dest.parent, *self.dest.parent.parents] if not p.exists()]
         self.root.mkdir(parents=True, exist_ok=True)
         lock = os.open(self.root / "lock", os.O_CREAT | os.O_RDWR, 0o600)
         try:
@@ -51,6 +54,12 @@ class Staging:
                                               or getattr(exc, "exit_code", None) == 40)
         if not resumable:
             shutil.rmtree(self.root, ignore_errors=True)
+            if exc_type is not None:
+                for folder in self._made:  # deepest first; one someone else filled meanwhile stays
+                    try:
+                        folder.rmdir()
+                    except OSError:
+                        break
         if self._lock is not None:
             os.close(self._lock)
 
@@ -70,6 +79,8 @@ class Staging:
 
 
 def check_dest(dest: Path) -> None:
+    if dest.resolve() == Path.cwd().resolve():
+        raise OutputExists("DIR is the current folder", "pull into a new folder, e.g. ./draft")
     if dest.is_symlink() or (dest.exists() and not dest.is_dir()):
         raise OutputExists(f"{shorten(str(dest), 120)} exists and is not a folder", "pull into a new or empty folder")
     if dest.is_dir() and any(dest.iterdir()):
