@@ -162,10 +162,9 @@ def _card(spec: ReleaseSpec, bundle: Path, parity: dict[str, Any] | None = None,
     from .card import gather_measurements, render
     from .staging import write_atomic
 
-    measurements = gather_measurements(bundle, parity=parity)
-    if signing is not None:  # who signs and how to check it: the card is written before (and covered by) model.sig
-        release = spec.need("release")
-        measurements = {**(measurements or {}), "signing": signing.card_facts(release.repo_id, release.version)}
+    from .release_signing import with_card_facts
+
+    measurements = with_card_facts(spec, gather_measurements(bundle, parity=parity), signing)
     card = render(bundle, spec, measurements=measurements)
     write_atomic(bundle / "README.md", card.text.encode("utf-8"))
     return f"README.md ({len(card.text):,} characters)"

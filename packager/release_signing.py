@@ -50,6 +50,15 @@ def plan(spec: ReleaseSpec) -> SigningPlan | None:
     return None
 
 
+def with_card_facts(spec: ReleaseSpec, measurements: dict[str, Any] | None,
+                    signing: SigningPlan | None) -> dict[str, Any] | None:
+    """The card's measurements plus who signs (the card is written before, and covered by, model.sig)."""
+    if signing is None:
+        return measurements
+    release = spec.need("release")
+    return {**(measurements or {}), "signing": signing.card_facts(release.repo_id, release.version)}
+
+
 def sign_stage(signing: SigningPlan, bundle: Path) -> str:
     from .signing import sign, sign_keyless
 

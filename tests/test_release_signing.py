@@ -121,3 +121,44 @@ def test_verify_remote_names_a_file_replaced_with_its_manifest_line(hub: LocalHu
     assert "NOT AS SIGNED llm.mnn.weight" in checked.stdout and "NOT AS SIGNED checksums.xxh128" in checked.stdout
     other = hub.cli("verify-remote", REPO, "--public-key", str(keys.other_public))
     assert other.returncode == 77 and "is not signed by the key" in other.stderr
+
+
+def test_the_card_of_a_keyless_release_names_the_identity_and_its_commands(ready: Path, tmp_path: Path) -> None:
+    identity = "https://github.com/me/draft/.github/workflows/release.yml@refs/heads/main"
+    issuer = "https://token.actions.githubusercontent.com"
+    spec = tmp_path / "release.toml"
+    spec.write_text(EXAMPLE.read_text().replace(
+        "[release]\n", f'[release]\nsigning_identity = "{identity}"\nsigning_issuer = "{issuer}"\n', 1))
+    result = subprocess.run([sys.executable, "-m", "packager.cli", "card", str(ready), "--spec", str(spec)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    card = (ready / "README.md").read_text()
+    assert f"made keyless with sigstore by `{identity}` (issuer `{issuer}`)" in card
+    assert f"--identity {identity} --issuer {issuer} --require-signature" in card
+    assert f"model_signing verify sigstore ./release --signature ./release/model.sig --identity {identity} " \
+           f"--identity_provider {issuer}" in card
+
+
+def test_the_card_command_states_the_spec_s_signing_key(ready: Path, keys: Keys, tmp_path: Path) -> None:
+    from packager.signing import key_id
+
+    spec = spec_signed_with(tmp_path, keys.private)
+    result = subprocess.run([sys.executable, "-m", "packager.cli", "card", str(ready), "--spec", str(spec)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert f"`{key_id(keys.public.read_bytes())}`" in (ready / "README.md").read_text()
+
+
+def test_an_unsigned_card_says_nothing_about_signatures(ready: Path, tmp_path: Path) -> None:
+    result = subprocess.run([sys.executable, "-m", "packager.cli", "card", str(ready), "--spec", str(EXAMPLE)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "model.sig" not in (ready / "README.md").read_text()
+
+
+def test_a_keyless_identity_without_issuer_is_refused(ready: Path, tmp_path: Path) -> None:
+    spec = tmp_path / "release.toml"
+    spec.write_text(EXAMPLE.read_text().replace("[release]\n", '[release]\nsigning_identity = "me"\n', 1))
+    result = subprocess.run([sys.executable, "-m", "packager.cli", "card", str(ready), "--spec", str(spec)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 17 and "signing_identity needs signing_issuer" in result.stderr

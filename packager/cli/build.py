@@ -173,8 +173,11 @@ def card(bundle: Path, spec_path: Path, output: Path | None, template: Path | No
     from ..card import gather_measurements, render
     from ..staging import write_atomic
 
+    from ..release_signing import plan, with_card_facts
+
     spec = spec_module.load(spec_path)
     measurements = gather_measurements(bundle, provenance=provenance, pair_report=pair_report)
+    measurements = with_card_facts(spec, measurements, plan(spec))  # a signed release's card says who signs
     rendered = render(bundle, spec, template=template, measurements=measurements)
     if output == Path("-"):
         click.echo(rendered.text, nl=False)
