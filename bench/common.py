@@ -24,6 +24,20 @@ def bundle_06b() -> Path:
     return copy
 
 
+def tree_peak(proc: "psutil.Popen") -> int:
+    """Wait for `proc`, sampling the summed RSS of its process tree every 20 ms; returns the peak in bytes."""
+    import psutil
+
+    peak = 0
+    while proc.poll() is None:
+        try:
+            peak = max(peak, sum(p.memory_info().rss for p in [proc, *proc.children(recursive=True)]))
+        except psutil.Error:
+            pass
+        time.sleep(0.02)
+    return peak
+
+
 def best_of(runs: int, action: Callable[[], object]) -> float:
     times = []
     for _ in range(runs):

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 import psutil
-from common import REPO, WORK
+from common import REPO, WORK, tree_peak
 
 sys.path.insert(0, str(REPO))
 
@@ -45,17 +45,6 @@ for ids in prompts:
     autoregressive(model, ids, 16, stop)
 print(time.perf_counter() - began)
 """
-
-
-def tree_peak(proc: psutil.Popen) -> int:
-    peak = 0
-    while proc.poll() is None:
-        try:
-            peak = max(peak, sum(p.memory_info().rss for p in [proc, *proc.children(recursive=True)]))
-        except psutil.Error:
-            pass
-        time.sleep(0.02)
-    return peak
 
 
 def baseline(source: Path) -> float:

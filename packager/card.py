@@ -13,6 +13,8 @@ from .bundle import APP_FILES, FILES
 from .convert.checkpoint import read_json
 from .engine import EngineRequirement, format_version, parse_version
 from .errors import PackagerError
+from .card_reports import check_pairing, parity_from_report
+from .evalresults import model_index
 from .hashing import xxh3_128_file
 from .spec import ReleaseSpec
 
@@ -50,6 +52,11 @@ def human_size(size: int) -> str:
             return f"{size_f:.3g} {unit}" if size_f < 100 else f"{size_f:.0f} {unit}"
         size = int(size_f)
     raise AssertionError
+
+
+def spoken_list(items: tuple[str, ...] | list[str]) -> str:
+    """Android; Android and iOS; Android, iOS and ChromeOS."""
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
 def _files(bundle: Path) -> list[FileRow]:
@@ -98,16 +105,22 @@ def render(bundle: Path, spec: ReleaseSpec, template: Path | None = None,
     bits, block = tie.bits, tie.block
     runtime = _json(bundle, "runtime_config.json")
     meta = metadata(spec, bits)
+    index = model_index(spec.need("release").repo_id, measurements or {},
+                        runtime.get("recommended", {}).get("draft_predict_length"))
+    if index is not None:
+        meta["model-index"] = index
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
     env.filters["size"] = human_size
     env.filters["signed_percent"] = lambda value: f"{value:+.0f}%"
     env.filters["num"] = lambda value: f"{value:g}"
+    env.filters["spoken_list"] = spoken_list
     source = template.read_text(encoding="utf-8") if template else resources.template(DEFAULT_TEMPLATE)
     context = {
         "spec": spec, "release": spec.need("release"), "model": spec.need("model"), "card": spec.need("card"),
         "training": spec.training, "pairing": spec.pairing, "benchmarks": spec.benchmarks, "credits": spec.credits,
         "files": files, "total_size": sum(f.size for f in files), "file_count": len(files),
         "app_files": [f for f in files if f.app_downloads], "bits": bits, "block": block,
+        "app_size": sum(f.size for f in files if f.app_downloads), "app": spec.need("card").app,
         "draft_config_text": (bundle / "config_cpu.json").read_text(encoding="utf-8").strip(),
         "draft_config": _json(bundle, "config_cpu.json"), "opencl_config": _json(bundle, "config_opencl.json"),
         "recommended": runtime.get("recommended", {}), "engine": _engine(runtime),
@@ -174,14 +187,17 @@ def measurements_from_provenance(record: dict[str, Any]) -> dict[str, Any]:
 
 
 def gather_measurements(bundle: Path, provenance: Path | None = None, parity: dict[str, Any] | None = None,
-                        pair_report: Path | None = None) -> dict[str, Any] | None:
+                        pair_report: Path | None = None, verify_report: Path | None = None) -> dict[str, Any] | None:
     """Every measurement the card may state: the conversion's provenance (default BUNDLE.provenance.json
-    beside the bundle, when present), a verify result and a pair report. None when there is none."""
+    beside the bundle, when present), a verify result (or a `verify --json` report) and a pair report. None when
+    there is none."""
     from .convert import provenance as provenance_module
     from .convert.pipeline import provenance_path
 
     record = provenance or provenance_path(bundle.absolute())
     found = measurements_from_provenance(provenance_module.read(record)) if record.is_file() else {}
+    if verify_report is not None:
+        parity = parity_from_report(verify_report, CardError)
     if parity:
         found["parity"] = parity
     if pair_report is not None:
@@ -196,15 +212,19 @@ def pairing_from_report(path: Path) -> dict[str, Any]:
     try:
         best = next((d for d in report["depths"] if d["d"] == report["best_d"]), None)
         sampling = report["sampling"]
-        return {"target": Path(report["target"]).name, "alpha": report["alpha"], "prompts": report["prompts"],
-                "positions": report["positions"], "new_tokens": report["new_tokens"],
-                "depths": [{"d": d["d"], "acceptance_rate": d["acceptance_rate"],
-                            "tokens_per_step": d["tokens_per_step"]} for d in report["depths"]],
-                "sampling": sampling, "costs_source": report["costs"]["source"], "device": report["costs"]["device"],
-                "best_d": report["best_d"], "speedup": best["speedup_from_measured_tau"] if best else None,
-                "recommended_d": report["recommended_draft_predict_length"]}
+        found = {"target": Path(report["target"]).name, "alpha": report["alpha"], "prompts": report["prompts"],
+                 "positions": report["positions"], "new_tokens": report["new_tokens"],
+                 "depths": [{"d": d["d"], "acceptance_rate": d["acceptance_rate"],
+                             "tokens_per_step": d["tokens_per_step"]} for d in report["depths"]],
+                 "sampling": sampling, "costs_source": report["costs"]["source"], "device": report["costs"]["device"],
+                 "best_d": report["best_d"], "speedup": best["speedup_from_measured_tau"] if best else None,
+                 "recommended_d": report["recommended_draft_predict_length"]}
+        check_pairing(found)
     except (TypeError, KeyError) as exc:
         raise CardError(f"{path} is not a `packager pair --json` report (no {exc})") from None
+    except ValueError as exc:
+        raise CardError(f"{path}: {exc}", "use the report `packager pair --json` wrote") from None
+    return found
 
 
 def _front_matter(meta: dict[str, Any]) -> str:

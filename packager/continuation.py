@@ -11,6 +11,7 @@ after the source is freed and the workload's size does not bound memory."""
 from __future__ import annotations
 
 import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterator
@@ -38,13 +39,14 @@ class Continued:
 
 
 class Spill:
-    """Logit rows in one temporary file, in the model's own dtype (bf16 stored as its 16 bits: lossless)."""
+    """Logit rows in one temporary file, in the model's own dtype (bf16 stored as its 16 bits: lossless). The
+    file has no name (O_TMPFILE, or unlinked at once), so even a killed run leaves nothing behind."""
 
-    def __init__(self, folder: Path, vocab: int) -> None:
-        self.path, self.vocab = folder / "source-logits.bin", vocab
+    def __init__(self, vocab: int, folder: Path | None = None) -> None:
+        self.vocab = vocab
         self.dtype: str | None = None
         try:
-            self._file: BinaryIO = open(self.path, "w+b")
+            self._file: BinaryIO = tempfile.TemporaryFile(prefix="packager-verify-", dir=folder)
         except OSError as exc:
             raise from_os_error(exc, "cannot write the source's logits") from None
 

@@ -69,6 +69,10 @@ def run(request: ReleaseRequest, progress: Progress = lambda _: None) -> Release
         from .verify import prompts_from_file
 
         state["prompts"] = prompts_from_file(spec.verify_prompts)  # a bad file is refused before any work
+    if spec.need("card").pair_report is not None:
+        from .card import pairing_from_report
+
+        pairing_from_report(spec.need("card").pair_report)  # likewise a missing or foreign pair report
 
     def stage(name: str, action: Callable[[], str]) -> None:
         progress(f"release: {name}")
@@ -93,6 +97,9 @@ def run(request: ReleaseRequest, progress: Progress = lambda _: None) -> Release
             stage("upload plan (dry run)", lambda: _plan(request, state, progress))
         else:
             stage("upload, verify, tag", lambda: _upload(request, state, progress))
+        if release.collection is not None:
+            stage("collection (dry run)" if request.dry_run else "collection",
+                  lambda: _collection(state, request.dry_run))
         error = None
     except PackagerError as exc:
         error = exc
@@ -164,7 +171,8 @@ def _card(spec: ReleaseSpec, bundle: Path, parity: dict[str, Any] | None = None,
 
     from .release_signing import with_card_facts
 
-    measurements = with_card_facts(spec, gather_measurements(bundle, parity=parity), signing)
+    measurements = with_card_facts(spec, gather_measurements(bundle, parity=parity,
+                                                             pair_report=spec.need("card").pair_report), signing)
     card = render(bundle, spec, measurements=measurements)
     write_atomic(bundle / "README.md", card.text.encode("utf-8"))
     return f"README.md ({len(card.text):,} characters)"
@@ -180,16 +188,20 @@ def _checksum(bundle: Path) -> str:
 def _upload_request(request: ReleaseRequest, bundle: Path, check: Callable[[str], None] | None = None
                     ) -> UploadRequest:
     from . import __version__
+    from .hub.collection import CollectionRequest
     from .hub.publish import UploadRequest
 
     release = request.spec.need("release")
+    collection = (CollectionRequest(release.collection, release.owner, release.collection_note)
+                  if release.collection else None)
     return UploadRequest(bundle=bundle, repo_id=release.repo_id, endpoint=request.endpoint, tag=release.version,
                          private=request.private, dry_run=request.dry_run, token=request.token,
                          message=f"Release {release.version}: {release.title} (packager {__version__})",
-                         check=check)
+                         collection=collection, gated=release.gated, check=check)
 
 
 def _upload(request: ReleaseRequest, state: dict[str, Any], progress: Progress) -> str:
+    from .hub.collection import CollectionNotUpdated
     from .hub.plan import SENT
     from .hub.publish import upload
 
@@ -203,14 +215,23 @@ def _upload(request: ReleaseRequest, state: dict[str, Any], progress: Progress) 
         signed.append(verify_uploaded(state["signing"], request.endpoint, request.token, release.repo_id, commit))
 
     check = check_signature if state["signing"] is not None else None
-    result = upload(_upload_request(request, state["bundle"], check), progress=progress)
+    try:
+        result = upload(_upload_request(request, state["bundle"], check), progress=progress)
+    except CollectionNotUpdated as exc:
+        if exc.upload is None:  # refused before anything was sent
+            raise
+        # The commit is verified and tagged: this stage passed, the collection stage did not.
+        result, state["collection"] = exc.upload, exc
+    else:
+        state["collection"] = result.collection
     state["commit"], state["tag"], state["upload"] = result.commit, result.tag, result
     sent = sum(r.action in SENT for r in result.plan)
     what = f"committed {sent} file(s)" if result.committed else "unchanged, no commit"
     if result.repaired:
         what += f", repaired {', '.join(result.repaired)}"
     what += "".join(f"; {line}" for line in signed)
-    return f"{what}; {release.repo_id}@{(result.commit or '')[:12]} verified, tagged {release.version}"
+    gated = f", gated ({result.gated})" if result.gated else ""
+    return f"{what}; {release.repo_id}@{(result.commit or '')[:12]} verified, tagged {release.version}{gated}"
 
 
 def _plan(request: ReleaseRequest, state: dict[str, Any], progress: Progress) -> str:
@@ -218,7 +239,18 @@ def _plan(request: ReleaseRequest, state: dict[str, Any], progress: Progress) ->
 
     release = request.spec.need("release")
     result = upload(_upload_request(request, state["bundle"]), progress=progress)
-    state["upload"] = result
+    state["upload"], state["collection"] = result, result.collection
     changes = sum(r.action != "unchanged" for r in result.plan)
+    gated = f", gated ({result.gated}) once released" if result.gated else ""
     return (f"{changes} of {len(result.plan)} file(s) would change, {result.bytes_to_send:,} bytes sent, tag "
-            f"{release.version}; nothing changed on {result.endpoint}")
+            f"{release.version}{gated}; nothing changed on {result.endpoint}")
+
+
+def _collection(state: dict[str, Any], dry_run: bool) -> str:
+    """What the upload did to the collection (a dry run: would do); a failure after its commit is raised here."""
+    from .hub.collection import CollectionNotUpdated, describe
+
+    found = state["collection"]
+    if isinstance(found, CollectionNotUpdated):
+        raise found
+    return describe(found, dry_run) + ("; nothing changed on the Hub" if dry_run else "")

@@ -5,6 +5,7 @@ of a failed run as it reads a good one."""
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,8 @@ def summary(result: ReleaseResult | None, spec_path: Path, *, dry_run: bool, end
                    for s in (result.stages if result is not None else ())],
         "plan": [{"path": r.path, "action": r.action, "size": r.size} for r in (upload.plan if upload else ())],
         "bytes_to_send": upload.bytes_to_send if upload is not None else None,
+        "gated": upload.gated if upload is not None else None,
+        "collection": asdict(upload.collection) if upload is not None and upload.collection else None,
     }
 
 
@@ -45,6 +48,9 @@ def as_text(data: dict[str, Any]) -> str:
     if data["ok"]:
         lines.append(f"dry run of {data['repo_id']}@{data['version']}: nothing changed on {data['endpoint']}"
                      if data["dry_run"] else f"released {data['repo_id']}@{data['tag']} ({data['commit']})")
+    elif data["commit"] and data["stages"][-1]["name"] == "collection":
+        lines.append(f"released {data['repo_id']}@{data['tag']} ({data['commit']}), committed and tagged, but its "
+                     "collection is NOT updated; rerun the same command to finish")
     else:
         lines.append(f"release stopped at {data['stages'][-1]['name'] if data['stages'] else 'start'}")
     return "\n".join(lines)

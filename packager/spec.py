@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import datetime
-import math
 import tomllib
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
 from . import resources
 from .convert.presets import RuntimeOverrides
 from .errors import SpecError, shorten
+from .spec_rules import problems
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,15 @@ class Release:
     signing_key: str | None = None  # EC private key (PEM), relative to the spec; PACKAGER_SIGNING_KEY wins
     signing_identity: str | None = None  # keyless (sigstore in CI): the identity the card tells users to trust
     signing_issuer: str | None = None
+    collection: str | None = None  # a Hub collection title, in collection_owner's (default: repo_id's namespace)
+    collection_owner: str | None = None
+    collection_note: str | None = None
+    gated: Literal["auto", "manual"] | None = None
+
+    @property
+    def owner(self) -> str:
+        """Whose collection it is: collection_owner, else the repo's namespace."""
+        return self.collection_owner or self.repo_id.split("/")[0]
 
 
 @dataclass(frozen=True)
@@ -93,11 +102,23 @@ class Benchmark:
 
 
 @dataclass(frozen=True)
+class App:
+    name: str
+    download_name: str  # what the app calls this download
+    platforms: tuple[str, ...]  # whose app downloads it
+    not_downloaded_on: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class CardText:
     runs_on: str
     limitations: tuple[str, ...]
     phone_class: str | None = None
     intended_use: str | None = None
+    usage: tuple[str, ...] = ()
+    links: tuple[tuple[str, str], ...] = ()  # (name, http(s) URL), in the spec's order
+    app: App | None = None
+    pair_report: Path | None = None  # a `pair --json` report, relative to the spec
 
 
 @dataclass(frozen=True)
@@ -162,66 +183,11 @@ def _dates_as_text(node: Any) -> Any:
     return node.isoformat() if isinstance(node, (datetime.date, datetime.datetime)) else node
 
 
-TODO = "TODO"  # `packager init` writes what only a person knows as "TODO: ..."; the schema refuses it
-
-
-@dataclass(frozen=True)
-class SpecProblem:
-    path: tuple[str | int, ...]  # where in the spec, e.g. ("release", "title"); () for the top level
-    message: str
-    placeholder: bool = False  # a TODO that packager init wrote is still there
-
-    @property
-    def dotted(self) -> str:
-        return ".".join(str(p) for p in self.path) or "(top level)"
-
-
-def problems(data: dict[str, Any]) -> list[SpecProblem]:
-    """Every schema violation and broken figure rule of a parsed spec, in the spec's order of paths."""
-    validator = resources.validator("release")
-    errors = sorted(validator.iter_errors(data), key=lambda e: (list(map(str, e.absolute_path)), e.message))
-    found = [SpecProblem(tuple(e.absolute_path), _message(e), _placeholder(e)) for e in errors]
-    todo = {p.path for p in found if p.placeholder}  # a TODO also fails the field's own rules: say it once
-    found = [p for p in found if p.placeholder or p.path not in todo]
-    if not any(p.path[:1] == ("training",) for p in found):  # the figure rules need well-typed figures
-        found += _training_problems(data.get("training"))
-    return found
-
-
-def _placeholder(error: Any) -> bool:
-    return isinstance(error.instance, str) and error.instance.startswith(TODO) and error.validator == "not"
-
-
-def _message(error: Any) -> str:
-    if _placeholder(error):
-        return f"still the placeholder {shorten(repr(error.instance))}: fill in what only you know"
-    return error.message
-
-
 def check(data: dict[str, Any], where: str) -> None:
     found = problems(data)
     if found:
         more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
         raise SpecError(f"{where}: {found[0].dotted}: {found[0].message}{more}")
-
-
-def _training_problems(training: dict[str, Any] | None) -> list[SpecProblem]:
-    if not training:
-        return []
-    found = []
-    parts = [training.get(k) for k in ("samples", "batch_size", "grad_accum", "epochs")]
-    steps = training.get("optimizer_steps")
-    if steps is not None and all(p is not None for p in parts):
-        samples, batch, accum, epochs = parts
-        expected = math.ceil(samples / (batch * accum)) * epochs
-        if steps != expected:
-            found.append(SpecProblem(("training", "optimizer_steps"), f"{steps} != ceil(samples / (batch_size x "
-                                     f"grad_accum)) x epochs = {expected}"))
-    if training.get("loss_kl") is not None and training.get("loss_ce") is not None:
-        if abs(training["loss_kl"] + training["loss_ce"] - 1) > 1e-9:
-            found.append(SpecProblem(("training", "loss_ce"), f"loss_kl + loss_ce must be 1, they add up to "
-                                     f"{training['loss_kl'] + training['loss_ce']:g}"))
-    return found
 
 
 def _build(cls: type, data: dict[str, Any] | None) -> Any:
@@ -235,6 +201,16 @@ def _relative(base: Path | None, value: str | None) -> Path | None:
     if value is None:
         return None
     return (base.parent / value) if base is not None else Path(value)
+
+
+def _card(data: dict[str, Any] | None, path: Path | None) -> CardText | None:
+    if data is None:
+        return None
+    plain = {k: v for k, v in data.items() if k not in ("links", "app", "pair_report")}
+    card: CardText = _build(CardText, plain)
+    app = _build(App, data.get("app"))
+    links = tuple((name, url) for name, url in data.get("links", {}).items())
+    return replace(card, app=app, links=links, pair_report=_relative(path, data.get("pair_report")))
 
 
 def from_dict(data: dict[str, Any], path: Path | None = None) -> ReleaseSpec:
@@ -257,7 +233,7 @@ def from_dict(data: dict[str, Any], path: Path | None = None) -> ReleaseSpec:
         training=_build(Training, data.get("training")),
         pairing=tuple(_build(Pairing, p) for p in data.get("pairing", [])),
         benchmarks=tuple(_build(Benchmark, b) for b in data.get("benchmarks", [])),
-        card=_build(CardText, data.get("card")),
+        card=_card(data.get("card"), path),
         credits=tuple(_build(Credit, c) for c in data.get("credits", [])),
         verify={k: v for k, v in verify.items() if k != "prompts"},
         verify_prompts=_relative(path, verify.get("prompts")))

@@ -129,41 +129,37 @@ def verify(bundle: Path, source: Path, prompts: tuple[str, ...] | None = None,
     then, with the source freed, the bundle: one teacher-forced forward per prompt gives its logits at every
     position and its greedy agreement. `dtype`: the source computes in its stored dtype (bf16 for Qwen3) or in
     float32."""
-    import tempfile
-
     from . import resources
 
     stop, template = _source_facts(source)
     items = workload.from_texts(prompts) if prompts else workload.builtin()
     corpus = resources.tokenizer_corpus()
     encoded = _preflight(bundle, corpus, progress)
-    with tempfile.TemporaryDirectory(prefix="packager-verify-") as folder:
-        progress(f"the source's greedy continuations of {len(items)} chat-templated prompts (up to {continuation} "
-                 "tokens), in batches")
-        continued, spill, expected = _source_pass(source, dtype, template, items, corpus, continuation, stop,
-                                                  Path(folder))
+    progress(f"the source's greedy continuations of {len(items)} chat-templated prompts (up to {continuation} "
+             "tokens), in batches")
+    continued, spill, expected = _source_pass(source, dtype, template, items, corpus, continuation, stop)
+    try:
+        progress("the bundle (MNN) on the same tokens")
+        ours = MNNModel(bundle)
         try:
-            progress("the bundle (MNN) on the same tokens")
-            ours = MNNModel(bundle)
-            try:
-                matched = sum(mine == theirs for mine, theirs in zip(encoded, expected))
-                top1: list[bool] = []
-                cosine: list[float] = []
-                kl: list[float] = []
-                margin: list[float] = []
-                greedy = []
-                for item in continued:
-                    mine = ours.logits_all([*item.ids, *item.tokens])[:item.positions]
-                    t, c, k, m = compare_in_chunks(mine, spill.read(item))
-                    top1 += t
-                    cosine += c
-                    kl += k
-                    margin += m
-                    greedy.append(_greedy_prefix(mine, item) / max(1, len(item.tokens)))
-            finally:
-                ours.close()
+            matched = sum(mine == theirs for mine, theirs in zip(encoded, expected))
+            top1: list[bool] = []
+            cosine: list[float] = []
+            kl: list[float] = []
+            margin: list[float] = []
+            greedy = []
+            for item in continued:
+                mine = ours.logits_all([*item.ids, *item.tokens])[:item.positions]
+                t, c, k, m = compare_in_chunks(mine, spill.read(item))
+                top1 += t
+                cosine += c
+                kl += k
+                margin += m
+                greedy.append(_greedy_prefix(mine, item) / max(1, len(item.tokens)))
         finally:
-            spill.close()
+            ours.close()
+    finally:
+        spill.close()
     return _judge(bundle, source, thresholds, matched, len(corpus), len(items), top1, cosine, kl, margin, greedy)
 
 
@@ -193,12 +189,12 @@ def _source_facts(source: Path) -> tuple[tuple[int, ...], str]:
 
 
 def _source_pass(source: Path, dtype: Dtype, template: str, items: list[Any], corpus: tuple[str, ...], n: int,
-                 stop: tuple[int, ...], folder: Path) -> tuple[list[Continued], Spill, list[list[int]]]:
+                 stop: tuple[int, ...]) -> tuple[list[Continued], Spill, list[list[int]]]:
     """Load the source, decode, free it (and give its heap back) before the bundle is loaded."""
     theirs = HFModel(source, dtype=dtype)
     expected = [theirs.encode(text) for text in corpus]
     ids = [theirs.encode(workload.render(template, item) if template else _plain(item)) for item in items]
-    spill = Spill(folder, theirs.vocab)
+    spill = Spill(theirs.vocab)
     try:
         continued = continue_all(theirs.model, ids, n, stop, spill)
     except BaseException:

@@ -20,6 +20,8 @@ from packager.checksum import write_manifest
 TESTS = Path(__file__).resolve().parent
 WRITE_TOKEN = "hf_test_write_0123456789abcdefSECRET"
 READ_TOKEN = "hf_test_read_0123456789abcdefSECRET"
+OTHER_USER = "alice"  # a second user with her own namespace, whose writes and collections are hers alone
+OTHER_TOKEN = "hf_test_alice_0123456789abcdefSECRET"
 
 
 class LocalHub:
@@ -32,7 +34,7 @@ class LocalHub:
         # Tokens travel in a file and an environment variable, never on the command line (`ps` shows that).
         self.root.mkdir(parents=True, exist_ok=True)
         tokens = self.root.parent / "hub-tokens"
-        tokens.write_text(f"# write tokens\n{WRITE_TOKEN}\n")
+        tokens.write_text(f"# write tokens\n{WRITE_TOKEN}\n{OTHER_USER}:{OTHER_TOKEN}\n")
         env = {**self.env(token=None), "PACKAGER_HUB_READ_TOKEN": READ_TOKEN}
         self.process = subprocess.Popen(
             [sys.executable, "-m", "packager.cli", "hub", "serve", "--root", str(self.root), "--port", "0",

@@ -176,8 +176,36 @@ def test_check_spec_reports_every_problem_at_once(tmp_path: Path) -> None:
     found = [line for line in result.stdout.splitlines() if line.startswith("ERROR")]
     assert len(found) == 3, result.stdout
     assert re.search(r":9:1: release\.license: still the placeholder 'TODO'", found[0])
-    assert re.search(r":32:1: training\.optimizer_steps: 1800 != ceil", found[1])
-    assert re.search(r":63:1: benchmarks\.0\.ar_tok_s: '13\.9' is not of type 'number'", found[2])
+    assert re.search(r":35:1: training\.optimizer_steps: 1800 != ceil", found[1])
+    assert re.search(r":66:1: benchmarks\.0\.ar_tok_s: '13\.9' is not of type 'number'", found[2])
+
+
+def test_check_spec_reports_the_presence_checks_with_path_and_line(tmp_path: Path) -> None:
+    spec = tmp_path / "release.toml"
+    text = EXAMPLE.read_text().replace('publisher = "your-name"\n', 'publisher = "your-name"\ncollection = "  padded"\n'
+                                       'gated = "yes"\n', 1)
+    text = text.replace("\n[[credits]]", '\nusage = ["Install it.", "Open | Settings"]\n\n[card.links]\n'
+                        'Website = "https://me:secret@tokforge.ai"\nStore = "ftp://store.example"\n'
+                        'Discord = "https://discord.gg/x"\n\n[[credits]]', 1)
+    spec.write_text(text)
+    lines = text.splitlines()
+
+    def line_of(start: str) -> int:
+        return next(n for n, line in enumerate(lines, 1) if line.startswith(start))
+
+    result = run_cli("check-spec", str(spec))
+    assert result.returncode == 17, result.stdout
+    found = [line for line in result.stdout.splitlines() if line.startswith("ERROR")]
+    expected = [(line_of("collection = "), "release.collection: '  padded' must be one line"),
+                (line_of("gated = "), "release.gated: 'yes' is not one of"),
+                (line_of("usage = "), "card.usage.1: 'Open | Settings' must be one line without |"),
+                (line_of("Website = "), "card.links.Website: the URL carries a user name or password"),
+                (line_of("Store = "), "card.links.Store: 'ftp://store.example' is not an http:// or https:// URL")]
+    assert len(found) == len(expected), result.stdout
+    for (line, says), got in zip(expected, found):
+        assert f"{spec}:{line}:1: {says}" in got, (line, says, got)
+    github = run_cli("check-spec", str(spec), "--format", "github").stdout
+    assert f"::error file={spec},line={line_of('Website = ')},col=1," in github and "card.links.Website" in github
 
 
 def test_check_spec_passes_the_example_and_finds_release_toml_itself(tmp_path: Path) -> None:

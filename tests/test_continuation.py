@@ -37,12 +37,13 @@ def test_batched_continuations_are_greedy_in_their_own_rows_which_match_one_prom
     template = workload.chat_template(tiny_checkpoint)
     prompts = [source.encode(workload.render(template, item)) for item in workload.builtin()[:5]]
     prompts.append(source.encode("Hi"))  # much shorter than the rest: most of its batch row is padding
-    spill = Spill(tmp_path, source.vocab)
+    spill = Spill(source.vocab, tmp_path)
     try:
         done = continue_all(source.model, prompts, n, STOP, spill)
         assert [list(item.ids) for item in done] == prompts
         for item in done:
             rows = spill.read(item)
+            assert not list(tmp_path.iterdir())  # the spill file has no name: a killed run leaves nothing
             assert rows.shape == (item.positions, source.vocab) and rows.dtype == np.float32
             assert 1 <= len(item.tokens) <= n or (n == 0 and not item.tokens)
             start = len(item.ids) - 1
@@ -62,7 +63,7 @@ def test_spill_gives_back_every_row_bit_for_bit(dtype: str, tmp_path: Path) -> N
     from packager.continuation import Continued
 
     rows = torch.randn(7, 11).to(getattr(torch, dtype))
-    spill = Spill(tmp_path, 11)
+    spill = Spill(11, tmp_path)
     try:
         first, second = spill.write(rows[:4]), spill.write(rows[4:])
         back = spill.read(Continued(ids=(1, 2, 3, 4), tokens=(5, 6, 7, 8), segments=(first, second)))
@@ -75,4 +76,4 @@ def test_spill_that_cannot_be_written_is_one_line(tmp_path: Path) -> None:
     from packager.errors import FileSystemError
 
     with pytest.raises(FileSystemError, match="cannot write the source's logits: No such file or directory"):
-        Spill(tmp_path / "gone", 11)
+        Spill(11, tmp_path / "gone")

@@ -101,3 +101,21 @@ def test_cache_ls_and_clear_cover_the_target_cache_and_nothing_else(bundle4: Con
     assert f"removed {len(PROMPTS)} entries from {own_cache}" in cleared.stdout
     assert json.loads(run_cli("cache", "ls", "--json").stdout)["targets"] == []
     assert (own_cache / "my-notes.json").read_text() == "{}"
+
+
+def test_quant_sweep_measures_against_the_target_runs_pair_cached(bundle4: ConvertResult, tiny_checkpoint: Path,
+                                                                   target: Path, own_cache: Path) -> None:
+    from packager.sweep.measure import measure
+
+    first = pair(bundle4.out, target, PROMPTS, Options(repeats=1))  # pair's default settings, as the sweep's
+    quality = measure({"b4": bundle4.out}, tiny_checkpoint, target, prompts=PROMPTS)["b4"]
+    assert quality.alpha is not None and quality.alpha.value == first.alpha.value
+    # Proof that the sweep read the cache rather than decoding again: an entry rewritten (validly) to a target
+    # that argmaxes token 0 everywhere makes that prompt accept nothing.
+    entry = sorted(own_cache.glob("*.json"))[0]
+    data = json.loads(entry.read_text())
+    data["body"]["argmax"] = [0] * len(data["body"]["argmax"])
+    data["check"] = targetcache._check(data["body"])
+    entry.write_text(json.dumps(data))
+    changed = measure({"b4": bundle4.out}, tiny_checkpoint, target, prompts=PROMPTS)["b4"]
+    assert changed.alpha is not None and changed.alpha.value < quality.alpha.value

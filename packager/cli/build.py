@@ -160,14 +160,19 @@ def checksum(ctx: click.Context, bundle: Path, check: bool) -> None:
 @click.option("-o", "--output", type=_path(), help="Where to write the card.  [default: BUNDLE/README.md; - for stdout]")
 @click.option("--template", type=_path(exists=True, dir_okay=False), help="Your own Jinja2 template.")
 @click.option("--pair", "pair_report", type=_path(exists=True, dir_okay=False),
-              help="A `packager pair --json` report of this draft with a target, to state on the card.")
+              help="A `packager pair --json` report of this draft with a target, to state on the card and as Hub "
+                   "evaluation results.  [default: the spec's [card] pair_report]")
+@click.option("--verify", "verify_report", type=_path(exists=True, dir_okay=False),
+              help="A passing `packager verify --json` report, to state its KL and top-1 agreement likewise.")
 @click.option("--provenance", type=_path(exists=True, dir_okay=False),
               help="Conversion provenance with measurements.  [default: BUNDLE.provenance.json if present]")
 def card(bundle: Path, spec_path: Path, output: Path | None, template: Path | None, pair_report: Path | None,
-         provenance: Path | None) -> None:
+         verify_report: Path | None, provenance: Path | None) -> None:
     """Render the model card (README.md) from the release spec, the bundle's files and measurements.
 
     Example: packager card ./bundle --spec examples/release.toml
+
+    Example: packager card ./bundle --spec release.toml --pair pair.json --verify verify.json -o -
     """
     from .. import spec as spec_module
     from ..card import gather_measurements, render
@@ -176,7 +181,8 @@ def card(bundle: Path, spec_path: Path, output: Path | None, template: Path | No
     from ..release_signing import plan, with_card_facts
 
     spec = spec_module.load(spec_path)
-    measurements = gather_measurements(bundle, provenance=provenance, pair_report=pair_report)
+    measurements = gather_measurements(bundle, provenance=provenance, verify_report=verify_report,
+                                       pair_report=pair_report or spec.need("card").pair_report)
     measurements = with_card_facts(spec, measurements, plan(spec))  # a signed release's card says who signs
     rendered = render(bundle, spec, template=template, measurements=measurements)
     if output == Path("-"):

@@ -36,11 +36,21 @@ def _token(token_file: Path | None) -> str | None:
 @click.option("--make-private", is_flag=True, help="Change an existing public repo to private, then upload.")
 @click.option("--message", help="Commit message.")
 @click.option("--dry-run", is_flag=True, help="Print the plan (add / replace / unchanged / delete); change nothing.")
+@click.option("--collection", metavar="TITLE",
+              help="After the commit is verified, put the repo into this collection (created when missing; the "
+                   "repo is added once however often you upload).")
+@click.option("--collection-owner", metavar="NAMESPACE",
+              help="Whose collection it is.  [default: the namespace of REPO_ID]")
+@click.option("--collection-note", metavar="TEXT", help="The note shown under the repo in the collection.")
+@click.option("--gated", type=click.Choice(["auto", "manual"]),
+              help="Gate downloads: auto (access granted on request) or manual (you approve each request); set "
+                   "before the commit.  [default: leave the repo's setting]")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--quiet", is_flag=True, help="No progress on stderr.")
 @_token_option
 def upload(bundle: Path, repo_id: str, endpoint: str | None, revision: str, tag: str | None, private: bool,
-           make_private: bool, message: str | None, dry_run: bool, as_json: bool, quiet: bool,
+           make_private: bool, message: str | None, dry_run: bool, collection: str | None,
+           collection_owner: str | None, collection_note: str | None, gated: str | None, as_json: bool, quiet: bool,
            token_file: Path | None) -> None:
     """Publish BUNDLE (ten files, README.md, checksums.xxh128) to REPO_ID in one verified commit.
 
@@ -49,19 +59,43 @@ def upload(bundle: Path, repo_id: str, endpoint: str | None, revision: str, tag:
     login and is never printed.
 
     Example: packager upload ./bundle me/qwen3-draft-mnn --tag v3
+
+    Example: packager upload ./bundle tokforge/qwen3-draft-mnn --tag v3 --collection "TokForge Draft Models"
     """
+    from dataclasses import asdict
+
     from ..hub.publish import UploadRequest
     from ..hub.publish import upload as run_upload
 
+    wanted = _collection_request(repo_id, collection, collection_owner, collection_note)
     result = run_upload(UploadRequest(bundle=bundle, repo_id=repo_id, endpoint=endpoint, revision=revision,
                                       tag=tag, private=private or make_private, make_private=make_private,
-                                      dry_run=dry_run, message=message, token=_token(token_file)),
+                                      dry_run=dry_run, message=message, token=_token(token_file),
+                                      collection=wanted, gated=gated),  # type: ignore[arg-type]
                         progress=StderrProgress(quiet))
     data = {"repo_id": result.repo_id, "endpoint": result.endpoint, "revision": result.revision,
             "commit": result.commit, "committed": result.committed, "tag": result.tag, "dry_run": result.dry_run,
             "verified": result.verified, "bytes_to_send": result.bytes_to_send, "repaired": list(result.repaired),
+            "gated": result.gated, "collection": asdict(result.collection) if result.collection else None,
             "plan": [{"path": r.path, "action": r.action, "size": r.size} for r in result.plan]}
     _emit(data, as_json, _upload_text)
+
+
+def _collection_request(repo_id: str, title: str | None, owner: str | None, note: str | None) -> Any:
+    """The collection flags, checked like the spec's [release] collection keys (the same schema)."""
+    from ..errors import InvalidOption
+    from ..hub.collection import CollectionRequest
+    from ..spec import check
+
+    if title is None:
+        if owner is not None or note is not None:
+            raise InvalidOption("--collection-owner and --collection-note need --collection TITLE")
+        return None
+    fields = {"collection": title, **({"collection_owner": owner} if owner else {}),
+              **({"collection_note": note} if note else {})}
+    check({"release": {"repo_id": repo_id, "title": "t", "version": "v", "license": "x", "summary": "s", **fields}},
+          "upload --collection")
+    return CollectionRequest(title, owner or repo_id.split("/")[0], note)
 
 
 def _upload_text(d: dict[str, Any]) -> str:
@@ -76,7 +110,17 @@ def _upload_text(d: dict[str, Any]) -> str:
         lines.append(f"committed {d['repo_id']}@{d['commit']} (verified){tagged}")
     else:
         lines.append(f"unchanged: {d['repo_id']}@{d['commit']} already holds this bundle (verified, no commit){tagged}")
+    if d["gated"]:
+        lines.append(f"gated: {d['gated']}" + (" (after the upload)" if d["dry_run"] else ""))
+    if d["collection"]:
+        lines.append(_collection_text(d["collection"], d["dry_run"]))
     return "\n".join(lines)
+
+
+def _collection_text(c: dict[str, Any], dry_run: bool) -> str:
+    from ..hub.collection import CollectionResult, describe
+
+    return describe(CollectionResult(**c), dry_run)
 
 
 @cli.command("verify-remote")
@@ -124,7 +168,8 @@ def verify_remote(ctx: click.Context, target: str, endpoint: str | None, timeout
 @click.option("--endpoint", help="Hub URL.  [default: $HF_ENDPOINT, else https://huggingface.co]")
 @click.option("--private", is_flag=True, help="Create the repo private; refuse to upload into a public one.")
 @click.option("--dry-run", is_flag=True, help="Every stage but the upload, which only plans (add / replace / "
-                                              "unchanged / delete, the tag): nothing changes on the Hub.")
+                                              "unchanged / delete, the tag, the gating, the collection): nothing "
+                                              "changes on the Hub.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option("--summary", "summary_path", type=_path(dir_okay=False),
               help="Also write the JSON summary to this file, also when the release fails (a CI artifact; "
@@ -135,7 +180,8 @@ def verify_remote(ctx: click.Context, target: str, endpoint: str | None, timeout
 def release(ctx: click.Context, spec_path: Path, bundle: Path | None, out: Path | None, endpoint: str | None,
             private: bool, dry_run: bool, as_json: bool, summary_path: Path | None, quiet: bool,
             token_file: Path | None) -> None:
-    """Convert, validate, write the card and manifest, upload in one commit, verify, tag; stop at the first failure.
+    """Convert, validate, write the card and manifest, upload in one commit, verify, tag, then put the repo into
+    [release] collection; stop at the first failure.
 
     Example: packager release release.toml --endpoint http://127.0.0.1:8765
 
@@ -198,9 +244,11 @@ def hub() -> None:
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", type=int, default=8765, show_default=True, help="0 picks a free port.")
 @click.option("--token", "tokens", multiple=True, envvar="PACKAGER_HUB_TOKEN",
-              help="A token allowed to write (repeatable; also $PACKAGER_HUB_TOKEN, space-separated).")
+              help="A token allowed to write (repeatable; also $PACKAGER_HUB_TOKEN, space-separated). USER:TOKEN "
+                   "makes it USER's, who then writes only the namespace USER; a plain TOKEN is the user `local`'s, "
+                   "who writes every other namespace.")
 @click.option("--token-file", "token_files", multiple=True, type=_path(dir_okay=False, exists=True),
-              help="A file of write tokens, one a line (keeps them out of `ps`).")
+              help="A file of write tokens, one a line, TOKEN or USER:TOKEN (keeps them out of `ps`).")
 @click.option("--read-token", "read_tokens", multiple=True, envvar="PACKAGER_HUB_READ_TOKEN",
               help="A token allowed to read only (repeatable; also $PACKAGER_HUB_READ_TOKEN).")
 @click.option("--read-token-file", "read_token_files", multiple=True, type=_path(dir_okay=False, exists=True),

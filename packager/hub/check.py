@@ -12,7 +12,7 @@ import xxhash
 
 from ..checksum import MANIFEST, SIGNATURE, parse_manifest
 from ..signature import Trust
-from .client import Hub, HubBadTarget, HubError, HubVerificationFailed, connect, with_retries
+from .client import Hub, HubBadTarget, HubError, HubGated, HubVerificationFailed, connect, with_retries
 from .names import repo_id_problem
 from .remote import KEEP, files_at
 
@@ -57,6 +57,9 @@ def _stream(hub: Hub, repo_id: str, commit: str, path: str, size: int, timeout: 
     try:
         with get_session().stream("GET", url, headers=build_hf_headers(token=hub.token), timeout=timeout,
                                   follow_redirects=True) as response:
+            if response.status_code in (401, 403) and response.headers.get("X-Error-Code") == "GatedRepo":
+                who = "this token has not been granted access" if hub.token else "no token was given"
+                raise HubGated(f"{repo_id} is gated and {who}: could not read {path} ({response.status_code})")
             if response.status_code != 200:
                 raise Unreadable(f"could not read {path}: the Hub answered {response.status_code}"
                                  f"{_reason(hub, response)}")

@@ -68,6 +68,17 @@ class HubBadTarget(HubError):
     hint = "fix the repo id or --endpoint (a Hub URL such as https://huggingface.co); rerunning cannot help"
 
 
+class GatingFailed(PackagerError):
+    exit_code = 67
+    hint = "gating needs a token with write access to the repo (and, on the Hub, a plan that allows it); rerun"
+
+
+class HubGated(HubError):
+    exit_code = 68
+    hint = ("the repo is gated: log in (hf auth login, HF_TOKEN or --token-file) as a user who has been granted "
+            "access; ask for it on the repo's page")
+
+
 @dataclass(frozen=True)
 class Hub:
     api: Any = field(repr=False)  # huggingface_hub.HfApi
@@ -153,11 +164,14 @@ def retry_after(exc: BaseException) -> float | None:
 
 def translate(hub: Hub, exc: BaseException, what: str) -> PackagerError:
     """One clear line with the next step; never the token. "Rerun" only where a rerun can help."""
-    from huggingface_hub.errors import HFValidationError, HfUriError
+    from huggingface_hub.errors import GatedRepoError, HFValidationError, HfUriError
 
     status = status_of(exc)
     server = getattr(exc, "server_message", None) or ""
     detail = hub.redact(f" ({server})" if server else "")[:300]
+    if isinstance(exc, GatedRepoError):
+        who = "this token has not been granted access" if hub.token else "no token was given"
+        return HubGated(f"{what}: the repo is gated and {who} ({status}){detail}")
     if status == 401:
         return HubAuthError(f"{what}: the Hub at {hub.endpoint} rejected the credentials (401){detail}")
     if status == 403:

@@ -11,7 +11,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 from .. import __version__
 from ..bundle import FILES
@@ -20,6 +20,8 @@ from ..errors import BundleError
 from ..validate import validate
 from .client import (Hub, HubBadTarget, HubConflict, HubError, HubRevisionRefused, HubVerificationFailed,
                      HubVisibilityRefused, configure_xet, connect, with_retries)
+from .collection import CollectionRequest, CollectionResult, check, place_after_commit
+from .gating import gate
 from .names import ref_problem, repo_id_problem
 from .plan import COMMITTED, SENT, LocalFile, PlanRow, differences, lfs_unchanged, local_facts, plan, restore
 from .remote import Repo, check_access, commits_on, files_at, missing_objects, read_repo
@@ -41,6 +43,8 @@ class UploadRequest:
     dry_run: bool = False
     message: str | None = None
     token: str | None = None
+    collection: CollectionRequest | None = None  # put the repo into this collection once it is verified
+    gated: Literal["auto", "manual"] | None = None  # gate downloads (before the commit, so never ungated)
     # Run on the verified commit before it is tagged (release: the signature against the Hub's files).
     check: Callable[[str], None] | None = None
 
@@ -56,6 +60,8 @@ class UploadResult:
     tag: str | None
     dry_run: bool
     verified: bool
+    gated: str | bool = False  # the repo's gating as the Hub reports it (in a dry run: as it will be)
+    collection: CollectionResult | None = None
 
     @property
     def bytes_to_send(self) -> int:
@@ -139,12 +145,14 @@ def upload(request: UploadRequest, progress: Progress = lambda _: None,
             done.result()
     rows = plan(request.bundle, local, remote)
     _check_tag(request, repo, base, changes=any(r.action != "unchanged" for r in rows))
+    planned = check(hub, request.collection, request.repo_id) if request.collection else None
     result = UploadResult(repo_id=request.repo_id, endpoint=hub.endpoint, revision=request.revision, plan=rows,
                           commit=repo.branches.get(request.revision), committed=False, tag=request.tag,
-                          dry_run=request.dry_run, verified=False)
+                          dry_run=request.dry_run, verified=False, gated=request.gated or repo.gated,
+                          collection=planned)
     if request.dry_run:
         return result
-    parent = _prepare(hub, request, repo, base, sleep)
+    parent, gated = _prepare(hub, request, repo, base, sleep)
     if parent != base:  # a repo made just now: plan on its initial commit
         remote = files_at(hub, request.repo_id, parent)
         rows = plan(request.bundle, local, remote)
@@ -155,7 +163,11 @@ def upload(request: UploadRequest, progress: Progress = lambda _: None,
     if request.tag and repo.tags.get(request.tag) != commit:
         with_retries(hub, f"tagging {request.repo_id}@{commit[:12]} as {request.tag}",
                      lambda: hub.api.create_tag(request.repo_id, tag=request.tag, revision=commit), sleep=sleep)
-    return replace(result, plan=rows, commit=commit, committed=commit != parent, verified=True)
+    result = replace(result, plan=rows, commit=commit, committed=commit != parent, verified=True, gated=gated,
+                     collection=None)  # the plan's collection until placed: a failure carries none
+    if request.collection is None:
+        return result
+    return replace(result, collection=place_after_commit(hub, request.collection, result, request.private, sleep))
 
 
 def _publish(hub: Hub, request: UploadRequest, rows: tuple[PlanRow, ...], local: dict[str, LocalFile],
@@ -184,8 +196,9 @@ def _verify(hub: Hub, request: UploadRequest, rows: tuple[PlanRow, ...], local: 
 
 
 def _prepare(hub: Hub, request: UploadRequest, repo: Repo, base: str | None,
-             sleep: Callable[[float], None]) -> str:
-    """Create the repo (as private as asked), switch visibility if told to, start a new branch; the parent."""
+             sleep: Callable[[float], None]) -> tuple[str, str | bool]:
+    """Create the repo (as private as asked), switch visibility and gating if told to, start a new branch; the
+    parent and the repo's gating."""
     repo_id = request.repo_id
     if not repo.exists:
         # exist_ok: a concurrent first upload may have created it; then its visibility is checked again.
@@ -201,10 +214,11 @@ def _prepare(hub: Hub, request: UploadRequest, repo: Repo, base: str | None,
         with_retries(hub, f"making {repo_id} private",
                      lambda: hub.api.update_repo_settings(repo_id, private=True), sleep=sleep)
     assert base is not None
+    gated = gate(hub, request.repo_id, request.gated, repo, sleep)
     if request.revision not in repo.branches:
         with_retries(hub, f"creating the branch {request.revision} of {repo_id} at {base[:12]}",
                      lambda: hub.api.create_branch(repo_id, branch=request.revision, revision=base), sleep=sleep)
-    return base
+    return base, gated
 
 
 def _send(hub: Hub, request: UploadRequest, rows: tuple[PlanRow, ...], local: dict[str, LocalFile],

@@ -23,6 +23,7 @@ class RemoteFile:
 class Repo:
     exists: bool
     private: bool = False
+    gated: str | bool = False  # "auto", "manual" or False
     branches: dict[str, str] = field(default_factory=dict)  # name -> commit
     tags: dict[str, str] = field(default_factory=dict)
 
@@ -52,7 +53,7 @@ def read_repo(hub: Hub, repo_id: str) -> Repo:
         except RepositoryNotFoundError:
             return Repo(exists=False)
         refs = hub.api.list_repo_refs(repo_id)
-        return Repo(exists=True, private=bool(info.private),
+        return Repo(exists=True, private=bool(info.private), gated=info.gated or False,
                     branches={b.name: b.target_commit for b in refs.branches},
                     tags={t.name: t.target_commit for t in refs.tags})
 

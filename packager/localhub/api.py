@@ -10,7 +10,8 @@ from urllib.parse import parse_qs
 
 from aiohttp import web
 
-from .app import answer, base_url, can_read, can_write, hub_of, parse_json, read_body, read_json, repo_of, role
+from .app import (answer, base_url, can_read, can_write, hub_of, identity, parse_json, read_body, read_json, repo_of,
+                  role)
 from .rules import HubError, bad_request, check, path_problem, ref_problem, repo_id_problem
 from .state import COMMIT_CAP
 from .store import Entry, lfs_entry, regular_entry
@@ -19,15 +20,16 @@ LFS_THRESHOLD = 1_000_000
 
 
 async def create_repo(request: web.Request) -> web.Response:
-    can_write(request)
+    user = can_write(request)
     data = await read_json(request)
     if data.get("type") not in (None, "model"):
         raise bad_request("only model repos are supported")
-    name, organization = data.get("name"), data.get("organization") or "local"
+    name, organization = data.get("name"), data.get("organization") or user
     if not isinstance(name, str) or not isinstance(organization, str):
         raise bad_request("name and organization must be strings")
     repo = f"{organization}/{name}"
     check(repo_id_problem(repo))
+    can_write(request, organization)
     private = data.get("visibility") == "private" or data.get("private") is True
     created = await asyncio.to_thread(hub_of(request).store.create_repo, repo, private)
     url = f"{base_url(request)}/{repo}"
@@ -41,6 +43,7 @@ async def delete_repo(request: web.Request) -> web.Response:
     data = await read_json(request)
     repo = f"{data.get('organization')}/{data.get('name')}"
     can_read(request, repo)
+    can_write(request, repo.split("/")[0])
     await asyncio.to_thread(hub_of(request).store.delete_repo, repo)
     return answer({})
 
@@ -49,16 +52,25 @@ async def settings(request: web.Request) -> web.Response:
     can_read(request)
     can_write(request)
     data = await read_json(request)
-    private = data.get("private", {"private": True, "public": False}.get(data.get("visibility")))
-    if not isinstance(private, bool):
+    private = data.get("private", {"private": True, "public": False}.get(data.get("visibility"), "?")
+                       if "visibility" in data else None)
+    if private is not None and not isinstance(private, bool):
         raise bad_request("settings: give visibility 'private' or 'public'")
-    hub_of(request).store.set_private(repo_of(request), private)
+    if "gated" in data and not (data["gated"] is False or data["gated"] in ("auto", "manual")):
+        raise bad_request("settings: gated is 'auto', 'manual' or false")
+    if private is None and "gated" not in data:
+        raise bad_request("settings: give visibility, private or gated")
+    store = hub_of(request).store
+    if private is not None:
+        store.set_private(repo_of(request), private)
+    if "gated" in data:
+        store.set_gated(repo_of(request), data["gated"])
     return answer({})
 
 
 async def whoami(request: web.Request) -> web.Response:
-    access = role(request, required=True)
-    return answer({"type": "user", "name": "local", "auth": {"accessToken": {"role": access}}})
+    user, access = identity(request, required=True) or ("", "")
+    return answer({"type": "user", "name": user, "orgs": [], "auth": {"accessToken": {"role": access}}})
 
 
 async def validate_yaml(request: web.Request) -> web.Response:
@@ -82,7 +94,7 @@ async def model_info(request: web.Request) -> web.Response:
         siblings.append(item)
     last = store.commit_info(commit)["date"] if commit else info["created"]
     return answer({"id": repo, "modelId": repo, "sha": commit, "private": info["private"], "disabled": False,
-                   "gated": False, "tags": [], "siblings": siblings, "lastModified": last,
+                   "gated": store.gated(repo), "tags": [], "siblings": siblings, "lastModified": last,
                    "createdAt": info["created"]})
 
 

@@ -46,14 +46,20 @@ def error_response(exc: HubError) -> web.Response:
 
 
 # -- who is asking -----------------------------------------------------------------------------------------
-def role(request: web.Request, required: bool) -> str | None:
-    """'write' or 'read' for a known token; 401 for an unknown one, and for none when `required`."""
+def identity(request: web.Request, required: bool) -> tuple[str, str] | None:
+    """(user, 'write' or 'read') for a known token; 401 for an unknown one, and for none when `required`."""
     auth = request.headers.get("Authorization", "")
     token = auth[7:].strip() if auth[:7].lower() == "bearer " else None
-    found = hub_of(request).config.role(token) if token else None
+    found = hub_of(request).config.identify(token) if token else None
     if (token is None and required) or (token is not None and found is None):
         raise HubError(401, "Unauthorized", "Invalid credentials in Authorization header")
     return found
+
+
+def role(request: web.Request, required: bool) -> str | None:
+    """'write' or 'read' for a known token; 401 for an unknown one, and for none when `required`."""
+    found = identity(request, required)
+    return found[1] if found else None
 
 
 def can_read(request: web.Request, repo: str | None = None) -> dict[str, Any]:
@@ -65,9 +71,30 @@ def can_read(request: web.Request, repo: str | None = None) -> dict[str, Any]:
     return info
 
 
-def can_write(request: web.Request) -> None:
-    if role(request, required=True) != "write":
+def can_download(request: web.Request, repo: str) -> None:
+    """A gated repo's files go only to its owners (users who may write its namespace), as on the Hub: 401 without
+    a token, 403 for anyone else (on the Hub: not yet granted; this Hub has no access requests to grant)."""
+    if not hub_of(request).store.gated(repo):
+        return
+    found = identity(request, required=False)
+    if found is None:
+        raise HubError(401, "GatedRepo", f"Access to model {repo} is restricted. You must have access to it and be "
+                       "authenticated to access it. Please log in.")
+    if not hub_of(request).config.may_write(found[0], repo.split("/")[0]):
+        raise HubError(403, "GatedRepo", f"Access to model {repo} is restricted and you are not in the authorized "
+                       f"list. Visit {base_url(request)}/{repo} to ask for access.")
+
+
+def can_write(request: web.Request, namespace: str | None = None) -> str:
+    """The writing user; 403 for a read-only token or a namespace (default: the route's) the user may not write.
+    Checked before any body is read; routes whose namespace is in the body check it again once read."""
+    user, access = identity(request, required=True) or ("", "")
+    if access != "write":
         raise HubError(403, "Forbidden", "This token has read access only")
+    namespace = namespace or request.match_info.get("ns")
+    if namespace is not None and not hub_of(request).config.may_write(user, namespace):
+        raise HubError(403, "Forbidden", f"{user} may not write in the namespace {namespace}")
+    return user
 
 
 # -- bodies --------------------------------------------------------------------------------------------------

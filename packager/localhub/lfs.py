@@ -9,7 +9,7 @@ from typing import Any
 
 from aiohttp import web
 
-from .app import answer, base_url, can_read, can_write, hub_of, read_chunk, read_json, repo_of
+from .app import answer, base_url, can_download, can_read, can_write, hub_of, read_chunk, read_json, repo_of
 from .rules import HubError, bad_request
 from .state import LFS_CAP
 
@@ -95,6 +95,7 @@ class _StoredFile(web.FileResponse):
 async def resolve(request: web.Request) -> web.StreamResponse:
     can_read(request)
     store, repo, path = hub_of(request).store, repo_of(request), request.match_info["path"]
+    can_download(request, repo)
     commit = store.resolve(repo, request.match_info["rev"])
     entry = store.tree(commit).get(path)
     if entry is None:

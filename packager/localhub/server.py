@@ -7,7 +7,7 @@ from typing import Awaitable, Callable
 
 from aiohttp import web
 
-from . import api, lfs
+from . import api, collections, lfs
 from .app import HUB, answer, errors, faults, hub_of, read_json
 from .rules import HubError, bad_request
 from .state import Hub, HubConfig
@@ -59,6 +59,12 @@ def make_app(config: HubConfig) -> web.Application:
     add("POST", f"{MODEL}/branch/{{branch:[^/]+}}", api.branch)
     add("GET", f"{MODEL}/revision/{REV}", api.model_info)
     add("GET", MODEL, api.model_info)
+    add("POST", "/api/collections", collections.create)
+    add("GET", "/api/collections", collections.listing)
+    add("GET", "/api/collections/{ns}/{slug}", collections.get)
+    add("POST", "/api/collections/{ns}/{slug}/items", collections.add_item)
+    add("PATCH", "/api/collections/{ns}/{slug}/items/{item}", collections.update_item)
+    add("DELETE", "/api/collections/{ns}/{slug}/items/{item}", collections.delete_item)
     add("POST", "/{ns}/{name}.git/info/lfs/objects/batch", lfs.batch)
     add("PUT", "/lfs-upload/{ns}/{name}/{oid:[0-9a-f]{64}}", lfs.upload)
     add("POST", "/lfs-verify/{ns}/{name}/{oid:[0-9a-f]{64}}", lfs.verify)

@@ -18,6 +18,7 @@ JSON_CAP = 1_000_000
 COMMIT_CAP = 64_000_000
 LFS_CAP = 50_000_000_000
 BODY_IDLE_SECONDS = 30.0  # a body that sends nothing for this long is abandoned (a Content-Length lie)
+DEFAULT_USER = "local"  # whoever holds a token configured without a user name
 
 
 @dataclass(frozen=True)
@@ -31,10 +32,33 @@ class HubConfig:
 
     def role(self, token: str) -> str | None:
         """'write', 'read' or None (unknown), compared in constant time."""
-        def known(tokens: frozenset[str]) -> bool:
-            return any(hmac.compare_digest(token.encode(), t.encode()) for t in tokens)
+        found = self.identify(token)
+        return found[1] if found else None
 
-        return "write" if known(self.write_tokens) else "read" if known(self.read_tokens) else None
+    def identify(self, token: str) -> tuple[str, str] | None:
+        """(user, 'write' or 'read') for a known token, compared in constant time; None for an unknown one.
+        A configured token is `SECRET` (the default user) or `USER:SECRET`."""
+        for role, tokens in (("write", self.write_tokens), ("read", self.read_tokens)):
+            for entry in tokens:
+                user, _, secret = entry.rpartition(":")
+                if hmac.compare_digest(token.encode(), secret.encode()):
+                    return user or DEFAULT_USER, role
+        return None
+
+    @property
+    def named_users(self) -> frozenset[str]:
+        return frozenset(e.rpartition(":")[0] for e in self.write_tokens | self.read_tokens if ":" in e)
+
+    def may_write(self, user: str, namespace: str) -> bool:
+        """A named user writes only its own namespace; the default user every namespace no named user owns
+        (it stands for the one person rehearsing releases, a member of every organization)."""
+        if user != DEFAULT_USER:
+            return namespace == user
+        return namespace not in self.named_users
+
+    def kind(self, namespace: str) -> str:
+        """'user' for the default and the named users, 'org' for every other namespace."""
+        return "user" if namespace == DEFAULT_USER or namespace in self.named_users else "org"
 
 
 class Hub:

@@ -18,6 +18,7 @@ from typing import Any, Iterator
 import xxhash
 from huggingface_hub.utils.sha import git_hash
 
+from .collection_store import Collections
 from .objects import Objects
 from .rules import HubError
 
@@ -29,6 +30,7 @@ CREATE TABLE IF NOT EXISTS refs (repo TEXT NOT NULL, kind TEXT NOT NULL, name TE
     PRIMARY KEY (repo, kind, name));
 CREATE TABLE IF NOT EXISTS lfs (repo TEXT NOT NULL, oid TEXT NOT NULL, size INTEGER NOT NULL,
     PRIMARY KEY (repo, oid));
+CREATE TABLE IF NOT EXISTS gating (repo TEXT PRIMARY KEY, mode TEXT NOT NULL);
 """
 POINTER = "version https://git-lfs.github.com/spec/v1\noid sha256:{oid}\nsize {size}\n"
 GITATTRIBUTES = "".join(f"*.{ext} filter=lfs diff=lfs merge=lfs -text\n" for ext in
@@ -66,6 +68,7 @@ class Store:
         self._db = sqlite3.connect(root / "hub.sqlite3", check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.executescript(SCHEMA)
+        self.collections = Collections(self._db, self._lock)
 
     def _read(self, sql: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         with self._lock:
@@ -92,10 +95,22 @@ class Store:
         with self._lock:
             self._db.execute("UPDATE repos SET private=? WHERE id=?", (int(private), repo))
 
+    def gated(self, repo: str) -> str | bool:
+        """'auto' or 'manual' for a gated repo, else False (the Hub's model-info `gated`)."""
+        rows = self._read("SELECT mode FROM gating WHERE repo=?", (repo,))
+        return rows[0][0] if rows else False
+
+    def set_gated(self, repo: str, mode: str | bool) -> None:
+        with self._lock:
+            self._db.execute("DELETE FROM gating WHERE repo=?", (repo,))
+            if mode:
+                self._db.execute("INSERT INTO gating VALUES (?, ?)", (repo, mode))
+
     def delete_repo(self, repo: str) -> None:
         with self._lock:
-            for table in ("repos", "commits", "refs", "lfs"):
+            for table in ("repos", "commits", "refs", "lfs", "gating"):
                 self._db.execute(f"DELETE FROM {table} WHERE {'id' if table == 'repos' else 'repo'}=?", (repo,))
+        self.collections.forget_repo(repo)
         self.objects.delete_repo(repo)
 
     # -- refs and commits --------------------------------------------------------------------------------

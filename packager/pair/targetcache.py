@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..convert import graphcache
+from ..convert.graphcache import Entry
 from ..hashing import xxh3_128_bytes, xxh3_128_file
 from ..versions import installed
 
@@ -34,15 +35,6 @@ CHECKPOINT_GLOBS = ("config.json", "generation_config.json", "*.safetensors", "t
 class TargetRun:
     continuation: tuple[int, ...]  # the target's greedy tokens after the prompt
     argmax: tuple[int, ...]  # its argmax at each continuation position, from one teacher-forced pass
-
-
-@dataclass(frozen=True)
-class Entry:
-    key: str
-    path: Path
-    size: int
-    last_used: float
-    describe: str
 
 
 def root() -> Path:

@@ -9,14 +9,16 @@ from typing import Callable
 
 import numpy as np
 
-from ..pair import acceptance, compat, workload
+from ..pair import Options, acceptance, compat, open_cache, target_run, workload
 from ..pair.intervals import Interval, ratio
-from ..pair.models import HFModel, MNNModel, Model
+from ..pair.models import HFModel, MNNModel, Model, all_cores, load
+from ..pair.targetcache import TargetCache, trim
 from ..verify import MIN_DECISIVE, Thresholds, _plain, compare_positions, margins
 
 Progress = Callable[[str], None]
 CONTINUATION = 24  # verify's default: the source's greedy continuation compared after each prompt
 MAX_D = acceptance.MAX_D
+NEW_TOKENS = Options().new_tokens  # pair's default, so the target cache serves both
 
 
 @dataclass
@@ -50,7 +52,8 @@ def measure(bundles: dict[str, Path], source: Path, target: Path | None, threads
     progress(f"loading the source and {len(bundles)} bundles" + (" and the target" if target else ""))
     theirs = HFModel(source, threads)
     drafts = {name: MNNModel(path, threads) for name, path in bundles.items()}
-    big = HFModel(target, threads, dtype="stored") if target else None
+    big = load(target, threads, dtype="stored") if target else None  # a checkpoint or an MNN folder
+    cache = open_cache(target, Options(new_tokens=NEW_TOKENS), threads or all_cores()) if target else None
     tallies = {name: Tally() for name in bundles}
     source_stop = tuple(sorted(compat.facts(source).stop))
     source_template = workload.chat_template(source)
@@ -68,21 +71,23 @@ def measure(bundles: dict[str, Path], source: Path, target: Path | None, threads
             tally.top1 += top1
             tally.decisive += [t for t, d in zip(top1, decisive) if d]
         if big is not None and target is not None:
-            _accept(big, target, item, drafts, tallies)
+            _accept(big, target, item, drafts, tallies, cache)
+    if cache is not None:
+        trim()
     return {name: _quality(tally) for name, tally in tallies.items()}
 
 
 def _accept(big: Model, target: Path, item: workload.Prompt, drafts: dict[str, MNNModel],
-            tallies: dict[str, Tally], new_tokens: int = 32) -> None:
-    """The target's greedy continuation and its argmaxes once; each draft's argmaxes on the same sequence."""
+            tallies: dict[str, Tally], cache: TargetCache | None) -> None:
+    """The target's greedy continuation and its argmaxes once (or from pair's target cache: the same settings
+    as pair's defaults, so either reuses the other's); each draft's argmaxes on the same sequence."""
     facts = compat.facts(target)
     ids = big.encode(workload.render(facts.chat_template, item))
-    continuation = big.greedy(ids, new_tokens, tuple(sorted(facts.stop)))
-    sequence, start = ids + continuation, len(ids) - 1
-    rows = slice(start, start + len(continuation))
-    wanted = [int(row.argmax()) for row in big.logits_all(sequence)[rows]]
+    run, _ = target_run(big, ids, NEW_TOKENS, tuple(sorted(facts.stop)), cache)
+    sequence, start = ids + list(run.continuation), len(ids) - 1
+    rows = slice(start, start + len(run.continuation))
     for name, model in drafts.items():
-        runs = acceptance.match_runs([int(row.argmax()) for row in model.logits_all(sequence)[rows]], wanted)
+        runs = acceptance.match_runs([int(row.argmax()) for row in model.logits_all(sequence)[rows]], list(run.argmax))
         tallies[name].runs.append(runs)
         tallies[name].accepted.append(sum(1 for r in runs if r > 0))
         tallies[name].positions.append(len(runs))
