@@ -247,3 +247,13 @@ def test_a_full_pull_refuses_a_path_outside_the_flat_bundle(hub: LocalHub, signe
     commit_files(hub, {"sub/llm.mnn": b"elsewhere"})
     dest = tmp_path / "draft"
     refused(pull(hub, REPO, dest, "--files", "all"), 78, dest, "sub/llm.mnn", "no file of a flat bundle")
+
+
+def test_a_gated_release_refuses_a_pull_without_access_and_leaves_nothing(hub: LocalHub, ready: Path, keys: Keys,
+                                                                          tmp_path: Path) -> None:
+    _sign(hub, ready, keys.private)
+    assert _upload(hub, ready, REPO, "--gated", "manual").returncode == 0
+    dest = tmp_path / "draft"
+    refused(pull(hub, REPO, dest, "--public-key", str(keys.public)), 68, dest, "gated")
+    owner = hub.cli("pull", REPO, str(dest), "--public-key", str(keys.public), "--quiet")  # the owner's token
+    assert owner.returncode == 0, owner.stderr
