@@ -167,9 +167,8 @@ def _sign(signing: Any, bundle: Path) -> str:
 
 def _card(spec: ReleaseSpec, bundle: Path, parity: dict[str, Any] | None = None, signing: Any = None) -> str:
     from .card import gather_measurements, render
-    from .staging import write_atomic
-
     from .release_signing import with_card_facts
+    from .staging import write_atomic
 
     measurements = with_card_facts(spec, gather_measurements(bundle, parity=parity,
                                                              pair_report=spec.need("card").pair_report), signing)

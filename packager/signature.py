@@ -174,6 +174,33 @@ def _signed(manifest: object, signer: str) -> Signed:
     return Signed(digests=digests, hash_type=hash_type, signer=signer)
 
 
+def unverified(path: Path) -> Signed:
+    """What a signature claims to sign, read without checking who signed it: only to catch a model.sig that no
+    longer matches its files (before an upload), never to trust one."""
+    import base64
+
+    document = _parsed(path)
+    from model_signing._signing import signing
+
+    try:
+        payload = json.loads(base64.b64decode(document["dsseEnvelope"]["payload"]))
+        manifest = signing.dsse_payload_to_manifest(payload)
+    except Exception:  # noqa: BLE001 - KeyError, binascii.Error, ValueError: not a statement model-signing reads
+        raise SignatureMalformed(f"{SIGNATURE} holds no in-toto statement model-signing can read") from None
+    return _signed(manifest, key_hint(path.read_bytes()))
+
+
+def check_current(folder: Path) -> None:
+    """A bundle's model.sig still signs exactly its files as they are now (re-sign after any change)."""
+    signed = unverified(folder / SIGNATURE)
+    held = {p.name for p in folder.iterdir() if p.name not in (SIGNATURE, ".gitattributes")}
+    check_coverage(signed, held, str(folder))
+    if bad := mismatched(folder, signed, sorted(held)):
+        raise ContentMismatch(f"{SIGNATURE} in {shorten(str(folder), 120)} no longer matches {', '.join(bad[:5])}",
+                              "sign the bundle again (packager sign, or release with a signing key), or delete "
+                              f"{SIGNATURE} to publish it unsigned")
+
+
 def check_coverage(signed: Signed, held: set[str], where: str) -> None:
     """The signature names exactly the files `where` holds (besides itself and git's .gitattributes)."""
     unknown = sorted(set(signed.digests) - held)

@@ -124,15 +124,16 @@ def test_an_unsigned_release_pulls_without_trust_options_saying_so(hub: LocalHub
     assert "unsigned: only the manifest was checked" in result.stdout
 
 
-def test_a_signature_over_another_revision_is_refused(hub: LocalHub, signed: Path, keys: Keys,
-                                                      tmp_path: Path) -> None:
+def test_a_signature_over_another_revision_is_refused(hub: LocalHub, signed: Path, keys: Keys, tmp_path: Path,
+                                                      online: None) -> None:
     old_signature = (signed / "model.sig").read_bytes()
+    (signed / "model.sig").unlink()
     (signed / "llm.mnn.weight").write_bytes(flipped(signed / "llm.mnn.weight"))
     write_manifest(signed)
-    (signed / "model.sig").write_bytes(old_signature)  # v1's signature carried over to v2's files
-    assert _upload(hub, signed, REPO, "--tag", "v2").returncode == 0
+    assert _upload(hub, signed, REPO, "--tag", "v2").returncode == 0  # v2, unsigned: upload sends no stale model.sig
+    commit_files(hub, {"model.sig": old_signature})  # v1's signature carried over to v2's files
     dest = tmp_path / "draft"
-    refused(pull(hub, f"{REPO}@v2", dest, "--public-key", str(keys.public)), 78, dest, "llm.mnn.weight")
+    refused(pull(hub, REPO, dest, "--public-key", str(keys.public)), 78, dest, "llm.mnn.weight")
     assert pull(hub, f"{REPO}@v1", dest, "--public-key", str(keys.public)).returncode == 0
 
 

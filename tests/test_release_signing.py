@@ -162,3 +162,21 @@ def test_a_keyless_identity_without_issuer_is_refused(ready: Path, tmp_path: Pat
     result = subprocess.run([sys.executable, "-m", "packager.cli", "card", str(ready), "--spec", str(spec)],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 17 and "signing_identity needs signing_issuer" in result.stderr
+
+
+def test_a_stale_signature_is_never_uploaded(hub: LocalHub, ready: Path, keys: Keys) -> None:
+    assert hub.cli("sign", str(ready), "--key", str(keys.private)).returncode == 0
+    (ready / "README.md").write_text((ready / "README.md").read_text() + "\nedited after signing\n")
+    write_manifest(ready)  # the manifest is current, the signature is not
+    result = hub.cli("upload", str(ready), "me/draft", "--quiet")
+    assert result.returncode == 78, result.stdout + result.stderr
+    assert "model.sig in" in result.stderr and "no longer matches README.md" in result.stderr
+    assert _history(hub, "me/draft") == []
+
+
+def test_an_unsigned_release_of_a_bundle_with_an_old_signature_is_refused(hub: LocalHub, ready: Path, keys: Keys,
+                                                                          tmp_path: Path) -> None:
+    assert hub.cli("sign", str(ready), "--key", str(keys.private)).returncode == 0
+    result = release(hub, spec_signed_with(tmp_path, None), ready)  # the card is rewritten, nobody re-signs
+    assert result.returncode == 78, result.stdout + result.stderr
+    assert _history(hub, REPO) == []

@@ -176,9 +176,8 @@ def card(bundle: Path, spec_path: Path, output: Path | None, template: Path | No
     """
     from .. import spec as spec_module
     from ..card import gather_measurements, render
-    from ..staging import write_atomic
-
     from ..release_signing import plan, with_card_facts
+    from ..staging import write_atomic
 
     spec = spec_module.load(spec_path)
     measurements = gather_measurements(bundle, provenance=provenance, verify_report=verify_report,

@@ -79,7 +79,10 @@ def local_files(bundle: Path) -> list[str]:
     if missing:
         step = "packager card" if CARD in missing else "packager checksum" if MANIFEST in missing else "packager convert"
         raise BundleError(f"{bundle} lacks {', '.join(missing)}", f"run {step} first")
-    if (bundle / SIGNATURE).is_file():  # model.sig, when signed: part of the one commit
+    if (bundle / SIGNATURE).is_file():  # model.sig, when signed: part of the one commit, never a stale one
+        from ..signature import check_current
+
+        check_current(bundle)
         names.append(SIGNATURE)
     # validate() also checks every file against the manifest.
     report = validate(bundle)
