@@ -24,6 +24,15 @@ class SignatureMalformed(PackagerError):
     hint = "model.sig is not a model-signing signature; sign the bundle again with packager sign"
 
 
+class SigstoreFailed(PackagerError):
+    """Keyless signing or verification could not be done: no OIDC identity, or sigstore's services (Fulcio,
+    Rekor, the TUF trust root) out of reach."""
+
+    exit_code = 74
+    hint = ("keyless signing and verification need sigstore's services on the network (and, to sign, an OIDC "
+            "identity: CI with `permissions: id-token: write`); or sign and verify with a key")
+
+
 class SignatureCoverage(PackagerError):
     exit_code = 75
     hint = "the signature is not over this release's files; sign the released folder again with packager sign"
@@ -116,7 +125,11 @@ def _verifier(trust: Trust, keyless: bool) -> object:
         raise SignatureUntrusted(f"{SIGNATURE} was signed with a key, not keyless", "verify it with --public-key")
     from model_signing._signing import sign_sigstore
 
-    return sign_sigstore.Verifier(identity=trust.identity or "", oidc_issuer=trust.issuer or "")
+    try:
+        return sign_sigstore.Verifier(identity=trust.identity or "", oidc_issuer=trust.issuer or "")
+    except Exception as exc:  # noqa: BLE001 - TUF, network and parsing failures of the trust root
+        raise SigstoreFailed(f"sigstore's trust root could not be loaded to verify {SIGNATURE}: "
+                             f"{type(exc).__name__}: {shorten(str(exc), 160)}") from None
 
 
 def _public_key(path: Path) -> Path:

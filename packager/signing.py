@@ -15,6 +15,7 @@ from pathlib import Path
 from .bundle import FILES
 from .checksum import MANIFEST, SIGNATURE, check_manifest
 from .errors import BundleError, PackagerError, shorten
+from .signature import SigstoreFailed
 from .staging import write_atomic
 
 CARD = "README.md"
@@ -38,12 +39,6 @@ class SigningKeyCurve(PackagerError):
 class SigningKeyLocked(PackagerError):
     exit_code = 72
     hint = f"put the key's passphrase in {PASSPHRASE_ENV} or a file given with --passphrase-file"
-
-
-class KeylessSigningFailed(PackagerError):
-    exit_code = 74
-    hint = ("keyless signing needs an OIDC identity (CI: GitHub Actions with `permissions: id-token: write`) and "
-            "the sigstore services on the network; or sign with --key")
 
 
 @dataclass(frozen=True)
@@ -181,7 +176,7 @@ def sign_keyless(bundle: Path, identity_token: str | None = None) -> SignResult:
     except PackagerError:
         raise
     except Exception as exc:  # noqa: BLE001 - sigstore's trust root, Fulcio and Rekor failures are many kinds
-        raise KeylessSigningFailed(f"keyless signing failed: {type(exc).__name__}: {shorten(str(exc), 160)}; "
+        raise SigstoreFailed(f"keyless signing failed: {type(exc).__name__}: {shorten(str(exc), 160)}; "
                                    "nothing was signed") from None
 
 
@@ -192,14 +187,14 @@ def _identity_token(given: str | None) -> str:
     try:
         token = given or oidc.detect_credential()
     except Exception as exc:  # noqa: BLE001 - id's AmbientCredentialError and the like
-        raise KeylessSigningFailed(f"no OIDC identity: {shorten(str(exc), 160)}; nothing was signed") from None
+        raise SigstoreFailed(f"no OIDC identity: {shorten(str(exc), 160)}; nothing was signed") from None
     if not token:
-        raise KeylessSigningFailed("no OIDC identity token (no --identity-token-file, and no CI identity "
+        raise SigstoreFailed("no OIDC identity token (no --identity-token-file, and no CI identity "
                                    "detected); nothing was signed")
     try:
         oidc.IdentityToken(token.strip())
     except Exception as exc:  # noqa: BLE001 - IdentityError on a malformed or non-sigstore token
-        raise KeylessSigningFailed(f"the OIDC identity token is not usable: {shorten(str(exc), 160)}; "
+        raise SigstoreFailed(f"the OIDC identity token is not usable: {shorten(str(exc), 160)}; "
                                    "nothing was signed") from None
     return token.strip()
 

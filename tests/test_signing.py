@@ -223,3 +223,15 @@ def test_a_key_signed_bundle_is_not_accepted_as_keyless_and_the_reverse(ready: P
 ])
 def test_contradictory_trust_options_are_refused(ready: Path, args: tuple[str, ...], words: tuple[str, ...]) -> None:
     one_line_error(run_cli("verify-signature", str(ready), *args, env=_env()), 19, *words)
+
+
+def test_keyless_verification_goes_as_far_as_sigstore_s_trust_root_and_fails_in_one_line(
+        ready: Path, keys: Keys, tmp_path: Path) -> None:
+    assert sign(ready, "--key", str(keys.private)).returncode == 0
+    document = json.loads((ready / "model.sig").read_text())
+    document["verificationMaterial"] = {"certificate": {"rawBytes": "MIIB"}, "tlogEntries": []}  # as keyless
+    (ready / "model.sig").write_text(json.dumps(document))
+    result = run_cli("verify-signature", str(ready), "--identity", "me@example.com", "--issuer",
+                     "https://accounts.example.com", env=_offline_env(tmp_path))
+    one_line_error(result, 74, "trust root could not be loaded")
+    assert "sigstore" in (tmp_path / "netguard.log").read_text()
