@@ -92,7 +92,8 @@ def pull(request: PullRequest, progress: Progress = lambda _: None) -> PullResul
         signed = _signature(hub, stage, request, commit, listing, held, where, progress)
         if listing[MANIFEST].size > MAX_MANIFEST_BYTES:
             raise InputTooLarge(f"{MANIFEST} of {where} is {listing[MANIFEST].size:,} bytes, not a bundle's manifest")
-        path = download(hub, stage, request.repo_id, commit, MANIFEST, listing[MANIFEST].size, progress=progress)
+        path = download(hub, stage, request.repo_id, commit, MANIFEST, listing[MANIFEST].size, fresh=True,
+                        progress=progress)
         listed = parse_manifest(path.read_text(encoding="utf-8", errors="replace"), Path(MANIFEST))
         wanted = _wanted(request.files, listed, held, where)
         for name in wanted + ([ENGINE_FILE] if request.engine and ENGINE_FILE not in wanted else []):
@@ -146,7 +147,9 @@ def _signature(hub: object, stage: object, request: PullRequest, commit: str, li
     size = listing[SIGNATURE].size
     if size > MAX_SIGNATURE_BYTES:
         raise SignatureMalformed(f"{SIGNATURE} of {where} is {size:,} bytes, more than any signature; not downloaded")
-    path = download(hub, stage, request.repo_id, commit, SIGNATURE, size, progress=progress)  # type: ignore[arg-type]
+    # Small, and perhaps left by a run against another commit: always fetched afresh.
+    path = download(hub, stage, request.repo_id, commit, SIGNATURE, size, fresh=True,  # type: ignore[arg-type]
+                    progress=progress)
     if not request.trust.given:
         return None
     signed = read_signed(path, request.trust)

@@ -258,3 +258,18 @@ def test_a_gated_release_refuses_a_pull_without_access_and_leaves_nothing(hub: L
     refused(pull(hub, REPO, dest, "--public-key", str(keys.public)), 68, dest, "gated")
     owner = hub.cli("pull", REPO, str(dest), "--public-key", str(keys.public), "--quiet")  # the owner's token
     assert owner.returncode == 0, owner.stderr
+
+
+def test_files_left_by_a_run_against_another_commit_are_not_trusted(hub: LocalHub, signed: Path, keys: Keys,
+                                                                    tmp_path: Path) -> None:
+    dest = tmp_path / "draft"
+    staging = tmp_path / ".draft.pull" / "files"
+    staging.mkdir(parents=True)
+    for name in ("model.sig", "checksums.xxh128", "tokenizer.txt", "llm.mnn"):
+        (staging / name).write_bytes(b"from an older release")  # finished files of an interrupted earlier run
+    weights = (signed / "llm.mnn.weight").read_bytes()
+    (staging / "llm.mnn.weight").write_bytes(bytes(len(weights)))  # the right size, the wrong bytes
+    result = hub.cli("pull", REPO, str(dest), "--public-key", str(keys.public), token=None)
+    assert result.returncode == 0, result.stderr
+    for name in ("tokenizer.txt", "llm.mnn", "llm.mnn.weight"):
+        assert (dest / name).read_bytes() == (signed / name).read_bytes(), name

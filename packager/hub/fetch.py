@@ -96,6 +96,8 @@ def download(hub: Hub, stage: Staging, repo_id: str, commit: str, name: str, siz
     if fresh:
         final.unlink(missing_ok=True)
         part.unlink(missing_ok=True)
+    elif final.is_file() and final.stat().st_size != size:
+        final.unlink()  # finished against another commit: not even the right size
     if final.is_file():
         return final  # finished by an interrupted earlier run: checked whole like any other
     progress(f"downloading {name}" + (f" (resuming after {part.stat().st_size:,} bytes)" if part.is_file() else ""))
