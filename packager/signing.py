@@ -138,7 +138,7 @@ def sign(bundle: Path, key: Path, passphrase: bytes | None = None) -> SignResult
         return kept
     from model_signing import signing
 
-    config = signing.Config().set_hashing_config(_hashing())
+    config = signing.Config().set_hashing_config(_hashing(bundle))
     # model-signing types the password as str but hands it to cryptography, which wants bytes.
     config.use_elliptic_key_signer(private_key=key, password=passphrase)  # type: ignore[arg-type]
     return _write(bundle, config)
@@ -170,14 +170,14 @@ def sign_keyless(bundle: Path, identity_token: str | None = None) -> SignResult:
     from model_signing import signing
 
     try:
-        config = signing.Config().set_hashing_config(_hashing())
+        config = signing.Config().set_hashing_config(_hashing(bundle))
         config.use_sigstore_signer(use_ambient_credentials=False, identity_token=token)
         return _write(bundle, config)
     except PackagerError:
         raise
     except Exception as exc:  # noqa: BLE001 - sigstore's trust root, Fulcio and Rekor failures are many kinds
         raise SigstoreFailed(f"keyless signing failed: {type(exc).__name__}: {shorten(str(exc), 160)}; "
-                                   "nothing was signed") from None
+                             "nothing was signed") from None
 
 
 def _identity_token(given: str | None) -> str:
@@ -190,20 +190,25 @@ def _identity_token(given: str | None) -> str:
         raise SigstoreFailed(f"no OIDC identity: {shorten(str(exc), 160)}; nothing was signed") from None
     if not token:
         raise SigstoreFailed("no OIDC identity token (no --identity-token-file, and no CI identity "
-                                   "detected); nothing was signed")
+                             "detected); nothing was signed")
     try:
         oidc.IdentityToken(token.strip())
     except Exception as exc:  # noqa: BLE001 - IdentityError on a malformed or non-sigstore token
         raise SigstoreFailed(f"the OIDC identity token is not usable: {shorten(str(exc), 160)}; "
-                                   "nothing was signed") from None
+                             "nothing was signed") from None
     return token.strip()
 
 
-def _hashing() -> object:
+def _hashing(bundle: Path) -> object:
+    """sha256 of every file but model.sig. The ignore goes through add_ignored_paths: model-signing 1.1.1
+    records use_file_serialization's ignore_paths in the statement but does not apply them, so a signature
+    made over a folder that already held a model.sig would otherwise sign the old signature too."""
     from model_signing import hashing
 
-    return hashing.Config().use_file_serialization(hashing_algorithm="sha256", allow_symlinks=False,
-                                                   ignore_paths=[Path(SIGNATURE)])
+    config = hashing.Config().use_file_serialization(hashing_algorithm="sha256", allow_symlinks=False,
+                                                     ignore_paths=[Path(SIGNATURE)])
+    config.add_ignored_paths(model_path=bundle, paths=[SIGNATURE])
+    return config
 
 
 def _write(bundle: Path, config: object) -> SignResult:

@@ -4,7 +4,6 @@ every tampered, foreign, unsigned or too-new release is refused naming the file,
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest

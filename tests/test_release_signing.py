@@ -180,3 +180,20 @@ def test_an_unsigned_release_of_a_bundle_with_an_old_signature_is_refused(hub: L
     result = release(hub, spec_signed_with(tmp_path, None), ready)  # the card is rewritten, nobody re-signs
     assert result.returncode == 78, result.stdout + result.stderr
     assert _history(hub, REPO) == []
+
+
+def test_a_changed_signed_rerelease_is_signed_anew_and_verifies_on_the_hub(hub: LocalHub, ready: Path, keys: Keys,
+                                                                           tmp_path: Path) -> None:
+    spec = spec_signed_with(tmp_path, keys.private)
+    assert release(hub, spec, ready).returncode == 0
+    data = bytearray((ready / "llm.mnn.weight").read_bytes())
+    data[999] ^= 1
+    (ready / "llm.mnn.weight").write_bytes(bytes(data))
+    write_manifest(ready)  # as a rebuilt bundle would be; its old model.sig still lies beside it
+    spec.write_text(spec.read_text().replace('version = "v3"', 'version = "v4"'))
+    again = release(hub, spec, ready)
+    assert again.returncode == 0, again.stdout + again.stderr
+    stages = json.loads(again.stdout)["stages"]
+    assert "model.sig written" in stages[4]["detail"] and "signature verified on the Hub (12 files)" in stages[5]["detail"]
+    check = hub.cli("verify-remote", f"{REPO}@v4", "--public-key", str(keys.public))
+    assert check.returncode == 0, check.stdout + check.stderr

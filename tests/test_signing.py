@@ -92,6 +92,17 @@ def test_a_bad_key_is_one_line_with_its_own_code_and_writes_nothing(ready: Path,
     assert sorted(p.name for p in ready.iterdir()) == before  # no model.sig, no temporary file
 
 
+def test_signing_again_over_the_same_files_keeps_the_signature(ready: Path, keys: Keys) -> None:
+    assert sign(ready, "--key", str(keys.private)).returncode == 0
+    before = (ready / "model.sig").read_bytes()
+    again = sign(ready, "--key", str(keys.private), "--json")
+    assert again.returncode == 0 and json.loads(again.stdout)["unchanged"] is True
+    assert (ready / "model.sig").read_bytes() == before
+    other = sign(ready, "--key", str(keys.other_private), "--json")  # another key: signed anew
+    assert other.returncode == 0 and json.loads(other.stdout)["unchanged"] is False
+    assert check(ready, keys.other_public).returncode == 0
+
+
 def test_a_failed_signing_keeps_the_previous_signature(ready: Path, keys: Keys) -> None:
     assert sign(ready, "--key", str(keys.private)).returncode == 0
     before = (ready / "model.sig").read_bytes()

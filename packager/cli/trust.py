@@ -47,9 +47,10 @@ def sign(bundle: Path, key: Path | None, passphrase_file: Path | None, keyless: 
         if key is None:
             raise InvalidOption("no signing key", f"pass --key KEY.pem, set {KEY_ENV}, or use --keyless")
         result = run_sign(bundle, key, read_passphrase(passphrase_file))
-    data = {"signature": str(result.signature), "files": list(result.files), "key_id": result.key_id}
-    _emit(data, as_json, lambda d: f"signed {len(d['files'])} files: {d['signature']}"
-                                  + (f" (key sha256 {d['key_id']})" if d["key_id"] else ""))
+    data = {"signature": str(result.signature), "files": list(result.files), "key_id": result.key_id,
+            "unchanged": result.unchanged}
+    _emit(data, as_json, lambda d: ("kept: already signed, " if d["unchanged"] else "signed ")
+          + f"{len(d['files'])} files: {d['signature']}" + (f" (key sha256 {d['key_id']})" if d["key_id"] else ""))
 
 
 @cli.command("verify-signature")
