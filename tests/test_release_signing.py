@@ -197,3 +197,21 @@ def test_a_changed_signed_rerelease_is_signed_anew_and_verifies_on_the_hub(hub: 
     assert "model.sig written" in stages[4]["detail"] and "signature verified on the Hub (12 files)" in stages[5]["detail"]
     check = hub.cli("verify-remote", f"{REPO}@v4", "--public-key", str(keys.public))
     assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_the_post_upload_check_reads_the_hub_s_small_files_back(hub: LocalHub, ready: Path, keys: Keys,
+                                                                 tmp_path: Path, online: None) -> None:
+    from packager import spec as spec_module
+    from packager.release_signing import plan, verify_uploaded
+    from packager.signature import ContentMismatch
+
+    spec = spec_signed_with(tmp_path, keys.private)
+    result = release(hub, spec, ready)
+    assert result.returncode == 0, result.stdout + result.stderr
+    commit = json.loads(result.stdout)["commit"]
+    signing = plan(spec_module.load(spec))
+    assert "12 files" in verify_uploaded(signing, hub.url, WRITE_TOKEN, REPO, commit)
+    stored = hub.stored_object(REPO, "config_cpu.json", revision=commit)
+    stored.write_bytes(stored.read_bytes().replace(b"2", b"3"))  # the Hub's copy damaged behind its listing
+    with pytest.raises(ContentMismatch, match="config_cpu.json"):
+        verify_uploaded(signing, hub.url, WRITE_TOKEN, REPO, commit)
