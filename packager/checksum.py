@@ -11,6 +11,7 @@ from .hashing import xxh3_128_file
 from .staging import write_atomic
 
 MANIFEST = "checksums.xxh128"
+SIGNATURE = "model.sig"  # signs the manifest, so the manifest cannot list it
 _LINE = re.compile(r"^XXH128 \((?P<name>.+)\) = (?P<digest>[0-9a-f]{32})$")
 
 
@@ -39,12 +40,12 @@ class ManifestError(BundleError):
 
 
 def covered_files(bundle: Path) -> list[str]:
-    """Every regular file of the bundle folder except the manifest itself, sorted."""
+    """Every regular file of the bundle folder except the manifest itself and the signature over it, sorted."""
     if not bundle.is_dir():
         raise BundleError(f"bundle folder {bundle} does not exist", "pass the folder packager convert wrote")
     names = []
     for item in sorted(bundle.iterdir()):
-        if item.name == MANIFEST:
+        if item.name in (MANIFEST, SIGNATURE):
             continue
         if item.is_symlink() or not item.is_file():
             raise BundleError(f"{item} is not a regular file", "a bundle holds only regular files")

@@ -64,7 +64,7 @@ def run(request: ReleaseRequest, progress: Progress = lambda _: None) -> Release
     spec.need("model")
     spec.need("card")
     stages: list[Stage] = []
-    state: dict[str, Any] = {"bundle": request.bundle}
+    state: dict[str, Any] = {"bundle": request.bundle, "signing": _signing_plan(spec)}  # a bad key: refused now
     if spec.verify_prompts is not None and spec.convert.source is not None:
         from .verify import prompts_from_file
 
@@ -89,8 +89,10 @@ def run(request: ReleaseRequest, progress: Progress = lambda _: None) -> Release
         stage("validate", lambda: _validate(state["bundle"]))
         if spec.convert.source is not None:
             stage("verify", lambda: _verify(spec, state, progress))
-        stage("card", lambda: _card(spec, state["bundle"], state.get("parity")))
+        stage("card", lambda: _card(spec, state["bundle"], state.get("parity"), state["signing"]))
         stage("checksum", lambda: _checksum(state["bundle"]))
+        if state["signing"] is not None:
+            stage("sign", lambda: _sign(state["signing"], state["bundle"]))
         if request.dry_run:
             stage("upload plan (dry run)", lambda: _plan(request, state, progress))
         else:
@@ -151,11 +153,25 @@ def _verify(spec: ReleaseSpec, state: dict[str, Any], progress: Progress) -> str
     return figures
 
 
-def _card(spec: ReleaseSpec, bundle: Path, parity: dict[str, Any] | None = None) -> str:
+def _signing_plan(spec: ReleaseSpec) -> Any:
+    from .release_signing import plan
+
+    return plan(spec)
+
+
+def _sign(signing: Any, bundle: Path) -> str:
+    from .release_signing import sign_stage
+
+    return sign_stage(signing, bundle)
+
+
+def _card(spec: ReleaseSpec, bundle: Path, parity: dict[str, Any] | None = None, signing: Any = None) -> str:
     from .card import gather_measurements, render
+    from .release_signing import with_card_facts
     from .staging import write_atomic
 
-    measurements = gather_measurements(bundle, parity=parity, pair_report=spec.need("card").pair_report)
+    measurements = with_card_facts(spec, gather_measurements(bundle, parity=parity,
+                                                             pair_report=spec.need("card").pair_report), signing)
     card = render(bundle, spec, measurements=measurements)
     write_atomic(bundle / "README.md", card.text.encode("utf-8"))
     return f"README.md ({len(card.text):,} characters)"
@@ -168,7 +184,8 @@ def _checksum(bundle: Path) -> str:
     return f"{manifest.path.name} ({len(manifest.digests)} files)"
 
 
-def _upload_request(request: ReleaseRequest, bundle: Path) -> UploadRequest:
+def _upload_request(request: ReleaseRequest, bundle: Path, check: Callable[[str], None] | None = None
+                    ) -> UploadRequest:
     from . import __version__
     from .hub.collection import CollectionRequest
     from .hub.publish import UploadRequest
@@ -179,7 +196,7 @@ def _upload_request(request: ReleaseRequest, bundle: Path) -> UploadRequest:
     return UploadRequest(bundle=bundle, repo_id=release.repo_id, endpoint=request.endpoint, tag=release.version,
                          private=request.private, dry_run=request.dry_run, token=request.token,
                          message=f"Release {release.version}: {release.title} (packager {__version__})",
-                         collection=collection, gated=release.gated)
+                         collection=collection, gated=release.gated, check=check)
 
 
 def _upload(request: ReleaseRequest, state: dict[str, Any], progress: Progress) -> str:
@@ -188,8 +205,17 @@ def _upload(request: ReleaseRequest, state: dict[str, Any], progress: Progress) 
     from .hub.publish import upload
 
     release = request.spec.need("release")
+    signed: list[str] = []
+
+    def check_signature(commit: str) -> None:  # before the tag: a release whose signature fails is not tagged
+        from .release_signing import verify_uploaded
+
+        progress(f"verifying model.sig against {release.repo_id}@{commit[:12]}")
+        signed.append(verify_uploaded(state["signing"], request.endpoint, request.token, release.repo_id, commit))
+
+    check = check_signature if state["signing"] is not None else None
     try:
-        result = upload(_upload_request(request, state["bundle"]), progress=progress)
+        result = upload(_upload_request(request, state["bundle"], check), progress=progress)
     except CollectionNotUpdated as exc:
         if exc.upload is None:  # refused before anything was sent
             raise
@@ -202,6 +228,7 @@ def _upload(request: ReleaseRequest, state: dict[str, Any], progress: Progress) 
     what = f"committed {sent} file(s)" if result.committed else "unchanged, no commit"
     if result.repaired:
         what += f", repaired {', '.join(result.repaired)}"
+    what += "".join(f"; {line}" for line in signed)
     gated = f", gated ({result.gated})" if result.gated else ""
     return f"{what}; {release.repo_id}@{(result.commit or '')[:12]} verified, tagged {release.version}{gated}"
 

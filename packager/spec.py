@@ -39,6 +39,9 @@ class Release:
     publisher: str | None = None
     base_model_relation: str | None = None
     tags: tuple[str, ...] = ()
+    signing_key: str | None = None  # EC private key (PEM), relative to the spec; PACKAGER_SIGNING_KEY wins
+    signing_identity: str | None = None  # keyless (sigstore in CI): the identity the card tells users to trust
+    signing_issuer: str | None = None
     collection: str | None = None  # a Hub collection title, in collection_owner's (default: repo_id's namespace)
     collection_owner: str | None = None
     collection_note: str | None = None

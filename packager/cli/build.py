@@ -176,11 +176,13 @@ def card(bundle: Path, spec_path: Path, output: Path | None, template: Path | No
     """
     from .. import spec as spec_module
     from ..card import gather_measurements, render
+    from ..release_signing import plan, with_card_facts
     from ..staging import write_atomic
 
     spec = spec_module.load(spec_path)
     measurements = gather_measurements(bundle, provenance=provenance, verify_report=verify_report,
                                        pair_report=pair_report or spec.need("card").pair_report)
+    measurements = with_card_facts(spec, measurements, plan(spec))  # a signed release's card says who signs
     rendered = render(bundle, spec, template=template, measurements=measurements)
     if output == Path("-"):
         click.echo(rendered.text, nl=False)

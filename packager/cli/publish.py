@@ -12,6 +12,7 @@ import click
 
 from ..errors import CHECKSUM_MISMATCH
 from . import StderrProgress, _emit, _path, cli
+from .trustopts import _trust, trust_options
 
 def _token_option(command: Any) -> Any:
     return click.option("--token-file", type=_path(dir_okay=False), help=(
@@ -128,25 +129,31 @@ def _collection_text(c: dict[str, Any], dry_run: bool) -> str:
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=30.0, show_default=True,
               help="Seconds a download may deliver nothing before it fails, naming the file.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@trust_options
 @_token_option
 @click.pass_context
 def verify_remote(ctx: click.Context, target: str, endpoint: str | None, timeout: float, as_json: bool,
-                  token_file: Path | None) -> None:
-    """Download every file of a remote revision and check it against its xxh3-128 manifest.
+                  public_key: Path | None, identity: str | None, issuer: str | None, token_file: Path | None) -> None:
+    """Download every file of a remote revision and check it against its xxh3-128 manifest (and its model.sig,
+    when signed and you say whom you trust).
 
-    Exit 31 names every mismatching, missing or extra file; exit 40 names a file that could not be read.
+    Exit 31 names every mismatching, missing, extra or not-as-signed file; exit 40 names a file that could not
+    be read; 77 the signer is not whom you trust.
 
     Example: packager verify-remote me/qwen3-draft-mnn@v3
     """
     from ..hub.check import verify_remote as run_verify
 
     repo_id, _, revision = target.partition("@")
-    result = run_verify(repo_id, revision or "main", endpoint=endpoint, token=_token(token_file), timeout=timeout)
+    result = run_verify(repo_id, revision or "main", endpoint=endpoint, token=_token(token_file), timeout=timeout,
+                        trust=_trust(public_key, identity, issuer))
     data = {"repo_id": result.repo_id, "revision": result.revision, "commit": result.commit, "ok": result.ok,
             "checked": result.checked, "mismatched": list(result.mismatched), "missing": list(result.missing),
-            "extra": list(result.extra)}
+            "extra": list(result.extra), "signature": result.signature, "signer": result.signer,
+            "not_as_signed": list(result.not_as_signed)}
     text = "\n".join([*(f"MISMATCH {n}" for n in result.mismatched), *(f"MISSING  {n}" for n in result.missing),
-                      *(f"EXTRA    {n}" for n in result.extra),
+                      *(f"EXTRA    {n}" for n in result.extra), *(f"NOT AS SIGNED {n}" for n in result.not_as_signed),
+                      f"signature: {result.signature}" + (f" (signer {result.signer})" if result.signer else ""),
                       f"{repo_id}@{result.commit}: " + (f"all {result.checked} files match" if result.ok
                                                         else "does NOT match its manifest")])
     click.echo(json.dumps(data, indent=2) if as_json else text)

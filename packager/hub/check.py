@@ -10,7 +10,8 @@ from typing import Any, Callable
 
 import xxhash
 
-from ..checksum import MANIFEST, parse_manifest
+from ..checksum import MANIFEST, SIGNATURE, parse_manifest
+from ..signature import Trust
 from .client import Hub, HubBadTarget, HubError, HubGated, HubVerificationFailed, connect, with_retries
 from .names import repo_id_problem
 from .remote import KEEP, files_at
@@ -28,10 +29,13 @@ class RemoteCheck:
     mismatched: tuple[str, ...]
     missing: tuple[str, ...]
     extra: tuple[str, ...]
+    signature: str = "none"  # none | verified | not checked (signed, but no --public-key / --identity given)
+    signer: str | None = None
+    not_as_signed: tuple[str, ...] = ()  # files whose bytes differ from what model.sig signed
 
     @property
     def ok(self) -> bool:
-        return not (self.mismatched or self.missing or self.extra)
+        return not (self.mismatched or self.missing or self.extra or self.not_as_signed)
 
 
 class Unreadable(HubError):
@@ -87,26 +91,49 @@ def _reason(hub: Hub, response: Any) -> str:
 
 
 def verify_remote(repo_id: str, revision: str = "main", endpoint: str | None = None, token: str | None = None,
-                  timeout: float = 30.0, progress: Progress = lambda _: None) -> RemoteCheck:
-    """Check every file of the revision against the revision's own xxh3-128 manifest."""
+                  timeout: float = 30.0, progress: Progress = lambda _: None, trust: Trust = Trust()) -> RemoteCheck:
+    """Check every file of the revision against the revision's own xxh3-128 manifest and, when it is signed and
+    `trust` says by whom, against its model.sig (the same bytes feed both)."""
+    from .signed import hasher, remote_signed
+
     if (problem := repo_id_problem(repo_id)) is not None:
         raise HubBadTarget(f"invalid repo id: {problem}", "give the repo as namespace/name[@revision]")
+    trust.check()
     hub = connect(endpoint, token)
     commit = with_retries(hub, f"reading {repo_id}@{revision}", lambda: hub.api.repo_info(repo_id, revision=revision).sha)
     files = files_at(hub, repo_id, commit)
     if MANIFEST not in files:
         raise HubVerificationFailed(f"{repo_id}@{revision} has no {MANIFEST}", "upload the bundle with packager upload")
+
+    def stream(name: str, size: int, sink: Callable[[bytes], None]) -> None:
+        _stream(hub, repo_id, commit, name, size, timeout, sink)
+
+    signed = remote_signed(files, stream, trust, f"{repo_id}@{revision}") if trust.given else None
     parts: list[bytes] = []
-    _stream(hub, repo_id, commit, MANIFEST, files[MANIFEST].size, timeout, parts.append)
+    stream(MANIFEST, files[MANIFEST].size, parts.append)
     listed = parse_manifest(b"".join(parts).decode("utf-8", errors="replace"), Path(MANIFEST))
-    present = set(files) - {MANIFEST, KEEP}
-    mismatched = []
+    present = set(files) - {MANIFEST, KEEP, SIGNATURE}
+    mismatched, not_as_signed = [], []
+    if signed is not None and not _as_signed(signed, MANIFEST, parts, hasher):
+        not_as_signed.append(MANIFEST)
     for name in sorted(set(listed) & present):
         progress(f"checking {name}")
         digest = xxhash.xxh3_128()
-        _stream(hub, repo_id, commit, name, files[name].size, timeout, digest.update)
+        engines = [digest] + ([hasher(signed.hash_type)] if signed is not None else [])
+        stream(name, files[name].size, lambda chunk: [engine.update(chunk) for engine in engines])
         if digest.hexdigest() != listed[name]:
             mismatched.append(name)
+        if signed is not None and engines[1].compute().digest_value != signed.digests.get(name):
+            not_as_signed.append(name)
     return RemoteCheck(repo_id=repo_id, revision=revision, commit=commit, checked=len(set(listed) & present),
                        mismatched=tuple(mismatched), missing=tuple(sorted(set(listed) - present)),
-                       extra=tuple(sorted(present - set(listed))))
+                       extra=tuple(sorted(present - set(listed))),
+                       signature="verified" if signed else "not checked" if SIGNATURE in files else "none",
+                       signer=signed.signer if signed else None, not_as_signed=tuple(sorted(not_as_signed)))
+
+
+def _as_signed(signed: Any, name: str, parts: list[bytes], hasher: Callable[[str], Any]) -> bool:
+    engine = hasher(signed.hash_type)
+    for part in parts:
+        engine.update(part)
+    return bool(engine.compute().digest_value == signed.digests.get(name))

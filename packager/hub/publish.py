@@ -15,7 +15,7 @@ from typing import Any, Callable, Literal
 
 from .. import __version__
 from ..bundle import FILES
-from ..checksum import MANIFEST
+from ..checksum import MANIFEST, SIGNATURE
 from ..errors import BundleError
 from ..validate import validate
 from .client import (Hub, HubBadTarget, HubConflict, HubError, HubRevisionRefused, HubVerificationFailed,
@@ -45,6 +45,8 @@ class UploadRequest:
     token: str | None = None
     collection: CollectionRequest | None = None  # put the repo into this collection once it is verified
     gated: Literal["auto", "manual"] | None = None  # gate downloads (before the commit, so never ungated)
+    # Run on the verified commit before it is tagged (release: the signature against the Hub's files).
+    check: Callable[[str], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,11 @@ def local_files(bundle: Path) -> list[str]:
     if missing:
         step = "packager card" if CARD in missing else "packager checksum" if MANIFEST in missing else "packager convert"
         raise BundleError(f"{bundle} lacks {', '.join(missing)}", f"run {step} first")
+    if (bundle / SIGNATURE).is_file():  # model.sig, when signed: part of the one commit, never a stale one
+        from ..signature import check_current
+
+        check_current(bundle)
+        names.append(SIGNATURE)
     # validate() also checks every file against the manifest.
     report = validate(bundle)
     if report.errors:
@@ -154,6 +161,8 @@ def upload(request: UploadRequest, progress: Progress = lambda _: None,
         rows = plan(request.bundle, local, remote)
     rows = restore(rows, missing_objects(hub, request.repo_id, request.revision, lfs_unchanged(rows, local, remote)))
     commit = _publish(hub, request, rows, local, parent, progress, sleep)
+    if request.check is not None:
+        request.check(commit)
     if request.tag and repo.tags.get(request.tag) != commit:
         with_retries(hub, f"tagging {request.repo_id}@{commit[:12]} as {request.tag}",
                      lambda: hub.api.create_tag(request.repo_id, tag=request.tag, revision=commit), sleep=sleep)

@@ -1,4 +1,5 @@
-"""Completeness: exactly the ten files, as regular files inside the folder (plus the card and the manifest)."""
+"""Completeness: exactly the ten files, as regular files inside the folder (plus the card, the manifest and
+the signature)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,12 @@ import stat
 from pathlib import Path
 
 from ..bundle import FILES
-from ..checksum import MANIFEST
+from ..checksum import MANIFEST, SIGNATURE
 from ..errors import BundleError, from_os_error, shorten
 from .findings import Collector
 
 CARD = "README.md"
-RELEASE_EXTRAS = (CARD, MANIFEST)
+RELEASE_EXTRAS = (CARD, MANIFEST, SIGNATURE)
 FOLDER = "."  # the file name of findings about the folder as a whole
 SHOWN_EXTRAS = 20
 
@@ -70,8 +71,8 @@ def _extras(present: dict[str, os.DirEntry[str]], out: Collector) -> None:
     for name in extras[:SHOWN_EXTRAS]:
         entry = present[name]
         kind = "folder" if entry.is_dir(follow_symlinks=False) else "link" if entry.is_symlink() else "file"
-        out.error(shorten(name, 120), "", f"unexpected {kind} in the bundle (only the ten files, {CARD} and "
-                                          f"{MANIFEST} belong)")
+        out.error(shorten(name, 120), "", f"unexpected {kind} in the bundle (only the ten files, {CARD}, "
+                                          f"{MANIFEST} and {SIGNATURE} belong)")
     if len(extras) > SHOWN_EXTRAS:
-        out.error(FOLDER, "", f"{len(extras) - SHOWN_EXTRAS} more unexpected entries (only the ten files, {CARD} "
-                              f"and {MANIFEST} belong)")
+        out.error(FOLDER, "", f"{len(extras) - SHOWN_EXTRAS} more unexpected entries (only the ten files, {CARD}, "
+                              f"{MANIFEST} and {SIGNATURE} belong)")

@@ -1,0 +1,274 @@
+"""`packager pull` with the real huggingface_hub client against the local Hub: a signed release pulls, and
+every tampered, foreign, unsigned or too-new release is refused naming the file, leaving nothing in DIR."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from packager.bundle import APP_FILES
+from packager.checksum import write_manifest
+from tests.localhub import WRITE_TOKEN, LocalHub, hub, online, ready  # noqa: F401 - fixtures
+from tests.localhub import upload as _upload
+from tests.signkeys import Keys, keys  # noqa: F401 - fixture
+
+REPO = "me/draft"
+
+
+def _sign(hub: LocalHub, bundle: Path, key: Path) -> None:
+    result = hub.cli("sign", str(bundle), "--key", str(key))
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.fixture()
+def signed(hub: LocalHub, ready: Path, keys: Keys) -> Path:
+    """`ready`, signed with the publisher's key and released as v1."""
+    _sign(hub, ready, keys.private)
+    result = _upload(hub, ready, REPO, "--tag", "v1")
+    assert result.returncode == 0, result.stderr
+    return ready
+
+
+def pull(hub: LocalHub, target: str, dest: Path, *args: str):  # type: ignore[no-untyped-def]
+    return hub.cli("pull", target, str(dest), "--quiet", *args, token=None)
+
+
+def refused(result, code: int, dest: Path, *words: str) -> None:  # type: ignore[no-untyped-def]
+    assert result.returncode == code, result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    for word in words:
+        assert word in lines[0], lines[0]
+    assert not dest.exists(), sorted(dest.iterdir())
+    assert not (dest.parent / f".{dest.name}.pull").exists()  # no staging left either
+
+
+def commit_files(hub: LocalHub, files: dict[str, bytes], revision: str = "main") -> None:
+    """Someone with write access commits these files straight to the Hub (no packager involved; needs `online`)."""
+    from huggingface_hub import CommitOperationAdd, HfApi
+
+    HfApi(endpoint=hub.url, token=WRITE_TOKEN).create_commit(
+        REPO, operations=[CommitOperationAdd(path_in_repo=n, path_or_fileobj=d) for n, d in files.items()],
+        commit_message="tamper", revision=revision)
+
+
+def flipped(path: Path, at: int = 4000) -> bytes:
+    data = bytearray(path.read_bytes())
+    data[at] ^= 0xFF
+    return bytes(data)
+
+
+def test_a_signed_release_pulls_the_app_files_verified(hub: LocalHub, signed: Path, keys: Keys,
+                                                       tmp_path: Path) -> None:
+    dest = tmp_path / "app" / "draft"
+    dest.parent.mkdir()
+    result = pull(hub, f"{REPO}@v1", dest, "--public-key", str(keys.public), "--require-signature", "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert sorted(data["files"]) == sorted(APP_FILES) and data["signer"] and data["signed"]
+    assert sorted(p.name for p in dest.iterdir()) == sorted(APP_FILES)
+    for name in APP_FILES:
+        assert (dest / name).read_bytes() == (signed / name).read_bytes(), name
+    assert sorted(p.name for p in dest.parent.iterdir()) == ["draft"]  # the staging folder is gone
+
+
+def test_a_full_pull_is_the_whole_release_and_verifies_again_offline(hub: LocalHub, signed: Path, keys: Keys,
+                                                                     tmp_path: Path) -> None:
+    dest = tmp_path / "all"
+    result = pull(hub, f"{REPO}@v1", dest, "--files", "all", "--public-key", str(keys.public))
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in dest.iterdir()) == sorted(p.name for p in signed.iterdir())
+    again = hub.cli("verify-signature", str(dest), "--public-key", str(keys.public))
+    assert again.returncode == 0, again.stderr
+
+
+def test_a_file_and_its_manifest_line_replaced_together_is_refused_naming_the_file(
+        hub: LocalHub, signed: Path, keys: Keys, tmp_path: Path, online: None) -> None:
+    (signed / "llm.mnn.weight").write_bytes(flipped(signed / "llm.mnn.weight"))
+    write_manifest(signed)  # the manifest now agrees with the replaced weights: only the signature can tell
+    commit_files(hub, {n: (signed / n).read_bytes() for n in ("llm.mnn.weight", "checksums.xxh128")})
+    dest = tmp_path / "draft"
+    refused(pull(hub, REPO, dest, "--public-key", str(keys.public)), 78, dest,
+            "llm.mnn.weight", "differs from what model.sig signed")
+
+
+def test_a_file_replaced_behind_the_manifest_is_refused_even_unsigned(hub: LocalHub, ready: Path,
+                                                                      tmp_path: Path, online: None) -> None:
+    assert _upload(hub, ready, REPO).returncode == 0
+    commit_files(hub, {"tokenizer.txt": flipped(ready / "tokenizer.txt", 10)})
+    dest = tmp_path / "draft"
+    refused(pull(hub, REPO, dest), 78, dest, "tokenizer.txt", "does not match its checksums.xxh128 line")
+
+
+def test_another_publishers_key_is_refused(hub: LocalHub, signed: Path, keys: Keys, tmp_path: Path) -> None:
+    dest = tmp_path / "draft"
+    refused(pull(hub, REPO, dest, "--public-key", str(keys.other_public)), 77, dest, "is not signed by the key")
+
+
+def test_an_unsigned_release_is_refused_with_require_signature(hub: LocalHub, ready: Path, keys: Keys,
+                                                               tmp_path: Path) -> None:
+    assert _upload(hub, ready, REPO).returncode == 0
+    dest = tmp_path / "draft"
+    refused(pull(hub, REPO, dest, "--public-key", str(keys.public), "--require-signature"), 77, dest,
+            "is not signed")
+
+
+def test_an_unsigned_release_pulls_without_trust_options_saying_so(hub: LocalHub, ready: Path,
+                                                                   tmp_path: Path) -> None:
+    assert _upload(hub, ready, REPO).returncode == 0
+    result = pull(hub, REPO, tmp_path / "draft")
+    assert result.returncode == 0, result.stderr
+    assert "unsigned: only the manifest was checked" in result.stdout
+
+
+def test_a_signature_over_another_revision_is_refused(hub: LocalHub, signed: Path, keys: Keys, tmp_path: Path,
+                                                      online: None) -> None:
+    old_signature = (signed / "model.sig").read_bytes()
+    (signed / "model.sig").unlink()
+    (signed / "llm.mnn.weight").write_bytes(flipped(signed / "llm.mnn.weight"))
+    write_manifest(signed)
+    assert _upload(hub, signed, REPO, "--tag", "v2").returncode == 0  # v2, unsigned: upload sends no stale model.sig
+    commit_files(hub, {"model.sig": old_signature})  # v1's signature carried over to v2's files
+    dest = tmp_path / "draft"
+    refused(pull(hub, REPO, dest, "--public-key", str(keys.public)), 78, dest, "llm.mnn.weight")
+    assert pull(hub, f"{REPO}@v1", dest, "--public-key", str(keys.public)).returncode == 0
+
+
+def test_a_bundle_needing_a_newer_engine_is_refused(hub: LocalHub, signed: Path, keys: Keys,
+                                                    tmp_path: Path) -> None:
+    declared = json.loads((signed / "runtime_config.json").read_text())["min_mnn_engine"]["version"]
+    dest = tmp_path / "draft"
+    refused(pull(hub, REPO, dest, "--engine", "0.0.1", "--public-key", str(keys.public)), 79, dest,
+            f"needs MNN >= {declared}", "--engine 0.0.1")
+    ok = pull(hub, REPO, dest, "--engine", declared, "--public-key", str(keys.public), "--json")
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["min_engine"] == declared
+    assert sorted(p.name for p in dest.iterdir()) == sorted(APP_FILES)  # runtime_config.json checked, not kept
+
+
+def test_a_resumed_partial_file_is_not_trusted(hub: LocalHub, signed: Path, keys: Keys, tmp_path: Path) -> None:
+    dest = tmp_path / "draft"
+    staging = tmp_path / ".draft.pull" / "files"
+    staging.mkdir(parents=True)
+    size = (signed / "llm.mnn.weight").stat().st_size
+    (staging / "llm.mnn.weight.part").write_bytes(b"\x00" * (size // 2))  # an interrupted download gone wrong
+    result = hub.cli("pull", REPO, str(dest), "--public-key", str(keys.public), token=None)
+    assert result.returncode == 0, result.stderr
+    assert f"llm.mnn.weight (resuming after {size // 2:,} bytes)" in result.stderr
+    assert "llm.mnn.weight: the file resumed from an earlier run is not right" in result.stderr
+    assert (dest / "llm.mnn.weight").read_bytes() == (signed / "llm.mnn.weight").read_bytes()
+    assert not staging.parent.exists()
+
+
+def test_an_interrupted_download_resumes_where_it_stopped(hub: LocalHub, signed: Path, keys: Keys,
+                                                          tmp_path: Path) -> None:
+    dest = tmp_path / "draft"
+    staging = tmp_path / ".draft.pull" / "files"
+    staging.mkdir(parents=True)
+    weights = (signed / "llm.mnn.weight").read_bytes()
+    (staging / "llm.mnn.weight.part").write_bytes(weights[: len(weights) // 3])  # the right first third
+    result = hub.cli("pull", REPO, str(dest), "--public-key", str(keys.public), token=None)
+    assert result.returncode == 0, result.stderr
+    assert f"resuming after {len(weights) // 3:,} bytes" in result.stderr and "not right" not in result.stderr
+    assert (dest / "llm.mnn.weight").read_bytes() == weights
+
+
+@pytest.mark.parametrize("args, code, words", [
+    (("--engine", "3.x"), 19, ("--engine",)),
+    (("--require-signature",), 19, ("needs whom to trust",)),
+    (("--identity", "someone"), 19, ("go together",)),
+])
+def test_bad_options_are_refused_before_the_hub_is_asked(hub: LocalHub, tmp_path: Path, args: tuple[str, ...],
+                                                         code: int, words: tuple[str, ...]) -> None:
+    dest = tmp_path / "draft"
+    refused(pull(hub, REPO, dest, *args), code, dest, *words)
+
+
+def test_a_folder_that_is_not_empty_is_refused_and_kept(hub: LocalHub, signed: Path, tmp_path: Path) -> None:
+    dest = tmp_path / "draft"
+    dest.mkdir()
+    (dest / "mine.txt").write_text("keep me")
+    result = pull(hub, REPO, dest)
+    assert result.returncode == 18 and "is not empty" in result.stderr
+    assert [p.name for p in dest.iterdir()] == ["mine.txt"]
+
+
+def test_an_empty_folder_is_filled(hub: LocalHub, signed: Path, tmp_path: Path) -> None:
+    dest = tmp_path / "draft"
+    dest.mkdir()
+    assert pull(hub, REPO, dest).returncode == 0
+    assert sorted(p.name for p in dest.iterdir()) == sorted(APP_FILES)
+
+
+def test_a_huge_remote_signature_is_refused_without_downloading_it(hub: LocalHub, signed: Path, keys: Keys,
+                                                                   tmp_path: Path, online: None) -> None:
+    commit_files(hub, {"model.sig": b" " * (1024 * 1024 + 10)})
+    dest = tmp_path / "draft"
+    refused(pull(hub, REPO, dest, "--public-key", str(keys.public)), 73, dest, "more than any signature")
+
+
+def test_a_refused_pull_removes_the_folders_it_made_above_dir(hub: LocalHub, signed: Path, keys: Keys,
+                                                              tmp_path: Path) -> None:
+    dest = tmp_path / "new" / "deeper" / "draft"
+    result = pull(hub, REPO, dest, "--public-key", str(keys.other_public))
+    assert result.returncode == 77
+    assert not (tmp_path / "new").exists()
+
+
+def test_a_second_pull_into_the_same_dir_is_refused_while_the_first_runs(hub: LocalHub, signed: Path,
+                                                                         tmp_path: Path) -> None:
+    import fcntl
+    import os
+
+    dest = tmp_path / "draft"
+    staging = tmp_path / ".draft.pull"
+    staging.mkdir()
+    lock = os.open(staging / "lock", os.O_CREAT | os.O_RDWR)
+    fcntl.flock(lock, fcntl.LOCK_EX)  # as the first pull holds it
+    try:
+        result = pull(hub, REPO, dest)
+    finally:
+        os.close(lock)
+    assert result.returncode == 44 and "another packager pull" in result.stderr
+    assert staging.is_dir() and not dest.exists()  # the first pull's staging is left to it
+
+
+def test_a_full_pull_refuses_a_file_the_manifest_does_not_list(hub: LocalHub, signed: Path, tmp_path: Path,
+                                                               online: None) -> None:
+    commit_files(hub, {"notes.txt": b"not part of the release"})
+    dest = tmp_path / "draft"
+    refused(pull(hub, REPO, dest, "--files", "all"), 78, dest, "notes.txt", "does not list")
+
+
+def test_a_full_pull_refuses_a_path_outside_the_flat_bundle(hub: LocalHub, signed: Path, tmp_path: Path,
+                                                            online: None) -> None:
+    commit_files(hub, {"sub/llm.mnn": b"elsewhere"})
+    dest = tmp_path / "draft"
+    refused(pull(hub, REPO, dest, "--files", "all"), 78, dest, "sub/llm.mnn", "no file of a flat bundle")
+
+
+def test_a_gated_release_refuses_a_pull_without_access_and_leaves_nothing(hub: LocalHub, ready: Path, keys: Keys,
+                                                                          tmp_path: Path) -> None:
+    _sign(hub, ready, keys.private)
+    assert _upload(hub, ready, REPO, "--gated", "manual").returncode == 0
+    dest = tmp_path / "draft"
+    refused(pull(hub, REPO, dest, "--public-key", str(keys.public)), 68, dest, "gated")
+    owner = hub.cli("pull", REPO, str(dest), "--public-key", str(keys.public), "--quiet")  # the owner's token
+    assert owner.returncode == 0, owner.stderr
+
+
+def test_files_left_by_a_run_against_another_commit_are_not_trusted(hub: LocalHub, signed: Path, keys: Keys,
+                                                                    tmp_path: Path) -> None:
+    dest = tmp_path / "draft"
+    staging = tmp_path / ".draft.pull" / "files"
+    staging.mkdir(parents=True)
+    for name in ("model.sig", "checksums.xxh128", "tokenizer.txt", "llm.mnn"):
+        (staging / name).write_bytes(b"from an older release")  # finished files of an interrupted earlier run
+    weights = (signed / "llm.mnn.weight").read_bytes()
+    (staging / "llm.mnn.weight").write_bytes(bytes(len(weights)))  # the right size, the wrong bytes
+    result = hub.cli("pull", REPO, str(dest), "--public-key", str(keys.public), token=None)
+    assert result.returncode == 0, result.stderr
+    for name in ("tokenizer.txt", "llm.mnn", "llm.mnn.weight"):
+        assert (dest / name).read_bytes() == (signed / name).read_bytes(), name
