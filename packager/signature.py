@@ -254,5 +254,6 @@ def verify_folder(folder: Path, trust: Trust) -> Signed:
     check_coverage(signed, held, str(folder))
     bad = mismatched(folder, signed, sorted(held))
     if bad:
-        raise ContentMismatch(f"{', '.join(bad)} in {folder} differ from what {SIGNATURE} signed")
+        verb = "differs" if len(bad) == 1 else "differ"
+        raise ContentMismatch(f"{', '.join(bad)} in {shorten(str(folder), 120)} {verb} from what {SIGNATURE} signed")
     return signed
