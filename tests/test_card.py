@@ -158,7 +158,10 @@ def test_cli_spec_error_is_one_line(bundle4: ConvertResult, tmp_path: Path) -> N
 
 def test_card_states_a_pair_report(bundle4: ConvertResult, tmp_path: Path) -> None:
     report = tmp_path / "pair.json"
-    pair = run_cli("pair", str(bundle4.out), str(bundle4.out), "--tokens", "12", "--json", "--quiet")
+    prompts = tmp_path / "prompts.txt"  # a few prompts: the card's wiring is under test, not the figures
+    prompts.write_text("The capital of France is\ndef fibonacci(n):\nQ: Why is the sky blue?\n", encoding="utf-8")
+    pair = run_cli("pair", str(bundle4.out), str(bundle4.out), "--tokens", "12", "--repeats", "1", "--prompts",
+                   str(prompts), "--json", "--quiet")
     assert pair.returncode == 0, pair.stderr
     report.write_text(pair.stdout)
     bundle = tmp_path / "b"
