@@ -44,7 +44,7 @@ class Spill:
 
     def __init__(self, vocab: int, folder: Path | None = None) -> None:
         self.vocab = vocab
-        self.dtype: str | None = None
+        self.stored = "<f4"  # the numpy dtype of the file's numbers: "<u2" (bf16's 16 bits), "<f2" or "<f4"
         try:
             self._file: BinaryIO = tempfile.TemporaryFile(prefix="packager-verify-", dir=folder)
         except OSError as exc:
@@ -54,12 +54,13 @@ class Spill:
         """A torch tensor of rows (bf16, fp16 or fp32); returns (offset, rows)."""
         import torch
 
-        self.dtype = {torch.bfloat16: "bf16", torch.float16: "<f2"}.get(rows.dtype, "<f4")
-        data = (rows.contiguous().view(torch.int16) if self.dtype == "bf16" else
-                rows.contiguous() if self.dtype == "<f2" else rows.float().contiguous())
+        if rows.dtype == torch.bfloat16:
+            self.stored, data = "<u2", rows.contiguous().view(torch.int16)
+        else:
+            self.stored, data = ("<f2", rows.contiguous()) if rows.dtype == torch.float16 else ("<f4", rows.float())
         offset = self._file.seek(0, os.SEEK_END)
         try:
-            self._file.write(data.numpy().tobytes())
+            self._file.write(data.contiguous().numpy().data)  # the tensor's own buffer: no copy
         except OSError as exc:
             raise from_os_error(exc, "cannot write the source's logits") from None
         return offset, int(rows.shape[0])
@@ -67,12 +68,11 @@ class Spill:
     def read(self, item: Continued) -> np.ndarray:
         """float32 rows for every position of `item`."""
         parts = []
+        stored = np.dtype(self.stored)
         for offset, count in item.segments:
             self._file.seek(offset)
-            width = 2 if self.dtype in ("bf16", "<f2") else 4
-            raw = np.frombuffer(self._file.read(count * self.vocab * width),
-                                dtype="<u2" if self.dtype == "bf16" else self.dtype or "<f4")
-            parts.append((raw.astype(np.uint32) << 16).view(np.float32) if self.dtype == "bf16"
+            raw = np.frombuffer(self._file.read(count * self.vocab * stored.itemsize), dtype=stored)
+            parts.append((raw.astype(np.uint32) << 16).view(np.float32) if self.stored == "<u2"
                          else raw.astype(np.float32))
         return np.concatenate(parts).reshape(-1, self.vocab)[:item.positions]  # n = 0: the prompt's rows only
 

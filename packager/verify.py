@@ -18,11 +18,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .convert.checkpoint import QWEN3_STOP_IDS
-from .errors import VERIFY_FAILED, InvalidOption, PackagerError, from_os_error, shorten
-
 from . import heap
 from .continuation import Continued, Spill, continue_all
+from .convert.checkpoint import QWEN3_STOP_IDS
+from .errors import VERIFY_FAILED, InvalidOption, PackagerError, from_os_error, shorten
 from .pair import compat, workload
 from .pair.models import Dtype, HFModel, MNNModel
 
@@ -137,7 +136,8 @@ def verify(bundle: Path, source: Path, prompts: tuple[str, ...] | None = None,
     encoded = _preflight(bundle, corpus, progress)
     progress(f"the source's greedy continuations of {len(items)} chat-templated prompts (up to {continuation} "
              "tokens), in batches")
-    continued, spill, expected = _source_pass(source, dtype, template, items, corpus, continuation, stop)
+    continued, spill, expected = _source_pass(source, dtype, template, items, corpus, continuation, stop,
+                                              progress)
     try:
         progress("the bundle (MNN) on the same tokens")
         ours = MNNModel(bundle)
@@ -155,7 +155,7 @@ def verify(bundle: Path, source: Path, prompts: tuple[str, ...] | None = None,
                 cosine += c
                 kl += k
                 margin += m
-                greedy.append(_greedy_prefix(mine, item) / max(1, len(item.tokens)))
+                greedy.append(_greedy_prefix(t, item) / max(1, len(item.tokens)))
         finally:
             ours.close()
     finally:
@@ -189,14 +189,15 @@ def _source_facts(source: Path) -> tuple[tuple[int, ...], str]:
 
 
 def _source_pass(source: Path, dtype: Dtype, template: str, items: list[Any], corpus: tuple[str, ...], n: int,
-                 stop: tuple[int, ...]) -> tuple[list[Continued], Spill, list[list[int]]]:
+                 stop: tuple[int, ...], progress: Progress) -> tuple[list[Continued], Spill, list[list[int]]]:
     """Load the source, decode, free it (and give its heap back) before the bundle is loaded."""
     theirs = HFModel(source, dtype=dtype)
     expected = [theirs.encode(text) for text in corpus]
     ids = [theirs.encode(workload.render(template, item) if template else _plain(item)) for item in items]
     spill = Spill(theirs.vocab)
     try:
-        continued = continue_all(theirs.model, ids, n, stop, spill)
+        continued = continue_all(theirs.model, ids, n, stop, spill,
+                                 progress=lambda done: progress(f"  {done}/{len(ids)} prompts decoded"))
     except BaseException:
         spill.close()
         raise
@@ -206,14 +207,14 @@ def _source_pass(source: Path, dtype: Dtype, template: str, items: list[Any], co
     return continued, spill, expected
 
 
-def _greedy_prefix(mine: np.ndarray, item: Continued) -> int:
+def _greedy_prefix(same_top1: list[bool], item: Continued) -> int:
     """How many leading tokens of the source's continuation the bundle's own greedy decoding gives: up to its
-    first argmax that differs (teacher-forced on the same tokens, so no stepwise decoding is needed)."""
+    first argmax that differs, teacher-forced on the same tokens (no stepwise decoding). At a continuation
+    position the source's argmax is the continuation's token (each was chosen from the very row compared), so
+    the per-position top-1 agreement already says it."""
     start = len(item.ids) - 1
-    for j, token in enumerate(item.tokens):
-        if int(mine[start + j].argmax()) != token:
-            return j
-    return len(item.tokens)
+    return next((j for j, same in enumerate(same_top1[start:start + len(item.tokens)]) if not same),
+                len(item.tokens))
 
 
 def _plain(item: Any) -> str:

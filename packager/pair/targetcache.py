@@ -115,15 +115,16 @@ def _ours(path: Path) -> bool:
         (len(stem) == 32 and all(c in "0123456789abcdef" for c in stem)) or path.name.startswith(".incoming-"))
 
 
-def entries() -> list[Entry]:
+def _entry_paths() -> list[tuple[Path, os.stat_result]]:
+    """Every entry file (not the incoming ones), most recently used first; reads no entry."""
     base = root()
-    found = []
-    for path in base.iterdir() if base.is_dir() else []:
-        if path.name.startswith(".") or not _ours(path):
-            continue
-        stat = path.stat()
-        found.append(Entry(path.name[:32], path, stat.st_size, stat.st_mtime, _describe(path)))
-    return sorted(found, key=lambda e: -e.last_used)
+    found = [(path, path.stat()) for path in (base.iterdir() if base.is_dir() else [])
+             if not path.name.startswith(".") and _ours(path)]
+    return sorted(found, key=lambda item: -item[1].st_mtime)
+
+
+def entries() -> list[Entry]:
+    return [Entry(path.name[:32], path, stat.st_size, stat.st_mtime, _describe(path)) for path, stat in _entry_paths()]
 
 
 def _describe(path: Path) -> str:
@@ -134,7 +135,7 @@ def _describe(path: Path) -> str:
 
 
 def clear() -> int:
-    count = len(entries())
+    count = len(_entry_paths())
     base = root()
     for path in list(base.iterdir()) if base.is_dir() else []:
         if _ours(path):
@@ -144,8 +145,8 @@ def clear() -> int:
 
 def trim() -> None:
     """Keep the MAX_ENTRIES most recently used; remove incoming files a killed run left a day ago."""
-    for entry in entries()[MAX_ENTRIES:]:
-        _remove(entry.path)
+    for path, _ in _entry_paths()[MAX_ENTRIES:]:  # by modification time alone: no entry is read
+        _remove(path)
     cutoff = time.time() - 24 * 3600
     for path in root().glob(".incoming-*") if root().is_dir() else []:
         if _ours(path) and path.stat().st_mtime < cutoff:
