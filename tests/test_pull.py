@@ -195,6 +195,17 @@ def test_a_folder_that_is_not_empty_is_refused_and_kept(hub: LocalHub, signed: P
     assert [p.name for p in dest.iterdir()] == ["mine.txt"]
 
 
+def test_a_hidden_folder_of_the_staging_name_that_pull_did_not_make_is_refused_and_kept(
+        hub: LocalHub, signed: Path, tmp_path: Path) -> None:
+    dest = tmp_path / "draft"
+    mine = tmp_path / ".draft.pull"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    result = pull(hub, REPO, dest)
+    assert result.returncode == 18 and "is not packager's staging folder" in result.stderr
+    assert (mine / "notes.txt").read_text() == "keep me" and not dest.exists()
+
+
 def test_an_empty_folder_is_filled(hub: LocalHub, signed: Path, tmp_path: Path) -> None:
     dest = tmp_path / "draft"
     dest.mkdir()

@@ -15,6 +15,9 @@ from ..errors import OutputExists, shorten
 from .client import Hub, HubConflict, HubVerificationFailed, with_retries
 
 
+STAGING_NAMES = {"lock", "files", "out"}  # all a staging folder ever holds
+
+
 def staging_for(dest: Path) -> Path:
     return dest.parent / f".{dest.name}.pull"
 
@@ -32,6 +35,13 @@ class Staging:
 
     def __enter__(self) -> Staging:
         check_dest(self.dest)
+        foreign = sorted(p.name for p in self.root.iterdir() if p.name not in STAGING_NAMES) if (
+            self.root.is_dir() and not self.root.is_symlink()) else []
+        if foreign or self.root.is_symlink() or (self.root.exists() and not self.root.is_dir()):
+            # Not a staging folder a pull made: never resumed from, never removed.
+            raise OutputExists(f"{shorten(str(self.root), 120)} exists and is not packager's staging folder "
+                               f"(it holds {shorten(', '.join(foreign) or 'no folder', 80)})",
+                               "move it aside, or pull into another folder")
         # Folders above DIR that this pull creates, removed again if it is refused.
         self._made = [p for p in [self.dest.parent, *self.dest.parent.parents] if not p.exists()]
         self.root.mkdir(parents=True, exist_ok=True)
@@ -43,6 +53,7 @@ class Staging:
             raise HubConflict(f"another packager pull into {shorten(str(self.dest), 120)} is running",
                               "wait for it to finish, or pull into another folder") from None
         self._lock = lock
+        shutil.rmtree(self.root / "out", ignore_errors=True)  # a run killed while publishing: never trusted
         self.files.mkdir(exist_ok=True)
         # What an earlier, interrupted run left: finished files and partial ones; none of it is trusted.
         self.resumed = any(self.files.iterdir())
