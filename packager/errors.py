@@ -40,8 +40,9 @@ class UnsupportedModel(PackagerError):
 
 class UntiedEmbeddings(PackagerError):
     exit_code = 13
-    hint = ("the ten-file bundle has no embeddings file, so the embeddings must be tied to lm_head "
-            "(tie_word_embeddings: true, as in Qwen3-0.6B/1.7B/4B)")
+    hint = ("the ten-file draft bundle has no embeddings file, so its embeddings must be tied to lm_head "
+            "(tie_word_embeddings: true, as in Qwen3-0.6B/1.7B/4B); convert an untied model as a target bundle "
+            "with --kind target (or --eagle HEAD), which ships embeddings_bf16.bin")
 
 
 class CorruptWeights(PackagerError):
@@ -162,3 +163,37 @@ VALIDATION_FAILED = 30
 CHECKSUM_MISMATCH = 31
 VERIFY_FAILED = 50
 ENGINES_CHECK_FAILED = 32
+
+
+# EAGLE-3 heads (convert --eagle): each refusal happens before any conversion work.
+class EagleHeadLayout(PackagerError):
+    exit_code = 53
+    hint = ("pass an EAGLE-3 head in the SpecForge / AngelSlim layout (config.json and model.safetensors with fc, "
+            "midlayer.*, norm, lm_head and d2t); a tensor llmexport does not find stays random without a word")
+
+
+class EagleHeadMismatch(PackagerError):
+    exit_code = 54
+    hint = "pass the head that was trained for this target (its config.json must describe the target's shape)"
+
+
+class TargetTooShallow(PackagerError):
+    exit_code = 55
+    hint = ("EAGLE-3 reads the inputs of target layers 2, N/2 and N-3, three distinct layers only when the "
+            "target has at least 7 layers")
+
+
+class EagleVocabularyMap(PackagerError):
+    exit_code = 56
+    hint = "d2t must hold draft_vocab_size offsets, each mapping a draft id into the target's vocabulary"
+
+
+class PickleHeadRefused(PackagerError):
+    exit_code = 57
+    hint = ("pytorch_model.bin is a pickle, which can run code when loaded; convert it to model.safetensors, or "
+            "pass --allow-pickle-head if you trust where it came from")
+
+
+class EagleHeadUnfaithful(PackagerError):
+    exit_code = 58
+    hint = "the exported head does not compute what the checkpoint computes; nothing was written (report this with --debug)"

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Literal
 
-from .bundle import APP_FILES
+from .bundle import OPTIONAL, kind_from_names
 from .checksum import MANIFEST, SIGNATURE, parse_manifest
 from .engine import parse_version
 from .errors import InputTooLarge, InvalidOption, PackagerError, shorten
@@ -115,7 +115,7 @@ def _check_listing(held: set[str], files: str, where: str) -> None:
     if files == "all" and (odd := sorted(n for n in held if "/" in n or "\\" in n)):
         raise ContentMismatch(f"{where} holds {shorten(odd[0], 120)}, which is no file of a flat bundle; "
                               "nothing was downloaded")
-    needed = [MANIFEST, *(APP_FILES if files == "app" else ())]
+    needed = [MANIFEST, *(kind_from_names(held).app_files if files == "app" else ())]
     if absent := [name for name in needed if name not in held]:
         raise HubVerificationFailed(f"{where} lacks {', '.join(absent)}; nothing was downloaded",
                                     "pull a revision packager released")
@@ -123,8 +123,8 @@ def _check_listing(held: set[str], files: str, where: str) -> None:
 
 def _wanted(files: str, listed: dict[str, str], held: set[str], where: str) -> list[str]:
     """app: the seven runtime files; all: every file the manifest lists, which must be every file there is."""
-    if files == "app":
-        return list(APP_FILES)
+    if files == "app":  # the kind's runtime files, and the optional ones the release holds
+        return [*kind_from_names(held).app_files, *(name for name in OPTIONAL if name in held)]
     if unlisted := sorted(held - set(listed) - {MANIFEST}):
         raise ContentMismatch(f"{where} holds {', '.join(shorten(n, 60) for n in unlisted[:5])}, which its "
                               f"{MANIFEST} does not list; nothing was written")

@@ -12,7 +12,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .bundle import FILES
+from .bundle import FILES, release_names
 from .checksum import MANIFEST, SIGNATURE, check_manifest
 from .errors import BundleError, PackagerError, shorten
 from .signature import SigstoreFailed
@@ -112,15 +112,16 @@ def check_release_set(bundle: Path) -> None:
     if not bundle.is_dir():
         raise BundleError(f"bundle folder {shorten(str(bundle), 120)} does not exist", "pass the folder to sign")
     present = {p.name for p in bundle.iterdir()} - {SIGNATURE}
-    missing = sorted(set(RELEASE_SET) - present)
-    extra = sorted(present - set(RELEASE_SET))
+    wanted = release_names(bundle, CARD, MANIFEST)
+    missing = sorted(set(wanted) - present)
+    extra = sorted(present - set(wanted))
     if missing:
         raise BundleError(f"{bundle} lacks {', '.join(missing)}; nothing was signed",
                           "sign after packager card and packager checksum")
     if extra:
         raise BundleError(f"{bundle} holds {', '.join(shorten(n, 60) for n in extra[:5])}, which no release has; "
                           "nothing was signed", "move it out of the bundle folder")
-    for name in RELEASE_SET:
+    for name in wanted:
         if (bundle / name).is_symlink() or not (bundle / name).is_file():
             raise BundleError(f"{bundle / name} is not a regular file; nothing was signed")
     result = check_manifest(bundle)
@@ -159,7 +160,8 @@ def _still_valid(bundle: Path, private: object) -> SignResult | None:
         except PackagerError:  # no longer valid (files changed, another key): signed anew
             return None
     data = (bundle / SIGNATURE).read_bytes()
-    return SignResult(signature=bundle / SIGNATURE, files=RELEASE_SET, key_id=key_hint(data), unchanged=True)
+    return SignResult(signature=bundle / SIGNATURE, files=release_names(bundle, CARD, MANIFEST), key_id=key_hint(data),
+                      unchanged=True)
 
 
 def sign_keyless(bundle: Path, identity_token: str | None = None) -> SignResult:
@@ -219,4 +221,4 @@ def _write(bundle: Path, config: object) -> SignResult:
         config.sign(bundle, unsigned)  # type: ignore[attr-defined]
         data = unsigned.read_bytes()
     write_atomic(bundle / SIGNATURE, data)
-    return SignResult(signature=bundle / SIGNATURE, files=RELEASE_SET, key_id=key_hint(data))
+    return SignResult(signature=bundle / SIGNATURE, files=release_names(bundle, CARD, MANIFEST), key_id=key_hint(data))

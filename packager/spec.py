@@ -26,6 +26,8 @@ class ConvertSettings:
     lm_bits: int | None = None
     lm_block: int | None = None
     quant_sweep: Path | None = None  # the sweep's --json, shown on the card as the reason for the recipe
+    kind: str | None = None  # draft | target | target+eagle
+    eagle: Path | None = None  # an EAGLE-3 head folder, exported with the target
 
 
 @dataclass(frozen=True)
@@ -224,7 +226,8 @@ def from_dict(data: dict[str, Any], path: Path | None = None) -> ReleaseSpec:
                                 engine=convert.get("engine"), symmetric=convert.get("symmetric"),
                                 algorithm=convert.get("algorithm"), lm_bits=convert.get("lm_bits"),
                                 lm_block=convert.get("lm_block"),
-                                quant_sweep=_relative(path, convert.get("quant_sweep"))),
+                                quant_sweep=_relative(path, convert.get("quant_sweep")),
+                                kind=convert.get("kind"), eagle=_relative(path, convert.get("eagle"))),
         runtime=RuntimeOverrides(main=runtime.get("main", {}), draft=runtime.get("draft", {}),
                                  opencl=runtime.get("opencl", {}),
                                  compatible_targets=runtime.get("compatible_targets"),

@@ -17,7 +17,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Callable, Iterable
 
-from .bundle import FILES
+from .bundle import ALL_NAMES
 from .errors import OutputExists, from_os_error, shorten
 
 PARTIAL_MARK = ".packager-partial-"
@@ -63,7 +63,7 @@ def _real(path: Path) -> Path:
 def is_bundle_folder(folder: Path) -> bool:
     """True for a folder holding only bundle files (regular files, no links or subfolders), llm.mnn among them."""
     entries = list(os.scandir(folder))
-    allowed = {*FILES, *BUNDLE_EXTRAS}
+    allowed = {*ALL_NAMES, *BUNDLE_EXTRAS}
     names = {entry.name for entry in entries}
     regular = all(entry.is_file(follow_symlinks=False) for entry in entries)
     return regular and names <= allowed and "llm.mnn" in names

@@ -119,17 +119,66 @@ import llmexport
 parser = llmexport.argparse.ArgumentParser()
 llmexport.build_args(parser)
 llmexport.LlmExporter(parser.parse_args(["--path", sys.argv[1], "--dst_path", sys.argv[2], "--export", "mnn",
-    "--quant_bit", sys.argv[3], "--quant_block", "64", "--mnnconvert", sys.argv[2] + "-no-native"])).export("mnn")
+    "--quant_bit", sys.argv[3], "--quant_block", "64", "--mnnconvert", sys.argv[2] + "-no-native"]
+    + (["--eagle_path", sys.argv[4]] if len(sys.argv) > 4 else []))).export("mnn")
 """
 
 
-def llmexport_raw(checkpoint: Path, out: Path, bits: int = 4) -> Path:
+def llmexport_raw(checkpoint: Path, out: Path, bits: int = 4, eagle: Path | None = None) -> Path:
     """Plain llmexport's own output folder (no packager files): tokenizer.mtok, llm.mnn.json, and
-    embeddings_bf16.bin for an untied checkpoint. Runs in a child process with the work folder as its cwd."""
+    embeddings_bf16.bin for an untied checkpoint; with `eagle` (a head folder) also eagle.mnn, eagle_fc.mnn and
+    eagle_d2t.mnn. Runs in a child process with the work folder as its cwd."""
     import subprocess
     import sys
 
     out.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run([sys.executable, "-c", _RAW_LLMEXPORT, str(checkpoint), str(out), str(bits)],
+    subprocess.run([sys.executable, "-c", _RAW_LLMEXPORT, str(checkpoint), str(out), str(bits)]
+                   + ([str(eagle)] if eagle is not None else []),
                    cwd=out.parent, check=True, capture_output=True, timeout=600)
     return out
+
+
+def save_eagle_head(head, out: Path, dtype: str = "float32", draft_ids=None) -> Path:  # type: ignore[no-untyped-def]
+    """Write an EagleHead (packager.eagle.reference) as a SpecForge-layout folder: config.json and
+    model.safetensors with its tensors, d2t and (when `draft_ids`, the sorted target ids of the draft
+    vocabulary, are given) t2d, a bool mask over the target vocabulary."""
+    import torch
+    from safetensors.torch import save_file
+
+    out.mkdir(parents=True, exist_ok=True)
+    state = {k: (v if k == "d2t" else v.to(getattr(torch, dtype))).contiguous() for k, v in head.state_dict().items()}
+    if draft_ids is not None:
+        t2d = torch.zeros(head.config.vocab_size, dtype=torch.bool)
+        t2d[torch.as_tensor(draft_ids)] = True
+        state["t2d"] = t2d
+    save_file(state, str(out / "model.safetensors"))
+    config = {**head.config.to_dict(), "torch_dtype": dtype}
+    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    return out
+
+
+def build_eagle_head(target: Path, out: Path, *, seed: int = 0, draft_vocab: int = 4096, intermediate: int = 512,
+                     rope_theta: float = 1_000_000.0, scale: float = 1.0) -> Path:
+    """A random EAGLE-3 head for the checkpoint `target` (its width, heads and head_dim): a draft vocabulary of
+    `draft_vocab` random target ids (sorted), d2t mapping them; weights `scale` times torch's default init."""
+    import torch
+
+    from packager.eagle.reference import EagleHead, HeadConfig
+
+    cfg = json.loads((target / "config.json").read_text(encoding="utf-8"))
+    torch.manual_seed(seed)
+    config = HeadConfig(hidden_size=cfg["hidden_size"], target_hidden_size=cfg["hidden_size"],
+                        vocab_size=cfg["vocab_size"], draft_vocab_size=draft_vocab, intermediate_size=intermediate,
+                        rms_norm_eps=cfg.get("rms_norm_eps", 1e-6), hidden_act="silu",
+                        num_attention_heads=cfg["num_attention_heads"], num_key_value_heads=cfg["num_key_value_heads"],
+                        head_dim=cfg["head_dim"], rope_theta=rope_theta)
+    head = EagleHead(config)
+    with torch.no_grad():
+        for name, param in head.named_parameters():
+            if name.endswith("norm.weight"):
+                param.uniform_(0.5, 1.5)
+            else:
+                param.mul_(scale)
+        ids = torch.randperm(config.vocab_size)[:draft_vocab].sort().values
+        head.d2t.copy_(ids - torch.arange(draft_vocab))
+    return save_eagle_head(head, out, draft_ids=ids)

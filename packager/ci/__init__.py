@@ -23,6 +23,7 @@ class Checked:
     path: str
     findings: tuple[Finding, ...]
     files: tuple[str, ...] = ()  # what was checked, relative to `path` for a bundle
+    bundle_kind: str | None = None  # draft, target or target+eagle (bundles only)
 
     def where(self, file: str) -> str:
         """The path of one of its files as the user would type it (findings of a spec name the spec)."""

@@ -29,7 +29,7 @@ def check_bundles(paths: Sequence[Path], from_files: bool = False, strict: bool 
                 raise
             checked.append(Checked("bundle", str(bundle), (Finding(FOLDER, "", "error", exc.message),)))
             continue
-        checked.append(Checked("bundle", str(bundle), report.findings, report.checked_files))
+        checked.append(Checked("bundle", str(bundle), report.findings, report.checked_files, report.kind))
     return Report("packager validate", tuple(checked), strict, skipped)
 
 

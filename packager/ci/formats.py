@@ -22,7 +22,8 @@ def text(report: Report) -> str:
         lines += [clean(f"{f.severity.upper():7} {f.location}: {f.message}") for f in checked.findings]
         errors, warnings = checked.counts()
         verdict = "ok" if checked.ok(report.strict) else "FAILED"
-        lines.append(clean(f"{checked.path}: {verdict} ({errors} errors, {warnings} warnings)"))
+        kind = f"; a {checked.bundle_kind} bundle" if checked.bundle_kind else ""
+        lines.append(clean(f"{checked.path}: {verdict} ({errors} errors, {warnings} warnings{kind})"))
     if report.skipped:
         lines.append(f"skipped {len(report.skipped)} file(s) that belong to no {_noun(report)}")
     if not report.checked:
@@ -44,7 +45,8 @@ def as_json(report: Report) -> str:
         # `validate BUNDLE --json` before several bundles could be checked at once: kept for one bundle.
         "bundle": bundles[0] if len(report.checked) == 1 and bundles else None,
         "checked": [{"kind": c.kind, "path": c.path, "ok": c.ok(report.strict), "errors": e, "warnings": w,
-                     "files": list(c.files)} for c, (e, w) in zip(report.checked, totals)],
+                     "files": list(c.files), **({"bundle_kind": c.bundle_kind} if c.bundle_kind else {})}
+                    for c, (e, w) in zip(report.checked, totals)],
         "skipped": list(report.skipped),
         "findings": [{**asdict(f), "path": c.where(f.file), "subject": c.path}
                      for c in report.checked for f in c.findings],

@@ -36,13 +36,23 @@ from . import StderrProgress, _emit, _path, chosen_format, cli, emit_report, for
               help="The oldest MNN engine the bundle must run on, e.g. 3.4.1 (3.1.0 to 3.6.1): packager picks the "
                    "converter options (no C4 attention fusion before 3.6.1) and a tokenizer format that engine "
                    "reads.  [default: newest]")
+@click.option("--kind", type=click.Choice(["draft", "target", "target+eagle"]), default=None,
+              help="What to make: the ten-file draft bundle, a target bundle (upstream MNN runs it on its own; "
+                   "untied embeddings ship as embeddings_bf16.bin) or a target with an EAGLE-3 head (--eagle). "
+                   " [default: draft, or target+eagle with --eagle]")
+@click.option("--eagle", "eagle", type=_path(), metavar="HEAD",
+              help="An EAGLE-3 head folder (SpecForge / AngelSlim layout) to export with the target: the bundle runs "
+                   "in MNN with speculative_type eagle.")
+@click.option("--allow-pickle-head", is_flag=True,
+              help="Let an EAGLE head stored as pytorch_model.bin (a pickle) be read (weights only).")
 @click.option("--quiet", is_flag=True, help="No progress on stderr.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def convert(checkpoint: Path, out: Path, lora: Path | None, spec_path: Path | None, quant_bits: int | None,
             quant_block: int | None, symmetric: bool | None, algorithm: str | None, lm_bits: int | None,
-            lm_block: int | None, force: bool, reference: bool, engine: str | None, quiet: bool,
-            as_json: bool) -> None:
-    """Convert a Qwen3 checkpoint (optionally + LoRA) into the ten-file MNN bundle.
+            lm_block: int | None, force: bool, reference: bool, engine: str | None, kind: str | None,
+            eagle: Path | None, allow_pickle_head: bool, quiet: bool, as_json: bool) -> None:
+    """Convert a Qwen3 checkpoint (optionally + LoRA) into an MNN bundle: the ten-file draft bundle, a target
+    bundle, or a target with its EAGLE-3 head.
 
     Without CHECKPOINT, the checkpoint and adapter are --spec's [convert] source and lora.
 
@@ -53,6 +63,8 @@ def convert(checkpoint: Path, out: Path, lora: Path | None, spec_path: Path | No
     Example: packager convert ./qwen3-draft --out ./bundle-hqq --algorithm hqq --lm-bits 8
 
     Example: packager convert --spec release.toml --out dist/bundle --force
+
+    Example: packager convert ./qwen3-8b --eagle ./qwen3-8b-eagle3 --out ./bundle-eagle
     """
     from .. import spec as spec_module
     from ..convert.pipeline import ConvertRequest
@@ -66,10 +78,11 @@ def convert(checkpoint: Path, out: Path, lora: Path | None, spec_path: Path | No
     result = run_convert(ConvertRequest(checkpoint=checkpoint, out=out, adapter=lora, spec=spec,
                                         quant_bits=quant_bits, quant_block=quant_block, force=force,
                                         reference=reference, engine=engine, symmetric=symmetric,
-                                        algorithm=algorithm, lm_bits=lm_bits, lm_block=lm_block),
+                                        algorithm=algorithm, lm_bits=lm_bits, lm_block=lm_block, kind=kind,
+                                        eagle=eagle, allow_pickle_head=allow_pickle_head),
                          progress=StderrProgress(quiet))
     summary = {
-        "bundle": str(result.out), "files": result.sizes, "xxh3_128": result.digests,
+        "bundle": str(result.out), "kind": result.kind.name, "files": result.sizes, "xxh3_128": result.digests,
         "quant": {"bits": result.quant_bits, "block": result.quant_block}, "weights": result.path,
         "quant_recipe": {"name": result.recipe.name, **result.recipe.record()},
         "min_mnn_engine": result.engine.text, "min_mnn_engine_because": list(result.engine.reasons),
@@ -80,6 +93,14 @@ def convert(checkpoint: Path, out: Path, lora: Path | None, spec_path: Path | No
         "graph_uuid": result.graph_uuid, "provenance": str(result.provenance),
         "sandbox_blocked": list(result.blocked), "warnings": list(result.warnings),
     }
+    if result.head is not None and result.faithfulness is not None:
+        f = result.faithfulness
+        summary["eagle"] = {"head": str(result.head.path), "rope_theta": result.head.rope_theta,
+                            "draft_vocab_size": result.head.draft_vocab_size, "aux_layers": list(result.head.aux_layers),
+                            "checked_positions": f.positions, "state_error": round(f.hidden_error, 5),
+                            "logprob_error": round(f.logprob_error, 5), "top1_agreement": round(f.top1_agreement, 4),
+                            "state_error_at_theta_10000": None if f.other_theta_error is None
+                            else round(f.other_theta_error, 5)}
     for warning in result.warnings:
         click.echo(f"packager: warning: {warning}", err=True)
     _emit(summary, as_json, _convert_text)
@@ -88,13 +109,20 @@ def convert(checkpoint: Path, out: Path, lora: Path | None, spec_path: Path | No
 def _convert_text(s: dict[str, Any]) -> str:
     total = sum(s["files"].values())
     agree = ", ".join(f"{k} {v}" for k, v in s["tokenizer"]["agreement"].items())
-    lines = [f"bundle: {s['bundle']} ({len(s['files'])} files, {total / 1e6:.1f} MB)",
+    lines = [f"bundle: {s['bundle']} ({s['kind']}, {len(s['files'])} files, {total / 1e6:.1f} MB)",
              f"quantization: {s['quant']['bits']}-bit, block {s['quant']['block']}",
              f"minimum MNN engine: {s['min_mnn_engine']}"
              + ("" if s["engine_target"]["requested"] == "newest" else
                 f" (built for --engine {s['engine_target']['requested']})"),
              f"tokenizer.txt format: {s['tokenizer']['format']} (agreement with HF: {agree})",
              f"provenance: {s['provenance']}"]
+    if "eagle" in s:
+        e = s["eagle"]
+        other = "" if e["state_error_at_theta_10000"] is None else \
+            f", {e['state_error_at_theta_10000']:.2%} against llmexport's theta 10000"
+        lines.insert(1, f"EAGLE-3 head: rope theta {e['rope_theta']:g}, draft vocabulary {e['draft_vocab_size']}, "
+                        f"target layers {e['aux_layers']}; exported head matches the checkpoint's within "
+                        f"{e['state_error']:.2%} over {e['checked_positions']} positions{other}")
     lines += [f"warning: the sandbox blocked {item}" for item in s["sandbox_blocked"]]
     return "\n".join(lines)
 

@@ -55,10 +55,12 @@ class CheckpointInfo:
     tensor_shapes: dict[str, tuple[int, ...]]
     stop_ids: tuple[int, ...]
     tokenizer_vocab_size: int
+    tied: bool = True  # lm_head is the embedding (else the bundle carries an embeddings file)
 
 
-def inspect_checkpoint(path: Path) -> CheckpointInfo:
-    """Check a Hugging Face Qwen3 checkpoint folder and describe it."""
+def inspect_checkpoint(path: Path, allow_untied: bool = False) -> CheckpointInfo:
+    """Check a Hugging Face Qwen3 checkpoint folder and describe it. Untied embeddings are refused unless
+    `allow_untied` (a target bundle carries them as an embeddings file; a draft bundle cannot)."""
     folder = _folder(path)
     config = _config(folder)
     model_type = str(config.get("model_type", ""))
@@ -66,20 +68,21 @@ def inspect_checkpoint(path: Path) -> CheckpointInfo:
         what = _OTHER_FAMILIES.get(model_type, "not a dense Qwen3 model")
         raise UnsupportedModel(f"{folder}/config.json has model_type {shorten(repr(model_type or '(none)'))}: {what}")
     shape = _shape(folder, config)
-    if config.get("tie_word_embeddings") is not True:
+    tied = config.get("tie_word_embeddings") is True
+    if not tied and not allow_untied:
         raise UntiedEmbeddings(f"{folder} has untied embeddings (tie_word_embeddings is not true)")
     weight_files = _weight_files(folder)
     tensors: dict[str, tuple[int, ...]] = {}
     for weight_file in weight_files:
         tensors.update(safetensors_header.tensor_shapes(weight_file))
-    _check_tensors(folder, tensors, shape)
+    _check_tensors(folder, tensors, shape, tied)
     vocab_size = _check_tokenizer(folder, shape)
     heap.give_back()  # the parsed tokenizer.json
     return CheckpointInfo(
         path=folder, model_type=model_type, shape=shape,
         dtype=str(config.get("dtype") or config.get("torch_dtype") or "float32"),
         weight_files=weight_files, tensor_shapes=tensors,
-        stop_ids=_stop_ids(folder, config), tokenizer_vocab_size=vocab_size)
+        stop_ids=_stop_ids(folder, config), tokenizer_vocab_size=vocab_size, tied=tied)
 
 
 def _folder(path: Path) -> Path:
@@ -166,15 +169,20 @@ def _weight_files(folder: Path) -> tuple[Path, ...]:
     return files
 
 
-def _check_tensors(folder: Path, tensors: dict[str, tuple[int, ...]], shape: ModelShape) -> None:
+def _check_tensors(folder: Path, tensors: dict[str, tuple[int, ...]], shape: ModelShape, tied: bool = True) -> None:
     embed = tensors.get("model.embed_tokens.weight")
     if embed is None:
         raise CorruptWeights(f"{folder} weights have no model.embed_tokens.weight")
     if embed != (shape.vocab_size, shape.hidden_size):
         raise CorruptWeights(f"model.embed_tokens.weight has shape {list(embed)}, config.json says "
                              f"[{shape.vocab_size}, {shape.hidden_size}]", "the weights do not belong to this config.json")
-    if "lm_head.weight" in tensors:
+    head = tensors.get("lm_head.weight")
+    if tied and head is not None:
         raise UntiedEmbeddings(f"{folder} weights hold a separate lm_head.weight")
+    if not tied and head != (shape.vocab_size, shape.hidden_size):
+        raise CorruptWeights(f"{folder}: config.json unties the embeddings but lm_head.weight is "
+                             f"{'missing' if head is None else list(head)}, expected [{shape.vocab_size}, "
+                             f"{shape.hidden_size}]", "the weights do not belong to this config.json")
     for layer in range(shape.num_layers):
         name = f"model.layers.{layer}.self_attn.q_proj.weight"
         expected = (shape.num_heads * shape.head_dim, shape.hidden_size)

@@ -46,6 +46,8 @@ class WorkerJob:
     # More recipes exported from the same loaded model (whole-model path only): each a dict of name, quant_bits,
     # quant_block, symmetric, hqq, lm_bits, lm_block.
     also: tuple[dict[str, Any], ...] = ()
+    eagle: Path | None = None  # an EAGLE-3 head exported with the target (llmexport --eagle_path)
+    eagle_rope_theta: float | None = None  # the head's own rope theta (llmexport hard-codes 10000)
 
 
 @dataclass(frozen=True)
@@ -80,7 +82,8 @@ def run_worker(job: WorkerJob, progress: Progress) -> WorkerResult:
         "stop_ids": list(job.stop_ids), "corpus": list(job.corpus),
         "graph_only": job.graph_only, "graph_dtype": job.graph_dtype,
         "equal_tensors": dict(job.equal_tensors), "fuse_c4": job.fuse_c4, "symmetric": job.symmetric,
-        "hqq": job.hqq, "lm_bits": job.lm_bits, "lm_block": job.lm_block, "also": list(job.also)}),
+        "hqq": job.hqq, "lm_bits": job.lm_bits, "lm_block": job.lm_block, "also": list(job.also),
+        "eagle": str(job.eagle) if job.eagle else None, "eagle_rope_theta": job.eagle_rope_theta}),
         encoding="utf-8")
     log = job.workdir / "worker.log"
     read_fd, write_fd = os.pipe()

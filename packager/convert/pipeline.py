@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import resources
-from ..bundle import FILES
+from ..bundle import DRAFT, EAGLE_FILES, EMBEDDINGS, KINDS, TARGET, TARGET_EAGLE, BundleKind
 from ..engine import DEFAULT_TARGET, EngineRequirement, EngineTarget, UnservedEngine, combine, format_version, \
     graph_requirement, target
 from ..errors import ConversionFailed, InvalidOption, SpecError, shorten
@@ -22,6 +22,8 @@ from ..staging import Protected, StagedDir, check_target
 from . import presets, provenance, recipe as recipes, stream
 from .layout import LayoutUnknown
 from .weightwriter import StreamingUnsupported
+from ..eagle import faithful
+from ..eagle.head import HeadInfo, inspect_head
 from .checkpoint import CheckpointInfo, inspect_checkpoint
 from .launch import Progress, Runner, WorkerJob, WorkerResult, run_worker
 from .lora import AdapterInfo, inspect_adapter, other_base_warning
@@ -49,6 +51,9 @@ class ConvertRequest:
     algorithm: str | None = None
     lm_bits: int | None = None
     lm_block: int | None = None
+    kind: str | None = None  # "draft" (the default), "target" or "target+eagle" (implied by `eagle`)
+    eagle: Path | None = None  # an EAGLE-3 head (SpecForge layout) exported with the target
+    allow_pickle_head: bool = False  # let a pytorch_model.bin head be loaded (a pickle)
 
 
 @dataclass(frozen=True)
@@ -67,6 +72,32 @@ class ConvertResult:
     path: str = "reference"  # how the weights were made: "streamed" or "reference"
     target: EngineTarget = DEFAULT_TARGET
     recipe: QuantRecipe = QuantRecipe()
+    kind: BundleKind = DRAFT
+    head: HeadInfo | None = None
+    faithfulness: faithful.Faithfulness | None = None  # the exported head against the checkpoint's
+
+
+def eagle_head(request: ConvertRequest) -> Path | None:
+    settings = request.spec.convert if request.spec else None
+    return request.eagle or (settings.eagle if settings is not None else None)
+
+
+def bundle_kind(request: ConvertRequest) -> BundleKind:
+    """The kind asked for: --eagle makes a target+eagle bundle, else --kind (default: draft)."""
+    settings = request.spec.convert if request.spec else None
+    name = request.kind or (settings.kind if settings is not None else None)
+    if eagle_head(request) is not None:
+        if name not in (None, TARGET_EAGLE.name, TARGET.name):
+            raise InvalidOption(f"--eagle makes a {TARGET_EAGLE.name} bundle, not a {name} bundle",
+                                "drop --kind, or drop --eagle")
+        return TARGET_EAGLE
+    if name == TARGET_EAGLE.name:
+        raise InvalidOption("a target+eagle bundle needs its head", "pass --eagle HEAD_FOLDER")
+    if name is None:
+        return DRAFT
+    if name not in KINDS:
+        raise InvalidOption(f"unknown bundle kind {shorten(repr(name))}", f"use one of {', '.join(KINDS)}")
+    return KINDS[name]
 
 
 def provenance_path(out: Path) -> Path:
@@ -114,20 +145,27 @@ def engine_target(request: ConvertRequest) -> EngineTarget:
 def convert(request: ConvertRequest, progress: Progress = lambda _: None,
             runner: Runner = run_worker) -> ConvertResult:
     """Inspect, export through the fenced worker, assemble, check, and move the bundle into place."""
-    info = inspect_checkpoint(request.checkpoint)
+    kind = bundle_kind(request)
+    info = inspect_checkpoint(request.checkpoint, allow_untied=kind is not DRAFT)
     adapter: AdapterInfo | None = inspect_adapter(request.adapter, info) if request.adapter else None
+    head_path = eagle_head(request)
+    head = inspect_head(head_path, info, request.allow_pickle_head) if head_path is not None else None
     recipe = _quant(request, info)
+    if head is not None and recipe.algorithm != "plain":
+        raise InvalidOption(f"--eagle takes plain quantization only ({recipe.algorithm} was asked for)",
+                            "the exported head is checked against the checkpoint's with round-to-nearest weights; "
+                            "drop --algorithm")
     goal = engine_target(request)
     out = request.out.absolute()
-    protected = Protected(inputs=(info.path, *((adapter.path,) if adapter else ())))
+    protected = Protected(inputs=(info.path, *((adapter.path,) if adapter else ()), *((head.path,) if head else ())))
     check_target(out, request.force, protected)
     corpus = resources.tokenizer_corpus()
     with StagedDir(out, request.force, protected, report=progress) as stage, ThreadPoolExecutor(1) as beside:
         reference, inputs = _start_beside(beside, info, adapter, corpus)
         worker, path = _export(request, info, adapter, recipe, stage.subdir("work"), corpus, runner, progress,
-                               goal)
+                               goal, kind, head)
         return _finish(request, info, adapter, recipe, goal, worker, path, stage, corpus, reference.result(),
-                       progress, inputs.result())
+                       progress, inputs.result(), kind, head)
 
 
 def convert_many(requests: Sequence[ConvertRequest], progress: Progress = lambda _: None,
@@ -142,6 +180,8 @@ def convert_many(requests: Sequence[ConvertRequest], progress: Progress = lambda
     shared = (first.checkpoint, first.adapter, first.engine, first.spec)
     if any((r.checkpoint, r.adapter, r.engine, r.spec) != shared for r in requests):
         raise ValueError("convert_many takes one checkpoint, adapter, engine target and spec")
+    if any(bundle_kind(r) is not DRAFT for r in requests):
+        raise InvalidOption("several recipes at once make draft bundles only", "convert a target bundle on its own")
     info = inspect_checkpoint(first.checkpoint)
     adapter = inspect_adapter(first.adapter, info) if first.adapter else None
     chosen = [_quant(r, info) for r in requests]
@@ -178,23 +218,30 @@ def _start_beside(beside: ThreadPoolExecutor, info: CheckpointInfo, adapter: Ada
 
 def _finish(request: ConvertRequest, info: CheckpointInfo, adapter: AdapterInfo | None, recipe: QuantRecipe,
             goal: EngineTarget, worker: WorkerResult, path: str, stage: StagedDir, corpus: tuple[str, ...],
-            reference: list[list[int]], progress: Progress, inputs: provenance.InputDigests) -> ConvertResult:
-    """Assemble the exported files into the ten-file bundle, check it, record provenance, move it into place."""
+            reference: list[list[int]], progress: Progress, inputs: provenance.InputDigests,
+            kind: BundleKind = DRAFT, head: HeadInfo | None = None) -> ConvertResult:
+    """Assemble the exported files into a bundle of its kind, check it, record provenance, move it into place."""
     warnings = tuple(w for w in [other_base_warning(adapter, info) if adapter else None] if w)
     bits, block = recipe.bits, recipe.block
     out = request.out.absolute()
     progress("assembling the bundle")
     built = stage.subdir("bundle")
-    engine, choice, graph_uuid, weight_digest = _assemble(worker, info, request, built, corpus, goal, reference)
-    progress("validating the bundle")
+    engine, choice, graph_uuid, weight_digest = _assemble(worker, info, request, built, corpus, goal, reference,
+                                                          kind, head)
+    checked = None
+    if head is not None:
+        progress("checking the exported EAGLE-3 head against the checkpoint's (MNN and torch, same inputs)")
+        checked = faithful.check(built, head, info, recipe.bits, recipe.block, recipe.symmetric)
+    progress(f"validating the bundle ({kind.name})")
     _check_built(built, request.spec)
-    digests = {name: weight_digest if name == "llm.mnn.weight" else xxh3_128_file(built / name)
-               for name in FILES}
-    sizes = {name: (built / name).stat().st_size for name in FILES}
+    names = kind.present(built)
+    digests = {name: weight_digest if name == "llm.mnn.weight" else xxh3_128_file(built / name) for name in names}
+    sizes = {name: (built / name).stat().st_size for name in names}
     record = provenance.build(info=info, adapter=adapter, bits=bits, block=block, engine=engine,
                               tokenizer=choice, digests=digests, versions=worker.versions,
                               graph_uuid=graph_uuid, blocked=worker.blocked, spec=request.spec, path=path,
-                              target=goal, recipe=recipe, inputs=inputs)
+                              target=goal, recipe=recipe, inputs=inputs, kind=kind.name,
+                              head=head)
     staged_record = stage.path / "provenance.json"  # type: ignore[operator]
     provenance.write(staged_record, record)
     stage.commit(built)
@@ -202,14 +249,20 @@ def _finish(request: ConvertRequest, info: CheckpointInfo, adapter: AdapterInfo 
     return ConvertResult(out=out, sizes=sizes, digests=digests, engine=engine, tokenizer=choice,
                          quant_bits=bits, quant_block=block, graph_uuid=graph_uuid,
                          provenance=provenance_path(out), blocked=worker.blocked, warnings=warnings, path=path,
-                         target=goal, recipe=recipe)
+                         target=goal, recipe=recipe, kind=kind, head=head, faithfulness=checked)
 
 
 def _export(request: ConvertRequest, info: CheckpointInfo, adapter: AdapterInfo | None, recipe: QuantRecipe,
             workdir: Path, corpus: tuple[str, ...], runner: Runner, progress: Progress,
-            goal: EngineTarget) -> tuple[WorkerResult, str]:
+            goal: EngineTarget, kind: BundleKind = DRAFT, head: HeadInfo | None = None) -> tuple[WorkerResult, str]:
     """The streaming path when it can reproduce the reference bytes, else llmexport loading the whole model."""
     bits, block = recipe.bits, recipe.block
+    if kind is not DRAFT:
+        progress(f"a {kind.name} bundle is made by llmexport loading the whole model (the streaming writer covers "
+                 "tied draft bundles)")
+        job = replace(_whole_model_job(info, adapter, recipe, workdir, corpus, goal),
+                      eagle=head.path if head else None, eagle_rope_theta=head.rope_theta if head else None)
+        return runner(job, progress), 'reference'
     if not request.reference and not recipe.streamable:
         progress(f"the streaming writer reproduces plain asymmetric quantization only; {recipe.name} is made by "
                  "llmexport loading the whole model")
@@ -257,11 +310,13 @@ def _built_how(goal: EngineTarget) -> str:
 
 
 def _assemble(worker: WorkerResult, info: CheckpointInfo, request: ConvertRequest, built: Path,
-              corpus: tuple[str, ...], goal: EngineTarget,
-              reference: list[list[int]]) -> tuple[EngineRequirement, TokenizerChoice, str, str]:
-    """The ten files in `built`; returns their engine, the tokenizer choice, the graph uuid, the weights' digest."""
+              corpus: tuple[str, ...], goal: EngineTarget, reference: list[list[int]], kind: BundleKind = DRAFT,
+              head: HeadInfo | None = None) -> tuple[EngineRequirement, TokenizerChoice, str, str]:
+    """The kind's files in `built`; returns their engine, the tokenizer choice, the graph uuid, the weights' digest."""
     export = worker.export_dir
-    for name in ("llm.mnn", "llm.mnn.json", "llm.mnn.weight", "llm_config.json"):
+    moved = ["llm.mnn", "llm.mnn.json", "llm.mnn.weight", "llm_config.json",
+             *(() if info.tied else (EMBEDDINGS,)), *(EAGLE_FILES if head is not None else ())]
+    for name in moved:
         if not (export / name).is_file():
             raise ConversionFailed(f"the converter did not write {name}")
         os.replace(export / name, built / name)
@@ -284,6 +339,7 @@ def _assemble(worker: WorkerResult, info: CheckpointInfo, request: ConvertReques
         engine = EngineRequirement(engine.version, (*engine.reasons, f"built for MNN {goal.text} and later "
                                                     f"(--engine {goal.requested}; {_built_how(goal)})"))
     overrides = request.spec.runtime if request.spec else presets.RuntimeOverrides()
-    for name, data in presets.render(overrides, engine).items():
+    rendered = presets.render(overrides, engine) if kind is DRAFT else presets.render_target(overrides, head, untied=not info.tied)
+    for name, data in rendered.items():
         (built / name).write_bytes(data)
     return engine, choice, graph_uuid, weight_digest

@@ -84,3 +84,20 @@ def render(overrides: RuntimeOverrides, engine: EngineRequirement) -> dict[str, 
     draft_bytes = _dump(draft)
     return {"config.json": _dump(main), "config_cpu.json": draft_bytes, "draft_config_cpu.json": draft_bytes,
             "config_opencl.json": _dump(opencl), "runtime_config.json": _dump(runtime)}
+
+
+# A target bundle's config.json (upstream MNN reads it as is): the paths, the CPU defaults llmexport writes
+# except its sampler (greedy: the speculative modes verify by argmax, and plain decoding is then reproducible).
+TARGET: dict[str, Any] = {"backend_type": "cpu", "thread_num": 4, "precision": "low", "memory": "low",
+                          "sampler_type": "greedy"}
+# MNN 3.6.1's own defaults for its EAGLE mode (llmconfig.hpp), written out so the card and validate can read them.
+EAGLE: dict[str, Any] = {"speculative_type": "eagle", "hidden_states": True, "eagle_model": "eagle.mnn",
+                         "eagle_fc": "eagle_fc.mnn", "eagle_d2t": "eagle_d2t.mnn", "eagle_depth": 3,
+                         "eagle_topk": 1, "draft_predict_length": 3}
+
+
+def render_target(overrides: RuntimeOverrides, head: Any = None, untied: bool = False) -> dict[str, bytes]:
+    """config.json of a target bundle (with the EAGLE keys when it carries a head)."""
+    main = {**PATHS, **TARGET, **({"embedding_file": "embeddings_bf16.bin"} if untied else {}),
+            **(EAGLE if head is not None else {}), **overrides.main}
+    return {"config.json": _dump(main)}

@@ -47,8 +47,16 @@ def build(*, info: CheckpointInfo, adapter: AdapterInfo | None, bits: int, block
           engine: EngineRequirement, tokenizer: TokenizerChoice, digests: dict[str, str],
           versions: dict[str, str], graph_uuid: str, blocked: tuple[str, ...],
           spec: ReleaseSpec | None, path: str = "reference", target: EngineTarget = DEFAULT_TARGET,
-          inputs: InputDigests, recipe: QuantRecipe | None = None) -> dict[str, Any]:
-    return {
+          inputs: InputDigests, recipe: QuantRecipe | None = None, kind: str = "draft",
+          head: Any = None) -> dict[str, Any]:
+    extra: dict[str, Any] = {} if kind == "draft" else {"kind": kind}  # a draft's record stays what it was
+    if head is not None:
+        extra["eagle_head"] = {"path": str(head.path), "weights": head.weights.name, "dtype": head.dtype,
+                               "rope_theta": head.rope_theta, "draft_vocab_size": head.draft_vocab_size,
+                               "aux_layers": list(head.aux_layers),
+                               "files_xxh3_128": {p.name: xxh3_128_file(p) for p in (head.path / "config.json",
+                                                                                      head.weights)}}
+    return {**extra,
         "tool": {"name": "packager", "version": __version__},
         "versions": versions,
         "source": {"path": str(info.path), "model_type": info.model_type, "shape": asdict(info.shape),

@@ -97,7 +97,10 @@ def _export(job: dict[str, Any], source: Path, tokenizer_dir: Path, events: Even
         *(["--sym"] if job.get("symmetric") else []), *(["--hqq"] if job.get("hqq") else []),
         *(["--lm_quant_bit", str(job["lm_bits"])] if job.get("lm_bits") is not None else []),
         *(["--lm_quant_block", str(job["lm_block"])] if job.get("lm_block") is not None else []),
+        *(["--eagle_path", str(job["eagle"])] if job.get("eagle") else []),
     ])
+    if job.get("eagle"):
+        _head_rope(float(job["eagle_rope_theta"]))
     if job.get("graph_only"):
         skeleton.like_checkpoint(job["graph_dtype"], job["equal_tensors"])
         skeleton.lengths_only(MNNConverter)
@@ -125,6 +128,23 @@ def _export(job: dict[str, Any], source: Path, tokenizer_dir: Path, events: Even
         events.send("stage", name=f"recipe {extra['name']}: exporting again from the loaded model")
         _export_again(exporter, extra, Path(job["workdir"]) / f"export-{number}")
     return dst
+
+
+def _head_rope(theta: float) -> None:
+    """llmexport builds every EAGLE head's rope with theta 10000 (utils/eagle.py); Qwen3 heads are trained at
+    1e6. The head's own theta goes into the rope its graph is traced with. (The converter then checks the
+    exported head against the checkpoint's, so a change here that stopped working could not pass unseen.)"""
+    import utils.eagle
+    from utils.transformers import Rotary
+
+    original = utils.eagle.Eagle.__init__
+
+    def init(self: Any, eagle_path: str, base: Any) -> None:
+        original(self, eagle_path, base)
+        self.rope_theta = theta
+        self.config.rotary = Rotary(self)
+
+    utils.eagle.Eagle.__init__ = init
 
 
 def _export_again(exporter: Any, recipe: dict[str, Any], dst: Path) -> None:

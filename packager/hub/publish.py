@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Literal
 
 from .. import __version__
-from ..bundle import FILES
+from ..bundle import release_names
 from ..checksum import MANIFEST, SIGNATURE
 from ..errors import BundleError
 from ..validate import validate
@@ -74,7 +74,7 @@ class UploadResult:
 
 def local_files(bundle: Path) -> list[str]:
     """The release set: the ten files, the card and the manifest, which must match every file."""
-    names = [*FILES, CARD, MANIFEST]
+    names = list(release_names(bundle, CARD, MANIFEST))
     missing = [n for n in names if not (bundle / n).is_file()]
     if missing:
         step = "packager card" if CARD in missing else "packager checksum" if MANIFEST in missing else "packager convert"

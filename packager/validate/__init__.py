@@ -7,7 +7,8 @@ from typing import Any, Callable
 
 from ..checksum import MANIFEST, ManifestError, check_manifest
 from ..errors import BundleError, shorten
-from . import crossfile, graph, weights
+from ..bundle import DRAFT, kind_of
+from . import crossfile, graph, speculative, weights
 from .documents import JSON_FILES, SCHEMA_FOR, check_schema, load_json
 from .files import check_files, open_folder
 from .findings import Collector, Finding, ValidationReport
@@ -20,7 +21,8 @@ def validate(bundle: Path, checksums: bool = True) -> ValidationReport:
     manifest. A path that is no readable folder raises (one line); everything else is a finding."""
     present = open_folder(bundle)
     out = Collector()
-    usable = check_files(bundle, present, out)
+    kind = kind_of(bundle)
+    usable = check_files(bundle, present, out, kind)
     docs = _documents(bundle, usable, out)
     facts = _graph(docs.get("llm.mnn.json"), out)
     weight_size = _guard(out, "llm.mnn.weight", lambda: (bundle / "llm.mnn.weight").stat().st_size) \
@@ -37,9 +39,14 @@ def validate(bundle: Path, checksums: bool = True) -> ValidationReport:
     header = _guard(out, "tokenizer.txt", lambda: crossfile.check_tokenizer(bundle / "tokenizer.txt", facts, out)) \
         if "tokenizer.txt" in usable else None
     crossfile.check_engine(docs, facts, header, out)
+    if kind is not DRAFT:
+        speculative.check(bundle, kind, docs, facts, usable, out)
+    elif isinstance(docs.get("llm_config.json"), dict) and "tie_embeddings" not in docs["llm_config.json"]:
+        out.error("llm_config.json", "", "'tie_embeddings' is a required property of a draft bundle (it has no "
+                                         "embeddings file, so its embeddings must be tied to lm_head)")
     if checksums and MANIFEST in present and present[MANIFEST].is_file(follow_symlinks=False):
         _guard(out, MANIFEST, lambda: _check_manifest(bundle, out))
-    return ValidationReport(bundle=bundle, findings=tuple(out.items), checked_files=tuple(usable))
+    return ValidationReport(bundle=bundle, findings=tuple(out.items), checked_files=tuple(usable), kind=kind.name)
 
 
 def _documents(bundle: Path, usable: list[str], out: Collector) -> dict[str, Any]:

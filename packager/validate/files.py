@@ -7,7 +7,7 @@ import os
 import stat
 from pathlib import Path
 
-from ..bundle import FILES
+from ..bundle import ALL_NAMES, DRAFT, OPTIONAL, BundleKind
 from ..checksum import MANIFEST, SIGNATURE
 from ..errors import BundleError, from_os_error, shorten
 from .findings import Collector
@@ -35,26 +35,30 @@ def open_folder(bundle: Path) -> dict[str, os.DirEntry[str]]:
         raise from_os_error(exc, "cannot read the bundle folder") from None
 
 
-def check_files(bundle: Path, present: dict[str, os.DirEntry[str]], out: Collector) -> list[str]:
-    """Report missing, extra, linked and non-regular entries; return the bundle files safe to read."""
-    if not set(FILES) & set(present):
+def check_files(bundle: Path, present: dict[str, os.DirEntry[str]], out: Collector,
+                kind: BundleKind = DRAFT) -> list[str]:
+    """Report missing, extra, linked and non-regular entries of the kind's files; return those safe to read."""
+    if not ALL_NAMES & set(present):
         others = f"it holds {len(present)} other entries (e.g. {', '.join(sorted(present)[:3])})" if present else \
             "it is empty"
-        out.error(FOLDER, "", f"none of the ten bundle files is here ({', '.join(FILES)}); {others}. "
+        out.error(FOLDER, "", f"none of the ten bundle files is here ({', '.join(DRAFT.files)}); {others}. "
                               "Pass the folder packager convert wrote")
         return []
     usable = []
-    for name in FILES:
+    wanted = kind.all_files()
+    for name, purpose in wanted.items():
         entry = present.get(name)
         if entry is None:
-            out.error(name, "", f"missing ({FILES[name].lower()})")
+            if name not in OPTIONAL:
+                held = "" if kind is DRAFT else f"; a {kind.name} bundle holds it"
+                out.error(name, "", f"missing ({purpose.lower()}{held})")
         elif entry.is_symlink():
             _symlink(bundle, name, entry, out)
         elif not entry.is_file(follow_symlinks=False):
             out.error(name, "", "is not a regular file")
         else:
             usable.append(name)
-    _extras(present, out)
+    _extras(present, out, kind)
     return usable
 
 
@@ -65,14 +69,15 @@ def _symlink(bundle: Path, name: str, entry: os.DirEntry[str], out: Collector) -
               + "; the Hub and apps need a regular file")
 
 
-def _extras(present: dict[str, os.DirEntry[str]], out: Collector) -> None:
-    extras = [name for name in sorted(set(present) - set(FILES))
+def _extras(present: dict[str, os.DirEntry[str]], out: Collector, kind: BundleKind = DRAFT) -> None:
+    belong = f"only the {kind.name} bundle's files" if kind is not DRAFT else "only the ten files"
+    extras = [name for name in sorted(set(present) - set(kind.all_files()))
               if not (name in RELEASE_EXTRAS and present[name].is_file(follow_symlinks=False))]
     for name in extras[:SHOWN_EXTRAS]:
         entry = present[name]
-        kind = "folder" if entry.is_dir(follow_symlinks=False) else "link" if entry.is_symlink() else "file"
-        out.error(shorten(name, 120), "", f"unexpected {kind} in the bundle (only the ten files, {CARD}, "
+        what = "folder" if entry.is_dir(follow_symlinks=False) else "link" if entry.is_symlink() else "file"
+        out.error(shorten(name, 120), "", f"unexpected {what} in the bundle ({belong}, {CARD}, "
                                           f"{MANIFEST} and {SIGNATURE} belong)")
     if len(extras) > SHOWN_EXTRAS:
-        out.error(FOLDER, "", f"{len(extras) - SHOWN_EXTRAS} more unexpected entries (only the ten files, {CARD}, "
+        out.error(FOLDER, "", f"{len(extras) - SHOWN_EXTRAS} more unexpected entries ({belong}, {CARD}, "
                               f"{MANIFEST} and {SIGNATURE} belong)")

@@ -34,6 +34,7 @@ class ValidationReport:
     bundle: Path
     findings: tuple[Finding, ...]
     checked_files: tuple[str, ...] = field(default=())
+    kind: str = "draft"  # the bundle kind its files say it is (packager.bundle.kind_of)
 
     @property
     def errors(self) -> tuple[Finding, ...]:

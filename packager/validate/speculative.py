@@ -1,0 +1,142 @@
+"""Target bundles: the embeddings an untied target needs, and what MNN's speculative modes need to run at all.
+
+MNN 3.6.1 runs a speculative mode only when the graph has the `logits_index` input with dims (Llm::
+setSpeculativeConfig, canSpecDecode); otherwise, and for any other speculative_type, it decodes plainly without
+a word. EAGLE also needs the graph's `hidden_states` output (config.json hidden_states: true), its three files
+(EagleGeneration::load has no null checks: a missing one crashes the app), a d2t of the head's draft
+vocabulary mapping into the target's, and greedy sampling: it verifies its tree by argmax while the first
+token comes from the sampler.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..bundle import EAGLE_FILES, TARGET_EAGLE, BundleKind
+from .findings import Collector
+from .graph import GraphFacts
+
+# The first MNN release that runs each mode (generate.cpp's factory).
+MIN_ENGINE = {"lookahead": "3.2.0", "mtp": "3.2.2", "eagle": "3.2.5", "dflash": "3.6.0"}
+# Modes that verify drafts by argmax, so a sampling sampler changes what they produce.
+ARGMAX_MODES = ("eagle", "mtp", "dflash")
+EAGLE_KEYS = {"eagle_model": "eagle.mnn", "eagle_fc": "eagle_fc.mnn", "eagle_d2t": "eagle_d2t.mnn"}
+
+
+def graph_io(dump: Any) -> tuple[dict[str, list[int]], list[str]]:
+    """The graph's inputs (name -> dims) and its output names, from llm.mnn.json."""
+    inputs = {}
+    for op in (dump.get("oplists") or []) if isinstance(dump, dict) else []:
+        main = op.get("main") if isinstance(op.get("main"), dict) else {}
+        if op.get("type") == "Input" and isinstance(op.get("name"), str):
+            dims = main.get("dims")
+            inputs[op["name"]] = list(dims) if isinstance(dims, list) else []
+    outputs = dump.get("outputName") if isinstance(dump, dict) else None
+    return inputs, [o for o in outputs if isinstance(o, str)] if isinstance(outputs, list) else []
+
+
+def check(bundle: Path, kind: BundleKind, docs: dict[str, Any], facts: GraphFacts | None, usable: list[str],
+          out: Collector) -> None:
+    config = docs.get("config.json")
+    llm = docs.get("llm_config.json")
+    if isinstance(llm, dict) and isinstance(config, dict) and "tie_embeddings" not in llm:
+        _check_embeddings(bundle, config, llm, out)
+    mode = config.get("speculative_type") if isinstance(config, dict) else None
+    if kind is TARGET_EAGLE and mode != "eagle":
+        out.error("config.json", "/speculative_type", f"is {mode!r}, but the bundle holds an EAGLE-3 head; MNN then "
+                                                      "decodes without it (set \"eagle\")")
+    if not isinstance(mode, str) or not mode:
+        return
+    dump = docs.get("llm.mnn.json")
+    inputs, outputs = graph_io(dump) if dump is not None else ({}, [])
+    if dump is not None and not inputs.get("logits_index"):
+        out.error("llm.mnn.json", "", f"the graph has no logits_index input with dims, so MNN runs "
+                                      f"speculative_type {mode!r} as plain decoding (re-export with llmexport 0.0.5+)")
+    if mode in ARGMAX_MODES and config.get("sampler_type", "greedy") != "greedy":
+        out.error("config.json", "/sampler_type", f"is {config.get('sampler_type')!r}; {mode} verifies drafts by "
+                                                  "argmax, so only greedy sampling keeps its output the target's")
+    if mode == "eagle":
+        _check_eagle(bundle, config, facts, inputs, outputs, dump is not None, usable, out)
+
+
+def min_engine(mode: str | None) -> str | None:
+    return MIN_ENGINE.get(mode) if isinstance(mode, str) else None
+
+
+def _check_embeddings(bundle: Path, config: dict[str, Any], llm: dict[str, Any], out: Collector) -> None:
+    name = config.get("embedding_file", "embeddings_bf16.bin")
+    if not isinstance(name, str):
+        return  # the schema reports it
+    path = bundle / name
+    where = "config.json" if "embedding_file" in config else "llm_config.json"
+    if not path.is_file():
+        out.error(where, "/embedding_file" if where == "config.json" else "/tie_embeddings",
+                  f"the embeddings are not tied to lm_head and {name} is missing; MNN cannot embed a token without it")
+        return
+    hidden = llm.get("hidden_size")
+    if isinstance(hidden, int) and hidden > 0 and path.stat().st_size % (2 * hidden):
+        out.error(name, "", f"{path.stat().st_size} bytes is not a whole number of {hidden}-wide bf16 rows")
+
+
+def _check_eagle(bundle: Path, config: dict[str, Any], facts: GraphFacts | None, inputs: dict[str, list[int]],
+                 outputs: list[str], have_graph: bool, usable: list[str], out: Collector) -> None:
+    if config.get("hidden_states") is not True:
+        out.error("config.json", "/hidden_states", "must be true: EAGLE reads the target's hidden states, which MNN "
+                                                   "asks the graph for only then")
+    if have_graph and "hidden_states" not in outputs:
+        out.error("llm.mnn.json", "", "the graph has no hidden_states output; export the target together with its "
+                                      "head (llmexport --eagle_path, or packager convert --eagle)")
+    files = {key: config.get(key, default) for key, default in EAGLE_KEYS.items()}
+    for key, name in files.items():
+        if not isinstance(name, str) or not (bundle / name).is_file():
+            out.error("config.json", f"/{key}", f"{name!r} is not a file in the bundle; MNN 3.6.1 crashes loading "
+                                                "an EAGLE bundle without it")
+            return
+    if not all(name in usable for name in EAGLE_FILES if (bundle / name).exists()):
+        return  # links or non-regular files, already reported
+    _check_head_graphs(bundle, files, facts, out)
+
+
+def _check_head_graphs(bundle: Path, files: dict[str, str], facts: GraphFacts | None, out: Collector) -> None:
+    """Load the head's graphs in MNN and run one position through each (what the engine will do first)."""
+    from ..pair.mnn_runtime import quiet_stdout
+
+    hidden = facts.hidden_size if facts is not None else None
+    if not hidden:
+        return
+    try:
+        with quiet_stdout():
+            import MNN.expr as F
+            import MNN.nn as nn
+
+            from ..eagle.mnn_head import EAGLE_INPUTS, EAGLE_OUTPUTS, _const, causal_mask
+
+            d2t_var = F.load_as_list(str(bundle / files["eagle_d2t"]))
+            d2t = np.array(d2t_var[0].read(), dtype=np.int64).reshape(-1) if d2t_var else np.zeros(0, np.int64)
+            fc = nn.load_module_from_file(str(bundle / files["eagle_fc"]), ["fc_hidden"], ["hidden_states"])
+            state = fc.forward([_const(np.zeros((1, 1, 3 * hidden), np.float32))])[0]
+            width = int(np.array(state.read()).size)
+            head = nn.load_module_from_file(str(bundle / files["eagle_model"]), EAGLE_INPUTS, EAGLE_OUTPUTS)
+            logits, _ = head.forward([_const(np.zeros((1, hidden), np.float32)), _const(np.zeros((1, 1, hidden),
+                                      np.float32)), _const(causal_mask(1)[None, None]), _const(np.zeros((1, 1)), "int"),
+                                      _const(np.array([0]), "int")])
+            draft_vocab = int(np.array(logits.read()).size)
+    except Exception as exc:  # MNN raises plain RuntimeError/ValueError for a graph it cannot load or run
+        out.error(files["eagle_model"], "", f"MNN cannot load or run the EAGLE-3 head ({type(exc).__name__}: "
+                                            f"{str(exc)[:160]})")
+        return
+    if width != hidden:
+        out.error(files["eagle_fc"], "", f"maps the target's three hidden states to width {width}, not the target's "
+                                         f"hidden size {hidden}")
+    if d2t.size != draft_vocab:
+        out.error(files["eagle_d2t"], "", f"holds {d2t.size} entries, but the head scores a draft vocabulary of "
+                                          f"{draft_vocab}")
+        return
+    vocab = facts.lm_head.out_features if facts is not None and facts.lm_head is not None else 0
+    mapped = np.arange(d2t.size) + d2t
+    outside = int(((mapped < 0) | (mapped >= vocab)).sum()) if vocab else 0
+    if outside:
+        out.error(files["eagle_d2t"], "", f"maps {outside} draft id(s) outside the target vocabulary of {vocab}")
