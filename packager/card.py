@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from . import mnnfolder, resources
-from .bundle import APP_FILES, FILES
+from .bundle import DRAFT, BundleKind, kind_of
 from .convert.checkpoint import read_json
 from .engine import EngineRequirement, format_version, parse_version
 from .errors import PackagerError
@@ -19,6 +19,7 @@ from .hashing import xxh3_128_file
 from .spec import ReleaseSpec
 
 DEFAULT_TEMPLATE = "model_card.md.j2"
+TARGET_TEMPLATE = "target_card.md.j2"  # target and target+eagle bundles
 BASE_TAGS = ("mnn", "speculative-decoding", "draft-model", "qwen3", "on-device")
 
 
@@ -59,14 +60,15 @@ def spoken_list(items: tuple[str, ...] | list[str]) -> str:
     return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
-def _files(bundle: Path) -> list[FileRow]:
-    missing = [name for name in FILES if not (bundle / name).is_file()]
+def _files(bundle: Path, kind: BundleKind = DRAFT) -> list[FileRow]:
+    missing = [name for name in kind.files if not (bundle / name).is_file()]
     if missing:
-        raise CardError(f"{bundle} is missing {', '.join(missing)}", "the card describes a complete bundle; "
-                        "run packager validate")
-    return [FileRow(name=name, size=(bundle / name).stat().st_size, purpose=purpose,
-                    xxh3_128=xxh3_128_file(bundle / name), app_downloads=name in APP_FILES)
-            for name, purpose in FILES.items()]
+        raise CardError(f"{bundle} is missing {', '.join(missing)} (a {kind.name} bundle holds it)",
+                        "the card describes a complete bundle; run packager validate")
+    purposes = kind.all_files()
+    return [FileRow(name=name, size=(bundle / name).stat().st_size, purpose=purposes[name],
+                    xxh3_128=xxh3_128_file(bundle / name), app_downloads=name in kind.app_set(bundle))
+            for name in kind.present(bundle)]
 
 
 def _json(bundle: Path, name: str) -> dict[str, Any]:
@@ -93,6 +95,9 @@ def render(bundle: Path, spec: ReleaseSpec, template: Path | None = None,
     """Render the card; a missing fact fails with its name (StrictUndefined), never a placeholder."""
     import jinja2
 
+    kind = kind_of(bundle)
+    if kind is not DRAFT:
+        return _render_target(bundle, spec, kind, template, measurements or {})
     files = _files(bundle)
     llm_config = _json(bundle, "llm_config.json")
     try:
@@ -139,6 +144,53 @@ def render(bundle: Path, spec: ReleaseSpec, template: Path | None = None,
     return Card(text=text, metadata=meta)
 
 
+def _environment() -> Any:
+    import jinja2
+
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
+    env.filters["size"] = human_size
+    env.filters["num"] = lambda value: f"{value:g}"
+    return env
+
+
+def _render_target(bundle: Path, spec: ReleaseSpec, kind: BundleKind, template: Path | None,
+                   measurements: dict[str, Any]) -> Card:
+    """The card of a target or target+eagle bundle: what MNN runs, the head's facts, MNN's own speed-up."""
+    import jinja2
+
+    from .engine import combine, graph_requirement
+    from .validate.graph import read as read_graph
+    from .validate.speculative import MIN_ENGINE
+
+    files = _files(bundle, kind)
+    config = _json(bundle, "config.json")
+    graph = read_graph(_json(bundle, "llm.mnn.json"))
+    lm = graph.lm_head
+    bits, block = (lm.bits, lm.block) if lm is not None and lm.bits else (4, 128)
+    mode = config.get("speculative_type")
+    engine = graph_requirement(bundle / "llm.mnn.json")
+    if isinstance(mode, str) and mode in MIN_ENGINE:
+        engine = combine(engine, EngineRequirement(parse_version(MIN_ENGINE[mode]),
+                                                   (f"speculative_type {mode} first runs in MNN {MIN_ENGINE[mode]}",)))
+    meta = metadata(spec, bits)
+    meta["tags"] = [t for t in meta["tags"] if t != "draft-model"] + (["eagle3"] if mode == "eagle" else [])
+    source = template.read_text(encoding="utf-8") if template else resources.template(TARGET_TEMPLATE)
+    context = {"release": spec.need("release"), "model": spec.need("model"), "card": spec.need("card"),
+               "kind": kind.name, "eagle": mode == "eagle", "head": measurements.get("eagle_head"),
+               "untied": "tie_embeddings" not in _json(bundle, "llm_config.json"), "files": files,
+               "total_size": sum(f.size for f in files), "file_count": len(files), "bits": bits, "block": block,
+               "engine": engine, "config": config, "config_text": (bundle / "config.json").read_text("utf-8").strip(),
+               "measurements": measurements, "front_matter": _front_matter(meta)}
+    try:
+        text = re.sub(r"\n{3,}", "\n\n", _environment().from_string(source).render(**context))
+    except jinja2.UndefinedError as exc:
+        raise CardError(f"the card template needs a value that is missing: {exc.message}") from None
+    except jinja2.TemplateError as exc:
+        raise CardError(f"the card template is broken: {exc}") from None
+    check_front_matter(text, meta)
+    return Card(text=text, metadata=meta)
+
+
 def _sweep(spec: ReleaseSpec, recipe: dict[str, Any] | None) -> dict[str, Any] | None:
     """The quant-sweep JSON the spec names (convert.quant_sweep): its table, rule and choice, for the card."""
     path = spec.convert.quant_sweep
@@ -176,6 +228,8 @@ def measurements_from_provenance(record: dict[str, Any]) -> dict[str, Any]:
     found = {"tokenizer": {"format": tokenizer["format"], "matched": chosen["matched"], "total": chosen["total"],
                            "mismatched_categories": dict(sorted(categories.items()))},
              "versions": record["versions"], "tool_version": record["tool"]["version"]}
+    if isinstance(record.get("eagle_head"), dict):
+        found["eagle_head"] = record["eagle_head"]
     recipe = record.get("options", {}).get("quant_recipe")
     if isinstance(recipe, dict):
         found["quant_recipe"] = {**recipe, "name": _recipe_name(recipe)}

@@ -192,3 +192,17 @@ def test_an_untied_checkpoint_becomes_a_target_bundle_with_its_embeddings_file(t
 
 def test_a_draft_bundle_is_still_judged_a_draft(bundle4: Any) -> None:
     assert kind_of(bundle4.out) is DRAFT and validate(bundle4.out).kind == "draft"
+
+
+def test_the_card_of_an_eagle_bundle_says_its_kind_its_head_and_its_files(eagle_bundle: Any) -> None:
+    from packager import spec as spec_module
+    from packager.card import gather_measurements, render
+    from tests.test_card import EXAMPLE
+
+    text = render(eagle_bundle.out, spec_module.load(EXAMPLE), measurements=gather_measurements(eagle_bundle.out)).text
+    assert "| Bundle kind | `target+eagle` |" in text and 'speculative_type: "eagle"' in text
+    assert "| Rope theta | 1e+06 (the head's own" in text and "inputs of layers 2, 4, 5" in text
+    assert "| Minimum MNN engine | 3.6.1 |" in text and "embeddings_bf16.bin" in text
+    for name in TARGET_EAGLE.files:
+        assert f"| `{name}` |" in text
+    assert "config_opencl.json" not in text and "draft-model" not in text.split("---")[1]

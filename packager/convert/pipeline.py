@@ -241,7 +241,7 @@ def _finish(request: ConvertRequest, info: CheckpointInfo, adapter: AdapterInfo 
                               tokenizer=choice, digests=digests, versions=worker.versions,
                               graph_uuid=graph_uuid, blocked=worker.blocked, spec=request.spec, path=path,
                               target=goal, recipe=recipe, inputs=inputs, kind=kind.name,
-                              head=head)
+                              head=head, faithfulness=checked)
     staged_record = stage.path / "provenance.json"  # type: ignore[operator]
     provenance.write(staged_record, record)
     stage.commit(built)

@@ -48,7 +48,7 @@ def build(*, info: CheckpointInfo, adapter: AdapterInfo | None, bits: int, block
           versions: dict[str, str], graph_uuid: str, blocked: tuple[str, ...],
           spec: ReleaseSpec | None, path: str = "reference", target: EngineTarget = DEFAULT_TARGET,
           inputs: InputDigests, recipe: QuantRecipe | None = None, kind: str = "draft",
-          head: Any = None) -> dict[str, Any]:
+          head: Any = None, faithfulness: Any = None) -> dict[str, Any]:
     extra: dict[str, Any] = {} if kind == "draft" else {"kind": kind}  # a draft's record stays what it was
     if head is not None:
         extra["eagle_head"] = {"path": str(head.path), "weights": head.weights.name, "dtype": head.dtype,
@@ -56,6 +56,13 @@ def build(*, info: CheckpointInfo, adapter: AdapterInfo | None, bits: int, block
                                "aux_layers": list(head.aux_layers),
                                "files_xxh3_128": {p.name: xxh3_128_file(p) for p in (head.path / "config.json",
                                                                                       head.weights)}}
+        if faithfulness is not None:
+            extra["eagle_head"]["check"] = {
+                "positions": faithfulness.positions, "state_error": round(faithfulness.hidden_error, 5),
+                "logprob_error": round(faithfulness.logprob_error, 5),
+                "top1_agreement": round(faithfulness.top1_agreement, 4),
+                "state_error_at_theta_10000": None if faithfulness.other_theta_error is None
+                else round(faithfulness.other_theta_error, 5)}
     return {**extra,
         "tool": {"name": "packager", "version": __version__},
         "versions": versions,
