@@ -14,7 +14,7 @@ from typing import Any
 
 from ..convert.checkpoint import CheckpointInfo, read_json
 from ..convert.safetensors_header import TensorRef, tensor_refs
-from ..errors import (EagleHeadLayout, EagleHeadMismatch, EagleVocabularyMap, PickleHeadRefused, TargetTooShallow,
+from ..errors import (CorruptWeights, EagleHeadLayout, EagleHeadMismatch, EagleVocabularyMap, PickleHeadRefused, TargetTooShallow,
                       shorten)
 
 MIN_TARGET_LAYERS = 7
@@ -158,7 +158,11 @@ def _describe(folder: Path, config: dict[str, Any], weights: Path, pickle: bool,
 def _refs(weights: Path, pickle: bool) -> dict[str, tuple[str, tuple[int, ...]]]:
     """name -> (safetensors dtype name, shape), without loading a safetensors file's data."""
     if not pickle:
-        return {name: (ref.dtype, ref.shape) for name, ref in tensor_refs(weights).items()}
+        try:
+            return {name: (ref.dtype, ref.shape) for name, ref in tensor_refs(weights).items()}
+        except CorruptWeights as exc:
+            raise EagleHeadLayout(f"the EAGLE head's {exc.message}",
+                                  "re-save the head's model.safetensors (safetensors.torch.save_file)") from None
     import torch
 
     names = {torch.bfloat16: "BF16", torch.float16: "F16", torch.float32: "F32", torch.int64: "I64",
@@ -178,14 +182,17 @@ def _check_tensors(head: HeadInfo, refs: dict[str, tuple[str, tuple[int, ...]]],
     expected = expected_shapes(head)
     missing = [n for n in expected if n not in refs]
     unexpected = sorted(n for n in refs if n not in expected and n not in OPTIONAL)
+    if any(n.startswith("model.layers.") for n in unexpected) and len(missing) > len(expected) // 2:
+        raise EagleHeadLayout(f"{head.path.name} holds a model checkpoint ({len(refs)} tensors such as "
+                              f"{unexpected[0]}), not an EAGLE-3 head")
     if missing or unexpected:
         parts = []
         if missing:
-            parts.append(f"missing {', '.join(missing)}")
+            parts.append(f"missing {_some(missing)}")
         if unexpected:
             near = [f"{n} (did you mean {_near(n, missing)}?)" if _near(n, missing) else n for n in unexpected]
-            parts.append(f"unexpected {', '.join(near)}")
-        raise EagleHeadLayout(shorten(f"{head.weights.name} of {head.path.name}: {'; '.join(parts)}", 400))
+            parts.append(f"unexpected {_some(near)}")
+        raise EagleHeadLayout(f"{head.weights.name} of {head.path.name}: {'; '.join(parts)}")
     wrong = [f"{n} is {list(refs[n][1])}, expected {list(s)}" for n, s in expected.items() if refs[n][1] != s]
     if "t2d" in refs and refs["t2d"][1] != (head.vocab_size,):
         wrong.append(f"t2d is {list(refs['t2d'][1])}, expected [{head.vocab_size}]")
@@ -201,6 +208,11 @@ def _check_tensors(head: HeadInfo, refs: dict[str, tuple[str, tuple[int, ...]]],
     if refs["d2t"][0] not in _INT:
         raise EagleVocabularyMap(f"{head.weights.name}: d2t is stored as {refs['d2t'][0]}, expected an integer type")
     object.__setattr__(head, "dtype", {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}[floats.pop()])
+
+
+def _some(names: list[str], shown: int = 4) -> str:
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(shorten(n, 160) for n in names[:shown]) + more
 
 
 def _near(name: str, missing: list[str]) -> str | None:
