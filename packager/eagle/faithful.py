@@ -37,7 +37,7 @@ PROBE = "<|im_start|>user\nWhat is a list comprehension in Python, and when shou
 @dataclass(frozen=True)
 class Faithfulness:
     positions: int
-    hidden_error: float  # ||h_mnn - h_ref|| / ||h_ref|| at the head's own theta
+    hidden_error: float  # relative error of the layer's contribution to its output state (h - its input), own theta
     logprob_error: float  # the same for the log-probabilities
     other_theta_error: float | None  # hidden_error against the head at 10000 (None: the head's theta is 10000)
     top1_agreement: float
@@ -116,21 +116,26 @@ def measure(bundle: Path, head: HeadInfo, info: CheckpointInfo, bits: int, block
     fc = exported.fc(aux)
     logprobs, hidden = exported.forward(following, fc, positions)
 
-    def reference(theta: float | None) -> tuple[np.ndarray, np.ndarray]:
-        model = load_head(head.path, theta=theta, pickle=head.pickle)
+    model = load_head(head.path, pickle=head.pickle)  # at the head's own theta
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, torch.nn.Linear):
+                module.weight.copy_(quantized(module.weight, bits, block, symmetric))
+
+    def reference(theta: float) -> tuple[np.ndarray, np.ndarray]:
+        model.theta = theta
         with torch.no_grad():
-            for module in model.modules():
-                if isinstance(module, torch.nn.Linear):
-                    module.weight.copy_(quantized(module.weight, bits, block, symmetric))
             ref_lp, ref_h, _ = model(torch.from_numpy(following), model.fc(torch.from_numpy(aux)),
                                      torch.from_numpy(positions))
         return ref_lp.numpy(), ref_h.numpy()
 
-    ref_lp, ref_h = reference(None)
+    # The layer's own contribution (its output state minus the state it was given, which both got from MNN's fc):
+    # a head whose layer adds little next to its input would hide any difference in the whole state.
+    ref_lp, ref_h = reference(head.rope_theta)
     other = None
     if head.rope_theta != LLMEXPORT_THETA:
-        other = _relative(hidden, reference(LLMEXPORT_THETA)[1])
-    return Faithfulness(positions=len(positions), hidden_error=_relative(hidden, ref_h),
+        other = _relative(hidden - fc, reference(LLMEXPORT_THETA)[1] - fc)
+    return Faithfulness(positions=len(positions), hidden_error=_relative(hidden - fc, ref_h - fc),
                         logprob_error=_relative(logprobs, ref_lp), other_theta_error=other,
                         top1_agreement=float((logprobs.argmax(-1) == ref_lp.argmax(-1)).mean()))
 
