@@ -114,11 +114,6 @@ def render(bundle: Path, spec: ReleaseSpec, template: Path | None = None,
                         runtime.get("recommended", {}).get("draft_predict_length"))
     if index is not None:
         meta["model-index"] = index
-    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
-    env.filters["size"] = human_size
-    env.filters["signed_percent"] = lambda value: f"{value:+.0f}%"
-    env.filters["num"] = lambda value: f"{value:g}"
-    env.filters["spoken_list"] = spoken_list
     source = template.read_text(encoding="utf-8") if template else resources.template(DEFAULT_TEMPLATE)
     context = {
         "spec": spec, "release": spec.need("release"), "model": spec.need("model"), "card": spec.need("card"),
@@ -134,6 +129,18 @@ def render(bundle: Path, spec: ReleaseSpec, template: Path | None = None,
         "quant_sweep": _sweep(spec, (measurements or {}).get("quant_recipe")),
         "front_matter": _front_matter(meta),
     }
+    return _finish(source, context, meta)
+
+
+def _finish(source: str, context: dict[str, Any], meta: dict[str, Any]) -> Card:
+    """Render `source` strictly (a missing fact fails with its name) and check its front matter."""
+    import jinja2
+
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
+    env.filters["size"] = human_size
+    env.filters["signed_percent"] = lambda value: f"{value:+.0f}%"
+    env.filters["num"] = lambda value: f"{value:g}"
+    env.filters["spoken_list"] = spoken_list
     try:
         text = re.sub(r"\n{3,}", "\n\n", env.from_string(source).render(**context))
     except jinja2.UndefinedError as exc:
@@ -144,23 +151,12 @@ def render(bundle: Path, spec: ReleaseSpec, template: Path | None = None,
     return Card(text=text, metadata=meta)
 
 
-def _environment() -> Any:
-    import jinja2
-
-    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
-    env.filters["size"] = human_size
-    env.filters["num"] = lambda value: f"{value:g}"
-    return env
-
-
 def _render_target(bundle: Path, spec: ReleaseSpec, kind: BundleKind, template: Path | None,
                    measurements: dict[str, Any]) -> Card:
     """The card of a target or target+eagle bundle: what MNN runs, the head's facts, MNN's own speed-up."""
-    import jinja2
-
     from .engine import combine, graph_requirement
     from .validate.graph import read as read_graph
-    from .validate.speculative import MIN_ENGINE
+    from .validate.speculative import mode_requirement
 
     files = _files(bundle, kind)
     config = _json(bundle, "config.json")
@@ -168,10 +164,7 @@ def _render_target(bundle: Path, spec: ReleaseSpec, kind: BundleKind, template: 
     lm = graph.lm_head
     bits, block = (lm.bits, lm.block) if lm is not None and lm.bits else (4, 128)
     mode = config.get("speculative_type")
-    engine = graph_requirement(bundle / "llm.mnn.json")
-    if isinstance(mode, str) and mode in MIN_ENGINE:
-        engine = combine(engine, EngineRequirement(parse_version(MIN_ENGINE[mode]),
-                                                   (f"speculative_type {mode} first runs in MNN {MIN_ENGINE[mode]}",)))
+    engine = combine(graph_requirement(bundle / "llm.mnn.json"), *mode_requirement(mode))
     meta = metadata(spec, bits)
     meta["tags"] = [t for t in meta["tags"] if t != "draft-model"] + (["eagle3"] if mode == "eagle" else [])
     source = template.read_text(encoding="utf-8") if template else resources.template(TARGET_TEMPLATE)
@@ -181,14 +174,7 @@ def _render_target(bundle: Path, spec: ReleaseSpec, kind: BundleKind, template: 
                "total_size": sum(f.size for f in files), "file_count": len(files), "bits": bits, "block": block,
                "engine": engine, "config": config, "config_text": (bundle / "config.json").read_text("utf-8").strip(),
                "measurements": measurements, "front_matter": _front_matter(meta)}
-    try:
-        text = re.sub(r"\n{3,}", "\n\n", _environment().from_string(source).render(**context))
-    except jinja2.UndefinedError as exc:
-        raise CardError(f"the card template needs a value that is missing: {exc.message}") from None
-    except jinja2.TemplateError as exc:
-        raise CardError(f"the card template is broken: {exc}") from None
-    check_front_matter(text, meta)
-    return Card(text=text, metadata=meta)
+    return _finish(source, context, meta)
 
 
 def _sweep(spec: ReleaseSpec, recipe: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -8,7 +8,7 @@ make the exported head compute something else than the checkpoint is refused her
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,12 +42,8 @@ class HeadInfo:
     rms_norm_eps: float
     hidden_act: str
     rope_theta: float
-    dtype: str  # the stored float dtype of its weights
+    dtype: str  # the stored float dtype of its weights ("" until the tensors are checked)
     aux_layers: tuple[int, ...]  # the target layers whose inputs feed fc, in order
-
-    def config_fields(self) -> dict[str, Any]:
-        return {"draft_vocab_size": self.draft_vocab_size, "rope_theta": self.rope_theta,
-                "aux_layers": list(self.aux_layers), "hidden_act": self.hidden_act}
 
 
 def aux_layers(num_layers: int) -> tuple[int, ...]:
@@ -82,8 +78,8 @@ def inspect_head(path: Path, target: CheckpointInfo, allow_pickle: bool = False)
                                f"a target with at least {MIN_TARGET_LAYERS}")
     head = _describe(folder, config, weights, pickle, target)
     refs = _refs(weights, pickle)
-    _check_tensors(head, refs, target)
-    _check_d2t(head, refs)
+    head = replace(head, dtype=_check_tensors(head, refs))
+    _check_d2t(head)
     return head
 
 
@@ -178,7 +174,8 @@ def _refs(weights: Path, pickle: bool) -> dict[str, tuple[str, tuple[int, ...]]]
             if hasattr(v, "dtype")}
 
 
-def _check_tensors(head: HeadInfo, refs: dict[str, tuple[str, tuple[int, ...]]], target: CheckpointInfo) -> None:
+def _check_tensors(head: HeadInfo, refs: dict[str, tuple[str, tuple[int, ...]]]) -> str:
+    """Refuse missing, unexpected or misshapen tensors; return the weights' stored float dtype."""
     expected = expected_shapes(head)
     missing = [n for n in expected if n not in refs]
     unexpected = sorted(n for n in refs if n not in expected and n not in OPTIONAL)
@@ -207,7 +204,7 @@ def _check_tensors(head: HeadInfo, refs: dict[str, tuple[str, tuple[int, ...]]],
                               "one of BF16, F16 or F32 is expected")
     if refs["d2t"][0] not in _INT:
         raise EagleVocabularyMap(f"{head.weights.name}: d2t is stored as {refs['d2t'][0]}, expected an integer type")
-    object.__setattr__(head, "dtype", {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}[floats.pop()])
+    return {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}[floats.pop()]
 
 
 def _some(names: list[str], shown: int = 4) -> str:
@@ -239,7 +236,7 @@ def load_d2t(head: HeadInfo) -> Any:
         return np.frombuffer(handle.read(ref.nbytes), dtype=dtype).astype(np.int64)
 
 
-def _check_d2t(head: HeadInfo, refs: dict[str, tuple[str, tuple[int, ...]]]) -> None:
+def _check_d2t(head: HeadInfo) -> None:
     import numpy as np
 
     offsets = load_d2t(head)

@@ -236,7 +236,9 @@ def aux_layers(num_layers: int) -> list[int]:
     if num_layers < 7:
         raise InvalidCheckpointConfig(f"an EAGLE-3 target needs at least 7 layers, this one has {num_layers}",
                                       "llmexport reads the inputs of layers 2, N//2 and N-3, which coincide below 7")
-    return sorted({2, num_layers // 2, num_layers - 3})
+    from .head import aux_layers as layers
+
+    return list(layers(num_layers))
 
 
 def aux_hidden_states(target: Any, ids: Sequence[int] | Tensor) -> Tensor:

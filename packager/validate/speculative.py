@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..bundle import EAGLE_FILES, TARGET_EAGLE, BundleKind
+from ..engine import EngineRequirement, parse_version
 from .findings import Collector
 from .graph import GraphFacts
 
@@ -62,8 +63,12 @@ def check(bundle: Path, kind: BundleKind, docs: dict[str, Any], facts: GraphFact
         _check_eagle(bundle, config, facts, inputs, outputs, dump is not None, usable, out)
 
 
-def min_engine(mode: str | None) -> str | None:
-    return MIN_ENGINE.get(mode) if isinstance(mode, str) else None
+def mode_requirement(mode: Any) -> tuple[EngineRequirement, ...]:
+    """The engine a speculative_type needs (none for plain decoding or a value MNN does not know)."""
+    if not isinstance(mode, str) or mode not in MIN_ENGINE:
+        return ()
+    return (EngineRequirement(parse_version(MIN_ENGINE[mode]),
+                              (f"speculative_type {mode} first runs in MNN {MIN_ENGINE[mode]}",)),)
 
 
 def _check_embeddings(bundle: Path, config: dict[str, Any], llm: dict[str, Any], out: Collector) -> None:
