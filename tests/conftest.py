@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from packager.convert.pipeline import ConvertRequest, ConvertResult, convert
-from tests.models import build_lora, build_qwen3
+from tests.models import build_eagle_head, build_lora, build_qwen3
 
 # Nothing in the tests may reach a host other than 127.0.0.1 (the same guard is injected into the
 # processes the hub tests start), nothing may reach a hub, and no real token may travel.
@@ -51,6 +51,24 @@ def lora_adapter(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory
 def _convert(tmp_path_factory: pytest.TempPathFactory, name: str, checkpoint: Path, **options: object) -> ConvertResult:
     out = tmp_path_factory.mktemp(name) / "bundle"
     return convert(ConvertRequest(checkpoint=checkpoint, out=out, **options))  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="session")
+def target8(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An untied 8-layer tiny Qwen3: deep enough for an EAGLE-3 head (layers 2, 4, 5)."""
+    return build_qwen3(tmp_path_factory.mktemp("target8") / "qwen3-8l", layers=8, seed=11, tie=False)
+
+
+@pytest.fixture(scope="session")
+def head(target8: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A random EAGLE-3 head for target8 (SpecForge layout, draft vocabulary 2048)."""
+    return build_eagle_head(target8, tmp_path_factory.mktemp("head") / "head", seed=12, draft_vocab=2048)
+
+
+@pytest.fixture(scope="session")
+def eagle_bundle(target8: Path, head: Path, tmp_path_factory: pytest.TempPathFactory) -> ConvertResult:
+    """target8 with its head: a target+eagle bundle (tests copy it before changing anything)."""
+    return _convert(tmp_path_factory, "eagle", target8, eagle=head)
 
 
 @pytest.fixture(scope="session")

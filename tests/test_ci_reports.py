@@ -130,7 +130,8 @@ def test_json_format_keeps_the_old_keys_and_adds_paths(bundle: Path) -> None:
     first = next(f for f in old["findings"] if f["file"] == "config_cpu.json")
     assert first["pointer"] == "/thread_num" and first["path"] == f"{bundle}/config_cpu.json"
     assert old["checked"] == [{"kind": "bundle", "path": str(bundle), "ok": False, "errors": 3, "warnings": 0,
-                               "files": old["checked"][0]["files"]}] and len(old["checked"][0]["files"]) == 10
+                               "files": old["checked"][0]["files"], "bundle_kind": "draft"}]
+    assert len(old["checked"][0]["files"]) == 10
 
 
 def test_json_and_another_format_is_a_usage_error(bundle: Path) -> None:

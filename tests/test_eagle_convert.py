@@ -20,22 +20,7 @@ from packager.convert.pipeline import ConvertRequest, convert
 from packager.eagle.head import aux_layers, inspect_head
 from packager.validate import validate
 from tests.conftest import run_cli
-from tests.models import build_eagle_head, build_qwen3
-
-
-@pytest.fixture(scope="module")
-def target8(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_qwen3(tmp_path_factory.mktemp("target8") / "qwen3-8l", layers=8, seed=11, tie=False)
-
-
-@pytest.fixture(scope="module")
-def head(target8: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_eagle_head(target8, tmp_path_factory.mktemp("head") / "head", seed=12, draft_vocab=2048)
-
-
-@pytest.fixture(scope="module")
-def eagle_bundle(target8: Path, head: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
-    return convert(ConvertRequest(checkpoint=target8, out=tmp_path_factory.mktemp("eagle") / "bundle", eagle=head))
+from tests.models import build_qwen3
 
 
 def _copy_head(head: Path, dst: Path) -> Path:

@@ -87,7 +87,7 @@ def test_try_repo_fails_a_broken_bundle_and_spec_naming_each(hook_repo: Path, pu
     assert result.returncode == 1, result.stdout + result.stderr
     out = result.stdout
     assert "ERROR   config_cpu.json /thread_num: '2' is not of type 'integer'" in out
-    assert "dist/broken: FAILED (3 errors" in out and "dist/good: ok (0 errors, 0 warnings)" in out
+    assert "dist/broken: FAILED (3 errors" in out and "dist/good: ok (0 errors, 0 warnings; a draft bundle)" in out
     assert "ERROR   old/release.toml:9:1: release.license: still the placeholder" in out
     assert "release.toml: ok (0 errors" in out
     assert "Traceback" not in out + result.stderr

@@ -127,7 +127,7 @@ def emit_report(report: Any, fmt: str) -> None:
 
 
 # The commands register themselves on `cli` when their modules are imported.
-from . import build, cache, ci, engines, prove, publish, sweep, trust  # noqa: E402,F401
+from . import build, cache, ci, engines, prove, publish, speculate, sweep, trust  # noqa: E402,F401
 
 
 def main() -> None:

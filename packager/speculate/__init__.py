@@ -1,0 +1,118 @@
+"""packager speculate: a bundle's speculative mode run by MNN's own generation strategy against its plain
+decoding, on the same chat prompts, greedy: are the tokens the same, how many does a step accept, how much
+faster does it decode."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Literal
+
+from ..errors import InvalidOption, PackagerError, shorten
+from ..pair import workload
+from ..pair.compat import facts
+from ..pair.costs import host
+from .child import run
+from .summary import Report, summarize
+
+Mode = Literal["eagle", "lookahead"]
+MODES = ("eagle", "lookahead")
+_VALIDATE = "run packager validate on the bundle"
+
+
+class SpeculationUnavailable(PackagerError):
+    """The bundle cannot run the speculative mode asked for in upstream MNN."""
+
+    exit_code = 82
+    hint = "convert with --eagle HEAD or --lookahead, or pass --mode lookahead (it needs no weights)"
+
+
+class SpeculationNotLossless(PackagerError):
+    """MNN's speculative generation emitted other tokens than its plain decoding, beyond near-ties."""
+
+    exit_code = 83
+    hint = "the head or the bundle computes something else than the target; do not ship it"
+
+
+@dataclass(frozen=True)
+class Request:
+    bundle: Path
+    mode: Mode | None = None  # None: the bundle's own speculative_type
+    prompts: tuple[str, ...] | None = None  # user turns; None: the built-in 54 conversations
+    max_new_tokens: int = 64
+    repeats: int = 3
+    threads: int | None = None  # None: the bundle's thread_num, at most the cores this process may use
+    tie_tolerance: float = 0.05  # logits this close at a divergence are a near-tie, not a loss
+
+
+def speculate(request: Request, progress: Callable[[str], None] = lambda _: None) -> Report:
+    config = _config(request.bundle)
+    mode = _mode(request, config)
+    if request.max_new_tokens < 8 or request.repeats < 1 or (request.threads or 1) < 1:
+        raise InvalidOption("--tokens must be at least 8, --repeats and --threads at least 1")
+    info = facts(request.bundle)
+    prompts = workload.from_texts(request.prompts) if request.prompts else workload.builtin()
+    texts = [workload.render(info.chat_template, prompt) for prompt in prompts]
+    cores = len(os.sched_getaffinity(0))
+    threads = request.threads or min(_int(config.get("thread_num")) or cores, cores)
+    job = {"bundle": str(request.bundle), "mode": mode, "prompts": texts, "max_new_tokens": request.max_new_tokens,
+           "repeats": request.repeats, "stops": sorted(info.stop), **_overrides(mode, config, threads)}
+    raw = run(job, progress)
+    return summarize(raw, mode, request, host(threads), job)
+
+
+def refuse_if_lossy(report: Report) -> None:
+    """SpeculationNotLossless (exit 83) naming the first prompt whose tokens differ beyond a near-tie."""
+    if report.mismatches:
+        first = report.mismatches[0]
+        raise SpeculationNotLossless(
+            f"{report.mode} emitted other tokens than plain decoding on {len(report.mismatches)} of {report.prompts} "
+            f"prompts (first: prompt {first.index + 1} at token {first.position}, logits {first.gap:.3f} apart)")
+
+
+def _config(bundle: Path) -> dict[str, Any]:
+    path = bundle / "config.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as exc:
+        raise SpeculationUnavailable(f"cannot read {shorten(str(path), 120)} ({shorten(str(exc), 80)})",
+                                     _VALIDATE) from None
+    if not isinstance(data, dict):
+        raise SpeculationUnavailable(f"{shorten(str(path), 120)} is not a JSON object", _VALIDATE)
+    return data
+
+
+def _mode(request: Request, config: dict[str, Any]) -> Mode:
+    own = config.get("speculative_type") or ""
+    mode = request.mode or own
+    if mode not in MODES:
+        said = f"is configured for speculative_type {own!r}" if own else "is configured for no speculative mode"
+        raise SpeculationUnavailable(f"{shorten(str(request.bundle), 120)} {said}; packager speculate runs "
+                                     f"{' and '.join(MODES)} (upstream MNN ignores draftmodel)")
+    if mode == "eagle":
+        missing = [config.get(key, default) for key, default in _EAGLE.items()
+                   if not (request.bundle / str(config.get(key, default))).is_file()]
+        if own != "eagle" or missing or config.get("hidden_states") is not True:
+            raise SpeculationUnavailable(f"{shorten(str(request.bundle), 120)} holds no EAGLE-3 head MNN can run "
+                                         f"({', '.join(map(str, missing)) + ' missing' if missing else 'not configured'})",
+                                         "convert the target with --eagle HEAD, then run packager validate")
+    return mode  # type: ignore[return-value]
+
+
+_EAGLE = {"eagle_model": "eagle.mnn", "eagle_fc": "eagle_fc.mnn", "eagle_d2t": "eagle_d2t.mnn"}
+
+
+def _overrides(mode: str, config: dict[str, Any], threads: int) -> dict[str, Any]:
+    """The two engines' settings: the bundle's own, greedy, the same threads; plain decoding without the
+    speculative mode (and without the hidden-state output only EAGLE reads)."""
+    common = {"sampler_type": "greedy", "thread_num": threads, "reuse_kv": False}
+    speculative = {**common, "speculative_type": mode, **({"hidden_states": False} if mode != "eagle" else {})}
+    return {"plain": {**common, "speculative_type": "", "hidden_states": False}, "speculative": speculative,
+            "depth": _int(config.get("eagle_depth")) or 3,
+            "longest": (_int(config.get("draft_predict_length")) or 3) + 1}
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None

@@ -1,0 +1,80 @@
+"""packager speculate runs MNN's own generation strategies (eagle, lookahead) against plain decoding in the real
+engine: the tokens are the plain greedy ones (up to near-ties), the steps come from the engine's own record, and a
+bundle that cannot run the mode is one line before any work. Random weights: no figure about acceptance or speed
+is asserted here (tests/test_trained_eagle.py has the trained head; bench/ the speed)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from packager.convert.pipeline import ConvertResult
+from packager.speculate import Request, speculate
+from tests.conftest import run_cli
+
+PROMPTS = ("What is Python?", "Write a haiku about rain.", "List three colors.")
+
+
+@pytest.fixture(scope="module")
+def prompts_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("prompts") / "prompts.txt"
+    path.write_text("\n".join(PROMPTS) + "\n", encoding="utf-8")
+    return path
+
+
+def test_eagle_in_mnn_emits_the_plain_greedy_tokens_and_its_steps_are_read(eagle_bundle: ConvertResult) -> None:
+    report = speculate(Request(bundle=eagle_bundle.out, prompts=PROMPTS, max_new_tokens=16, repeats=1, threads=2))
+    assert report.mode == "eagle" and report.prompts == 3 and not report.mismatches, report.per_prompt
+    assert all(p.verdict in ("identical", "near-tie") and p.compared > 0 for p in report.per_prompt)
+    # every step accepts the bonus token and at most eagle_depth drafted ones (depth 3)
+    assert report.steps_counted == 3 and all(p.steps and 1 <= p.tokens / p.steps[1] <= 4 for p in report.per_prompt)
+    assert report.accepted_per_step is not None and 1.0 <= report.accepted_per_step.low
+    assert report.plain_tokens_per_second.median > 0 and report.speculative_tokens_per_second.median > 0
+    assert report.engine == "MNN 3.6.1" and report.measured_on.startswith("this CPU (")
+
+
+def test_lookahead_runs_on_a_bundle_not_configured_for_it_and_json_says_so(bundle4: ConvertResult,
+                                                                        prompts_file: Path) -> None:
+    done = run_cli("speculate", str(bundle4.out), "--mode", "lookahead", "--prompts", str(prompts_file),
+                   "--tokens", "16", "--repeats", "1", "--threads", "2", "--json", "--quiet")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["mode"] == "lookahead" and report["lossless"] is True and report["prompts"] == 3
+    assert len(report["per_prompt"]) == 3 and report["speedup"]["median"] > 0
+    assert done.stderr == ""
+
+
+def test_a_bundle_without_a_speculative_mode_is_refused_before_any_work(bundle4: ConvertResult) -> None:
+    done = run_cli("speculate", str(bundle4.out))
+    assert done.returncode == 82 and "is configured for no speculative mode" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+    eagle = run_cli("speculate", str(bundle4.out), "--mode", "eagle")
+    assert eagle.returncode == 82 and "holds no EAGLE-3 head" in eagle.stderr
+
+
+@pytest.mark.parametrize("damage", ["config", "missing_fc"])
+def test_a_damaged_eagle_bundle_is_one_line_not_an_engine_crash(eagle_bundle: ConvertResult, tmp_path: Path,
+                                                                  damage: str) -> None:
+    broken = tmp_path / "broken"
+    shutil.copytree(eagle_bundle.out, broken)
+    if damage == "config":
+        (broken / "config.json").write_text("{ not json", encoding="utf-8")
+    else:
+        (broken / "eagle_fc.mnn").unlink()
+    done = run_cli("speculate", str(broken), "--quiet")
+    assert done.returncode == 82, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+
+
+def test_an_engine_that_crashes_on_a_damaged_graph_is_one_line(eagle_bundle: ConvertResult, tmp_path: Path,
+                                                                prompts_file: Path) -> None:
+    broken = tmp_path / "broken"
+    shutil.copytree(eagle_bundle.out, broken)
+    (broken / "eagle.mnn").write_bytes((eagle_bundle.out / "eagle.mnn").read_bytes()[:1000])
+    done = run_cli("speculate", str(broken), "--prompts", str(prompts_file), "--tokens", "8", "--repeats", "1",
+                   "--quiet")
+    assert done.returncode == 27 and "MNN's generation failed" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
