@@ -78,3 +78,16 @@ def test_an_engine_that_crashes_on_a_damaged_graph_is_one_line(eagle_bundle: Con
                    "--quiet")
     assert done.returncode == 27 and "MNN's generation failed" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+
+
+def test_a_graph_without_logits_index_dims_is_refused_since_mnn_would_decode_plainly(bundle4: ConvertResult,
+                                                                                     tmp_path: Path) -> None:
+    bundle = tmp_path / "bundle"
+    shutil.copytree(bundle4.out, bundle)
+    dump = json.loads((bundle / "llm.mnn.json").read_text())
+    for op in dump["oplists"]:
+        if op.get("type") == "Input" and op.get("name") == "logits_index":
+            op["main"]["dims"] = []
+    (bundle / "llm.mnn.json").write_text(json.dumps(dump))
+    done = run_cli("speculate", str(bundle), "--mode", "lookahead")
+    assert done.returncode == 82 and "no logits_index input with dims" in done.stderr

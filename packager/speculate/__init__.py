@@ -98,7 +98,26 @@ def _mode(request: Request, config: dict[str, Any]) -> Mode:
             raise SpeculationUnavailable(f"{shorten(str(request.bundle), 120)} holds no EAGLE-3 head MNN can run "
                                          f"({', '.join(map(str, missing)) + ' missing' if missing else 'not configured'})",
                                          "convert the target with --eagle HEAD, then run packager validate")
+    if not _can_speculate(request.bundle):
+        raise SpeculationUnavailable(f"{shorten(str(request.bundle), 120)}'s graph has no logits_index input with "
+                                     f"dims, so MNN would decode plainly under any speculative mode",
+                                     "re-export with llmexport 0.0.5+ or packager convert")
     return mode  # type: ignore[return-value]
+
+
+def _can_speculate(bundle: Path) -> bool:
+    """MNN's canSpecDecode, from llm.mnn.json where the bundle has it (an app's folder may not: then MNN is
+    trusted, and a mode that never drafts shows as one token a step)."""
+    from ..validate.speculative import graph_io
+
+    dump = bundle / "llm.mnn.json"
+    if not dump.is_file():
+        return True
+    try:
+        inputs, _ = graph_io(json.loads(dump.read_text(encoding="utf-8")))
+    except (OSError, ValueError, RecursionError):
+        return True  # validate reports a damaged dump; the engine reads llm.mnn
+    return bool(inputs.get("logits_index"))
 
 
 _EAGLE = {"eagle_model": "eagle.mnn", "eagle_fc": "eagle_fc.mnn", "eagle_d2t": "eagle_d2t.mnn"}
