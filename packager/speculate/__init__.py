@@ -60,7 +60,7 @@ def speculate(request: Request, progress: Callable[[str], None] = lambda _: None
     job = {"bundle": str(request.bundle), "mode": mode, "prompts": texts, "max_new_tokens": request.max_new_tokens,
            "repeats": request.repeats, "stops": sorted(info.stop), **_overrides(mode, config, threads)}
     raw = run(job, progress)
-    return summarize(raw, mode, request, host(threads), job)
+    return summarize(raw, mode, request, host(threads), job, _digests(request.bundle))
 
 
 def refuse_if_lossy(report: Report) -> None:
@@ -70,6 +70,15 @@ def refuse_if_lossy(report: Report) -> None:
         raise SpeculationNotLossless(
             f"{report.mode} emitted other tokens than plain decoding on {len(report.mismatches)} of {report.prompts} "
             f"prompts (first: prompt {first.index + 1} at token {first.position}, logits {first.gap:.3f} apart)")
+
+
+def _digests(bundle: Path) -> dict[str, str]:
+    """xxh3-128 of the files an app downloads to run the bundle (its kind's, plus a lookup corpus)."""
+    from ..bundle import kind_of
+    from ..hashing import xxh3_128_file
+
+    names = [name for name in kind_of(bundle).app_set(bundle) if (bundle / name).is_file()]
+    return {name: xxh3_128_file(bundle / name) for name in sorted(names)}
 
 
 def _config(bundle: Path) -> dict[str, Any]:

@@ -47,6 +47,7 @@ class Report:
     speedup: Spread  # per repeat: speculative over plain tokens/s
     tie_tolerance: float
     notes: tuple[str, ...]
+    files_xxh3_128: dict[str, str]  # the files the engine read, so a card can tell the report is this bundle's
 
     @property
     def mismatches(self) -> tuple[PromptResult, ...]:
@@ -59,7 +60,8 @@ class Report:
         return data
 
 
-def summarize(raw: dict[str, Any], mode: str, request: Any, where: str, job: dict[str, Any]) -> Report:
+def summarize(raw: dict[str, Any], mode: str, request: Any, where: str, job: dict[str, Any],
+              files: dict[str, str] | None = None) -> Report:
     prompts = raw["prompts"]
     per_prompt = tuple(_prompt(i, p, request.tie_tolerance) for i, p in enumerate(prompts))
     counted = [p for p in per_prompt if p.steps is not None]
@@ -83,7 +85,7 @@ def summarize(raw: dict[str, Any], mode: str, request: Any, where: str, job: dic
                   steps_counted=len(counted), plain_tokens_per_second=_spread(plain),
                   speculative_tokens_per_second=_spread(spec),
                   speedup=_spread([s / p for s, p in zip(spec, plain)]), tie_tolerance=request.tie_tolerance,
-                  notes=tuple(notes))
+                  notes=tuple(notes), files_xxh3_128=dict(files or {}))
 
 
 def _prompt(index: int, raw: dict[str, Any], tolerance: float) -> PromptResult:
