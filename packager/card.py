@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from . import mnnfolder, resources
-from .bundle import DRAFT, BundleKind, kind_of
+from .bundle import DRAFT, LOOKUP, BundleKind, kind_of
 from .convert.checkpoint import read_json
 from .engine import EngineRequirement, format_version, parse_version
 from .errors import PackagerError
@@ -110,6 +110,8 @@ def render(bundle: Path, spec: ReleaseSpec, template: Path | None = None,
     bits, block = tie.bits, tie.block
     runtime = _json(bundle, "runtime_config.json")
     meta = metadata(spec, bits)
+    lookahead = _lookahead(bundle, _json(bundle, "config.json"))
+    meta["tags"] += ["lookahead"] if lookahead else []
     index = model_index(spec.need("release").repo_id, measurements or {},
                         runtime.get("recommended", {}).get("draft_predict_length"))
     if index is not None:
@@ -125,7 +127,7 @@ def render(bundle: Path, spec: ReleaseSpec, template: Path | None = None,
         "draft_config": _json(bundle, "config_cpu.json"), "opencl_config": _json(bundle, "config_opencl.json"),
         "recommended": runtime.get("recommended", {}), "engine": _engine(runtime),
         "format_version": format_version, "llm_config": llm_config,
-        "measurements": measurements or {},
+        "measurements": measurements or {}, "lookahead": lookahead,
         "quant_sweep": _sweep(spec, (measurements or {}).get("quant_recipe")),
         "front_matter": _front_matter(meta),
     }
@@ -167,14 +169,26 @@ def _render_target(bundle: Path, spec: ReleaseSpec, kind: BundleKind, template: 
     engine = combine(graph_requirement(bundle / "llm.mnn.json"), *mode_requirement(mode))
     meta = metadata(spec, bits)
     meta["tags"] = [t for t in meta["tags"] if t != "draft-model"] + (["eagle3"] if mode == "eagle" else [])
+    meta["tags"] += ["lookahead"] if mode == "lookahead" else []
     source = template.read_text(encoding="utf-8") if template else resources.template(TARGET_TEMPLATE)
     context = {"release": spec.need("release"), "model": spec.need("model"), "card": spec.need("card"),
                "kind": kind.name, "eagle": mode == "eagle", "head": measurements.get("eagle_head"),
                "untied": "tie_embeddings" not in _json(bundle, "llm_config.json"), "files": files,
                "total_size": sum(f.size for f in files), "file_count": len(files), "bits": bits, "block": block,
                "engine": engine, "config": config, "config_text": (bundle / "config.json").read_text("utf-8").strip(),
-               "measurements": measurements, "front_matter": _front_matter(meta)}
+               "measurements": measurements, "lookahead": _lookahead(bundle, config),
+               "front_matter": _front_matter(meta)}
     return _finish(source, context, meta)
+
+
+def _lookahead(bundle: Path, config: dict[str, Any]) -> dict[str, Any] | None:
+    """What the card says of lookahead: the draft length, and the corpus the bundle carries (name, size)."""
+    if config.get("speculative_type") != "lookahead":
+        return None
+    path = bundle / LOOKUP
+    carried = config.get("lookup_file", LOOKUP) == LOOKUP and path.is_file()
+    return {"length": config.get("draft_predict_length", 3),
+            "corpus": {"name": LOOKUP, "size": path.stat().st_size} if carried else None}
 
 
 def _sweep(spec: ReleaseSpec, recipe: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -197,3 +197,18 @@ class PickleHeadRefused(PackagerError):
 class EagleHeadUnfaithful(PackagerError):
     exit_code = 58
     hint = "the exported head does not compute what the checkpoint computes; nothing was written (report this with --debug)"
+
+
+# Lookahead corpora (convert --lookahead CORPUS): each refusal happens before any conversion work.
+class CorpusUnusable(PackagerError):
+    """The corpus is not a regular file packager may read: missing, a folder, a device or pipe, inside --out."""
+
+    exit_code = 80
+    hint = "pass a regular text file outside --out, or --lookahead alone to draft from the prompt's own n-grams"
+
+
+class CorpusNotText(PackagerError):
+    """The corpus is not what MNN can use: empty, not UTF-8 text, NUL bytes, or too large."""
+
+    exit_code = 81
+    hint = "pass UTF-8 text of at most 8 MiB: the text your users' prompts and answers repeat"

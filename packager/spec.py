@@ -28,6 +28,7 @@ class ConvertSettings:
     quant_sweep: Path | None = None  # the sweep's --json, shown on the card as the reason for the recipe
     kind: str | None = None  # draft | target | target+eagle
     eagle: Path | None = None  # an EAGLE-3 head folder, exported with the target
+    lookahead: bool | Path | None = None  # true: MNN's lookahead over the prompt; a path: with that corpus
 
 
 @dataclass(frozen=True)
@@ -205,6 +206,10 @@ def _relative(base: Path | None, value: str | None) -> Path | None:
     return (base.parent / value) if base is not None else Path(value)
 
 
+def _lookahead(base: Path | None, value: bool | str | None) -> bool | Path | None:
+    return _relative(base, value) if isinstance(value, str) else value
+
+
 def _card(data: dict[str, Any] | None, path: Path | None) -> CardText | None:
     if data is None:
         return None
@@ -227,7 +232,8 @@ def from_dict(data: dict[str, Any], path: Path | None = None) -> ReleaseSpec:
                                 algorithm=convert.get("algorithm"), lm_bits=convert.get("lm_bits"),
                                 lm_block=convert.get("lm_block"),
                                 quant_sweep=_relative(path, convert.get("quant_sweep")),
-                                kind=convert.get("kind"), eagle=_relative(path, convert.get("eagle"))),
+                                kind=convert.get("kind"), eagle=_relative(path, convert.get("eagle")),
+                                lookahead=_lookahead(path, convert.get("lookahead"))),
         runtime=RuntimeOverrides(main=runtime.get("main", {}), draft=runtime.get("draft", {}),
                                  opencl=runtime.get("opencl", {}),
                                  compatible_targets=runtime.get("compatible_targets"),

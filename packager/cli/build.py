@@ -10,6 +10,9 @@ import click
 from ..errors import CHECKSUM_MISMATCH, VALIDATION_FAILED
 from . import StderrProgress, _emit, _path, chosen_format, cli, emit_report, format_option
 
+NO_CORPUS = "\0"  # what --lookahead gives without a value (no path can hold a NUL byte)
+
+
 @cli.command()
 @click.argument("checkpoint", type=_path(), required=False)
 @click.option("--out", "out", required=True, type=_path(), help="Bundle folder to create.")
@@ -45,12 +48,19 @@ from . import StderrProgress, _emit, _path, chosen_format, cli, emit_report, for
                    "in MNN with speculative_type eagle.")
 @click.option("--allow-pickle-head", is_flag=True,
               help="Let an EAGLE head stored as pytorch_model.bin (a pickle) be read (weights only).")
+@click.option("--lookahead", "lookahead", is_flag=False, flag_value=NO_CORPUS, default=None, metavar="[CORPUS]",
+              help="Configure the bundle (any kind but target+eagle) for MNN's lookahead, which drafts tokens from "
+                   "n-grams of the prompt and, given CORPUS, of that UTF-8 text (at most 8 MiB; shipped as "
+                   "lookup_file.txt). Write --lookahead=CORPUS, or put it after CHECKPOINT.")
+@click.option("--lookahead-length", type=click.IntRange(1, 16), default=None, metavar="N",
+              help="Tokens lookahead drafts per step (draft_predict_length).  [default: 3]")
 @click.option("--quiet", is_flag=True, help="No progress on stderr.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def convert(checkpoint: Path, out: Path, lora: Path | None, spec_path: Path | None, quant_bits: int | None,
             quant_block: int | None, symmetric: bool | None, algorithm: str | None, lm_bits: int | None,
             lm_block: int | None, force: bool, reference: bool, engine: str | None, kind: str | None,
-            eagle: Path | None, allow_pickle_head: bool, quiet: bool, as_json: bool) -> None:
+            eagle: Path | None, allow_pickle_head: bool, lookahead: str | None, lookahead_length: int | None,
+            quiet: bool, as_json: bool) -> None:
     """Convert a Qwen3 checkpoint (optionally + LoRA) into an MNN bundle: the ten-file draft bundle, a target
     bundle, or a target with its EAGLE-3 head.
 
@@ -65,6 +75,8 @@ def convert(checkpoint: Path, out: Path, lora: Path | None, spec_path: Path | No
     Example: packager convert --spec release.toml --out dist/bundle --force
 
     Example: packager convert ./qwen3-8b --eagle ./qwen3-8b-eagle3 --out ./bundle-eagle
+
+    Example: packager convert ./qwen3-8b --kind target --lookahead=corpus.txt --out ./bundle-lookahead
     """
     from .. import spec as spec_module
     from ..convert.pipeline import ConvertRequest
@@ -72,6 +84,9 @@ def convert(checkpoint: Path, out: Path, lora: Path | None, spec_path: Path | No
 
     spec = spec_module.load(spec_path) if spec_path else None
     if checkpoint is None:
+        if lookahead is not None and lookahead != NO_CORPUS and Path(lookahead).is_dir():
+            raise click.UsageError(f"--lookahead took {lookahead} as its corpus: write --lookahead=CORPUS, or put "
+                                   "--lookahead after CHECKPOINT")
         if spec is None or spec.convert.source is None:
             raise click.UsageError("give CHECKPOINT, or --spec with a [convert] source")
         checkpoint, lora = spec.convert.source, lora or spec.convert.lora
@@ -79,7 +94,8 @@ def convert(checkpoint: Path, out: Path, lora: Path | None, spec_path: Path | No
                                         quant_bits=quant_bits, quant_block=quant_block, force=force,
                                         reference=reference, engine=engine, symmetric=symmetric,
                                         algorithm=algorithm, lm_bits=lm_bits, lm_block=lm_block, kind=kind,
-                                        eagle=eagle, allow_pickle_head=allow_pickle_head),
+                                        eagle=eagle, allow_pickle_head=allow_pickle_head,
+                                        lookahead=_lookahead(lookahead), lookahead_length=lookahead_length),
                          progress=StderrProgress(quiet))
     summary = {
         "bundle": str(result.out), "kind": result.kind.name, "files": result.sizes, "xxh3_128": result.digests,
@@ -101,9 +117,16 @@ def convert(checkpoint: Path, out: Path, lora: Path | None, spec_path: Path | No
                             "logprob_error": round(f.logprob_error, 5), "top1_agreement": round(f.top1_agreement, 4),
                             "state_error_at_theta_10000": None if f.other_theta_error is None
                             else round(f.other_theta_error, 5)}
+    if result.lookahead is not None:
+        summary["lookahead"] = result.lookahead.record()
     for warning in result.warnings:
         click.echo(f"packager: warning: {warning}", err=True)
     _emit(summary, as_json, _convert_text)
+
+
+def _lookahead(value: str | None) -> bool | Path | None:
+    """--lookahead alone is True (no corpus), --lookahead CORPUS that path, no flag None (the spec decides)."""
+    return None if value is None else True if value == NO_CORPUS else Path(value)
 
 
 def _convert_text(s: dict[str, Any]) -> str:
@@ -123,6 +146,11 @@ def _convert_text(s: dict[str, Any]) -> str:
         lines.insert(1, f"EAGLE-3 head: rope theta {e['rope_theta']:g}, draft vocabulary {e['draft_vocab_size']}, "
                         f"target layers {e['aux_layers']}; exported head matches the checkpoint's within "
                         f"{e['state_error']:.2%} over {e['checked_positions']} positions{other}")
+    if "lookahead" in s:
+        la, corpus = s["lookahead"]["settings"], s["lookahead"]["corpus"]
+        lines.insert(1, f"lookahead: draft length {la['draft_predict_length']}, n-grams up to "
+                        f"{la['ngram_match_maxlen']} tokens; " + (f"corpus {corpus['file']} ({corpus['bytes']} bytes)"
+                        if corpus else "no corpus (the prompt's own n-grams)"))
     lines += [f"warning: the sandbox blocked {item}" for item in s["sandbox_blocked"]]
     return "\n".join(lines)
 

@@ -12,11 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from .. import resources
-from ..bundle import DRAFT, EAGLE_FILES, EMBEDDINGS, KINDS, TARGET, TARGET_EAGLE, BundleKind
+from ..bundle import DRAFT, EAGLE_FILES, EMBEDDINGS, KINDS, LOOKUP, TARGET, TARGET_EAGLE, BundleKind
 from ..engine import DEFAULT_TARGET, EngineRequirement, EngineTarget, UnservedEngine, combine, format_version, \
     graph_requirement, target
 from ..errors import ConversionFailed, InvalidOption, SpecError, shorten
 from ..hashing import xxh3_128_file
+from ..lookahead import Lookahead, read_corpus, settings as lookahead_settings
 from ..spec import ReleaseSpec
 from ..staging import Protected, StagedDir, check_target
 from . import presets, provenance, recipe as recipes, stream
@@ -54,6 +55,8 @@ class ConvertRequest:
     kind: str | None = None  # "draft" (the default), "target" or "target+eagle" (implied by `eagle`)
     eagle: Path | None = None  # an EAGLE-3 head (SpecForge layout) exported with the target
     allow_pickle_head: bool = False  # let a pytorch_model.bin head be loaded (a pickle)
+    lookahead: bool | Path | None = None  # True: MNN's lookahead; a path: with that corpus (None: the spec's)
+    lookahead_length: int | None = None  # lookahead's draft_predict_length (None: the spec's, else MNN's 3)
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,7 @@ class ConvertResult:
     kind: BundleKind = DRAFT
     head: HeadInfo | None = None
     faithfulness: faithful.Faithfulness | None = None  # the exported head against the checkpoint's
+    lookahead: Lookahead | None = None
 
 
 def eagle_head(request: ConvertRequest) -> Path | None:
@@ -98,6 +102,27 @@ def bundle_kind(request: ConvertRequest) -> BundleKind:
     if name not in KINDS:
         raise InvalidOption(f"unknown bundle kind {shorten(repr(name))}", f"use one of {', '.join(KINDS)}")
     return KINDS[name]
+
+
+def lookahead_plan(request: ConvertRequest, kind: BundleKind) -> Lookahead | None:
+    """--lookahead, else the spec's [convert] lookahead: MNN's settings and the corpus, checked before any work."""
+    settings = request.spec.convert if request.spec else None
+    asked = request.lookahead if request.lookahead is not None else (settings.lookahead if settings else None)
+    if not asked:
+        if request.lookahead_length is not None:
+            raise InvalidOption("--lookahead-length sets the draft length of lookahead", "add --lookahead")
+        return None
+    if kind is TARGET_EAGLE:
+        raise InvalidOption("a bundle has one speculative_type: lookahead cannot go with an EAGLE-3 head",
+                            "drop --lookahead or --eagle (convert twice for two bundles)")
+    spec = request.spec
+    main = spec.runtime.main if spec is not None else {}
+    if spec is not None and main.get("speculative_type", "lookahead") != "lookahead":
+        raise SpecError(f"{spec.path or 'the release spec'}: runtime.main.speculative_type is "
+                        f"{shorten(repr(main['speculative_type']))}, but lookahead was asked for",
+                        "drop one of them: a bundle has one speculative_type")
+    corpus = read_corpus(asked, request.out) if isinstance(asked, Path) else None
+    return Lookahead(corpus, lookahead_settings(main, request.lookahead_length))
 
 
 def provenance_path(out: Path) -> Path:
@@ -146,6 +171,7 @@ def convert(request: ConvertRequest, progress: Progress = lambda _: None,
             runner: Runner = run_worker) -> ConvertResult:
     """Inspect, export through the fenced worker, assemble, check, and move the bundle into place."""
     kind = bundle_kind(request)
+    mode = lookahead_plan(request, kind)
     info = inspect_checkpoint(request.checkpoint, allow_untied=kind is not DRAFT)
     adapter: AdapterInfo | None = inspect_adapter(request.adapter, info) if request.adapter else None
     head_path = eagle_head(request)
@@ -165,7 +191,7 @@ def convert(request: ConvertRequest, progress: Progress = lambda _: None,
         worker, path = _export(request, info, adapter, recipe, stage.subdir("work"), corpus, runner, progress,
                                goal, kind, head)
         return _finish(request, info, adapter, recipe, goal, worker, path, stage, corpus, reference.result(),
-                       progress, inputs.result(), kind, head)
+                       progress, inputs.result(), kind, head, mode)
 
 
 def convert_many(requests: Sequence[ConvertRequest], progress: Progress = lambda _: None,
@@ -219,15 +245,16 @@ def _start_beside(beside: ThreadPoolExecutor, info: CheckpointInfo, adapter: Ada
 def _finish(request: ConvertRequest, info: CheckpointInfo, adapter: AdapterInfo | None, recipe: QuantRecipe,
             goal: EngineTarget, worker: WorkerResult, path: str, stage: StagedDir, corpus: tuple[str, ...],
             reference: list[list[int]], progress: Progress, inputs: provenance.InputDigests,
-            kind: BundleKind = DRAFT, head: HeadInfo | None = None) -> ConvertResult:
+            kind: BundleKind = DRAFT, head: HeadInfo | None = None, mode: Lookahead | None = None) -> ConvertResult:
     """Assemble the exported files into a bundle of its kind, check it, record provenance, move it into place."""
     warnings = tuple(w for w in [other_base_warning(adapter, info) if adapter else None] if w)
+    warnings += mode.warnings() if mode is not None else ()
     bits, block = recipe.bits, recipe.block
     out = request.out.absolute()
     progress("assembling the bundle")
     built = stage.subdir("bundle")
     engine, choice, graph_uuid, weight_digest = _assemble(worker, info, request, built, corpus, goal, reference,
-                                                          kind, head)
+                                                          kind, head, mode)
     checked = None
     if head is not None:
         progress("checking the exported EAGLE-3 head against the checkpoint's (MNN and torch, same inputs)")
@@ -241,7 +268,7 @@ def _finish(request: ConvertRequest, info: CheckpointInfo, adapter: AdapterInfo 
                               tokenizer=choice, digests=digests, versions=worker.versions,
                               graph_uuid=graph_uuid, blocked=worker.blocked, spec=request.spec, path=path,
                               target=goal, recipe=recipe, inputs=inputs, kind=kind.name,
-                              head=head, faithfulness=checked)
+                              head=head, faithfulness=checked, lookahead=mode.record() if mode else None)
     staged_record = stage.path / "provenance.json"  # type: ignore[operator]
     provenance.write(staged_record, record)
     stage.commit(built)
@@ -249,7 +276,7 @@ def _finish(request: ConvertRequest, info: CheckpointInfo, adapter: AdapterInfo 
     return ConvertResult(out=out, sizes=sizes, digests=digests, engine=engine, tokenizer=choice,
                          quant_bits=bits, quant_block=block, graph_uuid=graph_uuid,
                          provenance=provenance_path(out), blocked=worker.blocked, warnings=warnings, path=path,
-                         target=goal, recipe=recipe, kind=kind, head=head, faithfulness=checked)
+                         target=goal, recipe=recipe, kind=kind, head=head, faithfulness=checked, lookahead=mode)
 
 
 def _export(request: ConvertRequest, info: CheckpointInfo, adapter: AdapterInfo | None, recipe: QuantRecipe,
@@ -311,7 +338,8 @@ def _built_how(goal: EngineTarget) -> str:
 
 def _assemble(worker: WorkerResult, info: CheckpointInfo, request: ConvertRequest, built: Path,
               corpus: tuple[str, ...], goal: EngineTarget, reference: list[list[int]], kind: BundleKind = DRAFT,
-              head: HeadInfo | None = None) -> tuple[EngineRequirement, TokenizerChoice, str, str]:
+              head: HeadInfo | None = None, mode: Lookahead | None = None
+              ) -> tuple[EngineRequirement, TokenizerChoice, str, str]:
     """The kind's files in `built`; returns their engine, the tokenizer choice, the graph uuid, the weights' digest."""
     export = worker.export_dir
     moved = ["llm.mnn", "llm.mnn.json", "llm.mnn.weight", "llm_config.json",
@@ -338,8 +366,16 @@ def _assemble(worker: WorkerResult, info: CheckpointInfo, request: ConvertReques
     if not goal.default:
         engine = EngineRequirement(engine.version, (*engine.reasons, f"built for MNN {goal.text} and later "
                                                     f"(--engine {goal.requested}; {_built_how(goal)})"))
+    if mode is not None:
+        from ..validate.speculative import mode_requirement
+
+        engine = combine(engine, *mode_requirement("lookahead"))
+        if mode.corpus is not None:
+            (built / LOOKUP).write_bytes(mode.corpus.data)  # the bytes that were checked
+    keys = mode.keys() if mode is not None else None
     overrides = request.spec.runtime if request.spec else presets.RuntimeOverrides()
-    rendered = presets.render(overrides, engine) if kind is DRAFT else presets.render_target(overrides, head, untied=not info.tied)
+    rendered = presets.render(overrides, engine, keys) if kind is DRAFT else \
+        presets.render_target(overrides, head, untied=not info.tied, mode=keys)
     for name, data in rendered.items():
         (built / name).write_bytes(data)
     return engine, choice, graph_uuid, weight_digest

@@ -61,10 +61,11 @@ def _dump(data: dict[str, Any]) -> bytes:
 RENDERED = ("config.json", "config_cpu.json", "draft_config_cpu.json", "config_opencl.json", "runtime_config.json")
 
 
-def render(overrides: RuntimeOverrides, engine: EngineRequirement) -> dict[str, bytes]:
-    """The five config files as bytes, keyed by file name."""
+def render(overrides: RuntimeOverrides, engine: EngineRequirement,
+           mode: dict[str, Any] | None = None) -> dict[str, bytes]:
+    """The five config files as bytes, keyed by file name; `mode` (lookahead's keys) goes into config.json last."""
     draft = {**DRAFT, **overrides.draft}
-    main = {**PATHS, **draft, **overrides.main}
+    main = {**PATHS, **draft, **overrides.main, **(mode or {})}
     opencl = {**OPENCL, **overrides.opencl}
     runtime = {
         "_comment": "Recommended speculative-decoding settings for this draft (app-level; MNN does not read it)",
@@ -96,8 +97,9 @@ EAGLE: dict[str, Any] = {"speculative_type": "eagle", "hidden_states": True, "ea
                          "eagle_topk": 1, "draft_predict_length": 3}
 
 
-def render_target(overrides: RuntimeOverrides, head: Any = None, untied: bool = False) -> dict[str, bytes]:
-    """config.json of a target bundle (with the EAGLE keys when it carries a head)."""
+def render_target(overrides: RuntimeOverrides, head: Any = None, untied: bool = False,
+                  mode: dict[str, Any] | None = None) -> dict[str, bytes]:
+    """config.json of a target bundle (with the EAGLE keys when it carries a head, or lookahead's `mode` keys)."""
     main = {**PATHS, **TARGET, **({"embedding_file": "embeddings_bf16.bin"} if untied else {}),
-            **(EAGLE if head is not None else {}), **overrides.main}
+            **(EAGLE if head is not None else {}), **overrides.main, **(mode or {})}
     return {"config.json": _dump(main)}

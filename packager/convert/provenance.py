@@ -48,8 +48,10 @@ def build(*, info: CheckpointInfo, adapter: AdapterInfo | None, bits: int, block
           versions: dict[str, str], graph_uuid: str, blocked: tuple[str, ...],
           spec: ReleaseSpec | None, path: str = "reference", target: EngineTarget = DEFAULT_TARGET,
           inputs: InputDigests, recipe: QuantRecipe | None = None, kind: str = "draft",
-          head: Any = None, faithfulness: Any = None) -> dict[str, Any]:
+          head: Any = None, faithfulness: Any = None, lookahead: dict[str, Any] | None = None) -> dict[str, Any]:
     extra: dict[str, Any] = {} if kind == "draft" else {"kind": kind}  # a draft's record stays what it was
+    if lookahead is not None:  # its settings, and the corpus's size and xxh3-128 (lookahead.Lookahead.record)
+        extra["lookahead"] = lookahead
     if head is not None:
         extra["eagle_head"] = {"path": str(head.path), "weights": head.weights.name, "dtype": head.dtype,
                                "rope_theta": head.rope_theta, "draft_vocab_size": head.draft_vocab_size,

@@ -39,9 +39,9 @@ def validate(bundle: Path, checksums: bool = True) -> ValidationReport:
     header = _guard(out, "tokenizer.txt", lambda: crossfile.check_tokenizer(bundle / "tokenizer.txt", facts, out)) \
         if "tokenizer.txt" in usable else None
     crossfile.check_engine(docs, facts, header, out)
-    if kind is not DRAFT:
-        speculative.check(bundle, kind, docs, facts, usable, out)
-    elif isinstance(docs.get("llm_config.json"), dict) and "tie_embeddings" not in docs["llm_config.json"]:
+    speculative.check(bundle, kind, docs, facts, usable, out)  # a draft may run lookahead too
+    llm = docs.get("llm_config.json")
+    if kind is DRAFT and isinstance(llm, dict) and "tie_embeddings" not in llm:
         out.error("llm_config.json", "", "'tie_embeddings' is a required property of a draft bundle (it has no "
                                          "embeddings file, so its embeddings must be tied to lm_head)")
     if checksums and MANIFEST in present and present[MANIFEST].is_file(follow_symlinks=False):

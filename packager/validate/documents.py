@@ -106,10 +106,18 @@ def check_schema(name: str, data: dict[str, Any], out: Collector) -> None:
             close = suggest(error.instance, options) if len(error.instance) <= MAX_SHOWN else None
             hint = f"; did you mean {close!r}?" if close else f"; allowed: {', '.join(map(repr, options))}"
             out.error(name, pointer(where), f"{shorten(repr(error.instance))} is not an allowed value{hint}")
+        elif error.validator == "pattern" and error.validator_value == _inside_pattern():
+            out.error(name, pointer(where), f"{shorten(repr(error.instance))} is not a path inside the bundle: MNN "
+                                            "opens base_dir + this value, so it must be relative, without '..'")
         elif error.validator == "type":
             out.error(name, pointer(where), f"{_message(error)} (MNN silently reads a wrong type as 0/false/\"\")")
         else:
             out.error(name, pointer(where), _message(error))
+
+
+def _inside_pattern() -> str:
+    """The schemas' pattern of a file path inside the bundle (every path key has it)."""
+    return str(resources.schema("mnn_runtime")["$defs"]["properties"]["llm_model"]["pattern"])
 
 
 def _message(error: Any) -> str:

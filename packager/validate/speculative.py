@@ -2,21 +2,24 @@
 
 MNN 3.6.1 runs a speculative mode only when the graph has the `logits_index` input with dims (Llm::
 setSpeculativeConfig, canSpecDecode); otherwise, and for any other speculative_type, it decodes plainly without
-a word. EAGLE also needs the graph's `hidden_states` output (config.json hidden_states: true), its three files
-(EagleGeneration::load has no null checks: a missing one crashes the app), a d2t of the head's draft
-vocabulary mapping into the target's, and greedy sampling: it verifies its tree by argmax while the first
-token comes from the sampler.
+a word. Lookahead (any kind of bundle) reads its corpus, lookup_file, at every generate() and skips one it cannot
+open without a word, so a corpus the config names must be in the bundle and be text. EAGLE also needs the graph's
+`hidden_states` output (config.json hidden_states: true), its three files (EagleGeneration::load has no null
+checks: a missing one crashes the app), a d2t of the head's draft vocabulary mapping into the target's, and
+greedy sampling: it verifies its tree by argmax while the first token comes from the sampler.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..bundle import EAGLE_FILES, TARGET_EAGLE, BundleKind
+from ..bundle import DRAFT, EAGLE_FILES, LOOKUP, TARGET_EAGLE, BundleKind
 from ..engine import EngineRequirement, parse_version
+from ..lookahead import MAX_CORPUS, MIB, WARN_CORPUS, text_problem
 from .findings import Collector
 from .graph import GraphFacts
 
@@ -43,9 +46,11 @@ def check(bundle: Path, kind: BundleKind, docs: dict[str, Any], facts: GraphFact
           out: Collector) -> None:
     config = docs.get("config.json")
     llm = docs.get("llm_config.json")
-    if isinstance(llm, dict) and isinstance(config, dict) and "tie_embeddings" not in llm:
+    if kind is not DRAFT and isinstance(llm, dict) and isinstance(config, dict) and "tie_embeddings" not in llm:
         _check_embeddings(bundle, config, llm, out)
     mode = config.get("speculative_type") if isinstance(config, dict) else None
+    if isinstance(config, dict):
+        _check_lookahead(bundle, config, mode, usable, out)
     if kind is TARGET_EAGLE and mode != "eagle":
         out.error("config.json", "/speculative_type", f"is {mode!r}, but the bundle holds an EAGLE-3 head; MNN then "
                                                       "decodes without it (set \"eagle\")")
@@ -69,6 +74,45 @@ def mode_requirement(mode: Any) -> tuple[EngineRequirement, ...]:
         return ()
     return (EngineRequirement(parse_version(MIN_ENGINE[mode]),
                               (f"speculative_type {mode} first runs in MNN {MIN_ENGINE[mode]}",)),)
+
+
+def _check_lookahead(bundle: Path, config: dict[str, Any], mode: Any, usable: list[str], out: Collector) -> None:
+    """The corpus lookahead reads: named inside the bundle, present, text; a corpus no mode reads is unused."""
+    if mode != "lookahead":
+        if LOOKUP in usable:
+            out.warning(LOOKUP, "", f"unused: MNN reads a lookahead corpus only with speculative_type \"lookahead\" "
+                                    f"(config.json has {mode!r})")
+        return
+    named = config.get("lookup_file")
+    if named is not None and (not isinstance(named, str) or not _inside(named)):
+        return  # the schema reports it
+    if named not in (None, LOOKUP):
+        out.error("config.json", "/lookup_file", f"names {named[:120]!r}; a bundle carries its corpus as {LOOKUP}, "
+                                                 "the one name checksum, sign and upload ship")
+        return
+    if LOOKUP not in usable:
+        if named is not None and not (bundle / LOOKUP).is_symlink() and not (bundle / LOOKUP).exists():
+            out.error("config.json", "/lookup_file", f"names {LOOKUP}, which is missing: MNN then decodes without "
+                                                     "the corpus, without a word")
+        return  # a link or another kind of entry: the file checks report it
+    try:
+        with open(bundle / LOOKUP, "rb") as handle:
+            data = handle.read(MAX_CORPUS + 1)
+    except OSError as exc:
+        out.error(LOOKUP, "", f"cannot be read: {exc.strerror or type(exc).__name__}")
+        return
+    problem = text_problem(data)
+    if problem:
+        out.error(LOOKUP, "", f"the lookahead corpus {problem}")
+    elif len(data) > WARN_CORPUS:
+        out.warning(LOOKUP, "", f"{len(data) / MIB:.1f} MiB: MNN tokenizes all of the corpus at every generate() call "
+                                "(1 MiB took 0.4 s on a desktop core)")
+
+
+def _inside(name: str) -> bool:
+    """A path MNN's base_dir + name keeps in the bundle: relative, no drive, no '..' (the schema's pattern)."""
+    return not name.startswith(("/", "\\")) and not re.match(r"[A-Za-z]:", name) and \
+        ".." not in re.split(r"[/\\]", name)
 
 
 def _check_embeddings(bundle: Path, config: dict[str, Any], llm: dict[str, Any], out: Collector) -> None:
