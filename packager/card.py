@@ -13,7 +13,7 @@ from .bundle import DRAFT, LOOKUP, BundleKind, kind_of
 from .convert.checkpoint import read_json
 from .engine import EngineRequirement, format_version, parse_version
 from .errors import PackagerError
-from .card_reports import check_pairing, parity_from_report
+from .card_reports import check_pairing, parity_from_report, speculation_from_report
 from .evalresults import model_index
 from .hashing import xxh3_128_file
 from .spec import ReleaseSpec
@@ -241,10 +241,11 @@ def measurements_from_provenance(record: dict[str, Any]) -> dict[str, Any]:
 
 
 def gather_measurements(bundle: Path, provenance: Path | None = None, parity: dict[str, Any] | None = None,
-                        pair_report: Path | None = None, verify_report: Path | None = None) -> dict[str, Any] | None:
+                        pair_report: Path | None = None, verify_report: Path | None = None,
+                        speculate_reports: tuple[Path, ...] = ()) -> dict[str, Any] | None:
     """Every measurement the card may state: the conversion's provenance (default BUNDLE.provenance.json
-    beside the bundle, when present), a verify result (or a `verify --json` report) and a pair report. None when
-    there is none."""
+    beside the bundle, when present), a verify result (or a `verify --json` report), a pair report and
+    `speculate --json` reports of this bundle. None when there is none."""
     from .convert import provenance as provenance_module
     from .convert.pipeline import provenance_path
 
@@ -256,6 +257,11 @@ def gather_measurements(bundle: Path, provenance: Path | None = None, parity: di
         found["parity"] = parity
     if pair_report is not None:
         found["pairing"] = pairing_from_report(pair_report)
+    if speculate_reports:
+        runs = [speculation_from_report(path, bundle, CardError) for path in speculate_reports]
+        if len({run["mode"] for run in runs}) < len(runs):
+            raise CardError("two speculate reports measure the same mode", "give one report per mode")
+        found["speculation"] = runs
     return found or None
 
 

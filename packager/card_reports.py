@@ -70,3 +70,63 @@ def parity_from_report(path: Path, error: type[Exception]) -> dict[str, Any]:
         raise error(f"{path} is a failed verification ({'; '.join(map(str, failures))[:300] or 'not ok'})",
                     "the card states only a verification that passed; reconvert and verify again")
     return found
+
+
+SPECULATE_MODES = ("eagle", "lookahead")
+
+
+def speculation_from_report(path: Path, bundle: Path | None, error: type[Exception]) -> dict[str, Any]:
+    """The figures of a lossless `packager speculate --json` report of this very bundle (its files' digests must
+    be the bundle's now; not compared when `bundle` is None): tokens per step, decode speeds and the speedup,
+    with where they were measured."""
+    report = read_json(path, error)
+    try:
+        found = {key: report[key] for key in ("mode", "prompts", "max_new_tokens", "repeats", "measured_on",
+                                              "engine", "near_ties", "steps_counted", "tie_tolerance")}
+        found.update(accepted=report["accepted_per_step"], plain=report["plain_tokens_per_second"],
+                     speculative=report["speculative_tokens_per_second"], speedup=report["speedup"])
+        files, lossless = report["files_xxh3_128"], report["lossless"]
+        _check_speculation(found)
+        if not isinstance(files, dict) or not files:
+            raise ValueError("files_xxh3_128 names no file")
+    except (TypeError, KeyError) as exc:
+        raise error(f"{path} is not a `packager speculate --json` report (no {exc})") from None
+    except ValueError as exc:
+        raise error(f"{path}: {exc}", "use the report `packager speculate --json` wrote") from None
+    if lossless is not True:
+        raise error(f"{path} records a {found['mode']} run that was not lossless",
+                    "the card states only a lossless run; fix the bundle and run packager speculate again")
+    if bundle is not None:
+        _check_same_files(path, bundle, files, error)
+    return found
+
+
+def _check_speculation(found: dict[str, Any]) -> None:
+    if found["mode"] not in SPECULATE_MODES:
+        raise ValueError(f"mode is {str(found['mode'])[:40]!r}, not one of {', '.join(SPECULATE_MODES)}")
+    for key in ("prompts", "max_new_tokens", "repeats"):
+        figure(found[key], key, 1)
+    for key in ("near_ties", "steps_counted"):
+        figure(found[key], key, 0, found["prompts"])
+    figure(found["tie_tolerance"], "tie_tolerance", 0)
+    if found["accepted"] is not None:
+        _interval(found["accepted"], "accepted_per_step", 1, 64)
+    for key in ("plain", "speculative", "speedup"):
+        for part in ("median", "low", "high"):
+            figure(found[key][part], f"{key}.{part}", 0)
+    for key in ("measured_on", "engine"):
+        if not isinstance(found[key], str) or not 0 < len(found[key]) <= 200 or any(c in found[key] for c in "|<\n"):
+            raise ValueError(f"{key} is not one short line of text")
+
+
+def _check_same_files(path: Path, bundle: Path, files: dict[str, Any], error: type[Exception]) -> None:
+    from .bundle import ALL_NAMES
+    from .hashing import xxh3_128_file
+
+    for name, digest in files.items():
+        if name not in ALL_NAMES:
+            raise error(f"{path} names {str(name)[:60]!r}, which is no bundle file")
+        current = xxh3_128_file(bundle / name) if (bundle / name).is_file() else None
+        if current != digest:
+            raise error(f"{path} measured another bundle: {name} {'differs' if current else 'is missing'} here",
+                        "run packager speculate on this bundle again")

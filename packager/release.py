@@ -73,6 +73,13 @@ def run(request: ReleaseRequest, progress: Progress = lambda _: None) -> Release
         from .card import pairing_from_report
 
         pairing_from_report(spec.need("card").pair_report)  # likewise a missing or foreign pair report
+    for report in spec.need("card").speculate_reports:
+        from .card import CardError
+        from .card_reports import speculation_from_report
+
+        # a missing, foreign or lossy report is refused before any work; whether it measured these very files is
+        # checked at the card stage, when the bundle is built, still before anything is sent
+        speculation_from_report(report, None, CardError)
 
     def stage(name: str, action: Callable[[], str]) -> None:
         progress(f"release: {name}")
@@ -171,7 +178,9 @@ def _card(spec: ReleaseSpec, bundle: Path, parity: dict[str, Any] | None = None,
     from .staging import write_atomic
 
     measurements = with_card_facts(spec, gather_measurements(bundle, parity=parity,
-                                                             pair_report=spec.need("card").pair_report), signing)
+                                                             pair_report=spec.need("card").pair_report,
+                                                             speculate_reports=spec.need("card").speculate_reports),
+                                   signing)
     card = render(bundle, spec, measurements=measurements)
     write_atomic(bundle / "README.md", card.text.encode("utf-8"))
     return f"README.md ({len(card.text):,} characters)"

@@ -122,6 +122,7 @@ class CardText:
     links: tuple[tuple[str, str], ...] = ()  # (name, http(s) URL), in the spec's order
     app: App | None = None
     pair_report: Path | None = None  # a `pair --json` report, relative to the spec
+    speculate_reports: tuple[Path, ...] = ()  # `speculate --json` reports of the bundle, relative to the spec
 
 
 @dataclass(frozen=True)
@@ -213,11 +214,13 @@ def _lookahead(base: Path | None, value: bool | str | None) -> bool | Path | Non
 def _card(data: dict[str, Any] | None, path: Path | None) -> CardText | None:
     if data is None:
         return None
-    plain = {k: v for k, v in data.items() if k not in ("links", "app", "pair_report")}
+    plain = {k: v for k, v in data.items() if k not in ("links", "app", "pair_report", "speculate_reports")}
     card: CardText = _build(CardText, plain)
     app = _build(App, data.get("app"))
     links = tuple((name, url) for name, url in data.get("links", {}).items())
-    return replace(card, app=app, links=links, pair_report=_relative(path, data.get("pair_report")))
+    reports = tuple(_relative(path, item) for item in data.get("speculate_reports", ()))
+    return replace(card, app=app, links=links, pair_report=_relative(path, data.get("pair_report")),
+                   speculate_reports=reports)  # type: ignore[arg-type]
 
 
 def from_dict(data: dict[str, Any], path: Path | None = None) -> ReleaseSpec:

@@ -91,3 +91,73 @@ def test_a_graph_without_logits_index_dims_is_refused_since_mnn_would_decode_pla
     (bundle / "llm.mnn.json").write_text(json.dumps(dump))
     done = run_cli("speculate", str(bundle), "--mode", "lookahead")
     assert done.returncode == 82 and "no logits_index input with dims" in done.stderr
+
+
+@pytest.fixture(scope="module")
+def eagle_report(eagle_bundle: ConvertResult, prompts_file: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    done = run_cli("speculate", str(eagle_bundle.out), "--prompts", str(prompts_file), "--tokens", "12",
+                   "--repeats", "1", "--threads", "2", "--json", "--quiet")
+    assert done.returncode == 0, done.stderr
+    path = tmp_path_factory.mktemp("speculate") / "eagle.json"
+    path.write_text(done.stdout, encoding="utf-8")
+    return path
+
+
+def _card(bundle: Path, *reports: Path) -> object:
+    from tests.test_card import EXAMPLE
+
+    return run_cli("card", str(bundle), "--spec", str(EXAMPLE), "-o", "-",
+                   *(arg for report in reports for arg in ("--speculate", str(report))))
+
+
+def test_the_card_states_mnns_own_figures_from_a_report_of_this_bundle(eagle_bundle: ConvertResult,
+                                                                       eagle_report: Path) -> None:
+    report = json.loads(eagle_report.read_text())
+    done = _card(eagle_bundle.out, eagle_report)
+    assert done.returncode == 0, done.stderr  # type: ignore[attr-defined]
+    text = done.stdout  # type: ignore[attr-defined]
+    assert "## Speculative decoding measured by MNN" in text
+    row = next(line for line in text.splitlines() if line.startswith("| eagle |"))
+    accepted = report["accepted_per_step"]
+    assert f"{accepted['value']:.2f} ({accepted['low']:.2f}-{accepted['high']:.2f}, 3 of 3 prompts)" in row
+    assert f"{report['speedup']['median']:.2f}x" in row and "MNN 3.6.1, this CPU (" in row
+
+
+@pytest.mark.parametrize("change, said", [
+    (lambda r: r.update(lossless=False), "was not lossless"),
+    (lambda r: r["accepted_per_step"].update(value=99.0), "accepted_per_step.value is"),
+    (lambda r: r.update(mode="draftmodel"), "mode is 'draftmodel'"),
+    (lambda r: r["files_xxh3_128"].update({"../../etc/passwd": "0" * 32}), "which is no bundle file"),
+    (lambda r: r["files_xxh3_128"].update({"config.json": "0" * 32}), "measured another bundle: config.json differs"),
+    (lambda r: r.pop("speedup"), "is not a `packager speculate --json` report"),
+])
+def test_a_lossy_tampered_or_stale_report_is_not_stated(eagle_bundle: ConvertResult, eagle_report: Path,
+                                                        tmp_path: Path, change, said: str) -> None:  # type: ignore[no-untyped-def]
+    report = json.loads(eagle_report.read_text())
+    change(report)
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(report))
+    done = _card(eagle_bundle.out, path)
+    assert done.returncode == 24 and said in done.stderr, done.stderr  # type: ignore[attr-defined]
+    assert "Traceback" not in done.stderr  # type: ignore[attr-defined]
+
+
+def test_two_reports_of_one_mode_are_refused(eagle_bundle: ConvertResult, eagle_report: Path) -> None:
+    done = _card(eagle_bundle.out, eagle_report, eagle_report)
+    assert done.returncode == 24 and "same mode" in done.stderr  # type: ignore[attr-defined]
+
+
+def test_the_specs_speculate_reports_reach_the_card_and_a_lossy_one_stops_a_release_before_any_work(
+        eagle_bundle: ConvertResult, eagle_report: Path, tmp_path: Path) -> None:
+    from tests.test_card import EXAMPLE
+
+    shutil.copy(eagle_report, tmp_path / "eagle.json")
+    spec = tmp_path / "release.toml"
+    spec.write_text(EXAMPLE.read_text().replace("[card]\n", '[card]\nspeculate_reports = ["eagle.json"]\n', 1))
+    done = run_cli("card", str(eagle_bundle.out), "--spec", str(spec), "-o", "-")
+    assert done.returncode == 0 and "| eagle |" in done.stdout, done.stderr
+    report = json.loads(eagle_report.read_text())
+    (tmp_path / "eagle.json").write_text(json.dumps({**report, "lossless": False}))
+    released = run_cli("release", str(spec), "--bundle", str(eagle_bundle.out), "--dry-run")
+    assert released.returncode == 24 and "was not lossless" in released.stderr, released.stderr
+    assert "release: validate" not in released.stderr

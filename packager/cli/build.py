@@ -222,13 +222,18 @@ def checksum(ctx: click.Context, bundle: Path, check: bool) -> None:
               help="A passing `packager verify --json` report, to state its KL and top-1 agreement likewise.")
 @click.option("--provenance", type=_path(exists=True, dir_okay=False),
               help="Conversion provenance with measurements.  [default: BUNDLE.provenance.json if present]")
+@click.option("--speculate", "speculate_reports", multiple=True, type=_path(exists=True, dir_okay=False),
+              help="A lossless `packager speculate --json` report of this bundle (one per mode; repeatable), to state "
+                   "MNN's own tokens per step and speed-up.  [default: the spec's [card] speculate_reports]")
 def card(bundle: Path, spec_path: Path, output: Path | None, template: Path | None, pair_report: Path | None,
-         verify_report: Path | None, provenance: Path | None) -> None:
+         verify_report: Path | None, provenance: Path | None, speculate_reports: tuple[Path, ...]) -> None:
     """Render the model card (README.md) from the release spec, the bundle's files and measurements.
 
     Example: packager card ./bundle --spec examples/release.toml
 
     Example: packager card ./bundle --spec release.toml --pair pair.json --verify verify.json -o -
+
+    Example: packager card ./bundle-eagle --spec release.toml --speculate eagle.json --speculate lookahead.json
     """
     from .. import spec as spec_module
     from ..card import gather_measurements, render
@@ -237,7 +242,8 @@ def card(bundle: Path, spec_path: Path, output: Path | None, template: Path | No
 
     spec = spec_module.load(spec_path)
     measurements = gather_measurements(bundle, provenance=provenance, verify_report=verify_report,
-                                       pair_report=pair_report or spec.need("card").pair_report)
+                                       pair_report=pair_report or spec.need("card").pair_report,
+                                       speculate_reports=speculate_reports or spec.need("card").speculate_reports)
     measurements = with_card_facts(spec, measurements, plan(spec))  # a signed release's card says who signs
     rendered = render(bundle, spec, template=template, measurements=measurements)
     if output == Path("-"):
