@@ -86,7 +86,7 @@ def test_a_divergence_is_a_near_tie_only_within_the_tolerance_and_a_mismatch_fai
     assert report.as_dict()["lossless"] is False and report.as_dict()["near_ties"] == 1  # type: ignore[attr-defined]
     with pytest.raises(SpeculationNotLossless) as error:
         refuse_if_lossy(report)  # type: ignore[arg-type]
-    assert error.value.exit_code == 83 and "prompt 3 at token 2, logits 1.000 apart" in error.value.message
+    assert error.value.exit_code == 83 and "prompt 3 at token 2, 1.000 below the target's best logit" in error.value.message
 
 
 def test_speed_is_the_ratio_of_summed_tokens_over_summed_time_per_repeat() -> None:

@@ -26,9 +26,10 @@ import shutil
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
 
 import xxhash
 
@@ -184,16 +185,16 @@ def build_corpus(recipe: Recipe) -> Corpus:
 
 # ---------------------------------------------------------------- models and the restricted loss
 
-def _model(shape: Shape, seed: int, vocab: int = VOCAB):  # type: ignore[no-untyped-def]
+def _model(shape: Shape, seed: int, vocab: int = VOCAB, tie: bool = True, **extra: Any):  # type: ignore[no-untyped-def]
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     torch.manual_seed(seed)
     config = Qwen3Config(vocab_size=vocab, hidden_size=shape.hidden, intermediate_size=shape.intermediate,
                          num_hidden_layers=shape.layers, num_attention_heads=shape.heads,
-                         num_key_value_heads=shape.kv_heads, head_dim=128, tie_word_embeddings=True,
+                         num_key_value_heads=shape.kv_heads, head_dim=128, tie_word_embeddings=tie,
                          max_position_embeddings=4096, **({"bos_token_id": EOT, "eos_token_id": IM_END}
-                                                          if vocab == VOCAB else {}))
+                                                          if vocab == VOCAB else {}), **extra)
     return Qwen3ForCausalLM(config)
 
 
@@ -220,11 +221,12 @@ class Vocab:
         """log p over the used ids at temperature T (the bucket holds the rest), shape [B, L, used]."""
         return _with_bucket(model(input_ids=ids).logits / temperature, self)
 
-    def expand(self, model, shape: Shape, seed: int):  # type: ignore[no-untyped-def]
-        """The same network in the real vocabulary."""
+    def expand(self, model, shape: Shape, seed: int, tie: bool = True, **extra: Any):  # type: ignore[no-untyped-def]
+        """The same network in the real vocabulary (untied: the output table gets its own tiny rows; `extra`:
+        the config fields `model` was made with beyond its shape)."""
         import torch
 
-        full = _model(shape, seed)
+        full = _model(shape, seed, tie=tie, **extra)
         state = {k: v for k, v in model.state_dict().items() if k not in ("model.embed_tokens.weight",
                                                                           "lm_head.weight")}
         generator = torch.Generator().manual_seed(seed + 99)
@@ -232,6 +234,10 @@ class Vocab:
         table[self.used] = model.get_input_embeddings().weight.detach()
         state["model.embed_tokens.weight"] = table
         state["lm_head.weight"] = table
+        if not tie:
+            output = torch.randn(VOCAB, shape.hidden, generator=generator) * 1e-3
+            output[self.used] = model.get_output_embeddings().weight.detach()
+            state["lm_head.weight"] = output
         full.load_state_dict(state)
         return full.eval()
 
@@ -292,12 +298,7 @@ def _teacher_samples(teacher, vocab: Vocab, corpus: Corpus, recipe: Recipe, log)
     teacher sampling at T 0.8 until end of text."""
     import torch
 
-    generator = torch.Generator().manual_seed(recipe.seed + 11)
-    prompts = [vocab.to_local(p) for p in corpus.chat_prompts[: recipe.samples // 3]]
-    stream = vocab.to_local([t for ids in corpus.train for t in ids])
-    while len(prompts) < recipe.samples:
-        start = int(torch.randint(0, len(stream) - 64, (1,), generator=generator))
-        prompts.append(stream[start:start + 16 + len(prompts) % 17])
+    prompts = sample_prompts(vocab, corpus, recipe.samples, recipe.seed + 11)
     stops = vocab.to_local([IM_END, EOT])
     samples = []
     torch.manual_seed(recipe.seed + 12)
@@ -309,6 +310,20 @@ def _teacher_samples(teacher, vocab: Vocab, corpus: Corpus, recipe: Recipe, log)
             if index % 64 == 0:
                 log(f"  sample {index + 1}/{len(prompts)}")
     return samples
+
+
+def sample_prompts(vocab: Vocab, corpus: Corpus, count: int, seed: int) -> list[list[int]]:
+    """`count` prompts in local ids: up to a third the corpus's chat questions, the rest raw-text prefixes
+    (16 to 32 tokens) from random places in the training text."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    prompts = [vocab.to_local(p) for p in corpus.chat_prompts[: count // 3]]
+    stream = vocab.to_local([t for ids in corpus.train for t in ids])
+    while len(prompts) < count:
+        start = int(torch.randint(0, len(stream) - 64, (1,), generator=generator))
+        prompts.append(stream[start:start + 16 + len(prompts) % 17])
+    return prompts
 
 
 def _distill(student, teacher, vocab: Vocab, samples, recipe: Recipe, log):  # type: ignore[no-untyped-def]
@@ -391,12 +406,14 @@ def _save(model, out: Path) -> None:  # type: ignore[no-untyped-def]
         {"bos_token_id": EOT, "eos_token_id": [IM_END, EOT], "pad_token_id": EOT}), encoding="utf-8")
 
 
-def _key(recipe: Recipe, corpus_digest: str) -> str:
+def _key(recipe: Any, corpus_digest: str, builder: int = BUILDER) -> str:
+    """The cache folder's name: the recipe's name, then a hash of the recipe (a dataclass), the corpus, the
+    builder's version and the training libraries' versions."""
     import peft
     import torch
     import transformers
 
-    material = json.dumps({"recipe": asdict(recipe), "corpus": corpus_digest, "builder": BUILDER,
+    material = json.dumps({"recipe": asdict(recipe), "corpus": corpus_digest, "builder": builder,
                            "versions": [torch.__version__, transformers.__version__, peft.__version__]}, sort_keys=True)
     return f"{recipe.name}-{xxhash.xxh3_64_hexdigest(material.encode())}"
 
@@ -405,6 +422,34 @@ def _load(root: Path) -> Fixture:
     metrics = json.loads((root / "fixture.json").read_text(encoding="utf-8"))
     return Fixture(root=root, teacher=root / "teacher", student=root / "student", adapter=root / "draft-lora",
                    draft=root / "draft", metrics=metrics)
+
+
+def built_once(out: Path, marker: str, build_it: Callable[[], object]) -> None:
+    """Build `out` unless it holds `marker`, one process at a time: parallel test workers (pytest -n) wait for
+    the first one's build instead of training the same models again beside it."""
+    import fcntl
+
+    with open(out.parent / f".{out.name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (out / marker).is_file():
+            build_it()
+
+
+@contextmanager
+def staged(out: Path, marker: str, log: Callable[[str], None]) -> Iterator[Path]:
+    """A hidden folder beside `out` to build in, renamed to `out` when the block succeeds and removed in any
+    case; if another build's folder (one holding `marker`) got there first, that one is kept."""
+    tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=out.parent))
+    try:
+        yield tmp
+        try:
+            tmp.rename(out)
+        except OSError:
+            if not (out / marker).is_file():
+                raise
+            log(f"another build finished first; using {out}")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def build(recipe: Recipe, out: Path, log=print) -> dict[str, Any]:  # type: ignore[no-untyped-def]
@@ -432,8 +477,7 @@ def build(recipe: Recipe, out: Path, log=print) -> dict[str, Any]:  # type: igno
     student = student.to(torch.bfloat16).to(torch.float32)
     log("teacher: sampling the distillation set")
     samples = _teacher_samples(teacher, vocab, corpus, recipe, log)
-    tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=out.parent))
-    try:
+    with staged(out, "fixture.json", log) as tmp:
         full_teacher = vocab.expand(teacher, recipe.teacher, recipe.seed)
         full_student = vocab.expand(student, recipe.student, recipe.seed + 1)
         _save(full_teacher, tmp / "teacher")
@@ -462,14 +506,6 @@ def build(recipe: Recipe, out: Path, log=print) -> dict[str, Any]:  # type: igno
         }
         log(json.dumps({k: v for k, v in metrics.items() if k != "recipe"}))
         (tmp / "fixture.json").write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
-        try:
-            tmp.rename(out)
-        except OSError:
-            if not (out / "fixture.json").is_file():
-                raise
-            log(f"another build finished first; using {out}")
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return metrics
 
 
@@ -488,8 +524,7 @@ def fixture(name: str = "full", root: Path | None = None, log=lambda _: None, se
     root = root or cache_root()
     root.mkdir(parents=True, exist_ok=True)
     out = root / _key(recipe, build_corpus(recipe).digest)
-    if not (out / "fixture.json").is_file():
-        build(recipe, out, log)
+    built_once(out, "fixture.json", lambda: build(recipe, out, log))
     return _load(out)
 
 

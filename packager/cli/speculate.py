@@ -22,7 +22,8 @@ from . import StderrProgress, _path, cli
               help="Interleaved timing repeats (the median and spread of tokens/s come from them).")
 @click.option("--threads", type=click.IntRange(min=1), help="Engine threads.  [default: the bundle's thread_num, at most this machine's cores]")
 @click.option("--tie-tolerance", type=click.FloatRange(min=0.0), default=0.05, show_default=True,
-              help="A divergence where the two tokens' logits (plain model) are this close is a near-tie, not a loss.")
+              help="Where the two part, the mode's token within this of the target's best logit (its own full "
+                   "forward) is a near-tie, not a loss.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--quiet", is_flag=True, help="No progress on stderr.")
 def speculate(bundle: Path, mode: str | None, prompts_file: Path | None, max_new_tokens: int, repeats: int,

@@ -44,7 +44,7 @@ class Request:
     max_new_tokens: int = 64
     repeats: int = 3
     threads: int | None = None  # None: the bundle's thread_num, at most the cores this process may use
-    tie_tolerance: float = 0.05  # logits this close at a divergence are a near-tie, not a loss
+    tie_tolerance: float = 0.05  # a divergent token this close to the target's best logit is a near-tie
 
 
 def speculate(request: Request, progress: Callable[[str], None] = lambda _: None) -> Report:
@@ -69,7 +69,8 @@ def refuse_if_lossy(report: Report) -> None:
         first = report.mismatches[0]
         raise SpeculationNotLossless(
             f"{report.mode} emitted other tokens than plain decoding on {len(report.mismatches)} of {report.prompts} "
-            f"prompts (first: prompt {first.index + 1} at token {first.position}, logits {first.gap:.3f} apart)")
+            f"prompts (first: prompt {first.index + 1} at token {first.position}, {first.gap:.3f} below the target's best "
+            f"logit)")
 
 
 def _digests(bundle: Path) -> dict[str, str]:
