@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PACKAGER := $(VENV)/bin/packager
 DEMO := demo-output
 
-.PHONY: help venv system-deps test demo release bench bench-engines fixture clean clean-bench
+.PHONY: help venv system-deps test demo release bench bench-engines fixture fixture-eagle clean clean-bench
 
 help:
 	@echo "make demo   - tiny Qwen3 checkpoint -> bundle -> validated, carded, checksummed -> released to a local Hub and verified"
@@ -14,6 +14,7 @@ help:
 	@echo "make test   - run the test suite"
 	@echo "make bench  - run the benchmarks in bench/ (slow: builds a 0.6B-shaped model)"
 	@echo "make fixture - train the teacher/draft miniature the quality benches use (cached; minutes on 2 cores)"
+	@echo "make fixture-eagle - train the 8-layer target and its EAGLE-3 head (cached; about 3.5 minutes)"
 	@echo "make bench-engines - which MNN releases run a bundle (installs each into its own cached venv)"
 	@echo "make clean  - remove the demo output; make clean-bench - remove bench/work (benchmark models and outputs, up to ~30 GB)"
 
@@ -52,11 +53,16 @@ bench: venv system-deps
 	$(PY) bench/speculative_bench.py
 	$(PY) bench/verify_calibration.py
 	$(PY) bench/mnn_loop_bench.py
+	$(PY) bench/speculative_modes_bench.py
 
 # A trained teacher and a LoRA-distilled draft (tests/trained.py), cached under $$PACKAGER_FIXTURE_DIR or
 # ~/.cache/packager/trained-fixtures; prints its folder. Seeds 1 and 2 of the small recipe: make fixture ARGS="--recipe small --seed 1".
 fixture: venv
 	$(PY) -m tests.trained $(ARGS)
+
+# The trained EAGLE-3 fixture (tests/trained_eagle.py): an 8-layer target and its head, cached beside the miniature.
+fixture-eagle: venv
+	$(PY) -m tests.trained_eagle $(ARGS)
 
 # Installs every MNN release from PyPI into its own cached venv (slow the first time).
 bench-engines: venv
