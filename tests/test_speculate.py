@@ -161,3 +161,36 @@ def test_the_specs_speculate_reports_reach_the_card_and_a_lossy_one_stops_a_rele
     released = run_cli("release", str(spec), "--bundle", str(eagle_bundle.out), "--dry-run")
     assert released.returncode == 24 and "was not lossless" in released.stderr, released.stderr
     assert "release: validate" not in released.stderr
+
+
+def test_an_eagle_path_outside_the_bundle_is_refused(eagle_bundle: ConvertResult, tmp_path: Path) -> None:
+    broken = tmp_path / "broken"
+    shutil.copytree(eagle_bundle.out, broken)
+    config = json.loads((broken / "config.json").read_text())
+    config["eagle_model"] = "../" + broken.name + "/eagle.mnn"
+    (broken / "config.json").write_text(json.dumps(config))
+    done = run_cli("speculate", str(broken), "--quiet")
+    assert done.returncode == 82 and "outside the bundle folder" in done.stderr
+
+
+def test_interrupting_speculate_stops_the_engine_child_at_once(eagle_bundle: ConvertResult, prompts_file: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    import psutil
+
+    process = subprocess.Popen([sys.executable, "-m", "packager.cli", "speculate", str(eagle_bundle.out), "--prompts",
+                                str(prompts_file), "--tokens", "512", "--repeats", "50"],
+                               stderr=subprocess.PIPE, text=True)
+    assert process.stderr is not None
+    for line in process.stderr:  # wait for a reported stage, not a time
+        if "repeat 1 of 50" in line:
+            break
+    children = psutil.Process(process.pid).children(recursive=True)
+    assert children, "the engine runs in a child process"
+    process.send_signal(signal.SIGINT)
+    rest = process.stderr.read()
+    assert process.wait(timeout=60) == 130 and "Traceback" not in rest
+    gone, alive = psutil.wait_procs(children, timeout=30)
+    assert not alive, alive

@@ -16,7 +16,7 @@ from . import StderrProgress, _path, cli
               help="The speculative mode to run.  [default: the bundle's own speculative_type]")
 @click.option("--prompts", "prompts_file", type=_path(exists=True, dir_okay=False),
               help="Prompts (user turns), one per line (or JSON).  [default: the built-in 54 conversations]")
-@click.option("--tokens", "max_new_tokens", type=click.IntRange(min=8), default=64, show_default=True,
+@click.option("--tokens", "max_new_tokens", type=click.IntRange(min=8, max=4096), default=64, show_default=True,
               help="New tokens per prompt at most (generation also stops at end of text).")
 @click.option("--repeats", type=click.IntRange(min=1), default=3, show_default=True,
               help="Interleaved timing repeats (the median and spread of tokens/s come from them).")

@@ -83,12 +83,13 @@ def _digests(bundle: Path) -> dict[str, str]:
 
 
 def _config(bundle: Path) -> dict[str, Any]:
+    from ..convert.checkpoint import read_json
+
     path = bundle / "config.json"
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError) as exc:
-        raise SpeculationUnavailable(f"cannot read {shorten(str(path), 120)} ({shorten(str(exc), 80)})",
-                                     _VALIDATE) from None
+        data = read_json(path, SpeculationUnavailable)  # at most MAX_JSON_BYTES, UTF-8, valid JSON: else one line
+    except RecursionError:
+        raise SpeculationUnavailable(f"{shorten(str(path), 120)} is nested too deeply", _VALIDATE) from None
     if not isinstance(data, dict):
         raise SpeculationUnavailable(f"{shorten(str(path), 120)} is not a JSON object", _VALIDATE)
     return data
@@ -102,8 +103,11 @@ def _mode(request: Request, config: dict[str, Any]) -> Mode:
         raise SpeculationUnavailable(f"{shorten(str(request.bundle), 120)} {said}; packager speculate runs "
                                      f"{' and '.join(MODES)} (upstream MNN ignores draftmodel)")
     if mode == "eagle":
-        missing = [config.get(key, default) for key, default in _EAGLE.items()
-                   if not (request.bundle / str(config.get(key, default))).is_file()]
+        names = [config.get(key, default) for key, default in _EAGLE.items()]
+        if not all(isinstance(n, str) and n and "/" not in n and "\\" not in n and n not in (".", "..") for n in names):
+            raise SpeculationUnavailable(f"{shorten(str(request.bundle), 120)}'s config.json names an EAGLE file "
+                                         "outside the bundle folder", _VALIDATE)
+        missing = [name for name in names if not (request.bundle / name).is_file()]
         if own != "eagle" or missing or config.get("hidden_states") is not True:
             raise SpeculationUnavailable(f"{shorten(str(request.bundle), 120)} holds no EAGLE-3 head MNN can run "
                                          f"({', '.join(map(str, missing)) + ' missing' if missing else 'not configured'})",

@@ -34,6 +34,9 @@ def run(job: dict[str, Any], stage: Callable[[str], None]) -> dict[str, Any]:
             process.stdin.write(json.dumps(job))
             process.stdin.close()
             answer = _read_answer(process.stdout, stage)
+        except BaseException:  # Ctrl-C, SIGTERM, a broken pipe: the engine stops with us, not minutes later
+            process.kill()
+            raise
         finally:
             process.stdout.close()
             code = process.wait()
@@ -69,7 +72,20 @@ def _read_answer(stream: Any, stage: Callable[[str], None]) -> dict[str, Any] | 
     return None
 
 
+def _die_with_parent() -> None:
+    """SIGKILL this child when packager dies, however it dies (Linux prctl PR_SET_PDEATHSIG)."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() == 1:  # the parent was already gone before prctl took effect
+        os._exit(1)
+
+
 def serve() -> None:
+    _die_with_parent()
     protocol = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # MNN's C++ prints go to the log, never into the protocol
 
