@@ -21,7 +21,7 @@ from . import StderrProgress, _path, cli
 @click.option("--repeats", type=click.IntRange(min=1), default=3, show_default=True,
               help="Interleaved timing repeats (the median and spread of tokens/s come from them).")
 @click.option("--threads", type=click.IntRange(min=1), help="Engine threads.  [default: the bundle's thread_num, at most this machine's cores]")
-@click.option("--tie-tolerance", type=click.FloatRange(min=0.0), default=0.05, show_default=True,
+@click.option("--tie-tolerance", type=click.FloatRange(min=0.0), default=0.1, show_default=True,
               help="Where the two part, the mode's token within this of the target's best logit (its own full "
                    "forward) is a near-tie, not a loss.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")

@@ -44,7 +44,10 @@ class Request:
     max_new_tokens: int = 64
     repeats: int = 3
     threads: int | None = None  # None: the bundle's thread_num, at most the cores this process may use
-    tie_tolerance: float = 0.05  # a divergent token this close to the target's best logit is a near-tie
+    # A divergent token this close to the target's best logit is a near-tie. Measured on the trained EAGLE
+    # fixture (4-bit): MNN's plain decode step leaves the full-forward argmax by up to 0.073, lookahead's batched
+    # verification by up to 0.053; a sampler or a graph that computes something else is off by whole logits.
+    tie_tolerance: float = 0.1
 
 
 def speculate(request: Request, progress: Callable[[str], None] = lambda _: None) -> Report:
