@@ -102,7 +102,8 @@ def _mode(request: Request, config: dict[str, Any]) -> Mode:
     own = config.get("speculative_type") or ""
     mode = request.mode or own
     if mode not in MODES:
-        said = f"is configured for speculative_type {own!r}" if own else "is configured for no speculative mode"
+        said = f"is configured for speculative_type {shorten(own, 40)!r}" if own else \
+            "is configured for no speculative mode"
         raise SpeculationUnavailable(f"{shorten(str(request.bundle), 120)} {said}; packager speculate runs "
                                      f"{' and '.join(MODES)} (upstream MNN ignores draftmodel)")
     if mode == "eagle":
