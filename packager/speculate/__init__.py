@@ -14,6 +14,7 @@ from ..errors import InvalidOption, PackagerError, shorten
 from ..pair import workload
 from ..pair.compat import facts
 from ..pair.costs import host
+from ..validate.speculative import EAGLE_KEYS, graph_io
 from .child import run
 from .summary import Report, summarize
 
@@ -107,7 +108,7 @@ def _mode(request: Request, config: dict[str, Any]) -> Mode:
         raise SpeculationUnavailable(f"{shorten(str(request.bundle), 120)} {said}; packager speculate runs "
                                      f"{' and '.join(MODES)} (upstream MNN ignores draftmodel)")
     if mode == "eagle":
-        names = [config.get(key, default) for key, default in _EAGLE.items()]
+        names = [config.get(key, default) for key, default in EAGLE_KEYS.items()]
         if not all(isinstance(n, str) and n and "/" not in n and "\\" not in n and n not in (".", "..") for n in names):
             raise SpeculationUnavailable(f"{shorten(str(request.bundle), 120)}'s config.json names an EAGLE file "
                                          "outside the bundle folder", _VALIDATE)
@@ -126,8 +127,6 @@ def _mode(request: Request, config: dict[str, Any]) -> Mode:
 def _can_speculate(bundle: Path) -> bool:
     """MNN's canSpecDecode, from llm.mnn.json where the bundle has it (an app's folder may not: then MNN is
     trusted, and a mode that never drafts shows as one token a step)."""
-    from ..validate.speculative import graph_io
-
     dump = bundle / "llm.mnn.json"
     if not dump.is_file():
         return True
@@ -136,9 +135,6 @@ def _can_speculate(bundle: Path) -> bool:
     except (OSError, ValueError, RecursionError):
         return True  # validate reports a damaged dump; the engine reads llm.mnn
     return bool(inputs.get("logits_index"))
-
-
-_EAGLE = {"eagle_model": "eagle.mnn", "eagle_fc": "eagle_fc.mnn", "eagle_d2t": "eagle_d2t.mnn"}
 
 
 def _overrides(mode: str, config: dict[str, Any], threads: int) -> dict[str, Any]:

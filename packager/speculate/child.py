@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import RuntimeCrashed, shorten
+from ..pair.child import describe_exit
 
 _BOOT = "import sys; sys.path.insert(0, sys.argv[1]); from packager.speculate.child import serve; serve()"
 _LOG_TAIL = 4000
@@ -43,20 +44,11 @@ def run(job: dict[str, Any], stage: Callable[[str], None]) -> dict[str, Any]:
         if answer is None or "error" in answer:
             log.seek(0)
             tail = log.read().decode("utf-8", "replace")[-_LOG_TAIL:]
-            what = answer["error"] if answer else _exit_text(code)
+            what = answer["error"] if answer else f"the engine {describe_exit(code)}"
             raise RuntimeCrashed(f"MNN's generation failed on {shorten(job['bundle'], 120)}: {shorten(what, 200)}",
                                  details=tail)
         result: dict[str, Any] = answer["result"]
         return result
-
-
-def _exit_text(code: int) -> str:
-    if code < 0:
-        try:
-            return f"the engine crashed ({signal.Signals(-code).name})"
-        except ValueError:
-            return f"the engine was killed by signal {-code}"
-    return f"the engine exited with code {code}"
 
 
 def _read_answer(stream: Any, stage: Callable[[str], None]) -> dict[str, Any] | None:
