@@ -77,11 +77,25 @@ def spread(values: list[float]) -> dict[str, float]:
 def write_4b_shaped(out: Path) -> Path:
     """A Qwen3-4B-shaped tied checkpoint (hidden 2560, 36 layers, 32/8 heads, intermediate 9728), random bf16,
     written one tensor at a time."""
+    return write_shaped(out, hidden=2560, layers=36, heads=32, kv=8, inter=9728, tied=True)
+
+
+def write_8b_shaped(out: Path) -> Path:
+    """A Qwen3-8B-shaped untied checkpoint (hidden 4096, 36 layers, 32/8 heads, intermediate 12288, its own
+    lm_head), random bf16, written one tensor at a time (16.4 GB)."""
+    return write_shaped(out, hidden=4096, layers=36, heads=32, kv=8, inter=12288, tied=False)
+
+
+def write_shaped(out: Path, *, hidden: int, layers: int, heads: int, kv: int, inter: int, tied: bool) -> Path:
+    """A dense Qwen3 checkpoint of this shape (head_dim 128, the Qwen3 vocabulary), random bf16 weights of scale
+    0.02 (norms around 1), written one tensor at a time so memory stays flat; kept if already there."""
     if (out / "model.safetensors").exists():
         return out
     out.mkdir(parents=True)
-    hidden, layers, heads, kv, inter, vocab, head = 2560, 36, 32, 8, 9728, 151936, 128
+    vocab, head = 151936, 128
     shapes = {"model.embed_tokens.weight": (vocab, hidden), "model.norm.weight": (hidden,)}
+    if not tied:
+        shapes["lm_head.weight"] = (vocab, hidden)
     for i in range(layers):
         p = f"model.layers.{i}."
         shapes.update({p + "input_layernorm.weight": (hidden,), p + "post_attention_layernorm.weight": (hidden,),
@@ -110,7 +124,7 @@ def write_4b_shaped(out: Path) -> Path:
                 handle.write((part.view(np.uint32) >> 16).astype(np.uint16).tobytes())
     config = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": hidden,
               "num_hidden_layers": layers, "num_attention_heads": heads, "num_key_value_heads": kv, "head_dim": head,
-              "intermediate_size": inter, "vocab_size": vocab, "tie_word_embeddings": True, "dtype": "bfloat16",
+              "intermediate_size": inter, "vocab_size": vocab, "tie_word_embeddings": tied, "dtype": "bfloat16",
               "max_position_embeddings": 40960, "rms_norm_eps": 1e-6, "rope_theta": 1000000, "hidden_act": "silu",
               "bos_token_id": 151643, "eos_token_id": 151645, "attention_bias": False, "attention_dropout": 0.0,
               "initializer_range": 0.02, "use_cache": True}

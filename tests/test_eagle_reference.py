@@ -211,3 +211,15 @@ def test_the_exported_head_follows_the_engines_draft_tree_mask_and_positions(exp
     # 8-bit weights: the errors are ~0.013 and ~0.0036; a sibling seeing the other (a causal mask) is ~4x that
     np.testing.assert_allclose(step_h[-2:], ref_step_h[:, 0].numpy(), atol=0.025)
     assert np.abs(step_lp[-2:] - ref_lp[:, 0].numpy()).mean() < 0.006
+
+
+def test_the_heads_activations_are_transformers_own() -> None:
+    import torch
+    from transformers.activations import ACT2FN
+
+    from packager.eagle.head import ACTIVATIONS
+    from packager.eagle.reference import _ACTIVATIONS
+
+    x = torch.linspace(-8, 8, 20001)
+    for name in ACTIVATIONS:  # every activation a head may name is computed as transformers computes it
+        assert torch.allclose(_ACTIVATIONS[name](x), ACT2FN[name](x), atol=1e-6, rtol=0), name

@@ -61,7 +61,10 @@ def _streamed(checkpoint: Path, out: Path, **options: object) -> ConvertResult:
 
 
 def assert_same_bundle(a: Path, b: Path) -> None:
-    for name in FILES:
+    """Every file of either bundle, byte for byte (a bundle of any kind: both hold the same names)."""
+    names = sorted(p.name for p in a.iterdir())
+    assert names == sorted(p.name for p in b.iterdir()) and "llm.mnn.weight" in names, names
+    for name in names:
         assert (a / name).read_bytes() == (b / name).read_bytes(), name
 
 
@@ -132,6 +135,88 @@ def test_checkpoint_whose_dtype_disagrees_with_its_config_takes_the_reference_pa
     assert "streaming does not cover this checkpoint" in result.stderr
 
 
+# --- target bundles: untied embeddings, an EAGLE-3 head ----------------------------------------------------------
+
+def test_an_untied_float16_target_streams_to_the_reference_bytes(tmp_path: Path) -> None:
+    # float16: the embeddings file is rounded from float32 to bfloat16 on the way, as torch rounds it
+    target = build_qwen3(tmp_path / "t16", layers=2, tie=False, dtype="float16", seed=21)
+    reference = _reference(target, tmp_path / "reference", kind="target")
+    streamed = _streamed(target, tmp_path / "streamed", kind="target")
+    assert "embeddings_bf16.bin" in streamed.sizes and streamed.kind.name == "target"
+    assert_same_bundle(reference.out, streamed.out)
+
+
+def test_a_target_with_its_eagle_head_streams_to_the_reference_bytes(eagle_bundle: ConvertResult, target8: Path,
+                                                                     head: Path, tmp_path: Path) -> None:
+    assert eagle_bundle.path == "streamed"
+    reference = _reference(target8, tmp_path / "reference", eagle=head)
+    assert_same_bundle(reference.out, eagle_bundle.out)  # the head's graphs too: their uuids are stamped
+    assert json.loads(eagle_bundle.provenance.read_text())["options"]["weights"] == "streamed"
+
+
+def test_the_cached_head_is_the_head_asked_for(target8: Path, head: Path, own_cache: Path, tmp_path: Path) -> None:
+    """The graph cache keeps a head's exported files with the target's graph: another head, or the same head
+    at another rope theta, must never get them."""
+    first = run_cli("convert", str(target8), "--eagle", str(head), "--out", str(tmp_path / "first"))
+    assert first.returncode == 0, first.stderr
+    other = tmp_path / "other-head"
+    shutil.copytree(head, other)
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(str(other / "model.safetensors"))
+    tensors["midlayer.mlp.down_proj.weight"] = tensors["midlayer.mlp.down_proj.weight"] * 2  # another head
+    save_file(tensors, str(other / "model.safetensors"))
+    second = run_cli("convert", str(target8), "--eagle", str(other), "--out", str(tmp_path / "second"))
+    assert second.returncode == 0, second.stderr
+    assert "graph cache miss" in second.stderr
+    assert (tmp_path / "first" / "eagle.mnn.weight").read_bytes() != \
+        (tmp_path / "second" / "eagle.mnn.weight").read_bytes()
+    config = json.loads((head / "config.json").read_text())
+    retuned = tmp_path / "retuned-head"
+    shutil.copytree(head, retuned)
+    (retuned / "config.json").write_text(json.dumps({**config, "rope_theta": 500000.0}))
+    third = run_cli("convert", str(target8), "--eagle", str(retuned), "--out", str(tmp_path / "third"))
+    assert third.returncode == 0, third.stderr
+    assert "graph cache miss" in third.stderr
+    again = run_cli("convert", str(target8), "--eagle", str(head), "--out", str(tmp_path / "again"))
+    assert "graph cache hit" in again.stderr and "starting the converter" not in again.stderr
+    assert_same_bundle(tmp_path / "first", tmp_path / "again")
+    plain = run_cli("convert", str(target8), "--kind", "target", "--out", str(tmp_path / "plain"))
+    assert plain.returncode == 0 and "graph cache miss" in plain.stderr  # no head: another graph
+    assert not (tmp_path / "plain" / "eagle.mnn").exists()
+
+
+def test_a_damaged_cached_head_file_is_detected_and_rebuilt(target8: Path, head: Path, own_cache: Path,
+                                                            tmp_path: Path) -> None:
+    assert run_cli("convert", str(target8), "--eagle", str(head), "--out", str(tmp_path / "first")).returncode == 0
+    (entry,) = [p for p in own_cache.iterdir() if not p.name.startswith(".")]
+    weight = entry / "eagle.mnn.weight"
+    data = bytearray(weight.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    weight.write_bytes(bytes(data))
+    again = run_cli("convert", str(target8), "--eagle", str(head), "--out", str(tmp_path / "again"))
+    assert again.returncode == 0, again.stderr
+    assert "is damaged; removed it and rebuilding" in again.stderr
+    assert_same_bundle(tmp_path / "first", tmp_path / "again")
+    (entry,) = [p for p in own_cache.iterdir() if not p.name.startswith(".")]
+    (entry / "eagle_fc.mnn").unlink()  # a file missing from the entry, its manifest still naming it
+    third = run_cli("convert", str(target8), "--eagle", str(head), "--out", str(tmp_path / "third"))
+    assert third.returncode == 0 and "is damaged" in third.stderr
+    assert_same_bundle(tmp_path / "first", tmp_path / "third")
+
+
+def test_bfloat16_rounding_is_torchs() -> None:
+    import torch
+
+    torch.manual_seed(0)
+    values = torch.cat([torch.randn(50000) * torch.rand(50000) * 1e3,
+                        torch.tensor([float("inf"), -float("inf"), 0.0, -0.0, 3.4e38, -3.4e38, 1e-40, -1e-40,
+                                      1.0 + 2 ** -8, 1.0 + 3 * 2 ** -8, 65504.0])])  # ties round to even
+    assert weightwriter._to_bfloat16(values.numpy()) == values.bfloat16().view(torch.uint16).numpy().tobytes()
+    with pytest.raises(weightwriter.StreamingUnsupported, match="NaN"):
+        weightwriter._to_bfloat16(np.array([1.0, np.nan], dtype=np.float32))
+
+
 # --- the graph cache --------------------------------------------------------------------------------------------
 
 @pytest.fixture()
@@ -189,6 +274,20 @@ def test_cache_ls_and_clear_touch_only_cache_entries(tiny_checkpoint: Path, own_
     assert cleared.returncode == 0 and "removed 1 entries" in cleared.stdout
     assert json.loads(run_cli("cache", "ls", "--json").stdout) == {"graphs": [], "targets": []}
     assert (own_cache / "my-notes" / "keep.txt").read_text() == "mine"
+
+
+def test_a_cache_entry_holds_only_the_files_it_may(own_cache: Path, tmp_path: Path) -> None:
+    files = {}
+    for name in ("llm.mnn", "llm.mnn.json", "llm_config.json", "tokenizer.mtok", "tokenizer-text.txt", "eagle.mnn"):
+        files[name] = tmp_path / name
+        files[name].write_bytes(name.encode())
+    entry = graphcache.store("a" * 32, files, {"describe": "test"})
+    assert graphcache.contents(entry) == (*graphcache.FILES, "eagle.mnn")
+    assert graphcache.lookup("a" * 32) == entry
+    (entry / "eagle_fc.mnn").write_bytes(b"slipped in")  # a file the manifest does not name
+    assert graphcache.lookup("a" * 32) is None and not entry.exists()
+    with pytest.raises(ValueError):
+        graphcache.store("b" * 32, {**files, "../escape": tmp_path / "llm.mnn"}, {})
 
 
 def test_cache_keeps_a_bounded_number_of_entries(own_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

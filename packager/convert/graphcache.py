@@ -17,9 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from ..bundle import EAGLE_FILES
 from ..hashing import xxh3_128_bytes, xxh3_128_file
 
 FILES = ("llm.mnn", "llm.mnn.json", "llm_config.json", "tokenizer.mtok", "tokenizer-text.txt", "meta.json")
+# Files an entry may hold beside FILES: an EAGLE-3 head's, exported with the target's graph.
+EXTRA = tuple(EAGLE_FILES)
 MANIFEST = "manifest.json"
 MAX_ENTRIES = 16  # a few shapes x quantizations; the oldest-used entries go first
 Report = Callable[[str], None]
@@ -59,8 +62,15 @@ def lookup(entry_key: str, report: Report = lambda _: None) -> Path | None:
     return folder
 
 
+def contents(folder: Path) -> tuple[str, ...]:
+    """The files of an intact entry (FILES, then the EXTRA ones it holds)."""
+    return (*FILES, *(name for name in EXTRA if (folder / name).is_file()))
+
+
 def store(entry_key: str, files: dict[str, Path], meta: dict[str, Any]) -> Path:
     """Add an entry atomically (a concurrent writer's identical entry wins), then trim the cache."""
+    if not set(files) <= set(FILES) | set(EXTRA):
+        raise ValueError(f"a graph cache entry holds only {FILES + EXTRA}")
     base = root()
     base.mkdir(parents=True, exist_ok=True)
     temp = Path(tempfile.mkdtemp(prefix=".incoming-", dir=base))
@@ -68,7 +78,7 @@ def store(entry_key: str, files: dict[str, Path], meta: dict[str, Any]) -> Path:
         for name, source in files.items():
             shutil.copyfile(source, temp / name)
         (temp / "meta.json").write_text(json.dumps(meta, ensure_ascii=False), encoding="utf-8")
-        digests = {name: xxh3_128_file(temp / name) for name in FILES}
+        digests = {name: xxh3_128_file(temp / name) for name in contents(temp)}
         (temp / MANIFEST).write_text(json.dumps(digests), encoding="utf-8")
         try:
             os.rename(temp, base / entry_key)
@@ -111,7 +121,10 @@ def clear() -> int:
 def _intact(folder: Path) -> bool:
     try:
         digests = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
-        return set(digests) == set(FILES) and all(xxh3_128_file(folder / n) == d for n, d in digests.items())
+        names = set(digests)
+        if not (set(FILES) <= names <= set(FILES) | set(EXTRA)) or names != set(contents(folder)):
+            return False
+        return all(xxh3_128_file(folder / n) == d for n, d in digests.items())
     except (OSError, ValueError, AttributeError):
         return False
 

@@ -16,9 +16,12 @@ from .quant import QuantSpec
 
 _LINEAR = re.compile(r"^/layers\.(?P<layer>\d+)/(?P<group>self_attn|mlp)/(?P<proj>[a-z_]+_proj)/Linear$")
 _NORM = re.compile(r"^/blocks\.(?P<layer>\d+)/(?P<attn>self_attn/)?(?P<norm>[a-z_]+norm)/Mul_1_output_0$")
-_LM_HEAD = "/lm/lm_head/Linear"
-_FINAL_NORM = "hidden_states"
+_LM_HEAD_OP = "/lm/lm_head/Linear"
+# The final norm's op is named after its output: "hidden_states", or, when an EAGLE-3 head takes that output
+# name for the concatenated hidden states it reads, after the module.
+_FINAL_NORMS = ("hidden_states", "/final_layernorm/Mul_1_output_0")
 EMBED = "model.embed_tokens.weight"
+LM_HEAD = "lm_head.weight"  # an untied checkpoint's own output projection
 
 
 class LayoutUnknown(Exception):
@@ -64,9 +67,9 @@ def regions(graph: dict[str, Any], spec: QuantSpec, tied: bool) -> tuple[Region,
 
 
 def predict(hidden: int, layers: int, heads: int, kv_heads: int, head_dim: int, intermediate: int, vocab: int,
-            spec: QuantSpec) -> tuple[Region, ...]:
-    """The regions llmexport lays out for a tied dense Qwen3 of this shape, before the graph exists (so the
-    weights can be written while it is built); checked against the graph's own layout before use."""
+            spec: QuantSpec, tied: bool = True) -> tuple[Region, ...]:
+    """The regions llmexport lays out for a dense Qwen3 of this shape, before the graph exists (so the weights
+    can be written while it is built); checked against the graph's own layout before use."""
     found: list[Region] = []
 
     def add(name: str, kind: str, out_features: int = 0, in_features: int = 0, width: int = 0) -> None:
@@ -88,7 +91,7 @@ def predict(hidden: int, layers: int, heads: int, kv_heads: int, head_dim: int, 
                                     ("down_proj", (hidden, intermediate))):
             add(p + f"mlp.{proj}.weight", "linear", out_f, in_f)
     add("model.norm.weight", "norm", width=hidden)
-    add(EMBED, "linear", vocab, hidden)
+    add(EMBED if tied else LM_HEAD, "linear", vocab, hidden)
     return tuple(found)
 
 
@@ -102,8 +105,8 @@ def total_size(layout: tuple[Region, ...]) -> int:
 
 
 def _linear_tensor(name: str, tied: bool) -> str:
-    if name == _LM_HEAD:
-        return EMBED if tied else "lm_head.weight"
+    if name == _LM_HEAD_OP:
+        return EMBED if tied else LM_HEAD
     match = _LINEAR.match(name)
     if not match:
         raise LayoutUnknown(f"graph op {name} is a Linear packager cannot map to a checkpoint tensor")
@@ -111,7 +114,7 @@ def _linear_tensor(name: str, tied: bool) -> str:
 
 
 def _norm_tensor(name: str) -> str:
-    if name == _FINAL_NORM:
+    if name in _FINAL_NORMS:
         return "model.norm.weight"
     match = _NORM.match(name)
     if not match:

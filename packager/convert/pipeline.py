@@ -29,7 +29,7 @@ from .checkpoint import CheckpointInfo, inspect_checkpoint
 from .launch import Progress, Runner, WorkerJob, WorkerResult, run_worker
 from .lora import AdapterInfo, inspect_adapter, other_base_warning
 from .recipe import QuantRecipe
-from .reproducible import stamp_uuid
+from .reproducible import stamp_graph_uuid, stamp_uuid
 from .tokenizer import MIN_ENGINE, TokenizerChoice, agreement, choose, hf_encodings
 
 QUANT_BITS = (4, 8)
@@ -188,10 +188,14 @@ def convert(request: ConvertRequest, progress: Progress = lambda _: None,
     corpus = resources.tokenizer_corpus()
     with StagedDir(out, request.force, protected, report=progress) as stage, ThreadPoolExecutor(1) as beside:
         reference, inputs = _start_beside(beside, info, adapter, corpus)
+        # The head check's torch side needs nothing of the bundle: made while the converter runs (a core is idle
+        # once the weights are written), it leaves only the MNN side for after the export.
+        prepared = beside.submit(faithful.prepare, head, info, recipe.bits, recipe.block, recipe.symmetric) \
+            if head is not None else None
         worker, path = _export(request, info, adapter, recipe, stage.subdir("work"), corpus, runner, progress,
-                               goal, kind, head)
+                               goal, head)
         return _finish(request, info, adapter, recipe, goal, worker, path, stage, corpus, reference.result(),
-                       progress, inputs.result(), kind, head, mode)
+                       progress, inputs.result(), kind, head, mode, prepared.result() if prepared else None)
 
 
 def convert_many(requests: Sequence[ConvertRequest], progress: Progress = lambda _: None,
@@ -245,7 +249,8 @@ def _start_beside(beside: ThreadPoolExecutor, info: CheckpointInfo, adapter: Ada
 def _finish(request: ConvertRequest, info: CheckpointInfo, adapter: AdapterInfo | None, recipe: QuantRecipe,
             goal: EngineTarget, worker: WorkerResult, path: str, stage: StagedDir, corpus: tuple[str, ...],
             reference: list[list[int]], progress: Progress, inputs: provenance.InputDigests,
-            kind: BundleKind = DRAFT, head: HeadInfo | None = None, mode: Lookahead | None = None) -> ConvertResult:
+            kind: BundleKind = DRAFT, head: HeadInfo | None = None, mode: Lookahead | None = None,
+            prepared: faithful.Reference | None = None) -> ConvertResult:
     """Assemble the exported files into a bundle of its kind, check it, record provenance, move it into place."""
     warnings = tuple(w for w in [other_base_warning(adapter, info) if adapter else None] if w)
     warnings += mode.warnings() if mode is not None else ()
@@ -258,7 +263,7 @@ def _finish(request: ConvertRequest, info: CheckpointInfo, adapter: AdapterInfo 
     checked = None
     if head is not None:
         progress("checking the exported EAGLE-3 head against the checkpoint's (MNN and torch, same inputs)")
-        checked = faithful.check(built, head, info, recipe.bits, recipe.block, recipe.symmetric)
+        checked = faithful.check(built, head, info, recipe.bits, recipe.block, recipe.symmetric, prepared)
     progress(f"validating the bundle ({kind.name})")
     _check_built(built, request.spec)
     names = kind.present(built)
@@ -281,27 +286,23 @@ def _finish(request: ConvertRequest, info: CheckpointInfo, adapter: AdapterInfo 
 
 def _export(request: ConvertRequest, info: CheckpointInfo, adapter: AdapterInfo | None, recipe: QuantRecipe,
             workdir: Path, corpus: tuple[str, ...], runner: Runner, progress: Progress,
-            goal: EngineTarget, kind: BundleKind = DRAFT, head: HeadInfo | None = None) -> tuple[WorkerResult, str]:
+            goal: EngineTarget, head: HeadInfo | None = None) -> tuple[WorkerResult, str]:
     """The streaming path when it can reproduce the reference bytes, else llmexport loading the whole model."""
     bits, block = recipe.bits, recipe.block
-    if kind is not DRAFT:
-        progress(f"a {kind.name} bundle is made by llmexport loading the whole model (the streaming writer covers "
-                 "tied draft bundles)")
-        job = replace(_whole_model_job(info, adapter, recipe, workdir, corpus, goal),
-                      eagle=head.path if head else None, eagle_rope_theta=head.rope_theta if head else None)
-        return runner(job, progress), 'reference'
     if not request.reference and not recipe.streamable:
         progress(f"the streaming writer reproduces plain asymmetric quantization only; {recipe.name} is made by "
                  "llmexport loading the whole model")
     if not request.reference and recipe.streamable:
         try:
             return stream.export(info, adapter, bits, block, workdir, corpus, runner, progress,
-                                 fuse_c4=goal.fuse_c4), "streamed"
+                                 fuse_c4=goal.fuse_c4, head=head), "streamed"
         except (StreamingUnsupported, LayoutUnknown) as exc:
             progress(f"streaming does not cover this checkpoint ({shorten(str(exc))}); loading the whole model instead")
             shutil.rmtree(workdir)
             workdir.mkdir()
-    return runner(_whole_model_job(info, adapter, recipe, workdir, corpus, goal), progress), "reference"
+    job = replace(_whole_model_job(info, adapter, recipe, workdir, corpus, goal),
+                  eagle=head.path if head else None, eagle_rope_theta=head.rope_theta if head else None)
+    return runner(job, progress), "reference"
 
 
 def _quant_fields(recipe: QuantRecipe) -> dict[str, Any]:
@@ -350,6 +351,9 @@ def _assemble(worker: WorkerResult, info: CheckpointInfo, request: ConvertReques
         os.replace(export / name, built / name)
     weight_digest = xxh3_128_file(built / "llm.mnn.weight")  # the stamp does not touch the weights
     graph_uuid = stamp_uuid(built / "llm.mnn", built / "llm.mnn.json", weight_digest)
+    if head is not None:  # the head's graphs carry a uuid drawn on every export too
+        for graph in ("eagle.mnn", "eagle_fc.mnn"):
+            stamp_graph_uuid(built / graph, xxh3_128_file(built / f"{graph}.weight"))
     graph_engine = graph_requirement(built / "llm.mnn.json")
     agreements = tuple(agreement(fmt, worker.encodings[fmt], reference, corpus)  # type: ignore[arg-type]
                        for fmt in ("text", "pipeline"))

@@ -27,3 +27,20 @@ def stamp_uuid(graph: Path, graph_json: Path, weight_digest: str) -> str:
     graph.write_bytes(data.replace(old, new))
     graph_json.write_bytes(text.replace(old, new))
     return new.decode("ascii")
+
+
+_UUID = re.compile(rb"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def stamp_graph_uuid(graph: Path, weight_digest: str) -> str:
+    """The same for a graph llmexport writes without a JSON copy (the EAGLE-3 head's): its one uuid-shaped
+    string is the uuid MNN drew."""
+    data = graph.read_bytes()
+    found = set(_UUID.findall(data))
+    if len(found) != 1 or data.count(next(iter(found))) != 1:
+        raise ConversionFailed(f"{graph.name} does not hold exactly one uuid; cannot make it reproducible")
+    old = found.pop()
+    neutral = data.replace(old, b"0" * len(old))
+    new = str(uuid.UUID(hex=xxh3_128_bytes(neutral + weight_digest.encode("ascii")))).encode("ascii")
+    graph.write_bytes(data.replace(old, new))
+    return new.decode("ascii")

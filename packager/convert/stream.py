@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
+from ..bundle import EAGLE_FILES, EMBEDDINGS
+from ..eagle.head import HeadInfo
 from ..hashing import xxh3_128_bytes, xxh3_128_file
 from ..versions import installed
 from . import graphcache, layout, weightwriter
@@ -33,23 +35,44 @@ GRAPH_VERSIONS = ("mnn", "llmexport", "torch", "transformers", "onnx", "tokenize
 
 
 def export(info: CheckpointInfo, adapter: AdapterInfo | None, bits: int, block: int, workdir: Path,
-           corpus: tuple[str, ...], runner: Runner, progress: Progress, fuse_c4: bool = True) -> WorkerResult:
-    """Fill `workdir/export` with the graph files, both tokenizer candidates and the streamed weight file."""
+           corpus: tuple[str, ...], runner: Runner, progress: Progress, fuse_c4: bool = True,
+           head: HeadInfo | None = None) -> WorkerResult:
+    """Fill `workdir/export` with the graph files, both tokenizer candidates and the streamed weight file; an
+    untied checkpoint's embeddings file streamed too; with `head`, its EAGLE-3 files, exported by llmexport
+    beside the target's graph (the head is small; it is cached with the graph, keyed by its own bytes)."""
     refs = weightwriter.index(info.weight_files)
     dtype = _compute_dtype(info, refs, adapter)
     saved, loras = _adapter_tensors(adapter, info) if adapter else ({}, {})
+    if not info.tied and adapter and ({layout.EMBED, layout.LM_HEAD} & (set(loras) | set(adapter.saved_modules))):
+        raise StreamingUnsupported("the adapter changes an untied embedding or lm_head")
     classes = weightwriter.equality_classes({**refs, **saved}, unique=set(loras))
-    entry_key = graphcache.key(_key_fields(info, bits, block, dtype, classes, corpus, fuse_c4))
+    fields = _key_fields(info, bits, block, dtype, classes, corpus, fuse_c4)
+    if head is not None:
+        fields["eagle"] = _head_fields(head)
+    entry_key = graphcache.key(fields)
     spec = QuantSpec(bits, block)
     export_dir = workdir / "export"
     export_dir.mkdir()
     weight_file = export_dir / "llm.mnn.weight"
     workers = max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
+    embeddings = export_dir / EMBEDDINGS if not info.tied else None
+
     def write(regions: tuple[layout.Region, ...], nice: int = 0, widen: threading.Event | None = None,
               stop: threading.Event | None = None) -> None:
         tasks = weightwriter.plan(regions, refs, saved, loras, adapted=adapter is not None)
-        weightwriter.write(weight_file, layout.total_size(regions), tasks, spec, workers, progress, nice, widen, stop)
+        if weightwriter.write(weight_file, layout.total_size(regions), tasks, spec, workers, progress, nice, widen,
+                              stop):
+            write_embeddings()
+
+    def write_embeddings() -> None:
+        """An untied checkpoint's embeddings file, once (beside the graph build when there is one)."""
+        if embeddings is None or embeddings.exists():
+            return
+        progress(f"writing {EMBEDDINGS} (the untied embedding, bfloat16)")
+        partial = embeddings.with_name(EMBEDDINGS + ".partial")
+        weightwriter.write_embeddings(partial, saved.get(layout.EMBED) or refs[layout.EMBED])
+        os.replace(partial, embeddings)
 
     entry = graphcache.lookup(entry_key, report=progress)
     predicted: tuple[layout.Region, ...] | None = None
@@ -58,7 +81,7 @@ def export(info: CheckpointInfo, adapter: AdapterInfo | None, bits: int, block: 
                  "writing the weights meanwhile")
         shape = info.shape
         predicted = layout.predict(shape.hidden_size, shape.num_layers, shape.num_heads, shape.num_kv_heads,
-                                   shape.head_dim, shape.intermediate_size, shape.vocab_size, spec)
+                                   shape.head_dim, shape.intermediate_size, shape.vocab_size, spec, info.tied)
         # The weights are written beside the graph build from the start, on one process while the converter
         # imports its libraries (a single-threaded wait the other core would spend idle) and on every core
         # once it reports the graph stage. (Two writers during the imports slowed them by a third; one costs
@@ -74,7 +97,7 @@ def export(info: CheckpointInfo, adapter: AdapterInfo | None, bits: int, block: 
             early = background.submit(write, predicted, BESIDE_NICE, imported, failed)
             try:
                 entry = _build(info, adapter, bits, block, workdir, corpus, runner, build_progress, dtype, classes,
-                               entry_key, fuse_c4)
+                               entry_key, fuse_c4, head)
             except BaseException:
                 failed.set()  # no further weight task starts; the error is what the user sees
                 raise
@@ -83,14 +106,19 @@ def export(info: CheckpointInfo, adapter: AdapterInfo | None, bits: int, block: 
             early.result()
     else:
         progress(f"graph cache hit ({entry_key[:12]})")
-    for name in graphcache.FILES:
+    held = graphcache.contents(entry)
+    if (head is not None) != all(name in held for name in EAGLE_FILES):
+        raise StreamingUnsupported("the cached graph's EAGLE-3 files do not match the request")
+    for name in held:
         shutil.copyfile(entry / name, export_dir / name)
     meta = json.loads((export_dir / "meta.json").read_text(encoding="utf-8"))
-    regions = layout.regions(json.loads((export_dir / "llm.mnn.json").read_text(encoding="utf-8")), spec, tied=True)
+    regions = layout.regions(json.loads((export_dir / "llm.mnn.json").read_text(encoding="utf-8")), spec,
+                             tied=info.tied)
     if predicted is None or layout.placement(predicted) != layout.placement(regions):
         if predicted is not None:
             progress("the graph lays the weights out otherwise than predicted; writing them again")
         write(regions)
+    write_embeddings()
     return WorkerResult(export_dir=export_dir,
                         tokenizers={"pipeline": export_dir / "tokenizer.mtok", "text": export_dir / "tokenizer-text.txt"},
                         encodings=meta["encodings"], versions=meta["versions"], blocked=(), log=workdir / "worker.log")
@@ -143,22 +171,32 @@ def _key_fields(info: CheckpointInfo, bits: int, block: int, dtype: str, classes
     return fields
 
 
+def _head_fields(head: HeadInfo) -> dict[str, Any]:
+    """What of the head shapes its exported files: its config, its weights' bytes, the rope theta it gets."""
+    config = read_json(head.path / "config.json", StreamingUnsupported)
+    return {"config": config, "weights": xxh3_128_file(head.weights), "rope_theta": head.rope_theta}
+
+
 def _build(info: CheckpointInfo, adapter: AdapterInfo | None, bits: int, block: int, workdir: Path,
            corpus: tuple[str, ...], runner: Runner, progress: Progress, dtype: str,
-           classes: tuple[tuple[str, int], ...], entry_key: str, fuse_c4: bool = True) -> Path:
+           classes: tuple[tuple[str, int], ...], entry_key: str, fuse_c4: bool = True,
+           head: HeadInfo | None = None) -> Path:
     graph_work = workdir / "graph"
     graph_work.mkdir()
     result = runner(WorkerJob(source=info.path, adapter=None, workdir=graph_work, quant_bits=bits, quant_block=block,
                               stop_ids=info.stop_ids, corpus=corpus, graph_only=True, graph_dtype=dtype,
-                              equal_tensors=classes, fuse_c4=fuse_c4), progress)
+                              equal_tensors=classes, fuse_c4=fuse_c4, eagle=head.path if head else None,
+                              eagle_rope_theta=head.rope_theta if head else None), progress)
     export = result.export_dir
-    files = {name: export / name for name in ("llm.mnn", "llm.mnn.json", "llm_config.json")}
+    files = {name: export / name for name in ("llm.mnn", "llm.mnn.json", "llm_config.json",
+                                              *(EAGLE_FILES if head is not None else ()))}
     files["tokenizer.mtok"] = result.tokenizers["pipeline"]
     files["tokenizer-text.txt"] = result.tokenizers["text"]
     shape = info.shape
     describe = (f"{info.model_type} hidden {shape.hidden_size} x {shape.num_layers} layers, {dtype}, "
                 f"{bits}-bit {'per-channel' if block == 0 else f'block {block}'}"
-                f"{'' if fuse_c4 else ', no C4 fusion'}")
+                f"{'' if info.tied else ', untied'}{'' if fuse_c4 else ', no C4 fusion'}"
+                f"{', with an EAGLE-3 head' if head is not None else ''}")
     meta = {"describe": describe, "encodings": result.encodings, "versions": result.versions,
             "adapter": bool(adapter)}
     return graphcache.store(entry_key, files, meta)

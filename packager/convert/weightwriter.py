@@ -214,3 +214,26 @@ def _merge(base: TensorRef, weight: np.ndarray, lora: Lora) -> np.ndarray:
 
 def lora_scaling(alpha: float, rank: int, rslora: bool) -> float:
     return alpha / math.sqrt(rank) if rslora else alpha / rank
+
+
+def write_embeddings(path: Path, ref: TensorRef, rows_per_chunk: int = 0) -> None:
+    """The untied embedding table as llmexport writes `embeddings_bf16.bin`: row-major bfloat16, rounded to
+    nearest even from float32 as torch rounds (bfloat16 weights are copied as they are)."""
+    if ref.dtype not in _DTYPES or len(ref.shape) != 2:
+        raise StreamingUnsupported(f"the embedding is stored as {ref.dtype} {list(ref.shape)}")
+    rows = ref.shape[0]
+    step = rows_per_chunk or max(1, TASK_ELEMENTS // max(1, ref.shape[1]))
+    with open(path, "wb") as out:
+        for first in range(0, rows, step):
+            chunk = _read(ref, first, min(rows, first + step))
+            out.write(chunk.tobytes() if ref.dtype == "BF16" else _to_bfloat16(_as_float32(chunk, ref.dtype)))
+
+
+def _to_bfloat16(values: np.ndarray) -> bytes:
+    """float32 -> bfloat16 bits, rounded to nearest even as torch rounds (which NaN bits torch's vectorized
+    conversion gives is not pinned down, so a NaN weight takes the reference path)."""
+    if np.isnan(values).any():
+        raise StreamingUnsupported("the embedding holds NaN")
+    bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
+    rounded = (bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)
+    return rounded.astype(np.uint16).tobytes()

@@ -63,17 +63,21 @@ def _embeddings(info: CheckpointInfo, ids: list[int]) -> np.ndarray:
 
 
 def _target_hidden(bundle: Path, embeds: np.ndarray, threads: int) -> np.ndarray:
-    """The converted target's `hidden_states` output over a prefill of `embeds` [seq, hidden]."""
+    """The converted target's `hidden_states` output over a prefill of `embeds` [seq, hidden].
+
+    Loaded in MNN's low-memory mode, as MNN.llm runs a bundle: its weights stay 4-bit (the default mode expands
+    them to float32, 3.3 GB for a 0.6B target, twice the time). These states are only the inputs both heads get."""
     from ..pair.mnn_runtime import quiet_stdout
     from .mnn_head import _const, causal_mask
 
     seq = embeds.shape[0]
     with quiet_stdout():
+        import MNN.expr as F
         import MNN.nn as nn
 
         graph = nn.load_module_from_file(str(bundle / "llm.mnn"), ["input_ids", "attention_mask", "position_ids",
                                                                    "logits_index"], ["logits", "hidden_states"],
-                                         thread_num=threads)
+                                         thread_num=threads, memory_mode=F.MemoryMode.Low)
         out = graph.forward([_const(embeds[:, None, :]), _const(causal_mask(seq)[None, None]),
                              _const(np.arange(seq)[None], "int"), _const(np.array([-1]), "int")])
         return np.array(out[1].read(), dtype=np.float32).reshape(seq, -1)
@@ -99,28 +103,44 @@ def _relative(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.linalg.norm(a - b) / max(float(np.linalg.norm(b)), 1e-12))
 
 
-def measure(bundle: Path, head: HeadInfo, info: CheckpointInfo, bits: int, block: int, symmetric: bool = False,
-            threads: int = 2) -> Faithfulness:
+@dataclass(frozen=True)
+class Reference:
+    """The torch side of the check, which needs nothing of the bundle: the probe's embeddings and the
+    checkpoint's head with its linears quantized as MNNConvert stores them (made beside the conversion)."""
+
+    embeds: np.ndarray  # [positions + 1, hidden] float32
+    model: Any  # packager.eagle.reference.EagleHead
+
+
+def prepare(head: HeadInfo, info: CheckpointInfo, bits: int, block: int, symmetric: bool = False) -> Reference:
     import torch
     from tokenizers import Tokenizer
 
-    from .mnn_head import MNNHead
     from .reference import load_head
 
     ids = Tokenizer.from_file(str(info.path / "tokenizer.json")).encode(PROBE, add_special_tokens=False).ids
-    embeds = _embeddings(info, ids)
-    aux = _target_hidden(bundle, embeds[:-1], threads)  # positions 0..n-2; the head gets token i+1's embedding
-    following = embeds[1:]
-    positions = np.arange(len(ids) - 1)
-    exported = MNNHead(bundle, threads=threads)
-    fc = exported.fc(aux)
-    logprobs, hidden = exported.forward(following, fc, positions)
-
     model = load_head(head.path, pickle=head.pickle)  # at the head's own theta
     with torch.no_grad():
         for module in model.modules():
             if isinstance(module, torch.nn.Linear):
                 module.weight.copy_(quantized(module.weight, bits, block, symmetric))
+    return Reference(_embeddings(info, ids), model)
+
+
+def measure(bundle: Path, head: HeadInfo, info: CheckpointInfo, bits: int, block: int, symmetric: bool = False,
+            threads: int = 2, prepared: Reference | None = None) -> Faithfulness:
+    import torch
+
+    from .mnn_head import MNNHead
+
+    ref = prepared if prepared is not None else prepare(head, info, bits, block, symmetric)
+    embeds, model = ref.embeds, ref.model
+    aux = _target_hidden(bundle, embeds[:-1], threads)  # positions 0..n-2; the head gets token i+1's embedding
+    following = embeds[1:]
+    positions = np.arange(len(embeds) - 1)
+    exported = MNNHead(bundle, threads=threads)
+    fc = exported.fc(aux)
+    logprobs, hidden = exported.forward(following, fc, positions)
 
     def reference(theta: float) -> tuple[np.ndarray, np.ndarray]:
         model.theta = theta
@@ -141,8 +161,8 @@ def measure(bundle: Path, head: HeadInfo, info: CheckpointInfo, bits: int, block
 
 
 def check(bundle: Path, head: HeadInfo, info: CheckpointInfo, bits: int, block: int,
-          symmetric: bool = False) -> Faithfulness:
-    found = measure(bundle, head, info, bits, block, symmetric)
+          symmetric: bool = False, prepared: Reference | None = None) -> Faithfulness:
+    found = measure(bundle, head, info, bits, block, symmetric, prepared=prepared)
     if max(found.hidden_error, found.logprob_error) > MAX_RELATIVE_ERROR:
         raise EagleHeadUnfaithful(f"the exported EAGLE-3 head differs from the checkpoint's head by "
                                   f"{found.hidden_error:.1%} (state) and {found.logprob_error:.1%} (log-probabilities) "

@@ -127,15 +127,23 @@ class _Attention(nn.Module):
         self.heads, self.kv_heads, self.head_dim = config.num_attention_heads, config.num_key_value_heads, config.head_dim
 
 
+def _gelu_tanh(x: Tensor) -> Tensor:
+    return nn.functional.gelu(x, approximate="tanh")
+
+
+# transformers' ACT2FN for the activations a head may name (importing transformers for them costs ~3 s per
+# conversion); gelu_new is the tanh approximation written out, which F.gelu computes too.
+_ACTIVATIONS = {"silu": nn.functional.silu, "swish": nn.functional.silu, "gelu": nn.functional.gelu,
+                "gelu_new": _gelu_tanh, "gelu_pytorch_tanh": _gelu_tanh, "relu": nn.functional.relu}
+
+
 class _Mlp(nn.Module):
     def __init__(self, config: HeadConfig) -> None:
         super().__init__()
-        from transformers.activations import ACT2FN
-
         self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
         self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
         self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
-        self.act = ACT2FN[config.hidden_act]
+        self.act = _ACTIVATIONS[config.hidden_act]
 
     def forward(self, x: Tensor) -> Tensor:
         return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
