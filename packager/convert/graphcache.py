@@ -121,10 +121,9 @@ def clear() -> int:
 def _intact(folder: Path) -> bool:
     try:
         digests = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
-        names = set(digests)
-        if not (set(FILES) <= names <= set(FILES) | set(EXTRA)) or names != set(contents(folder)):
-            return False
-        return all(xxh3_128_file(folder / n) == d for n, d in digests.items())
+        # contents() is FILES and the EXTRA files present: the manifest must name exactly those
+        return set(digests) == set(contents(folder)) and \
+            all(xxh3_128_file(folder / n) == d for n, d in digests.items())
     except (OSError, ValueError, AttributeError):
         return False
 

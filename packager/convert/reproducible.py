@@ -22,11 +22,16 @@ def stamp_uuid(graph: Path, graph_json: Path, weight_digest: str) -> str:
     data = graph.read_bytes()
     if data.count(old) != 1:
         raise ConversionFailed("llm.mnn does not hold its mnn_uuid exactly once; cannot make it reproducible")
-    neutral = data.replace(old, b"0" * len(old))
-    new = str(uuid.UUID(hex=xxh3_128_bytes(neutral + weight_digest.encode("ascii")))).encode("ascii")
+    new = _derived(data, old, weight_digest)
     graph.write_bytes(data.replace(old, new))
     graph_json.write_bytes(text.replace(old, new))
     return new.decode("ascii")
+
+
+def _derived(graph: bytes, old: bytes, weight_digest: str) -> bytes:
+    """The uuid made from the graph (its drawn uuid zeroed) and the weights' digest."""
+    neutral = graph.replace(old, b"0" * len(old))
+    return str(uuid.UUID(hex=xxh3_128_bytes(neutral + weight_digest.encode("ascii")))).encode("ascii")
 
 
 _UUID = re.compile(rb"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
@@ -40,7 +45,6 @@ def stamp_graph_uuid(graph: Path, weight_digest: str) -> str:
     if len(found) != 1 or data.count(next(iter(found))) != 1:
         raise ConversionFailed(f"{graph.name} does not hold exactly one uuid; cannot make it reproducible")
     old = found.pop()
-    neutral = data.replace(old, b"0" * len(old))
-    new = str(uuid.UUID(hex=xxh3_128_bytes(neutral + weight_digest.encode("ascii")))).encode("ascii")
+    new = _derived(data, old, weight_digest)
     graph.write_bytes(data.replace(old, new))
     return new.decode("ascii")

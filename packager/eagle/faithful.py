@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 
 from ..convert.checkpoint import CheckpointInfo
-from ..convert.safetensors_header import tensor_refs
+from ..convert.layout import EMBED
+from ..convert.weightwriter import index
 from ..errors import EagleHeadUnfaithful
 from .head import HeadInfo
 
@@ -47,10 +48,7 @@ def _embeddings(info: CheckpointInfo, ids: list[int]) -> np.ndarray:
     """Rows of the checkpoint's embedding, float32, read from its safetensors without loading the table."""
     import torch
 
-    refs: dict[str, Any] = {}
-    for file in info.weight_files:
-        refs.update(tensor_refs(file))
-    ref = refs["model.embed_tokens.weight"]
+    ref = index(info.weight_files)[EMBED]
     width = ref.nbytes // (ref.shape[0] * ref.shape[1])
     torch_dtype = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}[ref.dtype]
     rows = []
