@@ -92,3 +92,16 @@ def run_cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = No
     """The real `packager` command in its own process."""
     return subprocess.run([*prefix, sys.executable, "-m", "packager.cli", *args], capture_output=True, text=True,
                           cwd=cwd, env=env, timeout=600)
+
+
+def start_cli(*args: str) -> subprocess.Popen[str]:
+    """The real `packager` command started for a test that signals it, its stderr (progress) piped.
+
+    SIGINT goes back to its default in the child: a shell starts a background job (a suite run from a script
+    with `&`) with SIGINT ignored, the child inherits that, and Python then leaves it ignored, so the test's
+    Ctrl-C would be lost for a reason that is not packager's."""
+    import signal
+
+    return subprocess.Popen([sys.executable, "-m", "packager.cli", *args], stderr=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))

@@ -6,14 +6,13 @@ import json
 import shutil
 import signal
 import subprocess
-import sys
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
 from packager.staging import PARTIAL_MARK
-from tests.conftest import run_cli
+from tests.conftest import run_cli, start_cli
 from tests.models import copy_checkpoint
 from tests.test_convert_refusals import assert_refused
 
@@ -277,11 +276,7 @@ def test_huge_config_value_is_shown_shortened(tiny_checkpoint: Path, tmp_path: P
 
 def _start(checkpoint: Path, out: Path) -> subprocess.Popen[str]:
     # The reference path: its worker reports "loading the checkpoint" long before it can finish.
-    # SIGINT back to its default: a test run started in the background of a script inherits it ignored, and
-    # Python then leaves it ignored.
-    return subprocess.Popen([sys.executable, "-m", "packager.cli", "convert", str(checkpoint), "--out", str(out),
-                             "--reference"], stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    return start_cli("convert", str(checkpoint), "--out", str(out), "--reference")
 
 
 def _wait_for_stage(process: subprocess.Popen[str], stage: str) -> None:

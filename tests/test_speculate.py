@@ -13,7 +13,7 @@ import pytest
 
 from packager.convert.pipeline import ConvertResult
 from packager.speculate import Request, speculate
-from tests.conftest import run_cli
+from tests.conftest import run_cli, start_cli
 
 PROMPTS = ("What is Python?", "Write a haiku about rain.", "List three colors.")
 
@@ -175,14 +175,11 @@ def test_an_eagle_path_outside_the_bundle_is_refused(eagle_bundle: ConvertResult
 
 def test_interrupting_speculate_stops_the_engine_child_at_once(eagle_bundle: ConvertResult, prompts_file: Path) -> None:
     import signal
-    import subprocess
-    import sys
 
     import psutil
 
-    process = subprocess.Popen([sys.executable, "-m", "packager.cli", "speculate", str(eagle_bundle.out), "--prompts",
-                                str(prompts_file), "--tokens", "512", "--repeats", "50"],
-                               stderr=subprocess.PIPE, text=True)
+    process = start_cli("speculate", str(eagle_bundle.out), "--prompts", str(prompts_file), "--tokens", "512",
+                        "--repeats", "50")
     assert process.stderr is not None
     for line in process.stderr:  # wait for a reported stage, not a time
         if "repeat 1 of 50" in line:
