@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import os
 import tempfile
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterator
 
 import numpy as np
 
-from .errors import from_os_error
+from .errors import FileSystemError, from_os_error
 
 MAX_BATCH = 16  # prompts decoded together
 MAX_BATCH_TOKENS = 2048  # padded prompt tokens per batch: bounds the prefill's activations
@@ -40,44 +41,96 @@ class Continued:
 
 class Spill:
     """Logit rows in one temporary file, in the model's own dtype (bf16 stored as its 16 bits: lossless). The
-    file has no name (O_TMPFILE, or unlinked at once), so even a killed run leaves nothing behind."""
+    file has no name (O_TMPFILE, or unlinked at once), so even a killed run leaves nothing behind.
+
+    Rows are written by a thread of their own while the source decodes on (a file write releases the GIL): on
+    the trained miniature the writes were 1.3 s of its 3.2 s pass. At most WRITES_AHEAD writes wait, each
+    holding its tensor, so memory stays bounded; the first failed write is raised by the next call."""
+
+    WRITES_AHEAD = 2
 
     def __init__(self, vocab: int, folder: Path | None = None) -> None:
         self.vocab = vocab
         self.stored = "<f4"  # the numpy dtype of the file's numbers: "<u2" (bf16's 16 bits), "<f2" or "<f4"
+        self._end = 0  # where the next rows go
+        self._writes: list[Future[None]] = []
         try:
             self._file: BinaryIO = tempfile.TemporaryFile(prefix="packager-verify-", dir=folder)
         except OSError as exc:
             raise from_os_error(exc, "cannot write the source's logits") from None
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="packager-spill")
 
     def write(self, rows: Any) -> tuple[int, int]:
-        """A torch tensor of rows (bf16, fp16 or fp32); returns (offset, rows)."""
+        """A torch tensor of rows (bf16, fp16 or fp32); returns (offset, rows) at once, the bytes follow."""
         import torch
 
         if rows.dtype == torch.bfloat16:
             self.stored, data = "<u2", rows.contiguous().view(torch.int16)
         else:
             self.stored, data = ("<f2", rows.contiguous()) if rows.dtype == torch.float16 else ("<f4", rows.float())
-        offset = self._file.seek(0, os.SEEK_END)
-        try:
-            self._file.write(data.contiguous().numpy().data)  # the tensor's own buffer: no copy
-        except OSError as exc:
-            raise from_os_error(exc, "cannot write the source's logits") from None
+        self._settle(self.WRITES_AHEAD - 1)
+        offset, buffer = self._end, data.contiguous().numpy()  # the tensor's own buffer: no copy
+        self._end += buffer.nbytes
+        self._writes.append(self._writer.submit(_write_at, self._file.fileno(), buffer, offset))
         return offset, int(rows.shape[0])
 
+    def flush(self) -> None:
+        """Wait until every row is in the file; the first failed write's error here."""
+        self._settle(0)
+
+    def _settle(self, keep: int) -> None:
+        while len(self._writes) > keep:
+            try:
+                self._writes.pop(0).result()
+            except OSError as exc:
+                raise from_os_error(exc, "cannot write the source's logits") from None
+
     def read(self, item: Continued) -> np.ndarray:
-        """float32 rows for every position of `item`."""
-        parts = []
+        """float32 rows for every position of `item`, converted in one pass into one array (verify reads a
+        prompt's rows while MNN computes the next prompt's; astype, shift and concatenate made three copies)."""
+        self.flush()
         stored = np.dtype(self.stored)
+        total = sum(count for _, count in item.segments)
+        out = np.empty((total, self.vocab), dtype=np.float32)
+        at = 0
         for offset, count in item.segments:
-            self._file.seek(offset)
-            raw = np.frombuffer(self._file.read(count * self.vocab * stored.itemsize), dtype=stored)
-            parts.append((raw.astype(np.uint32) << 16).view(np.float32) if self.stored == "<u2"
-                         else raw.astype(np.float32))
-        return np.concatenate(parts).reshape(-1, self.vocab)[:item.positions]  # n = 0: the prompt's rows only
+            rows = out[at:at + count].reshape(-1)
+            raw = rows if stored == np.float32 else np.empty(rows.size, dtype=stored)
+            if _read_at(self._file.fileno(), raw, offset) != raw.nbytes:
+                raise FileSystemError(f"the source's logits file ended early (at a {count}-row segment): its "
+                                      "file system lost data under verify", "rerun verify")
+            if self.stored == "<u2":  # bf16: torch widens it to float32 exactly, 10x faster than numpy's shift
+                import torch
+
+                torch.from_numpy(rows).copy_(torch.from_numpy(raw.view(np.int16)).view(torch.bfloat16))
+            elif raw is not rows:
+                rows[:] = raw
+            at += count
+        return out[:item.positions]  # n = 0: the prompt's rows only
 
     def close(self) -> None:
+        self._writer.shutdown(wait=True, cancel_futures=True)  # a write still running ends before its file closes
+        self._writes.clear()
         self._file.close()
+
+
+def _write_at(fd: int, buffer: np.ndarray, offset: int) -> None:
+    data = memoryview(buffer).cast("B")
+    done = 0
+    while done < len(data):
+        done += os.pwrite(fd, data[done:], offset + done)
+
+
+def _read_at(fd: int, buffer: np.ndarray, offset: int) -> int:
+    """Fill `buffer` from `offset` (no Python-side buffering beside the writer's pwrite); the bytes read."""
+    data = memoryview(buffer).cast("B")
+    done = 0
+    while done < len(data):
+        got = os.preadv(fd, [data[done:]], offset + done)
+        if got == 0:
+            break
+        done += got
+    return done
 
 
 def batches(lengths: list[int]) -> Iterator[list[int]]:

@@ -12,6 +12,8 @@ a LoRA-distilled draft, several seeds; bench/verify_calibration.py, bench/RESULT
 from __future__ import annotations
 
 import gc
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Callable
@@ -105,20 +107,50 @@ def margins(theirs: np.ndarray) -> np.ndarray:
 
 def compare_in_chunks(ours: np.ndarray, theirs: np.ndarray, chunk: int = 16) -> tuple[
         list[bool], list[float], list[float], list[float]]:
-    """compare_positions and margins, a few rows at a time in float64 (a whole prompt's rows in float64, with
-    their softmax temporaries, are several hundred MB at a 152k vocabulary)."""
+    """compare_positions and margins of float32 rows, a few rows at a time (a whole prompt's rows with their
+    temporaries are several hundred MB at a 152k vocabulary). In float64 numpy this took longer than MNN's forward
+    of the same prompt, so: top-1 and margins are numpy's own argmax and the same float64 subtraction of the top
+    two values (exactly as before); cosine and KL are float32 element-wise in torch, summed with torch's cascade
+    summation (accurate to a few float32 epsilons over 152k terms, unlike its log_softmax and norm kernels) and
+    combined in float64. KL is E_p[a - b] - (lse(a) - lse(b)) for source logits a and ours b: two exponentials a
+    row instead of three. tests/test_verify.py holds it to the float64 reference on real logits."""
+    import torch
+
     top1: list[bool] = []
     cosine: list[float] = []
     kl: list[float] = []
     margin: list[float] = []
-    for at in range(0, len(theirs), chunk):
-        mine, source = ours[at:at + chunk].astype(np.float64), theirs[at:at + chunk].astype(np.float64)
-        t, c, k = compare_positions(mine, source)
-        top1 += t
-        cosine += c
-        kl += k
-        margin += [float(m) for m in margins(source)]  # from the logits: no second log-softmax
+    with torch.no_grad():
+        for at in range(0, len(theirs), chunk):
+            mine, source = _float32(ours[at:at + chunk]), _float32(theirs[at:at + chunk])
+            best = source.argmax(-1)
+            top1 += (mine.argmax(-1) == best).tolist()
+            margin += _margins(source, best)
+            b, a = torch.from_numpy(mine), torch.from_numpy(source)
+            dot, a2, b2 = ((x * y).sum(-1).double() for x, y in ((a, b), (a, a), (b, b)))
+            cosine += (dot / (a2 * b2).sqrt()).tolist()
+            a_max, b_max = a.amax(-1, keepdim=True), b.amax(-1, keepdim=True)
+            p = (a - a_max).exp_()  # the source's probabilities, not yet normalised
+            p_sum, q_sum = p.sum(-1).double(), (b - b_max).exp_().sum(-1).double()
+            expected = p.mul_(a - b).sum(-1).double() / p_sum  # E_p[a - b]
+            shift = (a_max - b_max).squeeze(-1).double() + torch.log(p_sum / q_sum)  # lse(a) - lse(b)
+            kl += [max(0.0, k) for k in (expected - shift).tolist()]
     return top1, cosine, kl, margin
+
+
+def _float32(rows: np.ndarray) -> np.ndarray:
+    """Contiguous float32 rows, writable (torch.from_numpy shares them), copied only when they are not."""
+    rows = np.ascontiguousarray(rows, dtype=np.float32)
+    return rows if rows.flags.writeable else rows.copy()
+
+
+def _margins(rows: np.ndarray, best: np.ndarray) -> list[float]:
+    """margins() from each row's argmax: the top value less the largest other one (a tie gives 0, as there)."""
+    out = []
+    for row, at in zip(rows, best.tolist()):
+        second = max(row[:at].max(initial=-np.inf), row[at + 1:].max(initial=-np.inf))
+        out.append(float(row[at]) - float(second))
+    return out
 
 
 def verify(bundle: Path, source: Path, prompts: tuple[str, ...] | None = None,
@@ -133,14 +165,18 @@ def verify(bundle: Path, source: Path, prompts: tuple[str, ...] | None = None,
     stop, template = _source_facts(source)
     items = workload.from_texts(prompts) if prompts else workload.builtin()
     corpus = resources.tokenizer_corpus()
-    encoded = _preflight(bundle, corpus, progress)
+    with ThreadPoolExecutor(max_workers=1) as pool:  # the child loads the bundle while torch is imported here
+        preflight = pool.submit(_preflight, bundle, corpus, progress)
+        _import_source_libraries(source)
+        encoded, vocab = preflight.result()
     progress(f"the source's greedy continuations of {len(items)} chat-templated prompts (up to {continuation} "
              "tokens), in batches")
     continued, spill, expected = _source_pass(source, dtype, template, items, corpus, continuation, stop,
                                               progress)
     try:
         progress("the bundle (MNN) on the same tokens")
-        ours = MNNModel(bundle)
+        ours = MNNModel(bundle, threads=_mnn_threads(bundle, vocab))
+        torch_threads = _one_torch_thread()  # the comparisons run beside MNN's forwards, on a core of their own
         try:
             matched = sum(mine == theirs for mine, theirs in zip(encoded, expected))
             top1: list[bool] = []
@@ -148,9 +184,9 @@ def verify(bundle: Path, source: Path, prompts: tuple[str, ...] | None = None,
             kl: list[float] = []
             margin: list[float] = []
             greedy = []
-            for item in continued:
-                mine = ours.logits_all([*item.ids, *item.tokens])[:item.positions]
-                t, c, k, m = compare_in_chunks(mine, spill.read(item))
+            rows = ours.logits_each([*item.ids, *item.tokens] for item in continued)
+            for item, all_rows in zip(continued, rows):  # MNN computes the next prompt while this one is compared
+                t, c, k, m = compare_in_chunks(all_rows[:item.positions], spill.read(item))
                 top1 += t
                 cosine += c
                 kl += k
@@ -158,14 +194,42 @@ def verify(bundle: Path, source: Path, prompts: tuple[str, ...] | None = None,
                 greedy.append(_greedy_prefix(t, item) / max(1, len(item.tokens)))
         finally:
             ours.close()
+            _one_torch_thread(torch_threads)
     finally:
         spill.close()
     return _judge(bundle, source, thresholds, matched, len(corpus), len(items), top1, cosine, kl, margin, greedy)
 
 
-def _preflight(bundle: Path, corpus: tuple[str, ...], progress: Progress) -> list[list[int]]:
-    """The bundle's ids for the tokenizer corpus, and one forward: a bundle that cannot run fails in seconds, not
-    after the source's whole pass (its runtime is closed again so the two models are never resident together)."""
+def _mnn_threads(bundle: Path, vocab: int) -> int:
+    """MNN's threads while verify compares beside it. A bundle whose whole weight file is no larger than its
+    lm_head at one byte a weight (a small draft with a 152k vocabulary) spends its forward in the lm_head, which
+    costs about what comparing the rows costs: one core each (the trained miniature: 2.7 s for the bundle's
+    stage, 3.3 s with two MNN threads). A larger body makes MNN's forward the longer side: it keeps two."""
+    from .convert.checkpoint import read_json
+
+    try:
+        hidden = read_json(bundle / "llm_config.json", InvalidOption).get("hidden_size")
+        weights = (bundle / "llm.mnn.weight").stat().st_size
+    except (PackagerError, OSError, AttributeError, RecursionError):  # validate reports such a bundle
+        return 2
+    small = isinstance(hidden, int) and hidden > 0 and weights <= vocab * hidden
+    return 1 if small or len(os.sched_getaffinity(0)) < 2 else 2
+
+
+def _one_torch_thread(threads: int = 1) -> int:
+    """Set torch's intra-op threads (one while the MNN child computes the next prompt: two threads on each
+    side oversubscribed the two cores); returns the old count."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    return before
+
+
+def _preflight(bundle: Path, corpus: tuple[str, ...], progress: Progress) -> tuple[list[list[int]], int]:
+    """The bundle's ids for the tokenizer corpus and its vocabulary, and one forward: a bundle that cannot run
+    fails in seconds, not after the source's whole pass (its runtime is closed again so the two models are never
+    resident together)."""
     progress("loading the bundle (MNN) for a first forward and its tokenizer's ids")
     ours = MNNModel(bundle)
     try:
@@ -173,7 +237,21 @@ def _preflight(bundle: Path, corpus: tuple[str, ...], progress: Progress) -> lis
         ours.logits_all(next((ids for ids in encoded if ids), [0])[:8])
     finally:
         ours.close()
-    return encoded
+    return encoded, ours.vocab
+
+
+def _import_source_libraries(source: Path) -> None:
+    """torch, transformers and the source's modeling module: about 4 s of imports that the source's load would
+    make anyway, made while the preflight's child process loads the bundle on the other core. Only a head start:
+    whatever fails here is reported by the source's load itself."""
+    try:
+        import torch  # noqa: F401
+        from transformers import AutoConfig, DynamicCache  # noqa: F401
+        from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+        MODEL_FOR_CAUSAL_LM_MAPPING[type(AutoConfig.from_pretrained(source))]  # imports the model's module
+    except Exception:  # noqa: BLE001 - an unreadable or unknown source: HFModel below says what is wrong
+        pass
 
 
 def _source_facts(source: Path) -> tuple[tuple[int, ...], str]:
@@ -198,6 +276,7 @@ def _source_pass(source: Path, dtype: Dtype, template: str, items: list[Any], co
     try:
         continued = continue_all(theirs.model, ids, n, stop, spill,
                                  progress=lambda done: progress(f"  {done}/{len(ids)} prompts decoded"))
+        spill.flush()  # a full disk is reported here, before the bundle is loaded
     except BaseException:
         spill.close()
         raise

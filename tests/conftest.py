@@ -8,6 +8,7 @@ import subprocess
 import tempfile
 import sys
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -105,3 +106,16 @@ def start_cli(*args: str) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "packager.cli", *args], stderr=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+
+@pytest.fixture()
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 6 MB file system (tmpfs) that fills up: for the full-disk tests. Skipped where mounting needs a root
+    this run does not have."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", str(mount)], capture_output=True)
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {made.stderr.decode().strip()}")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=True)

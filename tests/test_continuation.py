@@ -77,3 +77,41 @@ def test_spill_that_cannot_be_written_is_one_line(tmp_path: Path) -> None:
 
     with pytest.raises(FileSystemError, match="cannot write the source's logits: No such file or directory"):
         Spill(11, tmp_path / "gone")
+
+
+def test_a_disk_that_fills_under_the_background_writes_is_one_line(small_disk: Path) -> None:
+    """The rows are written by a thread while decoding goes on; a full disk still ends verify with one line (the
+    next write or the flush raises it), and the spill closes cleanly after it."""
+    import torch
+
+    from packager.errors import FileSystemError
+
+    rows = torch.ones(1000, 1000, dtype=torch.bfloat16)  # 2 MB a write: the 6 MB disk holds two
+    spill = Spill(1000, small_disk)
+    try:
+        with pytest.raises(FileSystemError, match="cannot write the source's logits: No space left on device"):
+            for _ in range(6):
+                spill.write(rows)
+            spill.flush()
+    finally:
+        spill.close()
+    assert not list(small_disk.iterdir())
+
+
+def test_a_spill_file_cut_short_under_verify_is_one_line_not_garbage_rows(tmp_path: Path) -> None:
+    import os
+
+    import torch
+
+    from packager.continuation import Continued
+    from packager.errors import FileSystemError
+
+    spill = Spill(11, tmp_path)
+    try:
+        segment = spill.write(torch.randn(4, 11))
+        spill.flush()
+        os.ftruncate(spill._file.fileno(), 20)
+        with pytest.raises(FileSystemError, match="ended early"):
+            spill.read(Continued(ids=(1, 2, 3), tokens=(4,), segments=(segment,)))
+    finally:
+        spill.close()

@@ -7,7 +7,6 @@ import shutil
 import signal
 import subprocess
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -219,17 +218,6 @@ def test_block_zero_is_per_channel(three_heads: Path, tmp_path: Path) -> None:
 
 
 # --- OS errors: one line with the OS's reason ----------------------------------------------------------------
-
-@pytest.fixture()
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", str(mount)], capture_output=True)
-    if made.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root): {made.stderr.decode().strip()}")
-    yield mount
-    subprocess.run(["umount", "-l", str(mount)], check=True)
-
 
 def test_full_disk_is_one_line_naming_it(tiny_checkpoint: Path, small_disk: Path) -> None:
     out = small_disk / "bundle"

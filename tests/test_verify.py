@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from packager.convert.pipeline import ConvertResult
-from packager.verify import Thresholds, compare_positions, verify
+from packager.verify import Thresholds, compare_in_chunks, compare_positions, margins, verify
 from tests.conftest import run_cli
 
 
@@ -67,6 +67,119 @@ def test_position_metrics() -> None:
     assert top1 == [True, True] and all(abs(c - 1) < 1e-12 for c in cosine) and all(abs(k) < 1e-9 for k in kl)
     top1, _, kl = compare_positions(a, a[::-1].copy())
     assert top1 == [False, False] and all(k > 0.1 for k in kl)
+
+
+def test_float32_comparison_equals_the_float64_reference_on_real_logits(bundle4: ConvertResult,
+                                                                        tiny_checkpoint: Path) -> None:
+    """verify compares in torch's float32 kernels; the float64 reference (compare_positions, margins) gives the
+    same top-1 and margins exactly and the same cosine and KL to within float32 rounding, for a faithful pair of
+    rows and for rows far apart (another prompt's, reversed)."""
+    import numpy as np
+
+    from packager.pair.child import MNNModel
+    from packager.pair.models import HFModel
+
+    source, ours = HFModel(tiny_checkpoint, dtype="stored"), MNNModel(bundle4.out)
+    try:
+        for text in ("The capital of France is", "def fibonacci(n):\n    return", "Q: Why is the sky blue?"):
+            ids = source.encode(text)
+            theirs = source.logits_all(ids).astype(np.float32)  # bf16 widened: exact in float32
+            mine = ours.logits_all(ids).astype(np.float32)  # MNN's own float32 rows
+            for a, b in ((mine, theirs), (np.ascontiguousarray(theirs[::-1]) * 3, theirs)):
+                top1, cosine, kl, margin = compare_in_chunks(a, b, chunk=3)
+                ref_top1, ref_cosine, ref_kl = compare_positions(a.astype(np.float64), b.astype(np.float64))
+                assert top1 == ref_top1 and margin == list(margins(b.astype(np.float64)))
+                assert np.abs(np.array(cosine) - ref_cosine).max() < 1e-6
+                assert np.abs(np.array(kl) - ref_kl).max() < 1e-6 + 1e-5 * max(ref_kl)
+    finally:
+        ours.close()
+
+
+def test_logits_each_gives_every_sequence_its_own_rows_in_order(bundle4: ConvertResult) -> None:
+    import numpy as np
+
+    from packager.pair.child import MNNModel
+
+    model = MNNModel(bundle4.out)
+    sequences = [[1, 2, 3], [4, 5, 6, 7, 8, 9, 10], [11], [1, 2, 3]]
+    alone = [model.logits_all(ids) for ids in sequences]
+    got = list(model.logits_each(iter(sequences)))
+    assert len(got) == len(sequences)
+    assert all(rows.dtype == np.float32 and np.array_equal(rows, one) for rows, one in zip(got, alone))
+    assert list(model.logits_each([])) == [] and np.array_equal(model.logits_all([11]), alone[2])  # in step
+    early = model.logits_each(sequences)
+    assert np.array_equal(next(early), alone[0])  # the second forward is now in flight, its reply never read
+    process = model._process
+    model.close()  # the child's write of that reply fails and it ends by itself, not killed after a timeout
+    assert process.returncode == 0
+
+
+def test_large_replies_cross_through_shared_memory_with_the_pipes_bytes(bundle4: ConvertResult,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A prompt's logits come back through the shared file, not pickled through the pipe, bit for bit the same;
+    where there is no shared file (monkeypatched away) they take the pipe."""
+    import os
+
+    import numpy as np
+
+    from packager.pair import shared
+    from packager.pair.child import MNNModel
+
+    ids = [1, 2, 3, 4, 5, 6, 7, 8, 9]
+    model = MNNModel(bundle4.out)
+    try:
+        through_shared = model.logits_all(ids)
+        assert model._shared is not None and os.fstat(model._shared).st_size == through_shared.size * 4  # float32
+        small = model.encode("hi")  # small replies stay in the pipe
+    finally:
+        model.close()
+    monkeypatch.setattr(shared, "create", lambda: None)
+    model = MNNModel(bundle4.out)
+    try:
+        assert model._shared is None
+        assert np.array_equal(model.logits_all(ids), through_shared) and model.encode("hi") == small
+    finally:
+        model.close()
+
+
+def test_a_shared_write_that_fails_leaves_the_array_to_the_pipe(tmp_path: Path) -> None:
+    import os
+
+    import numpy as np
+
+    from packager.pair import shared
+
+    array = np.arange(shared.THRESHOLD, dtype=np.float32).reshape(4, -1)
+    (tmp_path / "f").write_bytes(b"")
+    fd = os.open(tmp_path / "f", os.O_RDONLY)  # writing fails (EBADF), as a full memory limit would
+    try:
+        assert shared.put(fd, array) is array
+    finally:
+        os.close(fd)
+    fd = shared.create()
+    assert fd is not None
+    try:
+        sent = shared.put(fd, array)
+        assert isinstance(sent, shared.SharedArray) and np.array_equal(shared.take(fd, sent), array)
+        assert isinstance(shared.put(fd, array[:1, :10]), np.ndarray) and isinstance(shared.put(fd, [1, 2]), list)
+        os.ftruncate(fd, 100)  # a file shorter than the reply says: an error, never a half-filled array
+        with pytest.raises(OSError, match="ended after 100 of"):
+            shared.take(fd, sent)
+    finally:
+        os.close(fd)
+
+
+def test_a_runtime_killed_with_a_request_in_flight_is_named(bundle4: ConvertResult) -> None:
+    import os
+
+    from packager.errors import RuntimeCrashed
+    from packager.pair.child import MNNModel
+
+    model = MNNModel(bundle4.out)
+    model.submit("logits_all", [1, 2, 3])
+    os.kill(model._process.pid, 9)
+    with pytest.raises(RuntimeCrashed, match="was killed .* while running logits_all on the bundle"):
+        model.collect()
 
 
 def _zeroed_copy(bundle: Path, out: Path) -> Path:

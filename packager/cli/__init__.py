@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
@@ -135,4 +136,10 @@ def main() -> None:
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     signal.signal(signal.SIGTERM, _raise_terminated)
-    cli(prog_name="packager")
+    try:
+        cli(prog_name="packager")
+    finally:
+        # The work is done and reported. Python's last garbage collection at exit walks every object torch and
+        # transformers made (0.5 s after verify or pair); frozen, it skips them. Files and child processes are
+        # closed by the commands themselves, and atexit handlers (temporary folders) still run.
+        gc.freeze()
