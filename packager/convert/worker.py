@@ -72,9 +72,10 @@ QUANT_CHUNK_ELEMENTS = 8 * 1024 * 1024
 
 
 def _export(job: dict[str, Any], source: Path, tokenizer_dir: Path, events: Events, tokenizer: bool = True,
-            facts: Callable[[], dict[str, Any] | None] | None = None) -> Path:
+            facts: Callable[[], dict[str, Any] | None] | None = None, fence: Fence | None = None) -> Path:
     """llmexport's export; without `tokenizer` it writes no tokenizer.mtok (a forked side job makes it, and
-    sends the tokenizer's `facts` the graph reads)."""
+    sends the tokenizer's `facts` the graph reads). With `fence` (the graph-only worker), an EAGLE-3 head is
+    exported by a forked copy beside the target (packager.convert.headbeside)."""
     import llmexport  # the module llmexport/llmexport.py, first on sys.path
     import utils.torch_utils
     from utils.mnn_converter import MNNConverter
@@ -115,6 +116,10 @@ def _export(job: dict[str, Any], source: Path, tokenizer_dir: Path, events: Even
     events.send("stage", name=GRAPH_STAGE if job.get("graph_only") else "loading the checkpoint into llmexport")
     exporter = llmexport.LlmExporter(args)
     exporter.tokenizer.stop_ids = list(job["stop_ids"])
+    if job.get("eagle") and fence is not None:
+        from .headbeside import export_head_beside
+
+        export_head_beside(exporter, fence, Path(job["workdir"]) / "head-beside")
     _wrap(exporter, "export_onnx", "exporting the ONNX graph", events)
     if not tokenizer:
         exporter.export_tokenizer = lambda: None
@@ -302,7 +307,7 @@ def _graph_only(job: dict[str, Any], source: Path, tokenizer_dir: Path, events: 
     events.send("stage", name="writing both tokenizer candidates and measuring their agreement (beside the graph)")
     side = Forked(fence, lambda send: _tokenizer_candidates(job, tokenizer_dir, work / "tokenizers", config_only,
                                                             send), nice=TOKENIZER_NICE)
-    export_dir = _export(job, source, tokenizer_dir, events, tokenizer=False, facts=side.early)
+    export_dir = _export(job, source, tokenizer_dir, events, tokenizer=False, facts=side.early, fence=fence)
     tokenizers = side.result()
     if tokenizers is None:  # the copy failed (see the log): the same work here, with the graph at hand
         events.send("stage", name="writing both tokenizer candidates and measuring their agreement")
