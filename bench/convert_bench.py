@@ -53,21 +53,36 @@ GRAPH_FILES = ("llm.mnn", "llm.mnn.json", "llm.mnn.weight", "llm_config.json", "
 
 
 def measure(cmd: list[str], cwd: Path, env: dict[str, str]) -> dict[str, float]:
-    """Wall time and peak summed RSS of the process tree."""
+    """Wall time, and the peaks of the process tree's summed RSS and summed PSS. RSS counts a page shared by two
+    processes (a forked copy's copy-on-write pages) twice; PSS splits it between them, so the tree's PSS is the
+    memory it really holds."""
     start = time.monotonic()
     proc = psutil.Popen(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
-    peak = 0
+    peak = peak_pss = 0
     while proc.poll() is None:
         try:
-            tree = [proc, *proc.children(recursive=True)]
-            peak = max(peak, sum(p.memory_info().rss for p in tree if p.is_running()))
+            tree = [p for p in [proc, *proc.children(recursive=True)] if p.is_running()]
+            peak = max(peak, sum(p.memory_info().rss for p in tree))
+            peak_pss = max(peak_pss, sum(_pss(p.pid) for p in tree))
         except psutil.Error:
             pass
         time.sleep(0.02)
     wall = time.monotonic() - start
     if proc.returncode != 0:
         raise SystemExit(f"{cmd[:5]} failed:\n{proc.stderr.read().decode()[-3000:]}")
-    return {"wall_s": round(wall, 2), "peak_rss_mb": round(peak / 1e6)}
+    return {"wall_s": round(wall, 2), "peak_rss_mb": round(peak / 1e6), "peak_pss_mb": round(peak_pss / 1e6)}
+
+
+def _pss(pid: int) -> int:
+    """A process's proportional set size in bytes (0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", encoding="ascii") as rollup:
+            for line in rollup:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
 
 
 def spread(values: list[float]) -> dict[str, float]:

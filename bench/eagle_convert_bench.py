@@ -2,7 +2,8 @@
 
 A 0.6B-shaped target (hidden 1024, 28 layers, 16/8 heads, untied, random bf16 weights; bench/work) and a random
 EAGLE-3 head of matching shape (draft vocabulary 32000). Both run as fresh processes, alternating order, on the
-same machine; wall time and the peak summed RSS of the process tree. packager runs with its graph cache emptied
+same machine; wall time and the peaks of the process tree's summed RSS and PSS (bench.convert_bench.measure:
+a cold conversion forks copies of its converter, whose shared pages RSS counts twice). packager runs with its graph cache emptied
 (cold) and with the entry the cold run left (warm). Ratios are per run, reported as median and min-max. Writes
 bench/work/eagle_convert_bench.json.
 """
@@ -68,7 +69,8 @@ def main() -> None:
         ours = results[name]
         report[name] = {
             "time_ratio": spread([o["wall_s"] / b["wall_s"] for o, b in zip(ours, base)]),
-            "peak_rss_ratio": spread([o["peak_rss_mb"] / b["peak_rss_mb"] for o, b in zip(ours, base)])}
+            "peak_rss_ratio": spread([o["peak_rss_mb"] / b["peak_rss_mb"] for o, b in zip(ours, base)]),
+            "peak_pss_ratio": spread([o["peak_pss_mb"] / b["peak_pss_mb"] for o, b in zip(ours, base)])}
     report["load_after"] = [round(x, 2) for x in os.getloadavg()]
     (work / "eagle_convert_bench.json").write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps({k: v for k, v in report.items() if k != "runs"}, indent=2))
