@@ -20,6 +20,7 @@ from typing import Any, BinaryIO, Callable, Iterator
 import numpy as np
 
 from .errors import FileSystemError, from_os_error
+from .fdio import read_into, write_all
 
 MAX_BATCH = 16  # prompts decoded together
 MAX_BATCH_TOKENS = 2048  # padded prompt tokens per batch: bounds the prefill's activations
@@ -71,7 +72,7 @@ class Spill:
         self._settle(self.WRITES_AHEAD - 1)
         offset, buffer = self._end, data.contiguous().numpy()  # the tensor's own buffer: no copy
         self._end += buffer.nbytes
-        self._writes.append(self._writer.submit(_write_at, self._file.fileno(), buffer, offset))
+        self._writes.append(self._writer.submit(write_all, self._file.fileno(), buffer, offset))
         return offset, int(rows.shape[0])
 
     def flush(self) -> None:
@@ -96,7 +97,7 @@ class Spill:
         for offset, count in item.segments:
             rows = out[at:at + count].reshape(-1)
             raw = rows if stored == np.float32 else np.empty(rows.size, dtype=stored)
-            if _read_at(self._file.fileno(), raw, offset) != raw.nbytes:
+            if read_into(self._file.fileno(), raw, offset) != raw.nbytes:
                 raise FileSystemError(f"the source's logits file ended early (at a {count}-row segment): its "
                                       "file system lost data under verify", "rerun verify")
             if self.stored == "<u2":  # bf16: torch widens it to float32 exactly, 10x faster than numpy's shift
@@ -112,25 +113,6 @@ class Spill:
         self._writer.shutdown(wait=True, cancel_futures=True)  # a write still running ends before its file closes
         self._writes.clear()
         self._file.close()
-
-
-def _write_at(fd: int, buffer: np.ndarray, offset: int) -> None:
-    data = memoryview(buffer).cast("B")
-    done = 0
-    while done < len(data):
-        done += os.pwrite(fd, data[done:], offset + done)
-
-
-def _read_at(fd: int, buffer: np.ndarray, offset: int) -> int:
-    """Fill `buffer` from `offset` (no Python-side buffering beside the writer's pwrite); the bytes read."""
-    data = memoryview(buffer).cast("B")
-    done = 0
-    while done < len(data):
-        got = os.preadv(fd, [data[done:]], offset + done)
-        if got == 0:
-            break
-        done += got
-    return done
 
 
 def batches(lengths: list[int]) -> Iterator[list[int]]:

@@ -9,7 +9,6 @@ can reach the protocol pipe or packager's stdout.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import pickle
 import signal
@@ -27,7 +26,6 @@ from . import shared
 METHODS = ("encode", "logits_all", "greedy", "start", "step", "timed_step", "keep", "decode")
 _BOOT = "import sys; sys.path.insert(0, sys.argv[1]); from packager.pair.child import serve; serve(sys.argv[2])"
 _LOG_TAIL = 4000
-_REPLY_PIPE = 1 << 20  # bytes: Linux's default most for an unprivileged process
 
 
 class MNNModel:
@@ -43,7 +41,6 @@ class MNNModel:
         self._process = subprocess.Popen([sys.executable, "-c", _BOOT, root, str(handed[0] if handed else -1)],
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
                                          pass_fds=handed)
-        _widen(self._process.stdout)
         self.vocab = int(self._call("load", str(bundle), threads or 2))
 
     def encode(self, text: str) -> list[int]:
@@ -140,7 +137,11 @@ class MNNModel:
         if isinstance(value, shared.SharedArray):
             if self._shared is None:
                 raise self._crashed(method)
-            return shared.take(self._shared, value)
+            try:
+                return shared.take(self._shared, value)
+            except OSError as exc:
+                raise RuntimeCrashed(f"the MNN runtime's reply to {method} on {shorten(str(self.path), 120)} "
+                                     f"could not be read back ({exc})") from None
         return value
 
     def _call(self, method: str, *args: Any) -> Any:
@@ -161,16 +162,6 @@ class MNNModel:
         self._log.seek(0, os.SEEK_END)
         self._log.seek(max(0, self._log.tell() - _LOG_TAIL))
         return self._log.read().decode("utf-8", "replace")
-
-
-def _widen(pipe: Any) -> None:
-    """A 1 MB reply pipe instead of 64 KB: a prompt's logits (26 MB at 43 tokens x 152k) then cross in 26 writes
-    instead of 400, each a switch between the two processes; measured 15 ms instead of 40. Where the system
-    refuses (an older kernel, a lower pipe-max-size) the default stays: slower, not wrong."""
-    try:
-        fcntl.fcntl(pipe.fileno(), getattr(fcntl, "F_SETPIPE_SZ", 1031), _REPLY_PIPE)
-    except OSError:
-        pass
 
 
 def describe_exit(code: int) -> str:

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..fdio import read_into, write_all
+
 THRESHOLD = 1 << 20  # bytes: smaller arrays are cheaper pickled with the reply
 
 
@@ -41,11 +43,8 @@ def put(fd: int, value: object) -> object:
     if not isinstance(value, np.ndarray) or value.nbytes < THRESHOLD or value.dtype.hasobject:
         return value
     array = np.ascontiguousarray(value)
-    data = memoryview(array).cast("B")
     try:
-        written = 0
-        while written < len(data):
-            written += os.pwrite(fd, data[written:], written)
+        write_all(fd, array, 0)
     except OSError:
         return value
     return SharedArray(tuple(array.shape), array.dtype.str)
@@ -54,11 +53,7 @@ def put(fd: int, value: object) -> object:
 def take(fd: int, shared: SharedArray) -> np.ndarray:
     """In the parent: the array the child put, read into memory of its own (the next reply reuses the file)."""
     out = np.empty(shared.shape, dtype=np.dtype(shared.dtype))
-    data = memoryview(out).cast("B")
-    done = 0
-    while done < len(data):
-        got = os.preadv(fd, [data[done:]], done)
-        if got == 0:
-            raise OSError(f"the shared reply ended after {done} of {len(data)} bytes")
-        done += got
+    done = read_into(fd, out, 0)
+    if done != out.nbytes:
+        raise OSError(f"the shared reply ended after {done} of {out.nbytes} bytes")
     return out
