@@ -66,7 +66,14 @@ def test_spill_gives_back_every_row_bit_for_bit(dtype: str, tmp_path: Path) -> N
     spill = Spill(11, tmp_path)
     try:
         first, second = spill.write(rows[:4]), spill.write(rows[4:])
-        back = spill.read(Continued(ids=(1, 2, 3, 4), tokens=(5, 6, 7, 8), segments=(first, second)))
+        item = Continued(ids=(1, 2, 3, 4), tokens=(5, 6, 7, 8), segments=(first, second))
+        back = spill.read(item)
+        # borrowed: the same rows in the spill's own buffer, which the next borrowed read reuses
+        lent = spill.read(item, borrowed=True)
+        assert np.array_equal(lent, back) and not np.shares_memory(lent, back)
+        shorter = spill.read(Continued(ids=(1, 2), tokens=(), segments=(second,)), borrowed=True)
+        assert np.shares_memory(shorter, lent) and np.array_equal(shorter, rows[4:5].float().numpy())
+        assert np.array_equal(spill.read(item, borrowed=True), back)  # grown back to the longer item's rows
     finally:
         spill.close()
     assert np.array_equal(back, rows.float().numpy())

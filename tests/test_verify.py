@@ -98,6 +98,7 @@ def test_float32_comparison_equals_the_float64_reference_on_real_logits(bundle4:
 def test_logits_each_gives_every_sequence_its_own_rows_in_order(bundle4: ConvertResult) -> None:
     import numpy as np
 
+    from packager.pair import shared
     from packager.pair.child import MNNModel
 
     model = MNNModel(bundle4.out)
@@ -106,6 +107,10 @@ def test_logits_each_gives_every_sequence_its_own_rows_in_order(bundle4: Convert
     got = list(model.logits_each(iter(sequences)))
     assert len(got) == len(sequences)
     assert all(rows.dtype == np.float32 and np.array_equal(rows, one) for rows, one in zip(got, alone))
+    for rows, one in zip(model.logits_each(sequences, borrowed=True), alone):  # each used before the next
+        assert np.array_equal(rows, one)
+        assert rows.nbytes < shared.THRESHOLD or not rows.flags.owndata  # large ones: the child's bytes in place
+    assert all(rows.flags.owndata for rows in got if rows.nbytes >= shared.THRESHOLD)  # not borrowed: copies
     assert list(model.logits_each([])) == [] and np.array_equal(model.logits_all([11]), alone[2])  # in step
     early = model.logits_each(sequences)
     assert np.array_equal(next(early), alone[0])  # the second forward is now in flight, its reply never read
@@ -129,7 +134,7 @@ def test_large_replies_cross_through_shared_memory_with_the_pipes_bytes(bundle4:
     model = MNNModel(bundle4.out)
     try:
         through_shared = model.logits_all(ids)
-        assert model._shared is not None and os.fstat(model._shared).st_size == through_shared.size * 4  # float32
+        assert model._shared is not None and os.fstat(model._shared[0]).st_size == through_shared.size * 4
         small = model.encode("hi")  # small replies stay in the pipe
     finally:
         model.close()
@@ -153,20 +158,60 @@ def test_a_shared_write_that_fails_leaves_the_array_to_the_pipe(tmp_path: Path) 
     (tmp_path / "f").write_bytes(b"")
     fd = os.open(tmp_path / "f", os.O_RDONLY)  # writing fails (EBADF), as a full memory limit would
     try:
-        assert shared.put(fd, array) is array
+        assert shared.Writer((fd,)).put(array) is array
+        # a view of MNN's buffer never crosses the pipe uncopied: not when the write fails, not without shared
+        # files, not when it is small
+        for writer, view in ((shared.Writer((fd,)), array), (shared.Writer(()), array), (shared.Writer((fd,)),
+                                                                                          array[:1, :10])):
+            copied = writer.put(view, owned=False)
+            assert isinstance(copied, np.ndarray) and not np.shares_memory(copied, view)
+            assert np.array_equal(copied, view)
     finally:
         os.close(fd)
-    fd = shared.create()
-    assert fd is not None
+    fds = shared.create()
+    assert fds is not None and len(fds) == 2
     try:
-        sent = shared.put(fd, array)
-        assert isinstance(sent, shared.SharedArray) and np.array_equal(shared.take(fd, sent), array)
-        assert isinstance(shared.put(fd, array[:1, :10]), np.ndarray) and isinstance(shared.put(fd, [1, 2]), list)
-        os.ftruncate(fd, 100)  # a file shorter than the reply says: an error, never a half-filled array
+        writer = shared.Writer(fds)
+        sent = writer.put(array)
+        assert isinstance(sent, shared.SharedArray) and np.array_equal(shared.take(fds, sent), array)
+        assert isinstance(writer.put(array[:1, :10]), np.ndarray) and isinstance(writer.put([1, 2]), list)
+        os.ftruncate(fds[sent.slot], 100)  # a file shorter than the reply says: an error, never a half-filled array
         with pytest.raises(OSError, match="ended after 100 of"):
-            shared.take(fd, sent)
+            shared.take(fds, sent)
+        with pytest.raises(OSError, match="ended after 100 of"):  # mapped, it would have been SIGBUS
+            shared.borrow(fds, sent)
+        with pytest.raises(OSError, match="names file 2 of 2"):
+            shared.take(fds, shared.SharedArray(sent.shape, sent.dtype, 2))
     finally:
-        os.close(fd)
+        for fd in fds:
+            os.close(fd)
+
+
+def test_replies_alternate_between_two_files_so_a_borrowed_array_outlives_the_next_write() -> None:
+    """The child writes reply i + 1 while the parent still reads reply i in place: the two go to different
+    files, and a borrowed array is the file's bytes (no copy) until the reply after next."""
+    import os
+
+    import numpy as np
+
+    from packager.pair import shared
+
+    fds = shared.create()
+    assert fds is not None
+    try:
+        writer = shared.Writer(fds)
+        arrays = [np.full((4, shared.THRESHOLD // 4), i, dtype=np.float32) for i in range(3)]
+        first = writer.put(arrays[0])
+        borrowed = shared.borrow(fds, first)
+        second = writer.put(arrays[1])
+        assert (first.slot, second.slot) == (0, 1)
+        assert np.array_equal(borrowed, arrays[0]) and np.array_equal(shared.borrow(fds, second), arrays[1])
+        third = writer.put(arrays[2])  # back to the first file: the first borrowed array now holds reply three
+        assert third.slot == 0 and np.array_equal(borrowed, arrays[2])
+        assert np.array_equal(shared.take(fds, second), arrays[1])
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
 def test_a_runtime_killed_with_a_request_in_flight_is_named(bundle4: ConvertResult) -> None:
@@ -271,3 +316,54 @@ def test_a_killed_runtime_child_is_named_by_its_signal(bundle4: ConvertResult, s
     with pytest.raises(RuntimeCrashed) as caught:
         model.encode("hello")
     assert caught.value.exit_code == 27 and f"the MNN runtime {words} {bundle4.out}" == caught.value.message
+
+
+def test_a_small_bundle_is_loaded_once_a_larger_one_is_never_resident_beside_the_source(
+        bundle4: ConvertResult, tiny_checkpoint: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A small bundle's runtime from the preflight serves the comparison too (no second load); a larger one's is
+    closed before the source is loaded and loaded again after the source is freed. The figures are the same."""
+    import packager.verify as verify_module
+    from packager.pair import models
+    from packager.pair.child import MNNModel
+
+    assert verify_module._small(bundle4.out, 151936)  # the tiny test bundle is one of the small ones
+    made: list[MNNModel] = []
+    alive_at_source: list[int] = []
+    original_init, original_source = MNNModel.__init__, models.HFModel.__init__
+
+    def counting_init(self: MNNModel, *args: object, **kwargs: object) -> None:
+        original_init(self, *args, **kwargs)
+        made.append(self)
+
+    def source_init(self: models.HFModel, *args: object, **kwargs: object) -> None:
+        alive_at_source.append(sum(model._process.poll() is None for model in made))
+        original_source(self, *args, **kwargs)
+
+    monkeypatch.setattr(MNNModel, "__init__", counting_init)
+    monkeypatch.setattr(models.HFModel, "__init__", source_init)
+    prompts = ("The capital of France is", "def fibonacci(n):")
+    kept = verify(bundle4.out, tiny_checkpoint, prompts=prompts)
+    assert (len(made), alive_at_source) == (1, [1])
+    made.clear()
+    alive_at_source.clear()
+    monkeypatch.setattr(verify_module, "_small", lambda bundle, vocab: False)
+    reloaded = verify(bundle4.out, tiny_checkpoint, prompts=prompts)
+    assert (len(made), alive_at_source) == (2, [0])
+    assert all(model._process.poll() is not None for model in made)  # every child ended with verify
+    assert kept.positions == reloaded.positions > 0
+    assert (kept.mean_kl, kept.mean_cosine, kept.top1_agreement) == (
+        reloaded.mean_kl, reloaded.mean_cosine, reloaded.top1_agreement)
+
+
+def test_small_is_the_weight_file_against_the_lm_head_at_a_byte_a_weight(bundle4: ConvertResult,
+                                                                          tmp_path: Path) -> None:
+    from packager.verify import _small
+
+    weights = (bundle4.out / "llm.mnn.weight").stat().st_size
+    hidden = json.loads((bundle4.out / "llm_config.json").read_text())["hidden_size"]
+    assert _small(bundle4.out, -(-weights // hidden)) and not _small(bundle4.out, weights // hidden - 1)
+    folder = shutil.copytree(bundle4.out, tmp_path / "b")
+    (folder / "llm_config.json").write_text('{"hidden_size": "wide"}')  # unreadable: not small, two threads
+    assert not _small(folder, 10 ** 9)
+    (folder / "llm_config.json").unlink()
+    assert not _small(folder, 10 ** 9)

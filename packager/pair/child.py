@@ -25,6 +25,7 @@ from . import shared
 
 METHODS = ("encode", "logits_all", "greedy", "start", "step", "timed_step", "keep", "decode")
 _BOOT = "import sys; sys.path.insert(0, sys.argv[1]); from packager.pair.child import serve; serve(sys.argv[2])"
+_NO_FILES = "-"  # serve()'s argument when there are no shared files
 _LOG_TAIL = 4000
 
 
@@ -35,10 +36,10 @@ class MNNModel:
         self.path = bundle
         self._pending: str | None = None  # the method of a request sent whose reply is not read yet
         self._log = tempfile.TemporaryFile()
-        self._shared = shared.create()  # large arrays (logits) come back through it, not the pipe
+        self._shared = shared.create()  # large arrays (logits) come back through these files, not the pipe
         root = str(Path(__file__).resolve().parents[2])
-        handed = () if self._shared is None else (self._shared,)
-        self._process = subprocess.Popen([sys.executable, "-c", _BOOT, root, str(handed[0] if handed else -1)],
+        handed = self._shared or ()
+        self._process = subprocess.Popen([sys.executable, "-c", _BOOT, root, ",".join(map(str, handed)) or _NO_FILES],
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
                                          pass_fds=handed)
         self.vocab = int(self._call("load", str(bundle), threads or 2))
@@ -49,21 +50,24 @@ class MNNModel:
     def logits_all(self, ids: list[int]) -> np.ndarray:
         return np.asarray(self._call("logits_all", list(ids)), dtype=np.float64)
 
-    def logits_each(self, sequences: Iterable[list[int]]) -> Iterator[np.ndarray]:
+    def logits_each(self, sequences: Iterable[list[int]], borrowed: bool = False) -> Iterator[np.ndarray]:
         """float32 logits_all of each sequence, in order, with the next sequence's forward already running in the
         child while the caller works on the rows it was given (verify compares one prompt while MNN computes the
         next). The next request is sent only after a reply has been read whole, so neither side can block the
-        other on a full pipe, whatever the sizes."""
+        other on a full pipe, whatever the sizes.
+
+        `borrowed`: each array is the child's bytes in place (packager.pair.shared.borrow), not a copy; it is
+        valid only until the caller asks for the next one, and read-only by contract."""
         ahead = iter(sequences)
         first = next(ahead, None)
         if first is None:
             return
         self.submit("logits_all", list(first))
         for ids in ahead:
-            rows = np.asarray(self.collect(), dtype=np.float32)
+            rows = np.asarray(self.collect(borrowed), dtype=np.float32)
             self.submit("logits_all", list(ids))
             yield rows
-        yield np.asarray(self.collect(), dtype=np.float32)
+        yield np.asarray(self.collect(borrowed), dtype=np.float32)
 
     def greedy(self, ids: list[int], n: int, stop: tuple[int, ...] = ()) -> list[int]:
         return list(self._call("greedy", list(ids), n, tuple(stop)))
@@ -88,9 +92,9 @@ class MNNModel:
         return list(tokens), list(accepted), float(seconds)
 
     def close(self) -> None:
-        if getattr(self, "_shared", None) is not None:
-            os.close(self._shared)  # the child's handle keeps the file until it exits
-            self._shared = None
+        for fd in getattr(self, "_shared", None) or ():
+            os.close(fd)  # the child's handles (and any borrowed array's mapping) keep the file until they end
+        self._shared = None
         process = getattr(self, "_process", None)
         if process is None or process.poll() is not None:
             return
@@ -122,8 +126,9 @@ class MNNModel:
             raise self._crashed(method) from None
         self._pending = method
 
-    def collect(self) -> Any:
-        """The reply to the request submit() sent (waiting for it); the child's error is raised here."""
+    def collect(self, borrowed: bool = False) -> Any:
+        """The reply to the request submit() sent (waiting for it); the child's error is raised here. A large
+        array is read into memory of this process, or, `borrowed`, mapped in place (see logits_each)."""
         process, method = self._process, self._pending
         assert process.stdout is not None and method is not None, "nothing was submitted"
         try:
@@ -138,7 +143,7 @@ class MNNModel:
             if self._shared is None:
                 raise self._crashed(method)
             try:
-                return shared.take(self._shared, value)
+                return (shared.borrow if borrowed else shared.take)(self._shared, value)
             except OSError as exc:
                 raise RuntimeCrashed(f"the MNN runtime's reply to {method} on {shorten(str(self.path), 120)} "
                                      f"could not be read back ({exc})") from None
@@ -177,10 +182,10 @@ def describe_exit(code: int) -> str:
     return f"exited unexpectedly with status {code}"
 
 
-def serve(channel: str = "-1") -> None:
-    """The child's loop: one reply per request until the parent closes the pipe. `channel`: the fd of the
-    parent's shared file for large arrays (packager.pair.shared), -1 for none."""
-    fd = int(channel)
+def serve(channel: str = _NO_FILES) -> None:
+    """The child's loop: one reply per request until the parent closes the pipe. `channel`: the fds of the
+    parent's shared files for large arrays (packager.pair.shared), comma-separated, or _NO_FILES."""
+    writer = shared.Writer(tuple(int(fd) for fd in channel.split(",")) if channel != _NO_FILES else ())
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle (exit 130)
     requests = os.fdopen(os.dup(0), "rb")
     replies = os.fdopen(os.dup(1), "wb")
@@ -197,6 +202,8 @@ def serve(channel: str = "-1") -> None:
 
                 runtime = MNNRuntime(Path(args[0]), threads=int(args[1]) if len(args) > 1 else 2)
                 reply: tuple[str, Any] = ("ok", runtime.vocab)
+            elif method == "logits_all" and runtime is not None:  # the rows go out from MNN's own buffer
+                reply = ("ok", runtime.logits_all(*args, keep=lambda rows: writer.put(rows, owned=False)))
             elif method in METHODS and runtime is not None:
                 reply = ("ok", getattr(runtime, method)(*args))
             else:
@@ -206,8 +213,8 @@ def serve(channel: str = "-1") -> None:
         except Exception as exc:  # noqa: BLE001 - the runtime's own errors become one line in the parent
             reply = ("error", BundleError(f"the MNN runtime failed ({type(exc).__name__}: {shorten(str(exc))})",
                                           "run packager validate on the bundle"))
-        if fd >= 0 and reply[0] == "ok":
-            reply = ("ok", shared.put(fd, reply[1]))
+        if reply[0] == "ok":
+            reply = ("ok", writer.put(reply[1]))
         try:
             _reply(replies, reply)
         except BrokenPipeError:  # the parent closed without reading the reply (MNNModel.close): done

@@ -7,7 +7,7 @@ import os
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -55,11 +55,15 @@ class MNNRuntime:
     def encode(self, text: str) -> list[int]:
         return list(self.llm.tokenizer_encode(text))
 
-    def logits_all(self, ids: list[int]) -> np.ndarray:
-        """float32 logits, one row per position of `ids` (from an empty cache, whatever was stepped before)."""
+    def logits_all(self, ids: list[int], keep: Callable[[np.ndarray], Any] | None = None) -> Any:
+        """float32 logits, one row per position of `ids` (from an empty cache, whatever was stepped before).
+        MNN's read() gives a view of the runtime's own buffer, valid until its next forward or reset: `keep`
+        takes that view and returns what to give back (the child writes it to shared memory from there, with
+        no copy of its own); without it, a copy."""
         with quiet_stdout():
             self.llm.reset()
-            out = np.array(self.llm.forward(ids).read(), dtype=np.float32).reshape(len(ids), -1)
+            rows = np.asarray(self.llm.forward(ids).read(), dtype=np.float32).reshape(len(ids), -1)
+            out = keep(rows) if keep is not None else rows.copy()
             self.llm.reset()
         return out
 

@@ -14,6 +14,7 @@ from typing import Any, Literal, Protocol
 import numpy as np
 
 from ..errors import CheckpointNotFound, MissingTokenizer, from_os_error, shorten
+from ..imports import without_collection
 from .child import MNNModel
 
 
@@ -43,9 +44,10 @@ class HFModel:
     def __init__(self, checkpoint: Path, threads: int | None = None, dtype: Dtype = "float32") -> None:
         """`dtype="stored"` keeps the checkpoint's own dtype (bf16 for Qwen3): half the memory of float32, and
         the argmax, which is all acceptance needs, is the model's own."""
-        import torch
-        from tokenizers import Tokenizer
-        from transformers import AutoModelForCausalLM
+        with without_collection():
+            import torch
+            from tokenizers import Tokenizer
+            from transformers import AutoModelForCausalLM
 
         torch.set_num_threads(threads or self.threads)
         self.path = checkpoint
