@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import gc
 import os
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Callable
@@ -174,7 +174,11 @@ def verify(bundle: Path, source: Path, prompts: tuple[str, ...] | None = None,
     corpus = resources.tokenizer_corpus()
     with ThreadPoolExecutor(max_workers=1) as pool:  # the child loads the bundle while torch is imported here
         preflight = pool.submit(_preflight, bundle, corpus, progress)
-        _import_source_libraries(source)
+        try:
+            _import_source_libraries(source)
+        except BaseException:  # Ctrl-C or SIGTERM during the imports: a runtime the preflight kept is closed
+            preflight.add_done_callback(_close_kept)
+            raise
         encoded, vocab, kept = preflight.result()
     ours = kept
     try:
@@ -258,6 +262,12 @@ def _preflight(bundle: Path, corpus: tuple[str, ...], progress: Progress) -> tup
         raise
     ours.close()
     return encoded, ours.vocab, None
+
+
+def _close_kept(preflight: Future[tuple[list[list[int]], int, MNNModel | None]]) -> None:
+    """The runtime a preflight kept, closed when nobody will use it (its own failure is reported elsewhere)."""
+    if not preflight.cancelled() and preflight.exception() is None and (kept := preflight.result()[2]) is not None:
+        kept.close()
 
 
 def _import_source_libraries(source: Path) -> None:

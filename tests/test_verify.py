@@ -182,6 +182,9 @@ def test_a_shared_write_that_fails_leaves_the_array_to_the_pipe(tmp_path: Path) 
             shared.borrow(fds, sent)
         with pytest.raises(OSError, match="names file 2 of 2"):
             shared.take(fds, shared.SharedArray(sent.shape, sent.dtype, 2))
+        for shape in ((-1, 4), (), (0, 4)):  # a reply that makes no sense: an error, not a negative mapping
+            with pytest.raises(OSError, match="no usable shape"):
+                shared.borrow(fds, shared.SharedArray(shape, sent.dtype, 0))
     finally:
         for fd in fds:
             os.close(fd)
@@ -367,3 +370,25 @@ def test_small_is_the_weight_file_against_the_lm_head_at_a_byte_a_weight(bundle4
     assert not _small(folder, 10 ** 9)
     (folder / "llm_config.json").unlink()
     assert not _small(folder, 10 ** 9)
+
+
+def test_an_interrupt_during_the_imports_closes_the_runtime_the_preflight_kept(
+        bundle4: ConvertResult, tiny_checkpoint: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import packager.verify as verify_module
+    from packager.pair.child import MNNModel
+
+    made: list[MNNModel] = []
+    original_init = MNNModel.__init__
+
+    def counting_init(self: MNNModel, *args: object, **kwargs: object) -> None:
+        original_init(self, *args, **kwargs)
+        made.append(self)
+
+    def interrupted(source: Path) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(MNNModel, "__init__", counting_init)
+    monkeypatch.setattr(verify_module, "_import_source_libraries", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        verify(bundle4.out, tiny_checkpoint, prompts=("The capital of France is",))
+    assert len(made) == 1 and made[0]._process.poll() is not None and made[0]._shared is None

@@ -101,6 +101,9 @@ def borrow(fds: tuple[int, ...], shared: SharedArray) -> np.ndarray:
 
 
 def _fd(fds: tuple[int, ...], shared: SharedArray) -> int:
+    """The file a reply names, after checking what the reply says of itself."""
     if not 0 <= shared.slot < len(fds):
         raise OSError(f"the shared reply names file {shared.slot} of {len(fds)}")
+    if not shared.shape or any(not isinstance(n, int) or n < 0 for n in shared.shape) or shared.nbytes <= 0:
+        raise OSError(f"the shared reply has no usable shape {shared.shape}")
     return fds[shared.slot]
