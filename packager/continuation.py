@@ -95,8 +95,8 @@ class Spill:
         self.flush()
         stored = np.dtype(self.stored)
         total = sum(count for _, count in item.segments)
-        out = self._buffer("rows", total * self.vocab, np.float32) if borrowed else np.empty(total * self.vocab,
-                                                                                                  np.float32)
+        size = total * self.vocab
+        out = self._buffer("rows", size, np.float32) if borrowed else np.empty(size, np.float32)
         out = out.reshape(total, self.vocab)
         at = 0
         for offset, count in item.segments:

@@ -12,7 +12,6 @@ a LoRA-distilled draft, several seeds; bench/verify_calibration.py, bench/RESULT
 from __future__ import annotations
 
 import gc
-import os
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -26,7 +25,7 @@ from .convert.checkpoint import QWEN3_STOP_IDS
 from .errors import VERIFY_FAILED, InvalidOption, PackagerError, from_os_error, shorten
 from .imports import without_collection
 from .pair import compat, workload
-from .pair.models import Dtype, HFModel, MNNModel
+from .pair.models import Dtype, HFModel, MNNModel, all_cores
 
 Progress = Callable[[str], None]
 MIN_POSITIONS = 1000  # fewer makes the figures noisy: the report says so
@@ -179,7 +178,7 @@ def verify(bundle: Path, source: Path, prompts: tuple[str, ...] | None = None,
         except BaseException:  # Ctrl-C or SIGTERM during the imports: a runtime the preflight kept is closed
             preflight.add_done_callback(_close_kept)
             raise
-        encoded, vocab, kept = preflight.result()
+        encoded, kept = preflight.result()
     ours = kept
     try:
         progress(f"the source's greedy continuations of {len(items)} chat-templated prompts (up to {continuation} "
@@ -188,7 +187,7 @@ def verify(bundle: Path, source: Path, prompts: tuple[str, ...] | None = None,
                                                   progress)
         try:
             progress("the bundle (MNN) on the same tokens")
-            ours = ours or MNNModel(bundle, threads=1 if len(os.sched_getaffinity(0)) < 2 else 2)
+            ours = ours or MNNModel(bundle, threads=min(2, all_cores()))
             torch_threads = _one_torch_thread()  # the comparisons run beside MNN's forwards, on a core of their own
             try:
                 matched = sum(mine == theirs for mine, theirs in zip(encoded, expected))
@@ -245,28 +244,27 @@ def _one_torch_thread(threads: int = 1) -> int:
     return before
 
 
-def _preflight(bundle: Path, corpus: tuple[str, ...], progress: Progress) -> tuple[
-        list[list[int]], int, MNNModel | None]:
-    """The bundle's ids for the tokenizer corpus and its vocabulary, and one forward: a bundle that cannot run
-    fails in seconds, not after the source's whole pass. A small bundle's runtime is kept for the comparison
-    (see _small), a larger one's closed again."""
+def _preflight(bundle: Path, corpus: tuple[str, ...], progress: Progress) -> tuple[list[list[int]], MNNModel | None]:
+    """The bundle's ids for the tokenizer corpus, and one forward: a bundle that cannot run fails in seconds, not
+    after the source's whole pass. A small bundle's runtime is kept for the comparison (see _small), a larger
+    one's closed again."""
     progress("loading the bundle (MNN) for a first forward and its tokenizer's ids")
     ours = MNNModel(bundle, threads=1)
     try:
         encoded = [ours.encode(text) for text in corpus]
         ours.logits_all(next((ids for ids in encoded if ids), [0])[:8])
         if _small(bundle, ours.vocab):
-            return encoded, ours.vocab, ours
+            return encoded, ours
     except BaseException:
         ours.close()
         raise
     ours.close()
-    return encoded, ours.vocab, None
+    return encoded, None
 
 
-def _close_kept(preflight: Future[tuple[list[list[int]], int, MNNModel | None]]) -> None:
+def _close_kept(preflight: Future[tuple[list[list[int]], MNNModel | None]]) -> None:
     """The runtime a preflight kept, closed when nobody will use it (its own failure is reported elsewhere)."""
-    if not preflight.cancelled() and preflight.exception() is None and (kept := preflight.result()[2]) is not None:
+    if not preflight.cancelled() and preflight.exception() is None and (kept := preflight.result()[1]) is not None:
         kept.close()
 
 

@@ -205,7 +205,7 @@ def serve(channel: str = _NO_FILES) -> None:
             elif method == "logits_all" and runtime is not None:  # the rows go out from MNN's own buffer
                 reply = ("ok", runtime.logits_all(*args, keep=lambda rows: writer.put(rows, owned=False)))
             elif method in METHODS and runtime is not None:
-                reply = ("ok", getattr(runtime, method)(*args))
+                reply = ("ok", writer.put(getattr(runtime, method)(*args)))
             else:
                 reply = ("error", BundleError(f"the MNN child cannot run {method!r} now"))
         except PackagerError as exc:
@@ -213,8 +213,6 @@ def serve(channel: str = _NO_FILES) -> None:
         except Exception as exc:  # noqa: BLE001 - the runtime's own errors become one line in the parent
             reply = ("error", BundleError(f"the MNN runtime failed ({type(exc).__name__}: {shorten(str(exc))})",
                                           "run packager validate on the bundle"))
-        if reply[0] == "ok":
-            reply = ("ok", writer.put(reply[1]))
         try:
             _reply(replies, reply)
         except BrokenPipeError:  # the parent closed without reading the reply (MNNModel.close): done
