@@ -13,6 +13,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from .userfile import read_at_most
+
 _GRAPH = {
     "llm.mnn": "Model graph",
     "llm.mnn.json": "Model graph as JSON (reference copy)",
@@ -115,10 +117,9 @@ def kind_of(folder: Path) -> BundleKind:
 
 def _speculative_type(config: Path) -> str | None:
     try:
-        if config.stat().st_size > 1 << 20:
-            return None
-        data = json.loads(config.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        text = read_at_most(config, 1 << 20)  # a device or sparse file claims any size: read no further
+        data = json.loads(text) if len(text) <= 1 << 20 else None
+    except (OSError, ValueError, RecursionError):
         return None
     value = data.get("speculative_type") if isinstance(data, dict) else None
     return value if isinstance(value, str) else None

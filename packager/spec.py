@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import os
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import Any, Literal
 from . import resources
 from .convert.presets import RuntimeOverrides
 from .errors import SpecError, shorten
+from .userfile import SPEC_BYTES, read_text
 from .spec_rules import problems
 
 
@@ -160,12 +162,11 @@ class ReleaseSpec:
 
 def load(path: Path) -> ReleaseSpec:
     """Read and check a release spec; a wrong field fails with its dotted path."""
+    if not os.path.lexists(path):
+        raise SpecError(f"release spec {shorten(str(path), 120)} does not exist", "pass the path of your release.toml")
+    text = read_text(path, SPEC_BYTES, what="release spec", unreadable=SpecError)
     try:
-        data = parse(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise SpecError(f"release spec {path} does not exist", "pass the path of your release.toml") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(f"release spec {path} cannot be read ({shorten(str(exc))})") from None
+        data = parse(text)
     except tomllib.TOMLDecodeError as exc:
         raise SpecError(f"release spec {path} is not valid TOML: {shorten(str(exc))}") from None
     except RecursionError:

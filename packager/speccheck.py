@@ -9,7 +9,8 @@ from typing import Any
 
 from . import spec
 from .ci import Checked
-from .errors import shorten
+from .errors import InputTooLarge, shorten
+from .userfile import SPEC_BYTES, read_at_most, say_size
 from .validate.findings import Finding
 
 _TOML_AT = re.compile(r"\(at line (\d+), column (\d+)\)")
@@ -18,14 +19,19 @@ _KEY = re.compile(r"""^\s*((?:[A-Za-z0-9_-]+|"[^"]*"|'[^']*')(?:\s*\.\s*(?:[A-Za
 
 
 def check_spec(path: Path) -> Checked:
-    """One spec's findings; a spec that cannot be read or parsed is one finding, never an exception."""
+    """One spec's findings; a spec that cannot be read or parsed is one finding, one too large to be a spec
+    (/dev/zero) an InputTooLarge."""
     shown = str(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        data = read_at_most(path, SPEC_BYTES)
+        text = data.decode("utf-8")
     except FileNotFoundError:
         return _one(shown, "does not exist")
     except (OSError, UnicodeDecodeError) as exc:
         return _one(shown, f"cannot be read ({shorten(str(exc))})")
+    if len(data) > SPEC_BYTES:  # no spec at all (a device, a stray large file): an input error, not a finding
+        raise InputTooLarge(f"release spec {shorten(shown, 120)} is over {say_size(SPEC_BYTES)}: too large for a "
+                            "release spec")
     try:
         data = spec.parse(text)
     except tomllib.TOMLDecodeError as exc:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .errors import InputTooLarge, PackagerError, shorten
+from .errors import InputTooLarge, shorten
 
 KIB = 1 << 10
 MIB = 1 << 20
@@ -32,24 +32,32 @@ def say_size(limit: int) -> str:
     return f"{limit:,} bytes"
 
 
-def read_bytes(path: Path, limit: int, *, what: str, unreadable: type[PackagerError],
-               too_large: type[PackagerError] = InputTooLarge, first_line: bool = False) -> bytes:
+def read_at_most(path: Path, limit: int, first_line: bool = False) -> bytes:
+    """At most `limit` + 1 bytes of the file (with `first_line`, those before its first newline); OSError as raised.
+
+    More than `limit` bytes back means the file is too large; the caller says so in its own words."""
+    data = bytearray()
+    with open(path, "rb", buffering=0) as handle:
+        while len(data) <= limit:
+            chunk = handle.read(min(_CHUNK, limit + 1 - len(data)))
+            if not chunk:
+                break
+            if first_line and b"\n" in chunk:
+                data += chunk[:chunk.index(b"\n")]
+                break
+            data += chunk
+    return bytes(data)
+
+
+def read_bytes(path: Path, limit: int, *, what: str, unreadable: type[Exception],
+               too_large: type[Exception] = InputTooLarge, first_line: bool = False) -> bytes:
     """The file's bytes (with `first_line`, those before its first newline), never more than `limit`.
 
     `what` names the file in the one line an error makes ("release spec", "--token-file"); `unreadable` is the
     error of a file that cannot be opened or read, `too_large` of one longer than `limit`."""
     shown = f"{what} {shorten(str(path), 120)}"
-    data = bytearray()
     try:
-        with open(path, "rb", buffering=0) as handle:
-            while len(data) <= limit:
-                chunk = handle.read(min(_CHUNK, limit + 1 - len(data)))
-                if not chunk:
-                    break
-                if first_line and b"\n" in chunk:
-                    data += chunk[:chunk.index(b"\n")]
-                    break
-                data += chunk
+        data = read_at_most(path, limit, first_line)
     except FileNotFoundError:
         raise unreadable(f"{shown} does not exist") from None
     except IsADirectoryError:
@@ -57,14 +65,13 @@ def read_bytes(path: Path, limit: int, *, what: str, unreadable: type[PackagerEr
     except OSError as exc:
         raise unreadable(f"{shown} cannot be read ({exc.strerror or type(exc).__name__})") from None
     if len(data) > limit:
-        part = "its first line is" if first_line else "it is"
-        raise too_large(f"{shown} is larger than {say_size(limit)} ({part} longer), too large to be a {what} "
-                        "packager reads")
-    return bytes(data)
+        raise too_large(f"{shown} is over {say_size(limit)}{' in its first line' if first_line else ''}: "
+                        f"too large for a {what}")
+    return data
 
 
-def read_text(path: Path, limit: int, *, what: str, unreadable: type[PackagerError],
-              too_large: type[PackagerError] = InputTooLarge) -> str:
+def read_text(path: Path, limit: int, *, what: str, unreadable: type[Exception],
+              too_large: type[Exception] = InputTooLarge) -> str:
     """The file as UTF-8 text (strict), at most `limit` bytes."""
     data = read_bytes(path, limit, what=what, unreadable=unreadable, too_large=too_large)
     try:

@@ -22,10 +22,11 @@ import numpy as np
 from . import heap
 from .continuation import Continued, Spill, continue_all
 from .convert.checkpoint import QWEN3_STOP_IDS
-from .errors import VERIFY_FAILED, InvalidOption, PackagerError, from_os_error, shorten
+from .errors import VERIFY_FAILED, FileSystemError, InvalidOption, PackagerError, shorten
 from .imports import without_collection
 from .pair import compat, workload
 from .pair.models import Dtype, HFModel, MNNModel, all_cores
+from .userfile import PROMPTS_BYTES, read_bytes
 
 Progress = Callable[[str], None]
 MIN_POSITIONS = 1000  # fewer makes the figures noisy: the report says so
@@ -362,10 +363,9 @@ def prompts_from_file(path: Path) -> tuple[str, ...]:
     import json
 
     where = f"--prompts {shorten(str(path), 120)}"
+    data = read_bytes(path, PROMPTS_BYTES, what="--prompts", unreadable=FileSystemError)
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise from_os_error(exc, "cannot read --prompts") from None
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InvalidOption(f"{where} is not UTF-8 text ({exc.reason} at byte {exc.start})", _PROMPTS_HINT) from None
     if text.lstrip().startswith(("[", "{")):

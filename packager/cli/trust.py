@@ -34,13 +34,15 @@ def sign(bundle: Path, key: Path | None, passphrase_file: Path | None, keyless: 
 
     Example: packager sign ./bundle --key release-key.pem
     """
-    from ..errors import InvalidOption
+    from ..errors import FileSystemError, InvalidOption
     from ..signing import KEY_ENV, read_passphrase, sign as run_sign, sign_keyless
+    from ..userfile import TOKEN_BYTES, read_text
 
     if keyless:
         if key is not None:
             raise InvalidOption("--key and --keyless both given", "sign with one of them")
-        token = identity_token_file.read_text(encoding="utf-8", errors="replace") if identity_token_file else None
+        token = (read_text(identity_token_file, TOKEN_BYTES, what="--identity-token-file", unreadable=FileSystemError)
+                 if identity_token_file else None)
         result = sign_keyless(bundle, token)
     else:
         key = key or (Path(os.environ[KEY_ENV]) if os.environ.get(KEY_ENV) else None)

@@ -12,6 +12,7 @@ from typing import Any
 from .. import heap
 from ..errors import (CheckpointNotFound, CorruptWeights, InvalidCheckpointConfig, MissingTokenizer,
                       UnsupportedModel, UntiedEmbeddings, shorten)
+from ..userfile import JSON_BYTES, read_text
 from . import safetensors_header
 
 # tokenizer.json carries the vocabulary and merges, so vocab.json and merges.txt (which transformers 5 no
@@ -103,18 +104,12 @@ def _existing_folder(path: Path) -> Path:
 
 
 # Larger than any config, tokenizer or report packager reads (tokenizer.json is about 11 MB).
-MAX_JSON_BYTES = 256 * 1024 * 1024
+MAX_JSON_BYTES = JSON_BYTES
 
 
 def read_json(path: Path, error: type[Exception]) -> Any:
-    try:
-        if path.stat().st_size > MAX_JSON_BYTES:
-            raise error(f"{path} is larger than {MAX_JSON_BYTES >> 20} MiB, too large to be a JSON file packager reads")
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise error(f"{path} is not UTF-8 text ({exc.reason})") from None
-    except OSError as exc:
-        raise error(f"{path} cannot be read ({exc.strerror})") from None
+    """A JSON file of at most MAX_JSON_BYTES (read no further, whatever size it claims); `error` for any problem."""
+    text = read_text(path, MAX_JSON_BYTES, what="JSON file", unreadable=error, too_large=error)
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
@@ -126,6 +121,8 @@ def read_json(path: Path, error: type[Exception]) -> Any:
 def _config(folder: Path) -> dict[str, Any]:
     path = folder / "config.json"
     if not path.is_file():
+        if os.path.lexists(path):  # a device, a pipe, a folder or a dangling link: never read
+            raise InvalidCheckpointConfig(f"{path} is not a regular file")
         raise InvalidCheckpointConfig(f"{folder} has no config.json", "pass a Hugging Face checkpoint folder")
     config = read_json(path, InvalidCheckpointConfig)
     if not isinstance(config, dict):

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import resources
-from ..convert.checkpoint import MAX_JSON_BYTES
 from ..errors import MAX_SHOWN, shorten
+from ..userfile import JSON_BYTES as MAX_JSON_BYTES, read_at_most
 from .findings import Collector, pointer, suggest
 
 # File -> schema name. llm.mnn.json is the graph dump: parsed for syntax, checked by the graph checks.
@@ -57,11 +57,11 @@ def load_json(path: Path, name: str, out: Collector) -> Any:
 
 def _read(path: Path, name: str, out: Collector) -> str | None:
     try:
-        size = path.stat().st_size
-        if size > MAX_JSON_BYTES:
-            out.error(name, "", f"is {size >> 20} MiB, too large to be a bundle file of its kind")
+        data = read_at_most(path, MAX_JSON_BYTES)  # a device or a sparse file claims any size: read no further
+        if len(data) > MAX_JSON_BYTES:
+            out.error(name, "", f"is over {MAX_JSON_BYTES >> 20} MiB, too large to be a bundle file of its kind")
             return None
-        return path.read_text(encoding="utf-8")
+        return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         out.error(name, "", f"not UTF-8 text ({exc.reason} at byte {exc.start})")
     except OSError as exc:
