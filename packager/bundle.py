@@ -45,6 +45,11 @@ LOOKUP = "lookup_file.txt"
 # Files a bundle of any kind may hold; `embeddings_bf16.bin` is required where llm_config.json has no tie.
 OPTIONAL: dict[str, str] = {EMBEDDINGS: "Token embeddings (bfloat16; the embeddings are not tied to lm_head)",
                             LOOKUP: "Lookahead corpus (MNN matches n-grams of it while decoding)"}
+# What a release adds beside a kind's files: the card, the manifest of every file, and the signature over both.
+CARD = "README.md"
+MANIFEST = "checksums.xxh128"
+SIGNATURE = "model.sig"  # signs the manifest, so the manifest cannot list it
+RELEASE_EXTRAS = (CARD, MANIFEST, SIGNATURE)
 RUNTIME_CONFIGS = ("config.json", "config_cpu.json", "draft_config_cpu.json", "config_opencl.json",
                    "runtime_config.json")
 DRAFT_ONLY = ("config_cpu.json", "config_opencl.json", "draft_config_cpu.json", "runtime_config.json")

@@ -6,12 +6,12 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from .bundle import MANIFEST, SIGNATURE
 from .errors import BundleError
 from .hashing import xxh3_128_file
 from .staging import write_atomic
 
-MANIFEST = "checksums.xxh128"
-SIGNATURE = "model.sig"  # signs the manifest, so the manifest cannot list it
+__all__ = ["MANIFEST", "SIGNATURE", "check_manifest", "read_manifest", "write_manifest"]
 _LINE = re.compile(r"^XXH128 \((?P<name>.+)\) = (?P<digest>[0-9a-f]{32})$")
 
 

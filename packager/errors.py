@@ -150,6 +150,15 @@ def shorten(value: object, limit: int = MAX_SHOWN) -> str:
     return f"{text[:limit]}... ({len(text) - limit} more characters)"
 
 
+def printable(value: object) -> str:
+    """Text with every control character and line or paragraph separator escaped (\\n, \\x1b, \\u2028): a name
+    shown on a terminal or written into a one-line comment can neither move the cursor nor start a new line."""
+    import unicodedata
+
+    return "".join(char.encode("unicode_escape").decode("ascii") if unicodedata.category(char) in ("Cc", "Zl", "Zp")
+                   else char for char in str(value))
+
+
 def from_os_error(exc: OSError, doing: str = "") -> FileSystemError:
     """One line with the OS's own reason and the (shortened) path it concerns."""
     reason = exc.strerror or exc.__class__.__name__

@@ -17,14 +17,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import Callable, Iterable
 
-from .bundle import ALL_NAMES
+from .bundle import ALL_NAMES, RELEASE_EXTRAS
 from .errors import OutputExists, from_os_error, shorten
 
 PARTIAL_MARK = ".packager-partial-"
 # Written first into every stage folder: who made it, so a later run can tell a dead run's leftovers.
 STAGE_MARKER = ".packager-stage.json"
 # What a published bundle folder may hold besides the ten files.
-BUNDLE_EXTRAS = ("README.md", "checksums.xxh128")
 
 Report = Callable[[str], None]
 
@@ -63,7 +62,7 @@ def _real(path: Path) -> Path:
 def is_bundle_folder(folder: Path) -> bool:
     """True for a folder holding only bundle files (regular files, no links or subfolders), llm.mnn among them."""
     entries = list(os.scandir(folder))
-    allowed = {*ALL_NAMES, *BUNDLE_EXTRAS}
+    allowed = {*ALL_NAMES, *RELEASE_EXTRAS}
     names = {entry.name for entry in entries}
     regular = all(entry.is_file(follow_symlinks=False) for entry in entries)
     return regular and names <= allowed and "llm.mnn" in names

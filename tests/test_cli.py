@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+
+import pytest
 
 from tests.conftest import run_cli
 
@@ -29,3 +32,33 @@ def test_help_imports_neither_torch_nor_transformers() -> None:
 def test_unknown_option_is_a_usage_error() -> None:
     result = run_cli("convert", "--bogus")
     assert result.returncode == 2
+
+
+def _commands_with_json_output():  # type: ignore[no-untyped-def]
+    import click
+
+    from packager.cli import cli
+
+    def walk(group: click.Group, prefix: tuple[str, ...] = ()):  # type: ignore[no-untyped-def]
+        for name, command in sorted(group.commands.items()):
+            if isinstance(command, click.Group):
+                yield from walk(command, (*prefix, name))
+            elif {"as_json", "fmt"} & {param.name for param in command.params}:
+                yield (*prefix, name), command
+
+    return [(path, [p for p in command.params if isinstance(p, click.Argument)]) for path, command in walk(cli)]
+
+
+@pytest.mark.parametrize(("path", "arguments"), [pytest.param(p, a, id=" ".join(p))
+                                                 for p, a in _commands_with_json_output() if a])
+def test_a_failure_under_json_prints_a_json_error_object(path: tuple[str, ...], arguments: list) -> None:  # type: ignore[type-arg]
+    """Every command that prints JSON prints a JSON error object on failure too, usage errors included, with the
+    exit code it exits with; the one line still goes to stderr. (A findings report, as check-spec's for a
+    missing spec, is its own JSON document with ok false.)"""
+    result = run_cli(*path, *(["/nonexistent/x"] * len(arguments)), "--json")
+    assert result.returncode not in (0, 1), result.stderr
+    printed = json.loads(result.stdout)
+    assert printed["ok"] is False
+    if "findings" not in printed:
+        assert printed["error"]["exit_code"] == result.returncode and printed["error"]["message"]
+        assert "Traceback" not in result.stderr and result.stderr.strip()

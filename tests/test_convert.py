@@ -189,6 +189,18 @@ def test_force_replaces_an_existing_bundle_and_nothing_else(bundle4: ConvertResu
     assert (out / "old.txt").read_text() == "not a bundle file"
 
 
+def test_force_replaces_a_signed_release_folder(bundle4: ConvertResult, tiny_checkpoint: Path, tmp_path: Path) -> None:
+    """init's `make validate` and `make release` rebuild dist/bundle after a signed release: the card, the manifest
+    and model.sig are files of a release folder, not strangers in it."""
+    out = tmp_path / "b"
+    shutil.copytree(bundle4.out, out)
+    for name in ("README.md", "checksums.xxh128", "model.sig"):
+        (out / name).write_text("from the last release")
+    result = run_cli("convert", str(tiny_checkpoint), "--out", str(out), "--force")
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in out.iterdir()) == sorted(FILES)
+
+
 def _failing_runner(exc: BaseException):  # type: ignore[no-untyped-def]
     def runner(job: WorkerJob, progress) -> WorkerResult:  # type: ignore[no-untyped-def]
         run_worker(job, progress)  # the real conversion runs; then the failure strikes mid-assembly

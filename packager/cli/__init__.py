@@ -28,9 +28,41 @@ def _raise_terminated(signum: int, frame: object) -> None:
     raise Terminated()
 
 
+_JSON_OUT = "packager.json"  # ctx.meta key (shared by every context): the command prints JSON to stdout
+
+
+class PackagerCommand(click.Command):
+    """Notes whether the command was asked for JSON, so that a failure prints a JSON error object too."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        asks_json = self._asks_json(args)  # judged from the words before click's parser consumes the list
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as exc:
+            if asks_json:
+                _print_json_error(exc.exit_code, "UsageError", exc.format_message(),
+                                  f"see: {ctx.command_path} --help")
+            raise
+
+    def invoke(self, ctx: click.Context) -> Any:
+        ctx.meta[_JSON_OUT] = ctx.params.get("as_json") is True or ctx.params.get("fmt") == "json"
+        return super().invoke(ctx)
+
+    def _asks_json(self, args: list[str]) -> bool:
+        names = {param.name for param in self.params}
+        words = args[:args.index("--")] if "--" in args else args
+        pairs = zip(words, [*words[1:], ""])
+        return ("as_json" in names and "--json" in words) or ("fmt" in names and any(
+            word == "--format=json" or (word == "--format" and value == "json") for word, value in pairs))
+
+
 class PackagerGroup(click.Group):
     """Maps PackagerError to its one line and exit code, Ctrl-C to 130 and SIGTERM to 143; tracebacks only
-    with --debug. An OS error or an absurdly deep input that escaped the library still ends in one line."""
+    with --debug. An OS error or an absurdly deep input that escaped the library still ends in one line (and,
+    for a command asked for --json, a JSON error object on stdout)."""
+
+    command_class = PackagerCommand
+    group_class = type  # subgroups (hub, cache, engines) are PackagerGroups too
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -55,7 +87,14 @@ def _fail(ctx: click.Context, exc: PackagerError) -> None:
         if exc.details:
             click.echo(exc.details, err=True)
     click.echo(f"packager: error: {exc.one_line()}", err=True)
+    if ctx.meta.get(_JSON_OUT):  # a script reading stdout learns what failed without parsing stderr
+        _print_json_error(exc.exit_code, type(exc).__name__, exc.message, exc.hint)
     ctx.exit(exc.exit_code)
+
+
+def _print_json_error(code: int, kind: str, message: str, hint: str) -> None:
+    error = {"exit_code": code, "error": kind, "message": " ".join(message.split()), "hint": " ".join(hint.split()) or None}
+    click.echo(json.dumps({"ok": False, "error": error}, indent=2, ensure_ascii=False))
 
 
 def _debug(ctx: click.Context) -> bool:

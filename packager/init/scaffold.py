@@ -4,23 +4,31 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
+import unicodedata
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from .. import __version__, resources, spec
+from .. import DISTRIBUTION, __version__, resources, spec
 from ..convert.pipeline import DEFAULT_BITS, DEFAULT_BLOCK
-from ..errors import InitFileExists, InitTargetRefused, from_os_error, shorten
+from ..errors import InitFileExists, InitTargetRefused, InvalidOption, from_os_error, printable, shorten
 from .facts import Facts, gather
 
 # Template (under templates/init/) -> the file it becomes, relative to DIR.
 FILES = {"release.toml.j2": "release.toml", "Makefile.j2": "Makefile",
          "pre-commit-config.yaml.j2": ".pre-commit-config.yaml",
          "github-release.yml.j2": ".github/workflows/release.yml", "gitlab-ci.yml.j2": ".gitlab-ci.yml"}
+# Written only where the folder has none: a repository's own .gitignore is the user's, never replaced.
+OPTIONAL_FILES = {"gitignore.j2": ".gitignore"}
 TODO_REPO = "TODO: namespace/name of the Hub repo, e.g. your-name/Qwen3-0.6B-draft-MNN"
 TODO_BASE = "TODO: the Hub id of the model the draft was trained from, e.g. Qwen/Qwen3-0.6B"
+TODO_SOURCE = ("TODO: where CI installs packager from: mnn-packager[convert] @ git+https://HOST/OWNER/packager@COMMIT "
+               "(packager init --packager-source)")
+# A commit id: the only git reference nobody can move (a tag or branch can be pointed at other code).
+_COMMIT = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
 
 
 @dataclass(frozen=True)
@@ -31,6 +39,7 @@ class InitRequest:
     repo_id: str | None = None
     hook_repo: str | None = None  # else where packager was installed from (pip's direct_url.json), if a git URL
     hook_rev: str | None = None
+    packager_source: str | None = None  # git+URL@COMMIT or a wheel inside the folder: what CI installs
 
 
 @dataclass(frozen=True)
@@ -39,19 +48,25 @@ class InitResult:
     written: tuple[str, ...]
     facts: Facts | None
     todos: tuple[str, ...]  # the fields of release.toml left for a person to fill in
+    kept: tuple[str, ...] = ()  # optional files the folder already had (left as they were)
+    ci_source: str | None = None  # what the CI files install packager from; None: a TODO the CI jobs stop on
 
 
 def init(request: InitRequest) -> InitResult:
     folder = request.folder
     _check_folder(folder, [p for p in (request.checkpoint, request.adapter) if p is not None])
+    requirement, hook = _ci_sources(request)  # checked before the checkpoint is read
     facts = gather(request.checkpoint, request.adapter) if request.checkpoint is not None else None
-    rendered = {target: render(name, _context(request, facts)) for name, target in FILES.items()}
+    context = _context(request, facts, requirement, hook)
+    rendered = {target: render(name, context) for name, target in FILES.items()}
     existing = [target for target in rendered if os.path.lexists(folder / target)]
     if existing:
         raise InitFileExists(f"{shorten(str(folder), 120)} already has {', '.join(existing)}; nothing was written")
+    kept = tuple(target for target in OPTIONAL_FILES.values() if os.path.lexists(folder / target))
+    rendered |= {target: render(name, context) for name, target in OPTIONAL_FILES.items() if target not in kept}
     todos = placeholders(rendered["release.toml"])
     _write_all(folder, rendered)
-    return InitResult(folder, tuple(rendered), facts, todos)
+    return InitResult(folder, tuple(rendered), facts, todos, kept, requirement)
 
 
 def placeholders(text: str) -> tuple[str, ...]:
@@ -62,7 +77,8 @@ def placeholders(text: str) -> tuple[str, ...]:
 def _check_folder(folder: Path, inputs: list[Path]) -> None:
     real = Path(os.path.realpath(folder))
     if real.exists() and not real.is_dir():
-        raise InitTargetRefused(f"{shorten(str(folder), 120)} is a file, not a folder")
+        raise InitTargetRefused(f"{shorten(str(folder), 120)} is a file, not a folder",
+                                "name a new or existing folder for the release repository; init makes it if missing")
     for path in inputs:
         source = Path(os.path.realpath(path))
         if real.is_relative_to(source):
@@ -70,11 +86,20 @@ def _check_folder(folder: Path, inputs: list[Path]) -> None:
                                     f"{shorten(str(path), 120)}, an input of the release")
 
 
-def _context(request: InitRequest, facts: Facts | None) -> dict[str, Any]:
-    folder = Path(os.path.realpath(request.folder))
+def _ci_sources(request: InitRequest) -> tuple[str | None, tuple[str | None, str | None]]:
+    """The pip requirement CI installs packager by (None: unknown, a TODO) and the pre-commit hooks' repo and rev."""
     origin = installed_from()
-    hook_repo = request.hook_repo or (origin[0] if origin else None)
-    hook_rev = request.hook_rev or (origin[1] if origin and not request.hook_repo else None) or f"v{__version__}"
+    if request.hook_repo and not request.hook_rev:
+        raise InvalidOption("--hook-repo needs --hook-rev", "give the commit (or a tag you made) of that repository")
+    hook = (request.hook_repo or (origin[0] if origin else None), request.hook_rev or (origin[1] if origin else None))
+    if request.packager_source is not None:
+        return install_requirement(request.packager_source, Path(os.path.realpath(request.folder))), hook
+    return (f"{DISTRIBUTION}[convert] @ git+{origin[0]}@{origin[1]}" if origin else None), hook
+
+
+def _context(request: InitRequest, facts: Facts | None, requirement: str | None,
+             hook: tuple[str | None, str | None]) -> dict[str, Any]:
+    folder = Path(os.path.realpath(request.folder))
     return {
         "name": folder.name or str(folder), "packager_version": __version__, "facts": facts,
         "repo_id": request.repo_id or TODO_REPO,
@@ -83,10 +108,36 @@ def _context(request: InitRequest, facts: Facts | None) -> dict[str, Any]:
         "source": _relative(request.checkpoint, folder) if request.checkpoint else "TODO: the checkpoint folder",
         "lora": _relative(request.adapter, folder) if request.adapter else None,
         "quant_bits": DEFAULT_BITS, "quant_block": DEFAULT_BLOCK,
-        "hook_repo": hook_repo, "hook_rev": hook_rev,
-        "pip_requirement": (f"packager[convert] @ git+{origin[0]}@{origin[1]}" if origin
-                            else f"packager[convert]=={__version__}"),
+        "hook_repo": hook[0], "hook_rev": hook[1], "pip_requirement": requirement or TODO_SOURCE,
     }
+
+
+def install_requirement(source: str, folder: Path) -> str:
+    """The pip requirement CI installs packager by: a git URL pinned to a commit, or a wheel inside `folder` (the
+    checkout). Never a bare name: an index may serve anyone's package under it, into a job holding a write token."""
+    shown = shorten(source, 120)
+    if any(unicodedata.category(char)[0] in "CZ" for char in source):
+        raise InvalidOption(f"--packager-source {shown!r} holds spaces or control characters", _SOURCE_HINT)
+    if source.startswith("git+"):
+        url, _, ref = source.rpartition("@")
+        if "://" not in url or not _COMMIT.match(ref):
+            raise InvalidOption(f"--packager-source {shown} is not pinned to a full commit id", _SOURCE_HINT)
+        return f"{DISTRIBUTION}[convert] @ {source}"
+    wheel = Path(os.path.realpath(source))
+    if source.endswith(".whl"):
+        if not wheel.name.startswith(DISTRIBUTION.replace("-", "_") + "-"):
+            raise InvalidOption(f"--packager-source {shown} is not a wheel of {DISTRIBUTION}", _SOURCE_HINT)
+        if not wheel.is_relative_to(folder):
+            raise InvalidOption(f"--packager-source {shown} is not inside {shorten(str(folder), 120)}",
+                                "CI installs from the checkout: put the wheel in the release repository")
+        if not wheel.is_file():
+            raise InvalidOption(f"--packager-source {shown} does not exist", _SOURCE_HINT)
+        return f"./{wheel.relative_to(folder).as_posix()}[convert]"
+    raise InvalidOption(f"--packager-source {shown} is neither git+URL@COMMIT nor a .whl file", _SOURCE_HINT)
+
+
+_SOURCE_HINT = ("give packager's git URL pinned to a commit (git+https://HOST/OWNER/packager@<40-hex commit>) or the "
+                f"path of a {DISTRIBUTION.replace('-', '_')}-*.whl inside the release folder")
 
 
 def _relative(path: Path, folder: Path) -> str:
@@ -96,11 +147,11 @@ def _relative(path: Path, folder: Path) -> str:
 def installed_from() -> tuple[str, str] | None:
     """(git URL, commit) when pip installed packager from git (PEP 610's direct_url.json), else None."""
     try:
-        data = json.loads(metadata.distribution("packager").read_text("direct_url.json") or "{}")
+        data = json.loads(metadata.distribution(DISTRIBUTION).read_text("direct_url.json") or "{}")
     except (metadata.PackageNotFoundError, ValueError):
         return None
     vcs = data.get("vcs_info") if isinstance(data, dict) else None
-    if not isinstance(vcs, dict) or vcs.get("vcs") != "git" or not vcs.get("commit_id"):
+    if not isinstance(vcs, dict) or vcs.get("vcs") != "git" or not _COMMIT.match(str(vcs.get("commit_id", ""))):
         return None
     return str(data["url"]).removeprefix("git+"), str(vcs["commit_id"])
 
@@ -113,7 +164,7 @@ def render(name: str, context: dict[str, Any]) -> str:
                              variable_start_string="<<", variable_end_string=">>", block_start_string="<%",
                              block_end_string="%>", comment_start_string="<#", comment_end_string="#>",
                              trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(toml=toml_string, yaml=yaml_string, num=lambda value: f"{value:g}")
+    env.filters.update(toml=toml_string, yaml=yaml_string, comment=comment_text, num=lambda value: f"{value:g}")
     text = env.from_string(resources.template(f"init/{name}")).render(context)
     return text if text.endswith("\n") else text + "\n"
 
@@ -129,6 +180,14 @@ def toml_string(value: str) -> str:
         else:
             out.append(char)
     return '"' + "".join(out) + '"'
+
+
+def comment_text(value: str) -> str:
+    """Text safe inside a one-line comment of TOML, YAML or a Makefile: every control character and line or
+    paragraph separator escaped (a newline in a folder name would otherwise start a line of code), a trailing
+    backslash too (make continues a comment onto the next line)."""
+    out = printable(value)
+    return out + " " if out.endswith("\\") else out
 
 
 def yaml_string(value: str) -> str:

@@ -7,13 +7,10 @@ import os
 import stat
 from pathlib import Path
 
-from ..bundle import ALL_NAMES, DRAFT, OPTIONAL, BundleKind
-from ..checksum import MANIFEST, SIGNATURE
+from ..bundle import ALL_NAMES, CARD, DRAFT, MANIFEST, OPTIONAL, RELEASE_EXTRAS, SIGNATURE, BundleKind
 from ..errors import BundleError, from_os_error, shorten
 from .findings import Collector
 
-CARD = "README.md"
-RELEASE_EXTRAS = (CARD, MANIFEST, SIGNATURE)
 FOLDER = "."  # the file name of findings about the folder as a whole
 SHOWN_EXTRAS = 20
 
