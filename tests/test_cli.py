@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 from tests.conftest import run_cli
 
@@ -29,3 +33,19 @@ def test_help_imports_neither_torch_nor_transformers() -> None:
 def test_unknown_option_is_a_usage_error() -> None:
     result = run_cli("convert", "--bogus")
     assert result.returncode == 2
+
+
+@pytest.mark.parametrize("args", [
+    ("verify-remote", "me/x", "--timeout", "nan"), ("verify-remote", "me/x", "--timeout", "inf"),
+    ("verify-remote", "me/x", "--timeout", "1e300"), ("pull", "me/x", "DIR", "--timeout", "nan"),
+    ("pull", "me/x", "DIR", "--timeout", "-inf"), ("hub", "serve", "--body-timeout", "nan"),
+    ("hub", "serve", "--body-timeout", "inf"),
+])
+def test_a_seconds_option_that_is_no_finite_number_is_a_usage_error(args: tuple[str, ...], tmp_path: Path) -> None:
+    # Were it taken, each would go on: to a Hub nobody serves, or to a server root that cannot exist.
+    env = {**os.environ, "PACKAGER_HUB_TOKEN": "hf_test_SECRET", "HF_ENDPOINT": "http://127.0.0.1:9"}
+    extra = ("--root", "/dev/null/hub") if args[0] == "hub" else ()
+    result = run_cli(*args, *extra, cwd=tmp_path, env=env)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr and "Invalid value for '--" in result.stderr
+    assert not (tmp_path / "DIR").exists()
