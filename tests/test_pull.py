@@ -327,8 +327,11 @@ def _plant(case: str, staging: Path, victim: Path, victims: Path) -> None:
     (staging / "lock").touch()
     target = {"weights .part a link": "llm.mnn.weight.part", "tokenizer .part a link": "tokenizer.txt.part",
               "a finished file a link": "llm.mnn", "a hard link": "llm.mnn.weight.part",
-              "a FIFO": "llm.mnn.weight.part", "a folder": "llm.mnn.weight.part"}[case]
-    if case == "a hard link":
+              "a FIFO": "llm.mnn.weight.part", "a folder": "llm.mnn.weight.part",
+              "a link to /dev/zero": "llm.mnn.weight.part"}[case]
+    if case == "a link to /dev/zero":
+        (files / target).symlink_to("/dev/zero")
+    elif case == "a hard link":
         os.link(victim, files / target)
     elif case == "a FIFO":
         os.mkfifo(files / target)
@@ -354,8 +357,8 @@ def _tree(path: Path) -> dict[str, tuple[int, int]]:
 
 
 @pytest.mark.parametrize("case", ["weights .part a link", "tokenizer .part a link", "a finished file a link",
-                                  "a hard link", "a FIFO", "a folder", "files a link", "the lock a link",
-                                  "out a link", "the staging folder a link", "another user's"])
+                                  "a link to /dev/zero", "a hard link", "a FIFO", "a folder", "files a link",
+                                  "the lock a link", "out a link", "the staging folder a link", "another user's"])
 def test_a_staging_folder_pull_did_not_make_is_refused_untouched_never_written_through(
         hub: LocalHub, signed: Path, tmp_path: Path, case: str) -> None:
     if case == "another user's" and os.geteuid() != 0:
