@@ -484,8 +484,8 @@ def _on_a_terminal(hub: LocalHub, *args: str) -> tuple[int, str]:
     import threading
 
     leader, follower = pty.openpty()
-    process = subprocess.Popen([sys.executable, "-m", "packager.cli", *args], stdout=subprocess.PIPE,
-                               stderr=follower, env={**hub.env(token=None), "COLUMNS": "100"})
+    process = subprocess.Popen([sys.executable, "-m", "packager.cli", *args], stdout=subprocess.DEVNULL,
+                               stderr=follower, env=hub.env(token=None))
     os.close(follower)
     drawn: list[bytes] = []
 
