@@ -8,21 +8,24 @@ passed: a refused pull leaves nothing in it.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Literal
+from typing import TYPE_CHECKING, Callable, Literal
 
 from .bundle import OPTIONAL, kind_from_names
 from .checksum import MANIFEST, SIGNATURE, parse_manifest
 from .engine import parse_version
-from .errors import InputTooLarge, InvalidOption, PackagerError, shorten
+from .errors import InvalidOption, PackagerError, shorten
 from .hashing import xxh3_128_file
 from .signature import (MAX_SIGNATURE_BYTES, ContentMismatch, SignatureMalformed, SignatureUntrusted, Signed, Trust,
                         check_coverage, mismatched, read_signed)
 
+if TYPE_CHECKING:
+    from .hub.fetch import Meter
+
 Progress = Callable[[str], None]
 ENGINE_FILE = "runtime_config.json"  # declares the oldest MNN engine the bundle runs on
-MAX_MANIFEST_BYTES = 1024 * 1024  # a bundle's manifest is ~700 bytes
 
 
 class EngineTooOld(PackagerError):
@@ -41,6 +44,7 @@ class PullRequest:
     engine: str | None = None  # the app's MNN version: a bundle needing a newer one is refused
     endpoint: str | None = None
     token: str | None = None
+    timeout: float = 30.0  # seconds a download may deliver nothing before it is retried (then fails)
 
 
 @dataclass(frozen=True)
@@ -58,10 +62,13 @@ class PullResult:
 def check_request(request: PullRequest) -> None:
     """What no download can fix, refused before the Hub is contacted."""
     from .hub.client import HubBadTarget
-    from .hub.names import repo_id_problem
+    from .hub.names import repo_id_problem, revision_problem
 
     if (problem := repo_id_problem(request.repo_id)) is not None:
         raise HubBadTarget(f"invalid repo id: {problem}", "give the repo as namespace/name[@revision]")
+    if (problem := revision_problem(request.revision)) is not None:
+        raise HubBadTarget(f"{shorten(request.repo_id)}@{shorten(request.revision)}: {problem}",
+                           "give the revision after @ (a branch, tag or commit id), or no @ for main")
     if request.engine is not None:
         try:
             parse_version(request.engine)
@@ -73,31 +80,44 @@ def check_request(request: PullRequest) -> None:
                             "add --public-key KEY.pub (or --identity and --issuer)")
 
 
-def pull(request: PullRequest, progress: Progress = lambda _: None) -> PullResult:
-    from .hub.client import connect, with_retries
+def destination(dest: Path) -> Path:
+    """DIR as an absolute path whose folders are resolved as the system resolves them (`new/../draft` is `draft`
+    beside `new`, also when `new` does not exist yet), its last name kept (DIR itself a link is refused, not
+    followed): a pull makes, and removes again, only the folders DIR lies in."""
+    dest = dest.absolute()
+    if dest.name == "..":
+        return Path(os.path.realpath(dest))
+    return Path(os.path.realpath(dest.parent)) / dest.name
+
+
+def pull(request: PullRequest, progress: Progress = lambda _: None, meter: Meter | None = None) -> PullResult:
+    """`meter` draws a byte progress bar for each large file (None: the stage lines only)."""
+    from .hub.client import READING_HINTS, HubError, HubVerificationFailed, connect, with_retries
     from .hub.fetch import Staging, check_dest, download
-    from .hub.remote import KEEP, files_at
+    from .hub.remote import KEEP, files_at, manifest_size
 
     check_request(request)
-    dest = request.dest.absolute()
+    dest = destination(request.dest)
     check_dest(dest)
-    hub = connect(request.endpoint, request.token)
-    where = f"{request.repo_id}@{request.revision}"
+    hints = {**READING_HINTS, HubError: "rerun the same pull",
+             HubVerificationFailed: "the Hub's copy is not what was released; tell the publisher (packager "
+                                    "verify-remote names every damaged file)"}
+    hub = connect(request.endpoint, request.token, hints)
+    where = f"{request.repo_id}@{shorten(request.revision)}"
     commit = with_retries(hub, f"reading {where}",
                           lambda: hub.api.repo_info(request.repo_id, revision=request.revision).sha)
     listing = files_at(hub, request.repo_id, commit)
     held = set(listing) - {KEEP, SIGNATURE}
     _check_listing(held, request.files, where)
+    fetch = {"timeout": request.timeout, "progress": progress, "meter": meter}
     with Staging(dest) as stage:
         signed = _signature(hub, stage, request, commit, listing, held, where, progress)
-        if listing[MANIFEST].size > MAX_MANIFEST_BYTES:
-            raise InputTooLarge(f"{MANIFEST} of {where} is {listing[MANIFEST].size:,} bytes, not a bundle's manifest")
-        path = download(hub, stage, request.repo_id, commit, MANIFEST, listing[MANIFEST].size, fresh=True,
-                        progress=progress)
+        path = download(hub, stage, request.repo_id, commit, MANIFEST, manifest_size(listing, where), fresh=True,
+                        **fetch)  # type: ignore[arg-type]
         listed = parse_manifest(path.read_text(encoding="utf-8", errors="replace"), Path(MANIFEST))
         wanted = _wanted(request.files, listed, held, where)
         for name in wanted + ([ENGINE_FILE] if request.engine and ENGINE_FILE not in wanted else []):
-            _fetch_checked(hub, stage, request, commit, name, listing[name].size, listed, signed, where, progress)
+            _fetch_checked(hub, stage, request, commit, name, listing[name].size, listed, signed, where, fetch)
         if signed is not None and mismatched(stage.files, signed, [MANIFEST]):
             raise ContentMismatch(f"{MANIFEST} of {where} differs from what {SIGNATURE} signed")
         min_engine = _engine_check(stage.path(ENGINE_FILE), request.engine, where) if request.engine else None
@@ -149,7 +169,7 @@ def _signature(hub: object, stage: object, request: PullRequest, commit: str, li
         raise SignatureMalformed(f"{SIGNATURE} of {where} is {size:,} bytes, more than any signature; not downloaded")
     # Small, and perhaps left by a run against another commit: always fetched afresh.
     path = download(hub, stage, request.repo_id, commit, SIGNATURE, size, fresh=True,  # type: ignore[arg-type]
-                    progress=progress)
+                    timeout=request.timeout, progress=progress)
     if not request.trust.given:
         return None
     signed = read_signed(path, request.trust)
@@ -158,15 +178,16 @@ def _signature(hub: object, stage: object, request: PullRequest, commit: str, li
 
 
 def _fetch_checked(hub: object, stage: object, request: PullRequest, commit: str, name: str, size: int,
-                   listed: dict[str, str], signed: Signed | None, where: str, progress: Progress) -> None:
+                   listed: dict[str, str], signed: Signed | None, where: str, fetch: dict) -> None:
     """Download `name` and check it whole; a file from an interrupted run that fails is fetched once afresh."""
     from .hub.fetch import download
 
+    progress = fetch["progress"]
     if name not in listed:
         raise ContentMismatch(f"{name} of {where} is not in its {MANIFEST}, so it cannot be checked")
     for fresh in (False, True):
         path = download(hub, stage, request.repo_id, commit, name, size, fresh=fresh,  # type: ignore[arg-type]
-                        progress=progress)
+                        **fetch)
         problem = _problem(stage.files, path, name, listed, signed)  # type: ignore[attr-defined]
         if problem is None:
             return

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -62,3 +64,19 @@ def test_a_failure_under_json_prints_a_json_error_object(path: tuple[str, ...], 
     if "findings" not in printed:
         assert printed["error"]["exit_code"] == result.returncode and printed["error"]["message"]
         assert "Traceback" not in result.stderr and result.stderr.strip()
+
+
+@pytest.mark.parametrize("args", [
+    ("verify-remote", "me/x", "--timeout", "nan"), ("verify-remote", "me/x", "--timeout", "inf"),
+    ("verify-remote", "me/x", "--timeout", "1e300"), ("pull", "me/x", "DIR", "--timeout", "nan"),
+    ("pull", "me/x", "DIR", "--timeout", "-inf"), ("hub", "serve", "--body-timeout", "nan"),
+    ("hub", "serve", "--body-timeout", "inf"),
+])
+def test_a_seconds_option_that_is_no_finite_number_is_a_usage_error(args: tuple[str, ...], tmp_path: Path) -> None:
+    # Were it taken, each would go on: to a Hub nobody serves, or to a server root that cannot exist.
+    env = {**os.environ, "PACKAGER_HUB_TOKEN": "hf_test_SECRET", "HF_ENDPOINT": "http://127.0.0.1:9"}
+    extra = ("--root", "/dev/null/hub") if args[0] == "hub" else ()
+    result = run_cli(*args, *extra, cwd=tmp_path, env=env)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr and "Invalid value for '--" in result.stderr
+    assert not (tmp_path / "DIR").exists()

@@ -101,14 +101,30 @@ def test_another_users_collection_is_refused_before_anything_is_sent(hub: LocalH
 
 def test_a_refused_collection_after_the_commit_is_its_own_exit_code(hub: LocalHub, ready: Path,
                                                                     tmp_path: Path, online: None) -> None:
-    # alice has no collection of this title yet, so nothing tells beforehand that hers cannot be written.
-    spec = _spec(tmp_path, f'collection = "{TITLE}"\ncollection_owner = "{OTHER_USER}"')
+    # The owner is the token's own namespace, but the Hub refuses the collection once the release is committed.
+    hub.faults({"method": "POST", "path": "/api/collections", "status": 403})
+    spec = _spec(tmp_path, f'collection = "{TITLE}"')
     result = hub.cli("release", str(spec), "--bundle", str(ready), "--quiet")
     assert result.returncode == 66, result.stdout + result.stderr
-    assert "is committed, verified and tagged v3; the collection 'TokForge Draft Models' of alice was NOT updated" \
-        in result.stdout and "(403)" in result.stdout
+    assert "is committed, verified and tagged v3; the collection 'TokForge Draft Models' of your-name was NOT " \
+        "updated" in result.stdout and "(403)" in result.stdout
     assert "committed and tagged, but its collection is NOT updated; rerun the same command to finish" in result.stdout
-    assert len(_history(hub, REPO)) == 1 and _collections(hub, OTHER_USER) == []
+    assert len(_history(hub, REPO)) == 1 and _collections(hub) == []
+
+
+def test_a_collection_owner_the_token_cannot_write_is_refused_before_anything_is_sent(
+        hub: LocalHub, ready: Path, tmp_path: Path, online: None) -> None:
+    # alice has no collection of this title yet: her namespace alone says that the token's user (local) cannot.
+    result = hub.cli("upload", str(ready), "tokforge/draft", "--collection", TITLE, "--collection-owner", OTHER_USER,
+                     "--quiet")
+    assert result.returncode == 66 and result.stderr.count("\n") == 1, result.stdout + result.stderr
+    assert f"the collection owner {OTHER_USER} is not a namespace local may write" in result.stderr
+    assert "nothing was sent" in result.stderr and "collection_owner" in result.stderr
+    spec = _spec(tmp_path, f'collection = "{TITLE}"\ncollection_owner = "{OTHER_USER}"')
+    released, summary = _release(hub, spec, ready)
+    assert released.returncode == 66 and summary["commit"] is None, released.stdout + released.stderr
+    assert hub.stats()["commits_received"] == 0 and hub.stats()["lfs_bytes_received"] == 0
+    assert _history(hub, "tokforge/draft") == [] and _history(hub, REPO) == [] and _collections(hub, OTHER_USER) == []
 
 
 def test_release_dry_run_says_what_it_would_do_to_the_collection_and_gating_and_does_none_of_it(
@@ -158,7 +174,8 @@ def test_upload_collection_flags_dry_run_changes_nothing(hub: LocalHub, ready: P
     assert placed["added"] and placed["slug"].startswith("tokforge/tokforge-draft-models-")
     assert [(i.item_id, i.note) for c in _collections(hub, "tokforge") for i in c.items] == [("tokforge/draft", "first")]
     bad = hub.cli("upload", str(ready), "tokforge/draft", "--collection", "", "--quiet")
-    assert bad.returncode == 17 and "release.collection" in bad.stderr and bad.stderr.count("\n") == 1
+    assert bad.returncode == 19 and "error: --collection: " in bad.stderr and bad.stderr.count("\n") == 1
+    assert "release" not in bad.stderr and "spec" not in bad.stderr  # a flag, not the release spec, is wrong
     orphan = hub.cli("upload", str(ready), "tokforge/draft", "--collection-note", "x", "--quiet")
     assert orphan.returncode == 19 and "need --collection" in orphan.stderr
 
@@ -172,6 +189,17 @@ def test_gated_release_refuses_downloads_without_access(hub: LocalHub, ready: Pa
     stranger = hub.cli("verify-remote", f"{REPO}@v3", token=OTHER_TOKEN)
     assert stranger.returncode == 68 and "has not been granted access" in stranger.stderr
     assert hub.cli("verify-remote", f"{REPO}@v3").returncode == 0  # the owner's token
+
+
+def test_a_wrong_token_on_a_gated_repo_is_a_credentials_error_for_verify_remote_as_for_pull(
+        hub: LocalHub, ready: Path, tmp_path: Path) -> None:
+    result = hub.cli("release", str(_spec(tmp_path, 'gated = "manual"')), "--bundle", str(ready), "--quiet")
+    assert result.returncode == 0, result.stdout + result.stderr
+    for args in (("verify-remote", f"{REPO}@v3"), ("pull", f"{REPO}@v3", str(tmp_path / "draft"), "--quiet")):
+        wrong = hub.cli(*args, token="hf_wrong_token_SECRET")
+        assert wrong.returncode == 41 and wrong.stderr.count("\n") == 1, args + (wrong.stdout + wrong.stderr,)
+        assert "rejected the credentials (401)" in wrong.stderr and "damaged" not in wrong.stderr
+        assert "SECRET" not in wrong.stdout + wrong.stderr
 
 
 def test_gating_that_cannot_be_set_stops_before_the_commit(hub: LocalHub, ready: Path) -> None:

@@ -237,3 +237,53 @@ def test_token_file_stands_in_for_hf_token_and_is_never_shown(hub: LocalHub, rea
     assert result.returncode == 0, result.stderr
     check = hub.cli("verify-remote", "me/draft", "--token-file", str(token_file), token=None)
     assert check.returncode == 0 and WRITE_TOKEN not in result.stdout + result.stderr + check.stdout + check.stderr
+
+
+# issue 30: a token that cannot travel in a header, or a token file that never ends ------------------------------------
+NOWHERE = "http://127.0.0.1:9"  # nothing listens there: a request would end in a connection error (40), not in 41
+
+
+def _command(name: str, ready: Path, tmp_path: Path) -> list[str]:
+    return {"pull": ["pull", "me/draft", str(tmp_path / "draft"), "--quiet"],
+            "verify-remote": ["verify-remote", "me/draft"],
+            "upload": ["upload", str(ready), "me/draft", "--quiet"]}[name] + ["--endpoint", NOWHERE]
+
+
+@pytest.mark.parametrize("command", ["pull", "verify-remote", "upload"])
+@pytest.mark.parametrize("source", ["--token-file", "$HF_TOKEN", "the huggingface login"])
+def test_an_unprintable_token_is_refused_before_any_request_naming_where_it_came_from(
+        ready: Path, tmp_path: Path, command: str, source: str) -> None:
+    local = LocalHub(tmp_path / "hub", tmp_path / "netguard.log")
+    env = local.env(token=None)
+    args = _command(command, ready, tmp_path)
+    if source == "--token-file":
+        (tmp_path / "token").write_bytes(b"hf_SECRET\x01x\n")
+        args += ["--token-file", str(tmp_path / "token")]
+    elif source == "$HF_TOKEN":
+        env["HF_TOKEN"] = "hf_S\x7fSECRET"
+    else:
+        Path(env["HF_HOME"]).mkdir(parents=True)
+        (Path(env["HF_HOME"]) / "token").write_bytes(b"hf_SECRET\x01x\n")
+    result = subprocess.run([sys.executable, "-m", "packager.cli", *args], capture_output=True, text=True, env=env,
+                            timeout=120)
+    assert result.returncode == 41, result.stdout + result.stderr
+    line = _one_line(result)
+    assert f"the token from {source}" in line and "holds a control character" in line and "nothing was sent" in line
+    assert "SECRET" not in result.stdout + result.stderr and not (tmp_path / "draft").exists()
+    assert not (tmp_path / "netguard.log").exists() or (tmp_path / "netguard.log").read_text() == ""
+
+
+@pytest.mark.parametrize("which", ["/dev/zero", "a 3 GB sparse file"])
+def test_a_token_file_that_never_ends_is_one_line_under_a_memory_cap(tmp_path: Path, which: str) -> None:
+    path = Path("/dev/zero")
+    if which != "/dev/zero":
+        path = tmp_path / "sparse-token"
+        with open(path, "wb") as handle:
+            handle.truncate(3 * 1024**3)
+    env = LocalHub(tmp_path / "hub", tmp_path / "netguard.log").env(token=None)
+    cap = ("bash", "-c", 'ulimit -v 4000000; exec "$0" "$@"')
+    result = subprocess.run([*cap, sys.executable, "-m", "packager.cli", "pull", "me/draft", str(tmp_path / "draft"),
+                             "--endpoint", NOWHERE, "--token-file", str(path)], capture_output=True, text=True,
+                            env=env, timeout=120)
+    assert result.returncode == 26, result.stderr
+    assert f"--token-file {path} is larger than 64 KiB" in _one_line(result)

@@ -257,6 +257,24 @@ def test_partial_upload_left_by_a_killed_server_is_removed_at_start(hub: LocalHu
     assert list((hub.root / "objects").rglob(".upload-*")) == []
 
 
+def test_a_request_the_server_cannot_parse_gets_a_400_that_echoes_nothing_and_logs_no_request_text(
+        hub: LocalHub) -> None:
+    host, port = hub.url.removeprefix("http://").split(":")
+    answer = b""
+    with socket.create_connection((host, int(port)), timeout=30) as connection:
+        connection.sendall(b"GET /api/whoami-v2 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer hf_SECRET\x01x\r\n\r\n")
+        while chunk := connection.recv(65536):  # the server closes the connection after its answer
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.split(b"\r\n")[0].split(b" ")[1] == b"400", answer
+    assert body == b"400 Bad Request" and b"SECRET" not in answer
+    process = hub.process
+    assert process is not None and process.stderr is not None
+    hub.stop()
+    log = process.stderr.read()
+    assert "SECRET" not in log and "Bearer" not in log, log
+
+
 def test_tokens_are_not_on_the_server_command_line(hub: LocalHub) -> None:
     assert hub.process is not None
     cmdline = Path(f"/proc/{hub.process.pid}/cmdline").read_bytes()

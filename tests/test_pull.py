@@ -4,6 +4,11 @@ every tampered, foreign, unsigned or too-new release is refused naming the file,
 from __future__ import annotations
 
 import json
+import os
+import signal
+import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -33,6 +38,15 @@ def signed(hub: LocalHub, ready: Path, keys: Keys) -> Path:
 
 def pull(hub: LocalHub, target: str, dest: Path, *args: str):  # type: ignore[no-untyped-def]
     return hub.cli("pull", target, str(dest), "--quiet", *args, token=None)
+
+
+# Under a 4 GB address-space cap: a link or device in the staging folder must not make a pull read or write forever.
+CAP = ("bash", "-c", 'ulimit -v 4000000; exec "$0" "$@"')
+
+
+def capped(hub: LocalHub, *args: str, timeout: int = 90) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CAP, sys.executable, "-m", "packager.cli", *args], capture_output=True, text=True,
+                          env=hub.env(token=None), timeout=timeout)
 
 
 def refused(result, code: int, dest: Path, *words: str) -> None:  # type: ignore[no-untyped-def]
@@ -283,3 +297,223 @@ def test_files_left_by_a_run_against_another_commit_are_not_trusted(hub: LocalHu
     assert result.returncode == 0, result.stderr
     for name in ("tokenizer.txt", "llm.mnn", "llm.mnn.weight"):
         assert (dest / name).read_bytes() == (signed / name).read_bytes(), name
+
+
+# -- issue 30: a staging folder pull did not make is refused untouched, never written through --------------------------
+def _plant(case: str, staging: Path, victim: Path, victims: Path) -> None:
+    """What someone (or something) left at the staging folder's name before the pull."""
+    files = staging / "files"
+    if case == "the staging folder a link":
+        staging.symlink_to(victims, target_is_directory=True)
+        return
+    if case == "files a link":
+        staging.mkdir()
+        (staging / "files").symlink_to(victims, target_is_directory=True)
+        return
+    if case == "the lock a link":
+        staging.mkdir()
+        (staging / "lock").symlink_to(victims.parent / "made-by-pull")  # dangling: O_CREAT would make it
+        return
+    if case == "out a link":
+        staging.mkdir()
+        (staging / "out").symlink_to(victims, target_is_directory=True)
+        return
+    if case == "another user's":
+        files.mkdir(parents=True)
+        os.chown(files, 4321, 4321)
+        os.chown(staging, 4321, 4321)
+        return
+    files.mkdir(parents=True)
+    (staging / "lock").touch()
+    target = {"weights .part a link": "llm.mnn.weight.part", "tokenizer .part a link": "tokenizer.txt.part",
+              "a finished file a link": "llm.mnn", "a hard link": "llm.mnn.weight.part",
+              "a FIFO": "llm.mnn.weight.part", "a folder": "llm.mnn.weight.part",
+              "a link to /dev/zero": "llm.mnn.weight.part"}[case]
+    if case == "a link to /dev/zero":
+        (files / target).symlink_to("/dev/zero")
+    elif case == "a hard link":
+        os.link(victim, files / target)
+    elif case == "a FIFO":
+        os.mkfifo(files / target)
+    elif case == "a folder":
+        (files / target).mkdir()
+        (files / target / "keep.txt").write_text("keep me")
+    else:
+        (files / target).symlink_to(victim)
+
+
+def _tree(path: Path) -> dict[str, tuple[int, int]]:
+    """Every entry at and under `path`, links not followed: its mode and size (to see that nothing changed)."""
+    def fact(entry: Path) -> tuple[int, int]:
+        info = os.lstat(entry)
+        return info.st_mode, 0 if stat.S_ISDIR(info.st_mode) else info.st_size
+
+    found = {".": fact(path)}
+    if path.is_dir() and not path.is_symlink():
+        for folder, dirs, names in os.walk(path):
+            for name in dirs + names:
+                found[str(Path(folder, name).relative_to(path))] = fact(Path(folder, name))
+    return found
+
+
+@pytest.mark.parametrize("case", ["weights .part a link", "tokenizer .part a link", "a finished file a link",
+                                  "a link to /dev/zero", "a hard link", "a FIFO", "a folder", "files a link",
+                                  "the lock a link", "out a link", "the staging folder a link", "another user's"])
+def test_a_staging_folder_pull_did_not_make_is_refused_untouched_never_written_through(
+        hub: LocalHub, signed: Path, tmp_path: Path, case: str) -> None:
+    if case == "another user's" and os.geteuid() != 0:
+        pytest.skip("giving a folder to another user needs root")
+    dest, staging = tmp_path / "z", tmp_path / ".z.pull"
+    victim, victims = tmp_path / "victim.txt", tmp_path / "victims"
+    victim.write_bytes(b"data\n")
+    victims.mkdir()
+    (victims / "keep.txt").write_text("keep me")
+    _plant(case, staging, victim, victims)
+    before = _tree(staging), _tree(victims)
+    result = capped(hub, "pull", f"{REPO}@v1", str(dest), "--quiet")
+    assert result.returncode == 18, result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "is not packager's staging folder" in lines[0], result.stderr
+    assert "move it aside" in lines[0]
+    assert victim.read_bytes() == b"data\n" and (_tree(staging), _tree(victims)) == before  # left as it was
+    assert not (tmp_path / "made-by-pull").exists() and not dest.exists()
+
+
+def test_a_staging_folder_a_pull_made_is_private_to_its_user(hub: LocalHub, signed: Path, tmp_path: Path) -> None:
+    hub.faults({"method": "GET", "path": "llm.mnn.weight", "status": 503, "times": 10})  # exit 40: kept to resume
+    dest = tmp_path / "z"
+    result = pull(hub, REPO, dest)
+    assert result.returncode == 40, result.stderr
+    assert "rerun the same pull: it resumes from" in result.stderr and "not sent again" not in result.stderr
+    for folder in (tmp_path / ".z.pull", tmp_path / ".z.pull" / "files"):
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700, folder
+    hub.faults()
+    assert pull(hub, REPO, dest).returncode == 0 and oct(stat.S_IMODE(dest.stat().st_mode)) != "0o700"
+
+
+# -- issue 30: the other pull rows ------------------------------------------------------------------------------------
+def test_a_full_disk_is_a_file_system_error_with_a_pull_hint_and_leaves_nothing(hub: LocalHub, signed: Path,
+                                                                                small_disk: Path) -> None:
+    dest = small_disk / "draft"
+    result = pull(hub, REPO, dest)
+    refused(result, 25, dest, "No space left on device", "llm.mnn.weight", "pull again")
+    assert "rerun the same command" not in result.stderr and list(small_disk.iterdir()) == []
+
+
+def test_an_interrupted_pull_says_it_keeps_what_it_downloaded_to_resume(hub: LocalHub, signed: Path,
+                                                                       tmp_path: Path) -> None:
+    hub.faults({"method": "GET", "path": "llm.mnn.weight", "stall_after_bytes": 1000, "times": 1})
+    dest = tmp_path / "draft"
+    process = subprocess.Popen([sys.executable, "-m", "packager.cli", "pull", REPO, str(dest)], text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=hub.env(token=None),
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert process.stderr is not None
+    for line in process.stderr:
+        if "downloading llm.mnn.weight" in line:
+            break  # inside the staging folder, its weights stalled by the Hub
+    process.send_signal(signal.SIGINT)
+    _, rest = process.communicate(timeout=60)
+    assert process.returncode == 130, rest
+    last = rest.strip().splitlines()[-1]
+    assert last.startswith("packager: interrupted; nothing was written to") and "nothing was left" not in last
+    assert f"kept in {tmp_path / '.draft.pull'}" in last and "the same pull resumes it" in last
+    assert (tmp_path / ".draft.pull" / "files").is_dir() and not dest.exists()
+
+
+def test_a_bare_at_is_refused_and_a_long_revision_is_shown_cut(hub: LocalHub, signed: Path, tmp_path: Path) -> None:
+    dest = tmp_path / "draft"
+    refused(pull(hub, f"{REPO}@", dest), 48, dest, f"{REPO}@: the revision after @ is empty")
+    bare = hub.cli("verify-remote", f"{REPO}@")
+    assert bare.returncode == 48 and "the revision after @ is empty" in bare.stderr, bare.stdout + bare.stderr
+    long = "a" * 300
+    for result in (pull(hub, f"{REPO}@{long}", dest), hub.cli("verify-remote", f"{REPO}@{long}")):
+        assert result.returncode == 43 and result.stderr.count("\n") == 1, result.stderr
+        assert "a" * 201 not in result.stderr and "(100 more characters)" in result.stderr
+        assert "creates the repo on upload" not in result.stderr  # upload's hint, not a reader's
+    assert not dest.exists()
+
+
+def test_a_dir_through_a_folder_that_does_not_exist_leaves_no_folder_behind(hub: LocalHub, signed: Path, keys: Keys,
+                                                                           tmp_path: Path) -> None:
+    through = tmp_path / "new" / ".." / "draft"
+    assert pull(hub, REPO, through, "--public-key", str(keys.other_public)).returncode == 77
+    assert not (tmp_path / "new").exists() and not (tmp_path / "draft").exists()
+    result = pull(hub, REPO, through, "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["dir"] == str(tmp_path.resolve() / "draft")
+    assert not (tmp_path / "new").exists() and sorted(p.name for p in (tmp_path / "draft").iterdir()) == sorted(
+        APP_FILES)
+
+
+def test_pull_errors_hint_at_what_to_do_for_a_pull(hub: LocalHub, ready: Path, tmp_path: Path) -> None:
+    assert _upload(hub, ready, "me/secret", "--private").returncode == 0
+    dest = tmp_path / "draft"
+    wrong = hub.cli("pull", "me/secret", str(dest), "--quiet", token="hf_wrong_token_SECRET")
+    refused(wrong, 41, dest, "rejected the credentials (401)", "log in again")
+    assert "write access" not in wrong.stderr
+    missing = pull(hub, "me/nothing-here", dest)
+    refused(missing, 43, dest, "(404)", "check the repo id and the revision")
+    assert "upload" not in missing.stderr
+
+
+def test_a_manifest_larger_than_any_bundle_s_is_refused_alike_by_pull_and_verify_remote(
+        hub: LocalHub, signed: Path, tmp_path: Path, online: None) -> None:
+    lines = "".join(f"XXH128 (file-{i:07d}.bin) = {'0' * 32}\n" for i in range(40_000))  # 2 MB, 40,000 files
+    commit_files(hub, {"checksums.xxh128": lines.encode()})
+    dest = tmp_path / "draft"
+    refused(pull(hub, REPO, dest), 26, dest, "checksums.xxh128", "more than any bundle's manifest")
+    check = hub.cli("verify-remote", REPO)
+    assert check.returncode == 26 and check.stdout == "", check.stdout[-300:] + check.stderr
+    assert check.stderr.count("\n") == 1 and "more than any bundle's manifest" in check.stderr
+
+
+def test_a_stalled_download_is_retried_saying_so_in_one_line(hub: LocalHub, signed: Path, tmp_path: Path) -> None:
+    hub.faults({"method": "GET", "path": "llm.mnn.weight", "stall_after_bytes": 100_000, "times": 1})
+    dest = tmp_path / "draft"
+    result = hub.cli("pull", REPO, str(dest), "--timeout", "1", token=None)
+    assert result.returncode == 0, result.stderr
+    said = [line for line in result.stderr.splitlines() if "retrying" in line]
+    assert len(said) == 1 and "llm.mnn.weight: no data for 1 s after 100,000 of" in said[0], result.stderr
+    assert "(attempt 2 of 4)" in said[0]
+    assert (dest / "llm.mnn.weight").read_bytes() == (signed / "llm.mnn.weight").read_bytes()
+
+
+def _on_a_terminal(hub: LocalHub, *args: str) -> tuple[int, str]:
+    """The real command with its stderr on a pseudo-terminal (as in a shell): exit code and what it drew."""
+    import pty
+    import threading
+
+    leader, follower = pty.openpty()
+    process = subprocess.Popen([sys.executable, "-m", "packager.cli", *args], stdout=subprocess.DEVNULL,
+                               stderr=follower, env=hub.env(token=None))
+    os.close(follower)
+    drawn: list[bytes] = []
+
+    def drain() -> None:
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # EIO: the command ended and closed the terminal
+                return
+            if not chunk:
+                return
+            drawn.append(chunk)
+
+    reader = threading.Thread(target=drain)
+    reader.start()
+    process.wait(timeout=120)
+    reader.join(timeout=30)
+    os.close(leader)
+    return process.returncode, b"".join(drawn).decode("utf-8", errors="replace")
+
+
+def test_a_terminal_gets_a_byte_progress_bar_for_each_large_file(hub: LocalHub, signed: Path,
+                                                                 tmp_path: Path) -> None:
+    code, drawn = _on_a_terminal(hub, "pull", REPO, str(tmp_path / "draft"))
+    assert code == 0, drawn
+    weights = [line for line in drawn.replace("\r", "\n").splitlines() if line.startswith("llm.mnn.weight:")]
+    assert weights and "100%" in weights[-1] and "21.5M/21.5M" in weights[-1], drawn
+    assert any(line.startswith("tokenizer.txt:") for line in drawn.replace("\r", "\n").splitlines()), drawn
+    assert "downloading llm_config.json" in drawn  # a small file: its stage line
+    quiet, nothing = _on_a_terminal(hub, "pull", REPO, str(tmp_path / "again"), "--quiet")
+    assert quiet == 0 and nothing == ""

@@ -102,8 +102,8 @@ def test_a_bad_signing_key_stops_the_release_before_any_work(hub: LocalHub, read
     assert _history(hub, REPO) == []
 
 
-def test_verify_remote_names_a_file_replaced_with_its_manifest_line(hub: LocalHub, ready: Path, keys: Keys,
-                                                                    tmp_path: Path, online: None) -> None:
+def test_verify_remote_fails_the_signature_naming_a_file_replaced_with_its_manifest_line(
+        hub: LocalHub, ready: Path, keys: Keys, tmp_path: Path, online: None) -> None:
     assert release(hub, spec_signed_with(tmp_path, keys.private), ready).returncode == 0
     data = bytearray((ready / "llm.mnn.weight").read_bytes())
     data[123] ^= 1
@@ -117,8 +117,16 @@ def test_verify_remote_names_a_file_replaced_with_its_manifest_line(hub: LocalHu
     unchecked = hub.cli("verify-remote", REPO)
     assert unchecked.returncode == 0 and "signature: not checked" in unchecked.stdout  # the manifest agrees
     checked = hub.cli("verify-remote", REPO, "--public-key", str(keys.public))
-    assert checked.returncode == 31, checked.stdout + checked.stderr
+    assert checked.returncode == 78, checked.stdout + checked.stderr  # as pull: the files are not the signed ones
     assert "NOT AS SIGNED llm.mnn.weight" in checked.stdout and "NOT AS SIGNED checksums.xxh128" in checked.stdout
+    assert "signature: FAILED (signer " in checked.stdout and "verified" not in checked.stdout
+    assert "checksums.xxh128, llm.mnn.weight differ from what model.sig signed" in checked.stdout
+    assert "MISMATCH" not in checked.stdout and "does NOT match its manifest" not in checked.stdout
+    assert checked.stdout.splitlines()[-1].endswith("is NOT what its publisher signed; do not use it")
+    data = json.loads(hub.cli("verify-remote", REPO, "--public-key", str(keys.public), "--json").stdout)
+    assert data["signature"] == "failed" and data["not_as_signed"] == ["checksums.xxh128", "llm.mnn.weight"]
+    pulled = hub.cli("pull", REPO, str(tmp_path / "draft"), "--public-key", str(keys.public), "--quiet")
+    assert pulled.returncode == 78 and "differs from what model.sig signed" in pulled.stderr
     other = hub.cli("verify-remote", REPO, "--public-key", str(keys.other_public))
     assert other.returncode == 77 and "is not signed by the key" in other.stderr
 

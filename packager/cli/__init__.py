@@ -67,11 +67,11 @@ class PackagerGroup(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except Terminated:
-            click.echo("packager: terminated; nothing was left half-written", err=True)
+        except Terminated as exc:
+            click.echo(f"packager: terminated; {_left(exc)}", err=True)
             ctx.exit(TERMINATED)
-        except KeyboardInterrupt:
-            click.echo("packager: interrupted; nothing was left half-written", err=True)
+        except KeyboardInterrupt as exc:
+            click.echo(f"packager: interrupted; {_left(exc)}", err=True)
             ctx.exit(INTERRUPTED)
         except PackagerError as exc:
             _fail(ctx, exc)
@@ -79,6 +79,11 @@ class PackagerGroup(click.Group):
             _fail(ctx, from_os_error(exc))
         except RecursionError:
             _fail(ctx, InputTooLarge("an input is nested too deeply to be a file packager reads"))
+
+
+def _left(exc: BaseException) -> str:
+    """What an interrupted command leaves: nothing, unless it kept something to resume (pull says where)."""
+    return getattr(exc, "kept", None) or "nothing was left half-written"
 
 
 def _fail(ctx: click.Context, exc: PackagerError) -> None:

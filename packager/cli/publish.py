@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -23,6 +24,27 @@ def _token(token_file: Path | None) -> str | None:
     from ..hub.client import read_token_file
 
     return read_token_file(token_file) if token_file is not None else None
+
+
+class _Seconds(click.FloatRange):
+    """A number of seconds in the range; nan is refused too (a FloatRange lets it through: nan < min is False)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        seconds = super().convert(value, param, ctx)
+        if math.isnan(seconds):
+            self.fail(f"{value!r} is not a number of seconds.", param, ctx)
+        return seconds
+
+
+def seconds(most: float) -> click.FloatRange:
+    """Seconds from 0.1 to `most`: nan, inf and a timeout no socket takes are usage errors (exit 2)."""
+    return _Seconds(min=0.1, max=most)
+
+
+def target_revision(target: str) -> tuple[str, str]:
+    """REPO_ID[@REV] as (repo id, revision): main without an @, and "" (refused later, naming it) for a bare @."""
+    repo_id, at, revision = target.partition("@")
+    return repo_id, revision if at else "main"
 
 
 @cli.command()
@@ -82,10 +104,11 @@ def upload(bundle: Path, repo_id: str, endpoint: str | None, revision: str, tag:
 
 
 def _collection_request(repo_id: str, title: str | None, owner: str | None, note: str | None) -> Any:
-    """The collection flags, checked like the spec's [release] collection keys (the same schema)."""
+    """The collection flags, checked like the spec's [release] collection keys (the same schema), and named as
+    the flags they are."""
     from ..errors import InvalidOption
     from ..hub.collection import CollectionRequest
-    from ..spec import check
+    from ..spec import problems
 
     if title is None:
         if owner is not None or note is not None:
@@ -93,8 +116,11 @@ def _collection_request(repo_id: str, title: str | None, owner: str | None, note
         return None
     fields = {"collection": title, **({"collection_owner": owner} if owner else {}),
               **({"collection_note": note} if note else {})}
-    check({"release": {"repo_id": repo_id, "title": "t", "version": "v", "license": "x", "summary": "s", **fields}},
-          "upload --collection")
+    found = problems({"release": {"repo_id": repo_id, "title": "t", "version": "v", "license": "x", "summary": "s",
+                                  **fields}})
+    if found:
+        flag = "--" + found[0].dotted.removeprefix("release.").replace("_", "-")
+        raise InvalidOption(f"{flag}: {found[0].message}", "fix the value of that flag")
     return CollectionRequest(title, owner or repo_id.split("/")[0], note)
 
 
@@ -126,7 +152,7 @@ def _collection_text(c: dict[str, Any], dry_run: bool) -> str:
 @cli.command("verify-remote")
 @click.argument("target", metavar="REPO_ID[@REV]")
 @click.option("--endpoint", help="Hub URL.  [default: $HF_ENDPOINT, else https://huggingface.co]")
-@click.option("--timeout", type=click.FloatRange(min=0.1), default=30.0, show_default=True,
+@click.option("--timeout", type=seconds(86400), default=30.0, show_default=True,
               help="Seconds a download may deliver nothing before it fails, naming the file.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @trust_options
@@ -137,28 +163,35 @@ def verify_remote(ctx: click.Context, target: str, endpoint: str | None, timeout
     """Download every file of a remote revision and check it against its xxh3-128 manifest (and its model.sig,
     when signed and you say whom you trust).
 
-    Exit 31 names every mismatching, missing, extra or not-as-signed file; exit 40 names a file that could not
-    be read; 77 the signer is not whom you trust.
+    Exit 31 names every mismatching, missing or extra file; 78 every file that is not what model.sig signed
+    (whatever the manifest says); 40 a file that could not be read; 77 the signer is not whom you trust.
 
     Example: packager verify-remote me/qwen3-draft-mnn@v3
     """
     from ..hub.check import verify_remote as run_verify
+    from ..signature import ContentMismatch
 
-    repo_id, _, revision = target.partition("@")
-    result = run_verify(repo_id, revision or "main", endpoint=endpoint, token=_token(token_file), timeout=timeout,
+    repo_id, revision = target_revision(target)
+    result = run_verify(repo_id, revision, endpoint=endpoint, token=_token(token_file), timeout=timeout,
                         trust=_trust(public_key, identity, issuer))
     data = {"repo_id": result.repo_id, "revision": result.revision, "commit": result.commit, "ok": result.ok,
             "checked": result.checked, "mismatched": list(result.mismatched), "missing": list(result.missing),
             "extra": list(result.extra), "signature": result.signature, "signer": result.signer,
             "not_as_signed": list(result.not_as_signed)}
+    signer = f" (signer {result.signer})" if result.signer else ""
+    if result.tampered:  # the signature decides, not a manifest that may have been replaced along with a file
+        signature = (f"signature: FAILED{signer}: {', '.join(result.not_as_signed)} differ"
+                     f"{'s' if len(result.not_as_signed) == 1 else ''} from what model.sig signed")
+        verdict = "is NOT what its publisher signed; do not use it"
+    else:
+        signature = f"signature: {result.signature}{signer}"
+        verdict = f"all {result.checked} files match" if result.ok else "does NOT match its manifest"
     text = "\n".join([*(f"MISMATCH {n}" for n in result.mismatched), *(f"MISSING  {n}" for n in result.missing),
                       *(f"EXTRA    {n}" for n in result.extra), *(f"NOT AS SIGNED {n}" for n in result.not_as_signed),
-                      f"signature: {result.signature}" + (f" (signer {result.signer})" if result.signer else ""),
-                      f"{repo_id}@{result.commit}: " + (f"all {result.checked} files match" if result.ok
-                                                        else "does NOT match its manifest")])
+                      signature, f"{repo_id}@{result.commit}: {verdict}"])
     click.echo(json.dumps(data, indent=2) if as_json else text)
     if not result.ok:
-        ctx.exit(CHECKSUM_MISMATCH)
+        ctx.exit(ContentMismatch.exit_code if result.tampered else CHECKSUM_MISMATCH)
 
 
 @cli.command()
@@ -253,7 +286,7 @@ def hub() -> None:
               help="A token allowed to read only (repeatable; also $PACKAGER_HUB_READ_TOKEN).")
 @click.option("--read-token-file", "read_token_files", multiple=True, type=_path(dir_okay=False, exists=True),
               help="A file of read-only tokens, one a line.")
-@click.option("--body-timeout", type=click.FloatRange(min=0.1), default=30.0, show_default=True,
+@click.option("--body-timeout", type=seconds(3600), default=30.0, show_default=True,
               help="Seconds a request body may send nothing before the request is abandoned (408).")
 @click.option("--test-hooks", is_flag=True, help="Enable /_faults and /_stats (fault injection for tests).")
 def hub_serve(root: Path, host: str, port: int, tokens: tuple[str, ...], token_files: tuple[Path, ...],
@@ -286,5 +319,9 @@ def hub_serve(root: Path, host: str, port: int, tokens: tuple[str, ...], token_f
 
 
 def _tokens_from(files: tuple[Path, ...]) -> frozenset[str]:
-    lines = (line.strip() for path in files for line in path.read_text(encoding="utf-8").splitlines())
+    from ..errors import InvalidOption
+    from ..userfile import TOKEN_BYTES, read_text
+
+    lines = (line.strip() for path in files
+             for line in read_text(path, TOKEN_BYTES, what="token file", unreadable=InvalidOption).splitlines())
     return frozenset(line for line in lines if line and not line.startswith("#"))

@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from . import StderrProgress, _emit, _path, cli
-from .publish import _token, _token_option
+from .publish import _token, _token_option, seconds, target_revision
 from .trustopts import _trust, trust_options
 
 
@@ -85,12 +85,15 @@ def verify_signature(bundle: Path, public_key: Path | None, identity: str | None
 @click.option("--require-signature", is_flag=True, help="Refuse an unsigned release.")
 @click.option("--engine", metavar="VERSION", help="The app's MNN version: refuse a bundle that needs a newer one.")
 @click.option("--endpoint", help="Hub URL.  [default: $HF_ENDPOINT, else https://huggingface.co]")
+@click.option("--timeout", type=seconds(86400), default=30.0, show_default=True,
+              help="Seconds a download may deliver nothing before it is retried (said in one line), then fails.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-@click.option("--quiet", is_flag=True, help="No progress on stderr.")
+@click.option("--quiet", is_flag=True, help="No progress on stderr (on a terminal: a byte progress bar per large "
+                                            "file; elsewhere one line per stage).")
 @_token_option
 def pull(target: str, dest: Path, which: str, public_key: Path | None, identity: str | None, issuer: str | None,
-         require_signature: bool, engine: str | None, endpoint: str | None, as_json: bool, quiet: bool,
-         token_file: Path | None) -> None:
+         require_signature: bool, engine: str | None, endpoint: str | None, timeout: float, as_json: bool,
+         quiet: bool, token_file: Path | None) -> None:
     """Download a release into DIR, every file checked against its manifest and its signature.
 
     DIR appears only when every check passed (a refused pull leaves nothing); an interrupted pull resumes on
@@ -98,13 +101,17 @@ def pull(target: str, dest: Path, which: str, public_key: Path | None, identity:
 
     Example: packager pull me/qwen3-draft-mnn@v3 ./draft --public-key publisher.pub --require-signature
     """
+    import sys
+
+    from ..hub.fetch import terminal_bar
     from ..pull import PullRequest, pull as run_pull
 
-    repo_id, _, revision = target.partition("@")
-    result = run_pull(PullRequest(repo_id=repo_id, dest=dest, revision=revision or "main", files=which,  # type: ignore[arg-type]
+    repo_id, revision = target_revision(target)
+    result = run_pull(PullRequest(repo_id=repo_id, dest=dest, revision=revision, files=which,  # type: ignore[arg-type]
                                   trust=_trust(public_key, identity, issuer), require_signature=require_signature,
-                                  engine=engine, endpoint=endpoint, token=_token(token_file)),
-                      progress=StderrProgress(quiet))
+                                  engine=engine, endpoint=endpoint, token=_token(token_file), timeout=timeout),
+                      progress=StderrProgress(quiet),
+                      meter=terminal_bar if not quiet and sys.stderr.isatty() else None)
     data = {"repo_id": result.repo_id, "revision": result.revision, "commit": result.commit, "dir": str(result.dest),
             "files": list(result.files), "signed": result.signed, "signer": result.signer,
             "min_engine": result.min_engine}

@@ -11,10 +11,12 @@ from typing import Any, Callable
 import xxhash
 
 from ..checksum import MANIFEST, SIGNATURE, parse_manifest
+from ..errors import shorten
 from ..signature import Trust
-from .client import Hub, HubBadTarget, HubError, HubGated, HubVerificationFailed, connect, with_retries
-from .names import repo_id_problem
-from .remote import KEEP, files_at
+from .client import (READING_HINTS, Hub, HubBadTarget, HubError, HubVerificationFailed, connect, translate,
+                     with_retries)
+from .names import repo_id_problem, revision_problem
+from .remote import KEEP, files_at, manifest_size
 
 MIN_RATE = 1_000_000  # bytes/s: below this average a download is abandoned, however it trickles
 Progress = Callable[[str], None]
@@ -29,13 +31,19 @@ class RemoteCheck:
     mismatched: tuple[str, ...]
     missing: tuple[str, ...]
     extra: tuple[str, ...]
-    signature: str = "none"  # none | verified | not checked (signed, but no --public-key / --identity given)
+    # none | verified | failed (a file differs from what it signed) | not checked (no --public-key / --identity)
+    signature: str = "none"
     signer: str | None = None
     not_as_signed: tuple[str, ...] = ()  # files whose bytes differ from what model.sig signed
 
     @property
     def ok(self) -> bool:
         return not (self.mismatched or self.missing or self.extra or self.not_as_signed)
+
+    @property
+    def tampered(self) -> bool:
+        """A signed file differs from what the trusted signer signed (whatever the manifest says)."""
+        return bool(self.not_as_signed)
 
 
 class Unreadable(HubError):
@@ -57,9 +65,14 @@ def _stream(hub: Hub, repo_id: str, commit: str, path: str, size: int, timeout: 
     try:
         with get_session().stream("GET", url, headers=build_hf_headers(token=hub.token), timeout=timeout,
                                   follow_redirects=True) as response:
-            if response.status_code in (401, 403) and response.headers.get("X-Error-Code") == "GatedRepo":
-                who = "this token has not been granted access" if hub.token else "no token was given"
-                raise HubGated(f"{repo_id} is gated and {who}: could not read {path} ({response.status_code})")
+            if response.status_code in (401, 403):  # the credentials, not the Hub's copy: as pull says it
+                from huggingface_hub.utils import hf_raise_for_status
+
+                response.read()
+                try:
+                    hf_raise_for_status(response)
+                except Exception as exc:  # noqa: BLE001 - GatedRepoError, HfHubHTTPError: translated
+                    raise translate(hub, exc, f"reading {path} of {repo_id}") from None
             if response.status_code != 200:
                 raise Unreadable(f"could not read {path}: the Hub answered {response.status_code}"
                                  f"{_reason(hub, response)}")
@@ -98,19 +111,24 @@ def verify_remote(repo_id: str, revision: str = "main", endpoint: str | None = N
 
     if (problem := repo_id_problem(repo_id)) is not None:
         raise HubBadTarget(f"invalid repo id: {problem}", "give the repo as namespace/name[@revision]")
+    where = f"{repo_id}@{shorten(revision)}"
+    if (problem := revision_problem(revision)) is not None:
+        raise HubBadTarget(f"{where}: {problem}", "give the revision after @ (a branch, tag or commit id), or no @ "
+                                                  "for main")
     trust.check()
-    hub = connect(endpoint, token)
-    commit = with_retries(hub, f"reading {repo_id}@{revision}", lambda: hub.api.repo_info(repo_id, revision=revision).sha)
+    hub = connect(endpoint, token, {**READING_HINTS, HubError: "rerun the same command"})
+    commit = with_retries(hub, f"reading {where}", lambda: hub.api.repo_info(repo_id, revision=revision).sha)
     files = files_at(hub, repo_id, commit)
     if MANIFEST not in files:
-        raise HubVerificationFailed(f"{repo_id}@{revision} has no {MANIFEST}", "upload the bundle with packager upload")
+        raise HubVerificationFailed(f"{where} has no {MANIFEST}", "upload the bundle with packager upload")
+    size = manifest_size(files, where)  # before anything is downloaded
 
     def stream(name: str, size: int, sink: Callable[[bytes], None]) -> None:
         _stream(hub, repo_id, commit, name, size, timeout, sink)
 
-    signed = remote_signed(files, stream, trust, f"{repo_id}@{revision}") if trust.given else None
+    signed = remote_signed(files, stream, trust, where) if trust.given else None
     parts: list[bytes] = []
-    stream(MANIFEST, files[MANIFEST].size, parts.append)
+    stream(MANIFEST, size, parts.append)
     listed = parse_manifest(b"".join(parts).decode("utf-8", errors="replace"), Path(MANIFEST))
     present = set(files) - {MANIFEST, KEEP, SIGNATURE}
     mismatched, not_as_signed = [], []
@@ -128,7 +146,8 @@ def verify_remote(repo_id: str, revision: str = "main", endpoint: str | None = N
     return RemoteCheck(repo_id=repo_id, revision=revision, commit=commit, checked=len(set(listed) & present),
                        mismatched=tuple(mismatched), missing=tuple(sorted(set(listed) - present)),
                        extra=tuple(sorted(present - set(listed))),
-                       signature="verified" if signed else "not checked" if SIGNATURE in files else "none",
+                       signature=("failed" if not_as_signed else "verified") if signed else
+                       "not checked" if SIGNATURE in files else "none",
                        signer=signed.signer if signed else None, not_as_signed=tuple(sorted(not_as_signed)))
 
 

@@ -10,9 +10,9 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Mapping, TypeVar
 
-from ..errors import PackagerError
+from ..errors import PackagerError, shorten
 
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
@@ -79,11 +79,22 @@ class HubGated(HubError):
             "access; ask for it on the repo's page")
 
 
+# What to do when a command that only reads (pull, verify-remote) fails: the classes' own hints speak of uploads.
+READING_HINTS: Mapping[type, str] = {
+    HubAuthError: "the token was refused: log in again (hf auth login), or set HF_TOKEN or --token-file to a "
+                  "valid token (one that may read the repo is enough)",
+    HubForbidden: "use a token that may read this repo",
+    HubNotFound: "check the repo id and the revision (a private repo is found only with a token that may read it)",
+}
+
+
 @dataclass(frozen=True)
 class Hub:
     api: Any = field(repr=False)  # huggingface_hub.HfApi
     endpoint: str
     token: str | None = field(repr=False)  # never in a repr, a log or a message
+    # {error class: hint} replacing the classes' own hints, for a command whose next step differs (pull).
+    hints: Mapping[type, str] = field(default_factory=dict, repr=False, compare=False, hash=False)
 
     def redact(self, text: str) -> str:
         return text.replace(self.token, "***") if self.token else text
@@ -106,23 +117,55 @@ def endpoint_url(endpoint: str | None) -> str:
 
 def read_token_file(path: Path) -> str:
     """The token in `path` (its first non-empty line); the token itself never appears in a message."""
-    try:
-        lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    except (OSError, UnicodeDecodeError) as exc:
-        raise HubAuthError(f"cannot read the token file {path}: {type(exc).__name__}") from None
+    from ..userfile import TOKEN_BYTES, read_text
+
+    shown = f"--token-file {shorten(str(path), 120)}"
+    text = read_text(path, TOKEN_BYTES, what="--token-file", unreadable=HubAuthError)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
     if not lines:
-        raise HubAuthError(f"the token file {path} is empty")
+        raise HubAuthError(f"{shown} is empty")
+    check_token(lines[0], shown)
     return lines[0]
 
 
-def connect(endpoint: str | None, token: str | None = None) -> Hub:
-    """HfApi for `endpoint` with `token` (default: HF_TOKEN or the huggingface login)."""
+def check_token(token: str, source: str) -> None:
+    """Refuse, before any request, a token that cannot travel in an HTTP header; its value is never shown."""
+    import unicodedata
+
+    odd = next((i for i, c in enumerate(token) if not "!" <= c <= "~"), None)
+    if odd is not None:
+        kind = ("a control character" if unicodedata.category(token[odd]) == "Cc" else
+                "a space" if token[odd].isspace() else "a character outside ASCII")
+        raise HubAuthError(f"the token from {source} holds {kind} (character {odd + 1} of {len(token)}), which no "
+                           "Hub token has; nothing was sent",
+                           "copy the token again from your Hub account's token settings (hf auth login, HF_TOKEN "
+                           "or --token-file)")
+
+
+def token_source() -> str:
+    """Where huggingface_hub's get_token() takes the token from, as a user would name it."""
+    from huggingface_hub import constants
+
+    for name in ("HF_OIDC_RESOURCE", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
+        if os.environ.get(name):
+            return f"the OIDC exchange for ${name}" if name == "HF_OIDC_RESOURCE" else f"${name}"
+    return f"the huggingface login ({shorten(str(constants.HF_TOKEN_PATH), 120)})"
+
+
+def connect(endpoint: str | None, token: str | None = None, hints: Mapping[type, str] | None = None) -> Hub:
+    """HfApi for `endpoint` with `token` (default: HF_TOKEN or the huggingface login); `hints` replace the error
+    classes' own for a command whose next step differs."""
     from huggingface_hub import HfApi, constants, get_token
 
     constants.HF_HUB_DISABLE_TELEMETRY = True
     url = endpoint_url(endpoint)
-    token = token or get_token()
-    return Hub(api=HfApi(endpoint=url, token=token), endpoint=url, token=token)
+    if token:
+        check_token(token, "the caller")
+    else:
+        token = get_token()
+        if token:
+            check_token(token, token_source())
+    return Hub(api=HfApi(endpoint=url, token=token), endpoint=url, token=token, hints=dict(hints or {}))
 
 
 def configure_xet(hub: Hub, repo_id: str) -> bool:
@@ -164,11 +207,18 @@ def retry_after(exc: BaseException) -> float | None:
 
 def translate(hub: Hub, exc: BaseException, what: str) -> PackagerError:
     """One clear line with the next step; never the token. "Rerun" only where a rerun can help."""
+    error = _translated(hub, exc, what)
+    if type(error) in hub.hints:
+        error.hint = hub.hints[type(error)]
+    return error
+
+
+def _translated(hub: Hub, exc: BaseException, what: str) -> PackagerError:
     from huggingface_hub.errors import GatedRepoError, HFValidationError, HfUriError
 
     status = status_of(exc)
     server = getattr(exc, "server_message", None) or ""
-    detail = hub.redact(f" ({server})" if server else "")[:300]
+    detail = f" ({shorten(hub.redact(server))})" if server else ""
     if isinstance(exc, GatedRepoError):
         who = "this token has not been granted access" if hub.token else "no token was given"
         return HubGated(f"{what}: the repo is gated and {who} ({status}){detail}")
@@ -184,7 +234,7 @@ def translate(hub: Hub, exc: BaseException, what: str) -> PackagerError:
         return HubError(f"{what}: the Hub is rate limiting (429) and retries ran out{detail}",
                         "wait a while, then rerun the same command")
     cause = exc.__cause__ or exc
-    text = hub.redact(f"{type(cause).__name__}: {cause}")[:300]
+    text = shorten(hub.redact(f"{type(cause).__name__}: {cause}"))
     if is_transient(exc):
         return HubError(f"{what} failed: {text}")
     if status is not None and 400 <= status < 500:
@@ -197,20 +247,27 @@ def translate(hub: Hub, exc: BaseException, what: str) -> PackagerError:
 
 def with_retries(hub: Hub, what: str, action: Callable[[], T], *, attempts: int = 4,
                  before_retry: Callable[[], T | None] | None = None,
-                 sleep: Callable[[float], None] = time.sleep) -> T:
+                 sleep: Callable[[float], None] = time.sleep,
+                 on_retry: Callable[[BaseException, int, int, float], None] | None = None) -> T:
     """Run `action`, retrying transient failures with backoff (Retry-After wins).
 
     `before_retry` may find that the failed attempt in fact succeeded (a commit whose answer was lost) and
-    return its result, so nothing is done twice.
+    return its result, so nothing is done twice. `on_retry(failure, next attempt, attempts, wait)` is told of
+    each retry before its wait. A PackagerError from `action` is already one line: passed on as it is.
     """
     delay = 1.0
     for attempt in range(1, attempts + 1):
         try:
             return action()
+        except PackagerError:
+            raise
         except Exception as exc:  # noqa: BLE001 - classified below
             if attempt == attempts or not is_transient(exc):
                 raise translate(hub, exc, what) from None
-            sleep(retry_after(exc) or delay)
+            wait = retry_after(exc) or delay
+            if on_retry is not None:
+                on_retry(exc, attempt + 1, attempts, wait)
+            sleep(wait)
             delay = min(delay * 2, 8.0)
             if before_retry is not None:
                 try:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..errors import PackagerError
+from ..errors import PackagerError, shorten
 from .client import Hub, HubForbidden, with_retries
 
 
@@ -61,17 +61,32 @@ def _owner(collection: Any) -> tuple[str, str | None]:
 
 
 def check(hub: Hub, request: CollectionRequest, repo_id: str) -> CollectionResult:
-    """Before anything is sent: refuse a collection that certainly belongs to another user; what would happen."""
+    """Before anything is sent: refuse a collection that belongs to another user, or an owner the token's user
+    may not write for; what would happen."""
     found = find(hub, request)
-    if found is not None and hub.token is not None:
-        name, kind = _owner(found)
-        me = with_retries(hub, "asking whose token this is", lambda: hub.api.whoami()).get("name")
+    if hub.token is not None:
+        whoami = with_retries(hub, "asking whose token this is", lambda: hub.api.whoami())
+        me = whoami.get("name")
+        name, kind = _owner(found) if found is not None else (request.owner, None)
         if kind == "user" and name != me:
             raise CollectionForbidden(f"the collection {request.title!r} belongs to the user {name}, not to {me}; "
                                       "nothing was sent")
+        if not may_write(whoami, request.owner, repo_id):
+            raise CollectionForbidden(f"the collection owner {shorten(request.owner, 100)} is not a namespace {me} "
+                                      f"may write (neither {me}, nor the repo's namespace, nor an organization of "
+                                      f"{me}'s with write access); nothing was sent")
     added = found is None or not any(i.item_id == repo_id and i.item_type == "model" for i in found.items)
     return CollectionResult(request.title, found.slug if found else None, found.url if found else None,
                             created=found is None, added=added)
+
+
+def may_write(whoami: dict[str, Any], owner: str, repo_id: str) -> bool:
+    """Whether the token's user (the Hub's whoami answer) may write collections for `owner`: its own namespace,
+    the repo's (the upload itself writes there), or an organization it belongs to with more than read access."""
+    if owner in (whoami.get("name"), repo_id.split("/")[0]):
+        return True
+    roles = {org.get("name"): org.get("roleInOrg") for org in whoami.get("orgs") or [] if isinstance(org, dict)}
+    return owner in roles and roles[owner] != "read"
 
 
 def place(hub: Hub, request: CollectionRequest, repo_id: str, private: bool,

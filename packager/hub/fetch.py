@@ -1,25 +1,48 @@
 """Downloads for `pull` into a hidden staging folder beside DIR, which only a complete, checked pull turns
 into DIR (one rename). An interrupted download stays there for the next run to resume; the partial file is
 never trusted: every file is checked whole, and a resumed file that fails is fetched again from its start.
+
+The staging folder is written only through file descriptors: the folder itself, `files` and every file in them
+are opened relative to their parent's descriptor without following a link (O_NOFOLLOW), so a link put in their
+place, before or during a run, is never written through. A staging folder packager did not make (another user's,
+a link, a file, one holding anything but `lock`, `files` and `out`), or one whose entries are not what a pull
+leaves (a link, a FIFO or a folder where a file belongs, a file with a second hard link), is refused and left as
+it is; the folders a pull uses are made readable and writable by their owner only.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import shutil
+import stat
+import sys
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator, NoReturn
 
-from ..errors import OutputExists, shorten
-from .client import Hub, HubConflict, HubVerificationFailed, with_retries
-
+from ..errors import FileSystemError, OutputExists, PackagerError, from_os_error, shorten
+from .client import Hub, HubConflict, HubVerificationFailed, status_of, with_retries
 
 STAGING_NAMES = {"lock", "files", "out"}  # all a staging folder ever holds
+_FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+BAR_FROM = 1 << 20  # files from this size get a byte progress bar (when there is a terminal to draw it on)
+
+# (file name, total bytes, bytes already there) -> a context giving the function told of each chunk's size.
+Meter = Callable[[str, int, int], AbstractContextManager[Callable[[int], object]]]
 
 
 def staging_for(dest: Path) -> Path:
     return dest.parent / f".{dest.name}.pull"
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device")):
+        if test(mode):
+            return name
+    return "a regular file"
 
 
 class Staging:
@@ -28,65 +51,196 @@ class Staging:
     def __init__(self, dest: Path) -> None:
         self.dest = dest
         self.root = staging_for(dest)
-        self.files = self.root / "files"
-        self._lock: int | None = None
+        self.files = self.root / "files"  # read by path (checks); written only through `_files`
         self.resumed = False
+        self._parent: int | None = None
+        self._root: int | None = None
+        self._files: int | None = None
+        self._lock: int | None = None
         self._made: list[Path] = []
+        self._made_root = False
 
     def __enter__(self) -> Staging:
         check_dest(self.dest)
-        foreign = sorted(p.name for p in self.root.iterdir() if p.name not in STAGING_NAMES) if (
-            self.root.is_dir() and not self.root.is_symlink()) else []
-        if foreign or self.root.is_symlink() or (self.root.exists() and not self.root.is_dir()):
-            # Not a staging folder a pull made: never resumed from, never removed.
-            raise OutputExists(f"{shorten(str(self.root), 120)} exists and is not packager's staging folder "
-                               f"(it holds {shorten(', '.join(foreign) or 'no folder', 80)})",
-                               "move it aside, or pull into another folder")
         # Folders above DIR that this pull creates, removed again if it is refused.
         self._made = [p for p in [self.dest.parent, *self.dest.parent.parents] if not p.exists()]
-        self.root.mkdir(parents=True, exist_ok=True)
-        lock = os.open(self.root / "lock", os.O_CREAT | os.O_RDWR, 0o600)
         try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            self._open()
+        except BaseException:
+            if self._made_root and self._parent is not None:  # made just now: nothing of anyone's in it
+                shutil.rmtree(self.root.name, dir_fd=self._parent, ignore_errors=True)
+            self._close()
+            self._remove_made()
+            raise
+        return self
+
+    def _open(self) -> None:
+        try:
+            self.dest.parent.mkdir(parents=True, exist_ok=True)
+            self._parent = os.open(self.dest.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                os.mkdir(self.root.name, 0o700, dir_fd=self._parent)
+                self._made_root = True
+            except FileExistsError:
+                pass
+        except OSError as exc:
+            raise from_os_error(exc, f"making {shorten(str(self.root), 120)}") from None
+        self._root = self._open_folder(self._parent, self.root.name, "it")
+        # Everything is checked before anything in it changes: a refused folder is left exactly as it is.
+        entries = {entry.name: entry.stat(follow_symlinks=False) for entry in os.scandir(self._root)}
+        if foreign := sorted(set(entries) - STAGING_NAMES):
+            # Not a staging folder a pull made: never resumed from, never removed.
+            self._refuse(f"it holds {shorten(', '.join(foreign), 80)}")
+        for name, folder in (("lock", False), ("files", True), ("out", True)):
+            if name in entries:
+                self._check_entry(name, entries[name], folder)
+        if "files" in entries:
+            self._files = self._open_folder(self._root, "files", "files")
+            self._check_files()
+        self._lock = os.open("lock", os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600,
+                             dir_fd=self._root)
+        self._check_entry("lock", os.fstat(self._lock), folder=False)
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            os.close(lock)  # the other run's staging is its own: left alone
+            # The other run's staging is its own: left alone.
             raise HubConflict(f"another packager pull into {shorten(str(self.dest), 120)} is running",
                               "wait for it to finish, or pull into another folder") from None
-        self._lock = lock
-        shutil.rmtree(self.root / "out", ignore_errors=True)  # a run killed while publishing: never trusted
-        self.files.mkdir(exist_ok=True)
+        if "out" in entries:  # a run killed while publishing: never trusted
+            shutil.rmtree("out", dir_fd=self._root)
+        if self._files is None:
+            os.mkdir("files", 0o700, dir_fd=self._root)
+            self._files = self._open_folder(self._root, "files", "files")
+        for fd in (self._root, self._files):
+            os.fchmod(fd, 0o700)  # from now on nobody else can put anything into them
         # What an earlier, interrupted run left: finished files and partial ones; none of it is trusted.
-        self.resumed = any(self.files.iterdir())
-        return self
+        self.resumed = self._check_files()
+
+    def _check_files(self) -> bool:
+        """Every entry of files/ is a regular file with one link (else refused); whether there is any."""
+        assert self._files is not None
+        found = False
+        for entry in os.scandir(self._files):
+            self._check_entry(f"files/{entry.name}", entry.stat(follow_symlinks=False), folder=False)
+            found = True
+        return found
+
+    def _open_folder(self, parent: int, name: str, shown: str) -> int:
+        """`name` in `parent` as a folder of this user's (never through a link); refused if anything else."""
+        try:
+            fd = os.open(name, _FOLDER, dir_fd=parent)
+        except OSError as exc:
+            found = os.stat(name, dir_fd=parent, follow_symlinks=False)
+            if stat.S_ISDIR(found.st_mode):  # a folder it may not open: the OS's reason
+                raise from_os_error(OSError(exc.errno, exc.strerror, str(self.root)), "opening") from None
+            self._refuse(f"{shown} is {_kind(found.st_mode)}")
+        owner = os.fstat(fd).st_uid
+        if owner != os.geteuid():
+            os.close(fd)
+            self._refuse(f"{shown} belongs to another user (uid {owner})")
+        return fd
+
+    def _check_entry(self, shown: str, info: os.stat_result, folder: bool) -> None:
+        if folder != stat.S_ISDIR(info.st_mode) or not (folder or stat.S_ISREG(info.st_mode)):
+            self._refuse(f"{shown} is {_kind(info.st_mode)}")
+        if not folder and info.st_nlink != 1:
+            self._refuse(f"{shown} has {info.st_nlink} hard links (it shares its data with another file)")
+
+    def _refuse(self, what: str) -> NoReturn:
+        raise OutputExists(f"{shorten(str(self.root), 120)} exists and is not packager's staging folder: {what}; "
+                           "nothing was written to it", "move it aside, or pull into another folder")
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
         # Kept only for what a rerun can resume: Ctrl-C, SIGTERM and transient Hub failures (exit 40).
-        resumable = exc_type is not None and (issubclass(exc_type, KeyboardInterrupt)
-                                              or getattr(exc, "exit_code", None) == 40)
-        if not resumable:
-            shutil.rmtree(self.root, ignore_errors=True)
+        interrupted = exc_type is not None and issubclass(exc_type, KeyboardInterrupt)
+        resumable = interrupted or getattr(exc, "exit_code", None) == 40
+        if interrupted and exc is not None:  # the CLI's last line says what is left, not "nothing"
+            kept = (f"nothing was written to {shorten(str(self.dest), 120)}; the download so far is kept in "
+                    f"{shorten(str(self.root), 120)} and the same pull resumes it")
+            exc.kept = kept  # type: ignore[attr-defined]
+        elif resumable and isinstance(exc, PackagerError):
+            exc.hint = f"rerun the same pull: it resumes from {shorten(str(self.root), 120)}"
+        if not resumable and self._parent is not None:
+            shutil.rmtree(self.root.name, dir_fd=self._parent, ignore_errors=True)
             if exc_type is not None:
-                for folder in self._made:  # deepest first; one someone else filled meanwhile stays
-                    try:
-                        folder.rmdir()
-                    except OSError:
-                        break
-        if self._lock is not None:
-            os.close(self._lock)
+                self._remove_made()
+        self._close()
 
+    def _remove_made(self) -> None:
+        for folder in self._made:  # deepest first; one someone else filled meanwhile stays
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+
+    def _close(self) -> None:
+        for name in ("_files", "_root", "_lock", "_parent"):
+            fd = getattr(self, name)
+            if fd is not None:
+                os.close(fd)
+                setattr(self, name, None)
+
+    # -- the files, through the folder's descriptor ----------------------------------------------------------
     def path(self, name: str) -> Path:
         return self.files / name
 
+    def stat(self, name: str) -> os.stat_result | None:
+        """`name` in files/ (a regular file with one link), or None when there is none."""
+        assert self._files is not None
+        try:
+            info = os.stat(name, dir_fd=self._files, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+        self._check_entry(f"files/{name}", info, folder=False)
+        return info
+
+    def unlink(self, name: str) -> None:
+        assert self._files is not None
+        try:
+            os.unlink(name, dir_fd=self._files)
+        except FileNotFoundError:
+            pass
+
+    def rename(self, name: str, new: str) -> None:
+        assert self._files is not None
+        os.replace(name, new, src_dir_fd=self._files, dst_dir_fd=self._files)
+
+    def open_part(self, name: str, append: bool, have: int) -> int:
+        """A descriptor to write `name` with: the partial file of `have` bytes continued, or a new one."""
+        assert self._files is not None
+        if not append:
+            self.unlink(name)
+        flags = os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_APPEND if append else os.O_CREAT | os.O_EXCL)
+        try:
+            fd = os.open(name, flags, 0o666, dir_fd=self._files)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                self._refuse(f"files/{name} is a symbolic link")
+            raise from_os_error(OSError(exc.errno, exc.strerror, str(self.files / name)), "opening") from None
+        info = os.fstat(fd)
+        try:
+            self._check_entry(f"files/{name}", info, folder=False)
+            if append and info.st_size != have:
+                raise ConnectionError(f"{name} changed while it was resumed")  # transient: the retry starts anew
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
     def publish(self, names: list[str]) -> None:
         """Move `names` into a fresh folder and rename it to DIR: DIR appears whole or not at all."""
-        out = self.root / "out"
-        out.mkdir()
-        for name in names:
-            os.replace(self.files / name, out / name)
+        assert self._root is not None and self._files is not None and self._parent is not None
+        os.mkdir("out", 0o777, dir_fd=self._root)  # DIR's own mode: the user's umask decides
+        out = os.open("out", _FOLDER, dir_fd=self._root)
+        try:
+            for name in names:
+                os.replace(name, name, src_dir_fd=self._files, dst_dir_fd=out)
+        finally:
+            os.close(out)
         check_dest(self.dest)
         if self.dest.is_dir():
-            self.dest.rmdir()  # empty (checked): os.replace cannot replace a folder on every system
-        os.replace(out, self.dest)
+            os.rmdir(self.dest.name, dir_fd=self._parent)  # empty (checked): rename cannot replace a folder everywhere
+        os.replace("out", self.dest.name, src_dir_fd=self._root, dst_dir_fd=self._parent)
 
 
 def check_dest(dest: Path) -> None:
@@ -100,35 +254,59 @@ def check_dest(dest: Path) -> None:
 
 
 def download(hub: Hub, stage: Staging, repo_id: str, commit: str, name: str, size: int, fresh: bool = False,
-             timeout: float = 30.0, progress: Callable[[str], None] = lambda _: None) -> Path:
+             timeout: float = 30.0, progress: Callable[[str], None] = lambda _: None,
+             meter: Meter | None = None) -> Path:
     """`name` at `commit` into the staging folder through huggingface_hub's HTTP session, resuming what an
     interrupted run (or a dropped connection) left in NAME.part unless `fresh`. The caller checks it whole."""
-    final, part = stage.path(name), stage.files / f"{name}.part"
+    part = f"{name}.part"
     if fresh:
-        final.unlink(missing_ok=True)
-        part.unlink(missing_ok=True)
-    elif final.is_file() and final.stat().st_size != size:
-        final.unlink()  # finished against another commit: not even the right size
-    if final.is_file():
-        return final  # finished by an interrupted earlier run: checked whole like any other
-    progress(f"downloading {name}" + (f" (resuming after {part.stat().st_size:,} bytes)" if part.is_file() else ""))
+        stage.unlink(name)
+        stage.unlink(part)
+    elif (done := stage.stat(name)) is not None and done.st_size != size:
+        stage.unlink(name)  # finished against another commit: not even the right size
+    if stage.stat(name) is not None:
+        return stage.path(name)  # finished by an interrupted earlier run: checked whole like any other
+    bar = meter if meter is not None and size >= BAR_FROM else None
+    if bar is None:
+        have = stage.stat(part)
+        progress(f"downloading {name}" + (f" (resuming after {have.st_size:,} bytes)" if have else ""))
+
+    def retrying(failure: BaseException, attempt: int, attempts: int, wait: float) -> None:
+        progress(f"{name}: {_failure(failure)}; retrying in {wait:g} s (attempt {attempt} of {attempts})")
+
     with_retries(hub, f"downloading {name} of {repo_id}@{commit[:12]}",
-                 lambda: _get(hub, repo_id, commit, name, size, part, timeout))
-    os.replace(part, final)
-    return final
+                 lambda: _get(hub, stage, repo_id, commit, name, size, timeout, bar), on_retry=retrying)
+    stage.rename(part, name)
+    return stage.path(name)
 
 
-class _Short(ConnectionError):
+def _failure(exc: BaseException) -> str:
+    """What went wrong with one attempt, in a few words."""
+    if isinstance(exc, (Stalled, CutShort)):
+        return str(exc)
+    status = status_of(exc)
+    return f"the Hub answered {status}" if status is not None else shorten(f"{type(exc).__name__}: {exc}", 120)
+
+
+class Stalled(ConnectionError):
+    """No data for the timeout: a transient failure, retried from where it stopped."""
+
+
+class CutShort(ConnectionError):
     """The connection ended before the whole file came: a transient failure, retried from where it stopped."""
 
 
-def _get(hub: Hub, repo_id: str, commit: str, name: str, size: int, part: Path, timeout: float) -> None:
+def _get(hub: Hub, stage: Staging, repo_id: str, commit: str, name: str, size: int, timeout: float,
+         meter: Meter | None) -> None:
+    import httpx2
     from huggingface_hub import hf_hub_url
     from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
 
-    have = part.stat().st_size if part.is_file() else 0
+    part = f"{name}.part"
+    found = stage.stat(part)
+    have = found.st_size if found is not None else 0
     if have > size:
-        part.unlink()
+        stage.unlink(part)
         have = 0
     if have == size:
         return
@@ -140,13 +318,51 @@ def _get(hub: Hub, repo_id: str, commit: str, name: str, size: int, part: Path, 
         if response.status_code >= 400:
             response.read()
             hf_raise_for_status(response)
-        resumed = response.status_code == 206
-        with part.open("ab" if resumed else "wb") as sink:  # a 200 is the whole file: start over
-            written = have if resumed else 0
-            for chunk in response.iter_bytes():
-                written += len(chunk)
-                if written > size:
-                    raise HubVerificationFailed(f"{name}: the Hub sends more than the {size:,} bytes it lists")
-                sink.write(chunk)
+        resumed = response.status_code == 206  # a 200 is the whole file: start over
+        written = have if resumed else 0
+        sink = stage.open_part(part, append=resumed, have=have)
+        try:
+            with meter(name, size, written) if meter is not None else nullcontext(None) as tick:
+                for chunk in response.iter_bytes():
+                    written += len(chunk)
+                    if written > size:
+                        raise HubVerificationFailed(f"{name}: the Hub sends more than the {size:,} bytes it lists")
+                    _write(sink, chunk, stage, name)
+                    if tick is not None:
+                        tick(len(chunk))
+        except httpx2.TimeoutException:
+            raise Stalled(f"no data for {timeout:g} s after {written:,} of {size:,} bytes") from None
+        finally:
+            os.close(sink)
     if written < size:
-        raise _Short(f"{name}: {written:,} of {size:,} bytes")
+        raise CutShort(f"the connection ended after {written:,} of {size:,} bytes")
+
+
+def _write(fd: int, data: bytes, stage: Staging, name: str) -> None:
+    """All of `data`; a full disk (or any refusal of the file system) is the pull's one line, exit 25."""
+    view = memoryview(data)
+    try:
+        while view:
+            view = view[os.write(fd, view):]
+    except OSError as exc:
+        raise FileSystemError(
+            f"downloading {name}: {exc.strerror or type(exc).__name__} in {shorten(str(stage.root), 120)}; nothing "
+            f"was written to {shorten(str(stage.dest), 120)}",
+            "free space where DIR is (the partial download is removed), or pull into another folder; then pull "
+            "again") from None
+
+
+@contextmanager
+def terminal_bar(name: str, total: int, initial: int) -> Iterator[Callable[[int], object]]:
+    """A tqdm byte progress bar on stderr (a terminal), as huggingface_hub draws its own."""
+    from tqdm import tqdm
+
+    try:
+        sized = min(os.get_terminal_size(sys.stderr.fileno())) > 0
+    except OSError:
+        sized = False
+    # A terminal that reports no size (0 x 0: some containers' ptys) would get no bar at all: 80 x 24 then.
+    shape = {"dynamic_ncols": True} if sized else {"ncols": 80, "nrows": 24}
+    with tqdm(total=total, initial=initial, desc=name, unit="B", unit_scale=True, unit_divisor=1024,
+              file=sys.stderr, leave=True, **shape) as bar:
+        yield bar.update

@@ -28,3 +28,10 @@ def ref_problem(name: str) -> str | None:
     if COMMIT_ID.fullmatch(name):
         return f"{name!r} is a commit id, not a branch name"
     return None
+
+
+def revision_problem(revision: str) -> str | None:
+    """Why `revision` (after REPO_ID@) cannot name a revision to read, or None; the Hub judges the rest."""
+    if not revision:
+        return "the revision after @ is empty"
+    return None

@@ -6,9 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..checksum import MANIFEST
+from ..errors import InputTooLarge
 from .client import Hub, HubBadTarget, HubForbidden, HubNotFound, translate, with_retries
 
 KEEP = ".gitattributes"  # every Hub repo has it from its initial commit; packager never adds or deletes it
+MAX_MANIFEST_BYTES = 1024 * 1024  # a bundle's manifest is ~700 bytes (one line per file)
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,17 @@ def files_at(hub: Hub, repo_id: str, commit: str) -> dict[str, RemoteFile]:
                 if getattr(f, "size", None) is not None}
 
     return with_retries(hub, f"listing {repo_id}@{commit[:12]}", listing)
+
+
+def manifest_size(files: dict[str, RemoteFile], where: str) -> int:
+    """The size of the revision's manifest, which pull and verify-remote read whole: one larger than any bundle's
+    is refused (26) before it is downloaded."""
+    size = files[MANIFEST].size
+    if size > MAX_MANIFEST_BYTES:
+        raise InputTooLarge(f"{MANIFEST} of {where} is {size:,} bytes, more than any bundle's manifest (at most "
+                            f"{MAX_MANIFEST_BYTES:,}); not downloaded",
+                            "the revision is not a release packager made; tell its publisher")
+    return size
 
 
 def _fact(entry: Any) -> RemoteFile:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Awaitable, Callable
+from http import HTTPStatus
+from typing import Any, Awaitable, Callable
 
 from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
 
 from . import api, collections, lfs
 from .app import HUB, answer, errors, faults, hub_of, read_json
@@ -74,11 +76,39 @@ def make_app(config: HubConfig) -> web.Application:
     return app
 
 
+class _Connection(RequestHandler):
+    """aiohttp's connection handler, except that a request it cannot parse (or a failure outside the routes) is
+    answered with the status's name alone and logged without the exception: aiohttp's own text quotes the raw
+    request line or header, which may hold a token (`Authorization: Bearer hf_...` with a control character)."""
+
+    def handle_error(self, request: Any, status: int = 500, exc: BaseException | None = None,
+                     message: str | None = None) -> web.StreamResponse:
+        try:
+            phrase = HTTPStatus(status).phrase
+        except ValueError:
+            phrase = "Error"
+        return super().handle_error(request, status, None, None if status == 500 else f"{status} {phrase}")
+
+
+class _Server(web.Server):
+    def __call__(self) -> RequestHandler:
+        return _Connection(self, loop=self._loop, **self._kwargs)
+
+
+class _Runner(web.AppRunner):
+    """web.AppRunner whose server makes `_Connection`s (aiohttp has no option for the handler class)."""
+
+    async def _make_server(self) -> web.Server:
+        server = await super()._make_server()
+        server.__class__ = _Server  # the same object, only its protocol factory differs
+        return server
+
+
 async def serve(config: HubConfig, host: str, port: int, announce: Callable[[str, int], None]) -> None:
     """Serve until cancelled. lingering_time=0: an unread body closes its connection, never becomes a request;
     keepalive_timeout also closes a connection whose first request line or headers never finish (slowloris)."""
-    runner = web.AppRunner(make_app(config), access_log=None, handle_signals=True, shutdown_timeout=2,
-                           lingering_time=0, keepalive_timeout=30, max_line_size=8190, max_field_size=8190)
+    runner = _Runner(make_app(config), access_log=None, handle_signals=True, shutdown_timeout=2,
+                     lingering_time=0, keepalive_timeout=30, max_line_size=8190, max_field_size=8190)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     await site.start()
