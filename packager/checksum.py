@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,8 +11,10 @@ from .bundle import MANIFEST, SIGNATURE
 from .errors import BundleError
 from .hashing import xxh3_128_file
 from .staging import write_atomic
+from .userfile import read_text
 
 __all__ = ["MANIFEST", "SIGNATURE", "check_manifest", "read_manifest", "write_manifest"]
+MAX_MANIFEST_BYTES = 1024 * 1024  # a bundle's manifest is ~700 bytes (one line per file)
 _LINE = re.compile(r"^XXH128 \((?P<name>.+)\) = (?P<digest>[0-9a-f]{32})$")
 
 
@@ -66,7 +69,8 @@ def write_manifest(bundle: Path) -> Manifest:
 
 
 def read_manifest(path: Path) -> dict[str, str]:
-    return parse_manifest(path.read_text(encoding="utf-8"), path)
+    """The manifest's name -> digest, read to MAX_MANIFEST_BYTES and no further (InputTooLarge, 26, past it)."""
+    return parse_manifest(read_text(path, MAX_MANIFEST_BYTES, what=MANIFEST, unreadable=ManifestError), path)
 
 
 def parse_manifest(text: str, path: Path) -> dict[str, str]:
@@ -91,7 +95,8 @@ def check_manifest(bundle: Path) -> ManifestCheck:
     """Compare every file with the manifest; names every mismatching, missing and extra file."""
     path = bundle / MANIFEST
     if not path.is_file():
-        raise ManifestError(f"{bundle} has no {MANIFEST}", "write one with: packager checksum BUNDLE")
+        what = "is not a regular file" if os.path.lexists(path) else "does not exist"
+        raise ManifestError(f"{MANIFEST} of {bundle} {what}", "write one with: packager checksum BUNDLE")
     listed = read_manifest(path)
     present = set(covered_files(bundle))
     missing = tuple(sorted(set(listed) - present))

@@ -130,3 +130,15 @@ def test_validate_reports_a_bundle_file_that_is_a_device_without_reading_it_whol
     assert "Traceback" not in result.stderr and "MemoryError" not in result.stderr
     assert result.returncode in (22, 30), result.stderr
     assert os.path.islink(folder / "config.json")  # nothing of the user's changed
+
+
+def test_a_manifest_that_is_sparse_or_a_device_is_one_line(folder: Path, sparse: Path) -> None:
+    (folder / "config.json").write_text("{}")
+    (folder / "checksums.xxh128").symlink_to(sparse)
+    result = run_capped("checksum", "--check", str(folder))
+    assert result.returncode == 26, result.stderr
+    assert "checksums.xxh128" in one_line(result.stderr) and "is over 1 MiB" in result.stderr
+    (folder / "checksums.xxh128").unlink()
+    (folder / "checksums.xxh128").symlink_to("/dev/zero")
+    result = run_capped("checksum", "--check", str(folder))
+    assert result.returncode == 23 and "is not a regular file" in one_line(result.stderr), result.stderr

@@ -6,12 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..checksum import MANIFEST
+from ..checksum import MANIFEST, MAX_MANIFEST_BYTES
 from ..errors import InputTooLarge
 from .client import Hub, HubBadTarget, HubForbidden, HubNotFound, translate, with_retries
 
 KEEP = ".gitattributes"  # every Hub repo has it from its initial commit; packager never adds or deletes it
-MAX_MANIFEST_BYTES = 1024 * 1024  # a bundle's manifest is ~700 bytes (one line per file)
 
 
 @dataclass(frozen=True)
