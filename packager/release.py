@@ -65,6 +65,7 @@ def run(request: ReleaseRequest, progress: Progress = lambda _: None) -> Release
     spec.need("card")
     stages: list[Stage] = []
     state: dict[str, Any] = {"bundle": request.bundle, "signing": _signing_plan(spec)}  # a bad key: refused now
+    _check_source(spec)  # converted or verified against: a source that is not there is refused before any work
     if spec.verify_prompts is not None and spec.convert.source is not None:
         from .verify import prompts_from_file
 
@@ -112,6 +113,19 @@ def run(request: ReleaseRequest, progress: Progress = lambda _: None) -> Release
         error = exc
     return ReleaseResult(tuple(stages), state["bundle"], release.repo_id, state.get("commit"), state.get("tag"),
                          error=error, dry_run=request.dry_run, upload=state.get("upload"))
+
+
+def _check_source(spec: ReleaseSpec) -> None:
+    """[convert] source, when set, is a folder (the release converts it, or verifies a --bundle against it)."""
+    from .errors import CheckpointNotFound, shorten
+
+    source = spec.convert.source
+    if source is None or source.is_dir():
+        return
+    problem = "is not a folder" if source.exists() else "does not exist"
+    raise CheckpointNotFound(f"the release spec's [convert] source {shorten(str(source))} {problem}",
+                             "set [convert] source to the checkpoint folder (relative to the spec), or remove it "
+                             "to release a --bundle without verifying it")
 
 
 def _convert(request: ReleaseRequest, state: dict[str, Any], progress: Progress) -> str:
