@@ -4,7 +4,6 @@ faster does it decode."""
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
