@@ -312,9 +312,9 @@ def test_a_passphrase_or_key_file_larger_than_any_is_one_line_under_a_memory_cap
                                                                   if option == "--passphrase-file" else ()))
     what = {"--key": "signing key", "--public-key": "public key"}.get(option, option)
     # a device is no key file at all; a passphrase file's first line from it, and a sparse file, are too long
-    refused = "is not a PEM public key file" if (option, source) == ("--public-key", "/dev/zero") else \
-        "larger than 64 KiB"
-    one_line_error(result, 70, what, refused)
+    refused = ("is not a PEM public key file",) if (option, source) == ("--public-key", "/dev/zero") else \
+        ("64 KiB", "too large")
+    one_line_error(result, 70, what, *refused)
 
 
 @pytest.mark.parametrize("material", [{}, {"tlogEntries": []},
