@@ -34,10 +34,13 @@ def read_by_engine(bundle: Path, config: dict[str, Any], mode: str) -> dict[str,
     base = config.get("base_dir", "")
     names = {key: config.get(key, default) for key, default in keys.items()}
     for key, name in names.items():
-        if not isinstance(base, str) or not isinstance(name, str) or not _inside(base + name):
-            raise _unavailable(f"{shorten(str(bundle), 120)}'s config.json names {key} "
-                               f"{shorten(str(base) + str(name), 120)!r}, a path outside the bundle folder "
-                               "(MNN would read it, and a report's digests would leave it out)", _VALIDATE)
+        if not isinstance(base, str) or not isinstance(name, str):
+            raise _unavailable(f"{shorten(str(bundle), 120)}'s config.json gives {key} or base_dir as no text",
+                               _VALIDATE)
+        if not _inside(base + name):
+            raise _unavailable(f"{shorten(str(bundle), 120)}'s config.json names {key} {shorten(base + name, 120)!r}, "
+                               "a path outside the bundle folder (MNN would read it, and a report's digests would "
+                               "leave it out)", _VALIDATE)
     found = {key: base + name for key, name in names.items()}
     if mode == "eagle":  # each head graph's weights beside it, where MNN loads them from
         found.update({f"{key} weights": f"{found[key]}.weight" for key in ("eagle_model", "eagle_fc")
