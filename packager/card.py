@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,7 +12,8 @@ from .bundle import DRAFT, LOOKUP, BundleKind, kind_of
 from .convert.checkpoint import read_json
 from .engine import EngineRequirement, format_version, parse_version
 from .errors import PackagerError
-from .card_reports import check_pairing, parity_from_report, speculation_from_report
+from .card_reports import (check_pairing, check_same_files, measured_files, parity_from_report, read_report,
+                           speculation_from_report)
 from .evalresults import model_index
 from .hashing import xxh3_128_file
 from .spec import ReleaseSpec
@@ -198,10 +198,10 @@ def _sweep(spec: ReleaseSpec, recipe: dict[str, Any] | None) -> dict[str, Any] |
         return None
     from .sweep.report import table
 
+    data = read_report(path, "quant sweep (convert.quant_sweep)", CardError)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
         found = {"chosen": data["chosen"], "rule": data["rule"], "table": table(data), "target": data.get("target")}
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError) as exc:
         raise CardError(f"cannot read the quant sweep {path} named by convert.quant_sweep ({exc})") from None
     if recipe is not None and recipe["name"] != found["chosen"]:
         raise CardError(f"the bundle was made with {recipe['name']} but the sweep {path.name} chose {found['chosen']}",
@@ -252,11 +252,11 @@ def gather_measurements(bundle: Path, provenance: Path | None = None, parity: di
     record = provenance or provenance_path(bundle.absolute())
     found = measurements_from_provenance(provenance_module.read(record)) if record.is_file() else {}
     if verify_report is not None:
-        parity = parity_from_report(verify_report, CardError)
+        parity = parity_from_report(verify_report, CardError, bundle)
     if parity:
         found["parity"] = parity
     if pair_report is not None:
-        found["pairing"] = pairing_from_report(pair_report)
+        found["pairing"] = pairing_from_report(pair_report, bundle)
     if speculate_reports:
         runs = [speculation_from_report(path, bundle, CardError) for path in speculate_reports]
         if len({run["mode"] for run in runs}) < len(runs):
@@ -265,10 +265,11 @@ def gather_measurements(bundle: Path, provenance: Path | None = None, parity: di
     return found or None
 
 
-def pairing_from_report(path: Path) -> dict[str, Any]:
+def pairing_from_report(path: Path, bundle: Path | None = None) -> dict[str, Any]:
     """The figures of a `packager pair --json` report the card states: acceptance and tokens per step per d (they
-    carry to any device), and a speedup only with where its costs were measured."""
-    report = read_json(path, CardError)
+    carry to any device), and a speedup only with where its costs were measured. Its draft must be this very
+    bundle (the digests of the draft's files, compared unless `bundle` is None)."""
+    report = read_report(path, "pair report", CardError)
     try:
         best = next((d for d in report["depths"] if d["d"] == report["best_d"]), None)
         sampling = report["sampling"]
@@ -284,6 +285,9 @@ def pairing_from_report(path: Path) -> dict[str, Any]:
         raise CardError(f"{path} is not a `packager pair --json` report (no {exc})") from None
     except ValueError as exc:
         raise CardError(f"{path}: {exc}", "use the report `packager pair --json` wrote") from None
+    files = measured_files(report, "draft_files_xxh3_128", path, "packager pair", CardError)
+    if bundle is not None:
+        check_same_files(path, bundle, files, CardError, "packager pair")
     return found
 
 

@@ -1,13 +1,13 @@
-"""The measurement reports a card states (`pair --json`, `verify --json`): their figures must be real numbers
-in range before they reach the card's text or its Hub evaluation results."""
+"""The measurement reports a card states (`pair --json`, `verify --json`, `speculate --json`): each names the
+xxh3-128 of the files it measured, which must be the bundle's own now, and its figures must be real numbers in
+range before they reach the card's text or its Hub evaluation results."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
-
-from .convert.checkpoint import read_json
 
 PARITY_KEYS = ("prompts", "positions", "min_cosine", "mean_cosine", "top1_agreement", "greedy_agreement", "mean_kl",
                "decisive_positions", "top1_decisive")
@@ -48,9 +48,49 @@ def check_pairing(found: dict[str, Any]) -> None:
             _interval(sampling["acceptance"], "sampling.acceptance", 0, 1)
 
 
-def parity_from_report(path: Path, error: type[Exception]) -> dict[str, Any]:
-    """The figures of a passing `packager verify --json` report; a failed verification is not stated on a card."""
-    report = read_json(path, error)
+def measured_digests(folder: Path) -> dict[str, str]:
+    """xxh3-128 of the files a measurement read from `folder`: an MNN folder's runtime files (what an app downloads
+    to run it, plus a lookup corpus), or a checkpoint's (config, weights, tokenizer). A report carries them so that
+    a card states its figures only for those very files."""
+    from .bundle import kind_of
+    from .hashing import xxh3_128_file
+    from .pair.models import is_bundle
+
+    if not is_bundle(folder):
+        from .convert.provenance import checkpoint_sources
+
+        return checkpoint_sources(folder)
+    names = [name for name in kind_of(folder).app_set(folder) if (folder / name).is_file()]
+    return {name: xxh3_128_file(folder / name) for name in sorted(names)}
+
+
+def read_report(path: Path, what: str, error: type[Any]) -> Any:
+    """A report's JSON, read through userfile: never more than REPORT_BYTES, whatever the file claims to be
+    (/dev/zero, a FIFO's writer, a sparse file), else one line (InputTooLarge, exit 26)."""
+    from .userfile import REPORT_BYTES, read_text
+
+    text = read_text(path, REPORT_BYTES, what=what, unreadable=error)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise error(f"{what} {path} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except RecursionError:
+        raise error(f"{what} {path} is nested too deeply to be a report packager wrote") from None
+
+
+def measured_files(report: dict[str, Any], key: str, path: Path, command: str, error: type[Any]) -> dict[str, Any]:
+    """The digests a report names (`key`); a report without them (an older packager's) cannot be tied to a bundle."""
+    files = report.get(key)
+    if not isinstance(files, dict) or not files:
+        raise error(f"{path} names no files it measured (no {key}: made by an older packager, or not by {command})",
+                    f"run {command} --json on this bundle again")
+    return files
+
+
+def parity_from_report(path: Path, error: type[Exception], bundle: Path | None = None) -> dict[str, Any]:
+    """The figures of a passing `packager verify --json` report of this very bundle (its files' digests must be
+    the bundle's now; not compared when `bundle` is None); a failed verification is not stated on a card."""
+    report = read_report(path, "verify report", error)
     try:
         found = {key: report[key] for key in PARITY_KEYS}
         failures = report["failures"]
@@ -66,6 +106,9 @@ def parity_from_report(path: Path, error: type[Exception]) -> dict[str, Any]:
         raise error(f"{path} is not a `packager verify --json` report (no {exc})") from None
     except ValueError as exc:
         raise error(f"{path}: {exc}", "use the report `packager verify --json` wrote") from None
+    files = measured_files(report, "files_xxh3_128", path, "packager verify", error)
+    if bundle is not None:
+        check_same_files(path, bundle, files, error, "packager verify")
     if failures or report.get("ok") is not True:
         raise error(f"{path} is a failed verification ({'; '.join(map(str, failures))[:300] or 'not ok'})",
                     "the card states only a verification that passed; reconvert and verify again")
@@ -79,7 +122,7 @@ def speculation_from_report(path: Path, bundle: Path | None, error: type[Excepti
     """The figures of a lossless `packager speculate --json` report of this very bundle (its files' digests must
     be the bundle's now; not compared when `bundle` is None): tokens per step, decode speeds and the speedup,
     with where they were measured."""
-    report = read_json(path, error)
+    report = read_report(path, "speculate report", error)
     try:
         found = {key: report[key] for key in ("mode", "prompts", "max_new_tokens", "repeats", "measured_on",
                                               "engine", "near_ties", "steps_counted", "tie_tolerance")}
@@ -97,7 +140,7 @@ def speculation_from_report(path: Path, bundle: Path | None, error: type[Excepti
         raise error(f"{path} records a {found['mode']} run that was not lossless",
                     "the card states only a lossless run; fix the bundle and run packager speculate again")
     if bundle is not None:
-        _check_same_files(path, bundle, files, error)
+        check_same_files(path, bundle, files, error, "packager speculate")
     return found
 
 
@@ -119,14 +162,20 @@ def _check_speculation(found: dict[str, Any]) -> None:
             raise ValueError(f"{key} is not one short line of text")
 
 
-def _check_same_files(path: Path, bundle: Path, files: dict[str, Any], error: type[Exception]) -> None:
-    from .bundle import ALL_NAMES
+def check_same_files(path: Path, bundle: Path, files: dict[str, Any], error: type[Exception], command: str) -> None:
+    """Every file the report measured is the bundle's file now, and it measured every file the bundle runs on."""
+    from .bundle import ALL_NAMES, kind_of
     from .hashing import xxh3_128_file
 
     for name, digest in files.items():
         if name not in ALL_NAMES:
-            raise error(f"{path} names {str(name)[:60]!r}, which is no bundle file")
+            raise error(f"{path} names {str(name)[:60]!r}, which is no bundle file",
+                        f"it measured other files (a checkpoint?); run {command} on this bundle")
         current = xxh3_128_file(bundle / name) if (bundle / name).is_file() else None
         if current != digest:
             raise error(f"{path} measured another bundle: {name} {'differs' if current else 'is missing'} here",
-                        "run packager speculate on this bundle again")
+                        f"run {command} on this bundle again")
+    unmeasured = [name for name in kind_of(bundle).app_set(bundle) if (bundle / name).is_file() and name not in files]
+    if unmeasured:
+        raise error(f"{path} measured another bundle: it names no digest of {', '.join(unmeasured[:3])}",
+                    f"run {command} on this bundle again")

@@ -3,10 +3,14 @@ the first failure, with one summary of every stage."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 import time
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from .errors import PackagerError, SpecError
 from .spec import ReleaseSpec
@@ -65,21 +69,23 @@ def run(request: ReleaseRequest, progress: Progress = lambda _: None) -> Release
     spec.need("card")
     stages: list[Stage] = []
     state: dict[str, Any] = {"bundle": request.bundle, "signing": _signing_plan(spec)}  # a bad key: refused now
+    _check_source(spec)  # converted or verified against: a source that is not there is refused before any work
     if spec.verify_prompts is not None and spec.convert.source is not None:
         from .verify import prompts_from_file
 
         state["prompts"] = prompts_from_file(spec.verify_prompts)  # a bad file is refused before any work
+    # A missing, foreign or lossy report, or (--bundle) one of other files, is refused before any work; a bundle
+    # this release converts is compared with the reports' digests at the card stage, still before anything is sent.
+    built = request.bundle if request.bundle is not None and request.bundle.is_dir() else None  # else: validate says
     if spec.need("card").pair_report is not None:
         from .card import pairing_from_report
 
-        pairing_from_report(spec.need("card").pair_report)  # likewise a missing or foreign pair report
+        pairing_from_report(spec.need("card").pair_report, built)
     for report in spec.need("card").speculate_reports:
         from .card import CardError
         from .card_reports import speculation_from_report
 
-        # a missing, foreign or lossy report is refused before any work; whether it measured these very files is
-        # checked at the card stage, when the bundle is built, still before anything is sent
-        speculation_from_report(report, None, CardError)
+        speculation_from_report(report, built, CardError)
 
     def stage(name: str, action: Callable[[], str]) -> None:
         progress(f"release: {name}")
@@ -91,12 +97,26 @@ def run(request: ReleaseRequest, progress: Progress = lambda _: None) -> Release
             raise
         stages.append(Stage(name, True, time.monotonic() - start, detail))
 
+    workspace = ExitStack()  # a dry run's copy of --bundle, removed when the release ends, however it ends
+
+    def card() -> str:
+        if not (request.dry_run and request.bundle is not None):
+            return _card(spec, state["bundle"], state.get("parity"), state["signing"])
+        # The first stage that writes: the user's folder (and the signature they made) stay as they are. The
+        # card still states the provenance beside the user's folder.
+        from .convert.pipeline import provenance_path
+
+        state["bundle"] = workspace.enter_context(_dry_run_copy(request.bundle))
+        detail = _card(spec, state["bundle"], state.get("parity"), state["signing"],
+                       provenance_path(request.bundle.absolute()))
+        return f"{detail} in a copy (a dry run writes nothing in --bundle)"
+
     try:
         stage("convert", lambda: _convert(request, state, progress))
         stage("validate", lambda: _validate(state["bundle"]))
         if spec.convert.source is not None:
             stage("verify", lambda: _verify(spec, state, progress))
-        stage("card", lambda: _card(spec, state["bundle"], state.get("parity"), state["signing"]))
+        stage("card", card)
         stage("checksum", lambda: _checksum(state["bundle"]))
         if state["signing"] is not None:
             stage("sign", lambda: _sign(state["signing"], state["bundle"]))
@@ -110,8 +130,50 @@ def run(request: ReleaseRequest, progress: Progress = lambda _: None) -> Release
         error = None
     except PackagerError as exc:
         error = exc
-    return ReleaseResult(tuple(stages), state["bundle"], release.repo_id, state.get("commit"), state.get("tag"),
-                         error=error, dry_run=request.dry_run, upload=state.get("upload"))
+    finally:
+        workspace.close()
+    return ReleaseResult(tuple(stages), request.bundle if request.dry_run and request.bundle else state["bundle"],
+                         release.repo_id, state.get("commit"), state.get("tag"), error=error,
+                         dry_run=request.dry_run, upload=state.get("upload"))
+
+
+@contextmanager
+def _dry_run_copy(bundle: Path) -> Iterator[Path]:
+    """A validated bundle's files in a temporary folder, for a dry run's card, manifest and signature. The large
+    files are hard links where the folder is on the same file system (no stage writes into a file: the card,
+    manifest and signature are new files renamed over the old), else copies; the small ones a stage replaces are
+    copies."""
+    from .checksum import MANIFEST, SIGNATURE
+    from .errors import from_os_error
+
+    with tempfile.TemporaryDirectory(prefix="packager-dry-run-") as work:
+        copy = Path(work) / bundle.name
+        try:
+            copy.mkdir()
+            for source in sorted(bundle.iterdir()):  # validated: regular files only
+                if source.name in ("README.md", MANIFEST, SIGNATURE):
+                    shutil.copyfile(source, copy / source.name)
+                    continue
+                try:
+                    os.link(source, copy / source.name, follow_symlinks=False)
+                except OSError:  # another file system, or one without hard links
+                    shutil.copyfile(source, copy / source.name)
+        except OSError as exc:
+            raise from_os_error(exc, "copying the bundle for the dry run") from None
+        yield copy
+
+
+def _check_source(spec: ReleaseSpec) -> None:
+    """[convert] source, when set, is a folder (the release converts it, or verifies a --bundle against it)."""
+    from .errors import CheckpointNotFound, shorten
+
+    source = spec.convert.source
+    if source is None or source.is_dir():
+        return
+    problem = "is not a folder" if source.exists() else "does not exist"
+    raise CheckpointNotFound(f"the release spec's [convert] source {shorten(str(source))} {problem}",
+                             "set [convert] source to the checkpoint folder (relative to the spec), or remove it "
+                             "to release a --bundle without verifying it")
 
 
 def _convert(request: ReleaseRequest, state: dict[str, Any], progress: Progress) -> str:
@@ -172,12 +234,13 @@ def _sign(signing: Any, bundle: Path) -> str:
     return sign_stage(signing, bundle)
 
 
-def _card(spec: ReleaseSpec, bundle: Path, parity: dict[str, Any] | None = None, signing: Any = None) -> str:
+def _card(spec: ReleaseSpec, bundle: Path, parity: dict[str, Any] | None = None, signing: Any = None,
+          provenance: Path | None = None) -> str:
     from .card import gather_measurements, render
     from .release_signing import with_card_facts
     from .staging import write_atomic
 
-    measurements = with_card_facts(spec, gather_measurements(bundle, parity=parity,
+    measurements = with_card_facts(spec, gather_measurements(bundle, provenance=provenance, parity=parity,
                                                              pair_report=spec.need("card").pair_report,
                                                              speculate_reports=spec.need("card").speculate_reports),
                                    signing)

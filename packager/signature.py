@@ -8,12 +8,16 @@ against the subset it took; the digests themselves are computed by the library.
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+import stat
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from .checksum import SIGNATURE
-from .errors import PackagerError, shorten
+from .errors import BundleError, PackagerError, from_os_error, shorten
 
 MAX_SIGNATURE_BYTES = 1024 * 1024  # a key-signed bundle of twelve files is ~3 KB, a keyless one ~10 KB
 HASH_TYPES = ("sha256", "blake2", "blake3")
@@ -99,18 +103,62 @@ def key_hint(data: bytes) -> str:
         return ""
 
 
-def _parsed(path: Path) -> dict:
-    size = path.stat().st_size
-    if size > MAX_SIGNATURE_BYTES:
-        raise SignatureMalformed(f"{SIGNATURE} is {size:,} bytes, more than any signature "
-                                 f"({MAX_SIGNATURE_BYTES:,} at most); it was not read")
+def read_signature(path: Path) -> bytes:
+    """model.sig's bytes, read once: opened without following a link (O_NOFOLLOW) nor waiting on a FIFO, and only
+    when it is a regular file, so that what is checked is what was read (never a file a link points to)."""
+    shown = shorten(str(path), 120)
     try:
-        document = json.loads(path.read_bytes())
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise SignatureUntrusted(f"{shorten(str(path.parent), 120)} holds no {SIGNATURE} (it is not signed)",
+                                 "sign it with packager sign, or ask its publisher for a signed release") from None
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:  # ELOOP: the last component is a link
+            raise from_os_error(exc, f"cannot read {SIGNATURE}") from None
+        raise _not_regular(shown) from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise _not_regular(shown)
+        if info.st_size > MAX_SIGNATURE_BYTES:
+            raise SignatureMalformed(f"{SIGNATURE} is {info.st_size:,} bytes, more than any signature "
+                                     f"({MAX_SIGNATURE_BYTES:,} at most); it was not read")
+        data = bytearray()
+        while len(data) <= MAX_SIGNATURE_BYTES and (chunk := os.read(fd, MAX_SIGNATURE_BYTES + 1 - len(data))):
+            data += chunk
+    finally:
+        os.close(fd)
+    if len(data) > MAX_SIGNATURE_BYTES:  # it grew while being read
+        raise SignatureMalformed(f"{SIGNATURE} is more than any signature ({MAX_SIGNATURE_BYTES:,} bytes at most)")
+    return bytes(data)
+
+
+def _not_regular(shown: str) -> BundleError:
+    return BundleError(f"{shown} is not a regular file (a link, folder, FIFO or device); nothing was read from it",
+                       f"a signed bundle holds its {SIGNATURE} as a regular file: replace it with the publisher's, "
+                       "or sign again with packager sign")
+
+
+def _parsed(data: bytes) -> dict:
+    try:
+        document = json.loads(data)
     except (ValueError, RecursionError):
         raise SignatureMalformed(f"{SIGNATURE} is not JSON") from None
     if not isinstance(document, dict) or not isinstance(document.get("verificationMaterial"), dict):
         raise SignatureMalformed(f"{SIGNATURE} is JSON but no sigstore bundle (no verificationMaterial)")
     return document
+
+
+def _keyless(document: dict) -> bool:
+    """Whether a bundle was signed keyless: its verification material holds a certificate (sigstore) rather than
+    a public key's hint. Holding neither (or both), it is no signature model-signing made."""
+    material = document["verificationMaterial"]
+    key = "publicKey" in material
+    certificate = "certificate" in material or "x509CertificateChain" in material
+    if key == certificate:
+        held = "both a public key and a certificate" if key else "neither a public key nor a certificate"
+        raise SignatureMalformed(f"{SIGNATURE}'s verificationMaterial holds {held}, so it names no signer")
+    return certificate
 
 
 def _verifier(trust: Trust, keyless: bool) -> object:
@@ -137,13 +185,15 @@ def _public_key(path: Path) -> Path:
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import ec
 
-    from .signing import CURVES, MAX_KEY_BYTES, SigningKeyCurve, SigningKeyInvalid
+    from .signing import CURVES, MAX_KEY_BYTES, PublicKeyInvalid, SigningKeyCurve, SigningKeyInvalid
+    from .userfile import read_bytes
 
     shown = shorten(str(path), 120)
-    if not path.is_file() or path.stat().st_size > MAX_KEY_BYTES:
+    if not path.is_file():  # a folder, or a FIFO that would block the read
         raise SigningKeyInvalid(f"public key {shown} is not a PEM public key file", "pass the publisher's key.pub")
+    data = read_bytes(path, MAX_KEY_BYTES, what="public key", unreadable=PublicKeyInvalid, too_large=PublicKeyInvalid)
     try:
-        key = serialization.load_pem_public_key(path.read_bytes())
+        key = serialization.load_pem_public_key(data)
     except Exception:  # noqa: BLE001 - ValueError, UnsupportedAlgorithm: not a usable public key either way
         raise SigningKeyInvalid(f"public key {shown} is not a PEM public key", "pass the publisher's key.pub") from None
     if not isinstance(key, ec.EllipticCurvePublicKey) or key.curve.name not in CURVES:
@@ -153,14 +203,17 @@ def _public_key(path: Path) -> Path:
 
 def read_signed(path: Path, trust: Trust) -> Signed:
     """Verify the signature's envelope with `trust`; what it signed. No file of the bundle is read here."""
-    document = _parsed(path)
-    keyless = "publicKey" not in document["verificationMaterial"]
+    data = read_signature(path)
+    keyless = _keyless(_parsed(data))
     verifier = _verifier(trust, keyless)
     from model_signing._signing import sign_sigstore, sign_sigstore_pb
 
     kind = sign_sigstore.Signature if keyless else sign_sigstore_pb.Signature
     try:
-        signature = kind.read(path)
+        with tempfile.TemporaryDirectory(prefix="packager-sig-") as work:  # the library reads a path: these bytes
+            copy = Path(work) / SIGNATURE
+            copy.write_bytes(data)
+            signature = kind.read(copy)
     except Exception:  # noqa: BLE001 - the library's parsers raise KeyError, TypeError, ValueError, ...
         raise SignatureMalformed(f"{SIGNATURE} is JSON but not a sigstore bundle model-signing can read") from None
     try:
@@ -168,7 +221,7 @@ def read_signed(path: Path, trust: Trust) -> Signed:
     except Exception as exc:  # noqa: BLE001 - a wrong key is ValueError, a bad envelope InvalidSignature, ...
         reason = shorten(str(exc).split(". ")[0], 120) or type(exc).__name__
         raise SignatureUntrusted(f"{SIGNATURE} is not signed by {trust.describe()} ({reason})") from None
-    return _signed(manifest, key_hint(path.read_bytes()) or (trust.identity or ""))
+    return _signed(manifest, key_hint(data) or (trust.identity or ""))
 
 
 def _signed(manifest: object, signer: str) -> Signed:
@@ -192,7 +245,8 @@ def unverified(path: Path) -> Signed:
     longer matches its files (before an upload), never to trust one."""
     import base64
 
-    document = _parsed(path)
+    data = read_signature(path)
+    document = _parsed(data)
     from model_signing._signing import signing
 
     try:
@@ -200,7 +254,7 @@ def unverified(path: Path) -> Signed:
         manifest = signing.dsse_payload_to_manifest(payload)
     except Exception:  # noqa: BLE001 - KeyError, binascii.Error, ValueError: not a statement model-signing reads
         raise SignatureMalformed(f"{SIGNATURE} holds no in-toto statement model-signing can read") from None
-    return _signed(manifest, key_hint(path.read_bytes()))
+    return _signed(manifest, key_hint(data))
 
 
 def check_current(folder: Path) -> None:
@@ -242,9 +296,7 @@ def verify_folder(folder: Path, trust: Trust) -> Signed:
     path = folder / SIGNATURE
     if not folder.is_dir():
         raise BundleError(f"{shorten(str(folder), 120)} is not a folder", "pass the bundle folder")
-    if path.is_symlink() or not path.is_file():
-        raise SignatureUntrusted(f"{shorten(str(folder), 120)} holds no {SIGNATURE} (it is not signed)",
-                                 "sign it with packager sign, or ask its publisher for a signed release")
+    read_signature(path)  # absent: not signed; a link, FIFO or folder: refused as such, before any other check
     odd = sorted(p.name for p in folder.iterdir() if p.is_symlink() or not p.is_file())
     if odd:
         raise BundleError(f"{shorten(odd[0], 120)} in {shorten(str(folder), 120)} is not a regular file",

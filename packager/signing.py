@@ -54,12 +54,13 @@ def load_key(path: Path, passphrase: bytes | None) -> object:
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import ec
 
+    from .userfile import read_bytes
+
     shown = shorten(str(path), 120)
-    if not path.is_file():
+    if not path.is_file():  # a folder, or a FIFO that would block the read
         raise SigningKeyInvalid(f"signing key {shown} is not a file")
-    if path.stat().st_size > MAX_KEY_BYTES:
-        raise SigningKeyInvalid(f"signing key {shown} is {path.stat().st_size:,} bytes, not a PEM private key")
-    data = path.read_bytes()
+    data = read_bytes(path, MAX_KEY_BYTES, what="signing key", unreadable=SigningKeyInvalid,
+                      too_large=SigningKeyInvalid)
     try:
         key = serialization.load_pem_private_key(data, passphrase)
     except TypeError:  # encrypted without a passphrase, or a passphrase for a key that has none
@@ -98,11 +99,27 @@ def key_id(pem: bytes) -> str:
     return digest.finalize().hex()
 
 
+class PublicKeyInvalid(SigningKeyInvalid):
+    """A --public-key file that cannot be read or is larger than any key (exit 70, as a bad signing key)."""
+
+    hint = "pass the publisher's key.pub"
+
+
+class PassphraseFileUnusable(SigningKeyInvalid):
+    """--passphrase-file cannot be read, or its first line is longer than any passphrase (exit 70, as a bad key)."""
+
+    hint = "put the key's passphrase on the first line of a small text file"
+
+
 def read_passphrase(passphrase_file: Path | None) -> bytes | None:
-    """--passphrase-file (its first line), else the environment variable, else none."""
+    """--passphrase-file (its first line, read up to its newline and never further), else the environment
+    variable, else none."""
     if passphrase_file is not None:
-        lines = passphrase_file.read_bytes().splitlines()
-        return lines[0] if lines else b""
+        from .userfile import PASSPHRASE_BYTES, read_bytes
+
+        line = read_bytes(passphrase_file, PASSPHRASE_BYTES, what="--passphrase-file", first_line=True,
+                          unreadable=PassphraseFileUnusable, too_large=PassphraseFileUnusable)
+        return line.removesuffix(b"\r")  # a file saved with Windows line ends
     value = os.environ.get(PASSPHRASE_ENV)
     return value.encode("utf-8") if value else None
 
@@ -121,9 +138,11 @@ def check_release_set(bundle: Path) -> None:
     if extra:
         raise BundleError(f"{bundle} holds {', '.join(shorten(n, 60) for n in extra[:5])}, which no release has; "
                           "nothing was signed", "move it out of the bundle folder")
-    for name in wanted:
+    for name in (*wanted, *([SIGNATURE] if os.path.lexists(bundle / SIGNATURE) else [])):
         if (bundle / name).is_symlink() or not (bundle / name).is_file():
-            raise BundleError(f"{bundle / name} is not a regular file; nothing was signed")
+            raise BundleError(f"{shorten(str(bundle / name), 120)} is not a regular file; nothing was signed",
+                              "a release holds regular files only: replace it with the file itself (an old "
+                              f"{SIGNATURE}: delete it, sign writes a new one)")
     result = check_manifest(bundle)
     if not result.ok:
         raise BundleError(f"{bundle} does not match its {MANIFEST} (changed: {', '.join(result.mismatched) or '-'}); "
@@ -148,9 +167,9 @@ def sign(bundle: Path, key: Path, passphrase: bytes | None = None) -> SignResult
 def _still_valid(bundle: Path, private: object) -> SignResult | None:
     """An existing model.sig by this key over exactly these files is kept: ECDSA signatures differ each time,
     and a new one would make an unchanged re-release commit again."""
-    from .signature import Trust, key_hint, verify_folder
+    from .signature import Trust, key_hint, read_signature, verify_folder
 
-    if not (bundle / SIGNATURE).is_file():
+    if not os.path.lexists(bundle / SIGNATURE):
         return None
     with tempfile.TemporaryDirectory(prefix="packager-pub-") as work:
         public = Path(work) / "key.pub"
@@ -159,7 +178,7 @@ def _still_valid(bundle: Path, private: object) -> SignResult | None:
             verify_folder(bundle, Trust(public_key=public))
         except PackagerError:  # no longer valid (files changed, another key): signed anew
             return None
-    data = (bundle / SIGNATURE).read_bytes()
+    data = read_signature(bundle / SIGNATURE)
     return SignResult(signature=bundle / SIGNATURE, files=release_names(bundle, CARD, MANIFEST), key_id=key_hint(data),
                       unchanged=True)
 

@@ -168,7 +168,11 @@ def verify(bundle: Path, source: Path, prompts: tuple[str, ...] | None = None,
     position and its greedy agreement. `dtype`: the source computes in its stored dtype (bf16 for Qwen3) or in
     float32."""
     from . import resources
+    from .errors import CheckpointNotFound
 
+    if not source.is_dir():  # never handed on: transformers would take a missing path for a Hub repo id
+        raise CheckpointNotFound(f"the source checkpoint {shorten(str(source))} "
+                                 f"{'is not a folder' if source.exists() else 'does not exist'}")
     stop, template = _source_facts(source)
     items = workload.from_texts(prompts) if prompts else workload.builtin()
     corpus = resources.tokenizer_corpus()

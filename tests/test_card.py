@@ -177,3 +177,66 @@ def test_card_states_a_pair_report(bundle4: ConvertResult, tmp_path: Path) -> No
     (tmp_path / "bad.json").write_text("{}")
     bad = run_cli("card", str(bundle), "--spec", str(EXAMPLE), "--pair", str(tmp_path / "bad.json"))
     assert bad.returncode == 24 and "is not a `packager pair --json` report" in bad.stderr
+
+
+CAPPED = ("bash", "-c", 'ulimit -v 4000000; exec "$0" "$@"')  # a read that would not stop fails here, not the host
+
+
+def _one_line(result, code: int, *words: str) -> None:  # type: ignore[no-untyped-def]
+    assert result.returncode == code, result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("packager: error:") and "Traceback" not in result.stderr, \
+        result.stderr
+    for word in words:
+        assert word in lines[0], lines[0]
+
+
+def _measured(tmp_path: Path, name: str, *command: str) -> Path:
+    done = run_cli(*command, "--json", "--quiet")
+    assert done.returncode == 0, done.stderr
+    (tmp_path / name).write_text(done.stdout)
+    return tmp_path / name
+
+
+def test_pair_and_verify_reports_are_stated_only_on_the_card_of_the_bundle_they_measured(
+        bundle4: ConvertResult, bundle8: ConvertResult, tiny_checkpoint: Path, tmp_path: Path) -> None:
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("The capital of France is\nQ: Why is the sky blue?\n", encoding="utf-8")
+    pair8 = _measured(tmp_path, "pair8.json", "pair", str(bundle8.out), str(bundle4.out), "--tokens", "12",
+                      "--repeats", "1", "--prompts", str(prompts))
+    verify8 = _measured(tmp_path, "verify8.json", "verify", str(bundle8.out), "--source", str(tiny_checkpoint),
+                        "--prompts", str(prompts))
+    for option, report, command in (("--pair", pair8, "pair"), ("--verify", verify8, "verify")):
+        refused = run_cli("card", str(bundle4.out), "--spec", str(EXAMPLE), option, str(report), "-o", "-")
+        _one_line(refused, 24, "measured another bundle: llm.mnn differs here",
+                  f"run packager {command} on this bundle again")
+    stated = run_cli("card", str(bundle8.out), "--spec", str(EXAMPLE), "--pair", str(pair8), "--verify",
+                     str(verify8), "-o", "-")
+    assert stated.returncode == 0, stated.stderr
+    assert "greedy_acceptance_alpha" in stated.stdout and "mean_kl" in stated.stdout
+    for report, key in ((pair8, "draft_files_xxh3_128"), (verify8, "files_xxh3_128")):  # an older packager's
+        data = json.loads(report.read_text())
+        del data[key]
+        report.write_text(json.dumps(data))
+        old = run_cli("card", str(bundle8.out), "--spec", str(EXAMPLE), "--pair" if report == pair8 else "--verify",
+                      str(report), "-o", "-")
+        _one_line(old, 24, "names no files it measured", key)
+
+
+@pytest.mark.parametrize("source", ["/dev/zero", "sparse"])
+@pytest.mark.parametrize("given", ["--pair", "--verify", "--speculate", "spec pair_report"])
+def test_a_report_larger_than_any_is_one_line_under_a_memory_cap(bundle4: ConvertResult, tmp_path: Path,
+                                                                 given: str, source: str) -> None:
+    path = tmp_path / "report.json"
+    if source == "sparse":
+        with open(path, "wb") as handle:  # 3 GB that hold no memory
+            handle.truncate(3 << 30)
+    report = source if source == "/dev/zero" else str(path)
+    if given == "spec pair_report":
+        spec = _spec_with(tmp_path, "[card]\n", f'[card]\npair_report = "{report}"\n')
+        carded = run_cli("card", str(bundle4.out), "--spec", str(spec), "-o", "-", prefix=CAPPED)
+        released = run_cli("release", str(spec), "--bundle", str(bundle4.out), "--dry-run", prefix=CAPPED)
+        _one_line(released, 26, "pair report", "64 MiB", "too large")
+    else:
+        carded = run_cli("card", str(bundle4.out), "--spec", str(EXAMPLE), given, report, "-o", "-", prefix=CAPPED)
+    _one_line(carded, 26, "report", "64 MiB", "too large")

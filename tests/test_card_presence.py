@@ -10,6 +10,7 @@ import pytest
 
 from packager import spec as spec_module
 from packager.card import CardError, human_size, render
+from packager.card_reports import measured_digests
 from packager.convert.pipeline import ConvertResult
 from packager.errors import SpecError
 from packager.pair.costs import Costs, Spread
@@ -45,9 +46,10 @@ def _spec(tmp_path: Path, card_extra: str = PRESENCE, release_extra: str = "") -
     return path
 
 
-def _pair_report(path: Path, alpha: float = 0.62, tau3: float = 2.31, sampled: float | None = 0.71,
+def _pair_report(path: Path, draft: Path, alpha: float = 0.62, tau3: float = 2.31, sampled: float | None = 0.71,
                  recommended: int | None = None) -> Path:
-    """A pair report written by pair's own serializer (so its format is the real one), with chosen figures."""
+    """A pair report written by pair's own serializer (so its format is the real one), with chosen figures, whose
+    draft was the bundle `draft` (its files' digests)."""
     spread = Spread.exact(0.01)
     taus = {d: 1 + (tau3 - 1) * d / 3 for d in range(1, 7)}  # tau grows with d, tau3 at d=3
     depths = tuple(DepthReport(d=d, steps=100, acceptance_rate=Interval(alpha, alpha - 0.05, alpha + 0.05),
@@ -64,13 +66,16 @@ def _pair_report(path: Path, alpha: float = 0.62, tau3: float = 2.31, sampled: f
                         alpha=Interval(alpha, alpha - 0.03, alpha + 0.03),
                         sampling=Sampling(0.7, 20, 0.8) if sampled is not None else None,
                         sampled_acceptance=Interval(sampled, sampled - 0.04, sampled + 0.04) if sampled else None,
-                        costs=costs, depths=depths, best_d=recommended)
+                        costs=costs, depths=depths, best_d=recommended,
+                        draft_files=measured_digests(draft))
     path.write_text(json.dumps(as_dict(report)))
     return path
 
 
-def _verify_report(path: Path, ok: bool = True) -> Path:
+def _verify_report(path: Path, bundle: Path, ok: bool = True) -> Path:
+    """A verify report with chosen figures of the bundle `bundle` (its files' digests)."""
     path.write_text(json.dumps({
+        "files_xxh3_128": measured_digests(bundle),
         "ok": ok, "prompts": 54, "positions": 2400, "decisive_positions": 1900, "top1_decisive": 0.991,
         "top1_agreement": 0.962, "mean_kl": 0.0123, "p99_kl": 0.2, "mean_cosine": 0.995, "min_cosine": 0.97,
         "greedy_agreement": 0.8, "failures": [] if ok else ["mean KL 0.2 > 0.05"], "notes": []}))
@@ -116,7 +121,8 @@ def test_pair_report_becomes_hub_eval_results(bundle4: ConvertResult, tmp_path: 
     from packager import __version__
 
     spec = spec_module.load(_spec(tmp_path))
-    first = _results(render(bundle4.out, spec, measurements=_measured(bundle4, _pair_report(tmp_path / "p.json"))).text)
+    report = _pair_report(tmp_path / "p.json", bundle4.out)
+    first = _results(render(bundle4.out, spec, measurements=_measured(bundle4, report)).text)
     alpha, tau, sampled = first["greedy_acceptance_alpha"], first["tokens_per_step"], first["sampling_acceptance"]
     assert (alpha.metric_value, tau.metric_value, sampled.metric_value) == (0.62, 2.31, 0.71)
     assert tau.metric_config == "d=3" and "at d=3" in tau.metric_name  # the bundle's own draft_predict_length
@@ -127,7 +133,7 @@ def test_pair_report_becomes_hub_eval_results(bundle4: ConvertResult, tmp_path: 
     assert alpha.source_url == "https://huggingface.co/your-name/Qwen3-0.6B-KL-draft-MNN"
     assert "temperature 0.7, top-k 20, top-p 0.8" in sampled.metric_config
     # The figures move with the report; the device's recommended d wins over the bundle's; no sampling, no result.
-    moved = _pair_report(tmp_path / "q.json", alpha=0.7, tau3=2.5, sampled=None, recommended=5)
+    moved = _pair_report(tmp_path / "q.json", bundle4.out, alpha=0.7, tau3=2.5, sampled=None, recommended=5)
     second = _results(render(bundle4.out, spec, measurements=_measured(bundle4, moved)).text)
     assert second["greedy_acceptance_alpha"].metric_value == 0.7 and "sampling_acceptance" not in second
     assert second["tokens_per_step"].metric_config == "d=5" and second["tokens_per_step"].metric_value == 3.5
@@ -143,14 +149,14 @@ def _measured(bundle4: ConvertResult, pair: Path | None = None, verify: Path | N
 
 def test_verify_figures_become_eval_results_and_a_failed_one_is_refused(bundle4: ConvertResult,
                                                                          tmp_path: Path) -> None:
-    measured = _measured(bundle4, verify=_verify_report(tmp_path / "v.json"))
+    measured = _measured(bundle4, verify=_verify_report(tmp_path / "v.json", bundle4.out))
     results = _results(render(bundle4.out, spec_module.load(EXAMPLE), measurements=measured).text)
     assert results["mean_kl"].metric_value == 0.0123 and results["top1_agreement"].metric_value == 0.962
     assert results["top1_agreement_decisive"].metric_value == 0.991
     assert results["mean_kl"].dataset_type == "packager-verify" and "2400 positions" in results["mean_kl"].dataset_name
     assert "greedy_acceptance_alpha" not in results
     with pytest.raises(CardError, match="failed verification"):
-        _measured(bundle4, verify=_verify_report(tmp_path / "bad.json", ok=False))
+        _measured(bundle4, verify=_verify_report(tmp_path / "bad.json", bundle4.out, ok=False))
     (tmp_path / "other.json").write_text('{"ok": true}')
     with pytest.raises(CardError, match="is not a `packager verify --json` report"):
         _measured(bundle4, verify=tmp_path / "other.json")
@@ -161,15 +167,15 @@ def test_no_measurement_no_model_index(bundle4: ConvertResult) -> None:
 
 
 def test_card_cli_takes_the_spec_pair_report_and_verify(bundle4: ConvertResult, tmp_path: Path) -> None:
-    _pair_report(tmp_path / "pair.json", alpha=0.55)
+    _pair_report(tmp_path / "pair.json", bundle4.out, alpha=0.55)
     spec = _spec(tmp_path, PRESENCE.replace("\n[card.links]", 'pair_report = "pair.json"\n\n[card.links]', 1))
     result = run_cli("card", str(bundle4.out), "--spec", str(spec), "--verify",
-                     str(_verify_report(tmp_path / "v.json")), "-o", "-")
+                     str(_verify_report(tmp_path / "v.json", bundle4.out)), "-o", "-")
     assert result.returncode == 0, result.stderr
     results = _results(result.stdout)
     assert results["greedy_acceptance_alpha"].metric_value == 0.55 and results["mean_kl"].metric_value == 0.0123
     override = run_cli("card", str(bundle4.out), "--spec", str(spec), "--pair",
-                       str(_pair_report(tmp_path / "other.json", alpha=0.8)), "-o", "-")
+                       str(_pair_report(tmp_path / "other.json", bundle4.out, alpha=0.8)), "-o", "-")
     assert _results(override.stdout)["greedy_acceptance_alpha"].metric_value == 0.8
     (tmp_path / "pair.json").unlink()
     missing = run_cli("card", str(bundle4.out), "--spec", str(spec), "-o", "-")
@@ -221,7 +227,7 @@ def test_a_good_presence_spec_loads_into_typed_fields(tmp_path: Path) -> None:
                                               ("recommended_draft_predict_length", "3"), ("prompts", True)])
 def test_a_tampered_pair_report_is_refused_naming_the_figure(bundle4: ConvertResult, tmp_path: Path, field: str,
                                                             value: object) -> None:
-    path = _pair_report(tmp_path / "p.json")
+    path = _pair_report(tmp_path / "p.json", bundle4.out)
     data = json.loads(path.read_text())
     if field == "alpha":
         data["alpha"]["value"] = value
@@ -235,7 +241,7 @@ def test_a_tampered_pair_report_is_refused_naming_the_figure(bundle4: ConvertRes
 
 
 def test_a_tampered_verify_report_is_refused(bundle4: ConvertResult, tmp_path: Path) -> None:
-    path = _verify_report(tmp_path / "v.json")
+    path = _verify_report(tmp_path / "v.json", bundle4.out)
     data = json.loads(path.read_text())
     data["mean_kl"] = -1
     path.write_text(json.dumps(data))

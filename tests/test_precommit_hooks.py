@@ -64,9 +64,10 @@ def publisher(bundle4: ConvertResult, tmp_path: Path) -> Path:
     return repo
 
 
-def _try_repo(hook_repo: Path, publisher: Path, *files: str) -> subprocess.CompletedProcess[str]:
+def _try_repo(hook_repo: Path, publisher: Path, *files: str, verbose: bool = False) -> subprocess.CompletedProcess[str]:
     tool = Path(sys.executable).parent / "pre-commit"
     selection = ["--files", *files] if files else ["--all-files"]
+    selection += ["--verbose"] if verbose else []  # a passing hook's output too
     env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_COMPILE": "1", "NO_COLOR": "1",
            "GIT_CONFIG_GLOBAL": os.devnull}
     env.pop("PYTHONPATH", None)  # the hooks run packager from their own environment, nothing from here
@@ -91,6 +92,41 @@ def test_try_repo_fails_a_broken_bundle_and_spec_naming_each(hook_repo: Path, pu
     assert "ERROR   old/release.toml:9:1: release.license: still the placeholder" in out
     assert "release.toml: ok (0 errors" in out
     assert "Traceback" not in out + result.stderr
+
+
+def test_try_repo_notes_the_eagle_engine_check_it_skips_on_base_dependencies(hook_repo: Path,
+                                                                            eagle_bundle: ConvertResult,
+                                                                            tmp_path: Path) -> None:
+    repo = tmp_path / "publisher"
+    shutil.copytree(eagle_bundle.out, repo / "dist" / "eagle")
+    _git(repo, "init", "-q")
+    _git(repo, "add", "-A")
+    result = _try_repo(hook_repo, repo, verbose=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "NOTE    eagle.mnn: the engine check was skipped: MNN is not installed here" in result.stdout
+    assert "dist/eagle: ok (0 errors, 0 warnings; a target+eagle bundle)" in result.stdout
+    assert "ERROR" not in result.stdout and "Traceback" not in result.stdout + result.stderr
+
+
+NO_MNN = "import sys; sys.modules['MNN'] = None; from packager.cli import main; sys.argv[0] = 'packager'; main()"
+
+
+@pytest.mark.parametrize("fmt, line", [
+    ("text", "NOTE    eagle.mnn: the engine check was skipped: MNN is not installed here"),
+    ("github", "::notice file="),
+])
+def test_validate_without_mnn_notes_the_skipped_head_check_and_passes_strict(eagle_bundle: ConvertResult,
+                                                                            fmt: str, line: str) -> None:
+    result = subprocess.run([sys.executable, "-c", NO_MNN, "validate", str(eagle_bundle.out), "--strict",
+                             "--format", fmt], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert any(row.startswith(line) for row in result.stdout.splitlines()), result.stdout
+    data = json.loads(subprocess.run([sys.executable, "-c", NO_MNN, "validate", str(eagle_bundle.out), "--json"],
+                                     capture_output=True, text=True, timeout=300).stdout)
+    assert (data["ok"], data["errors"], data["warnings"]) == (True, 0, 0)
+    assert [f["severity"] for f in data["findings"]] == ["note"]
+    with_mnn = run_cli("validate", str(eagle_bundle.out), "--json")
+    assert json.loads(with_mnn.stdout)["findings"] == []  # where MNN is installed the head is run, nothing noted
 
 
 def test_the_hook_code_paths_import_neither_torch_nor_mnn(bundle4: ConvertResult, tiny_checkpoint: Path,

@@ -246,3 +246,88 @@ def test_keyless_verification_goes_as_far_as_sigstore_s_trust_root_and_fails_in_
                      "https://accounts.example.com", env=_offline_env(tmp_path))
     one_line_error(result, 74, "trust root could not be loaded")
     assert "sigstore" in (tmp_path / "netguard.log").read_text()
+
+
+CAPPED = ("bash", "-c", 'ulimit -v 4000000; exec "$0" "$@"')  # a read that would not stop fails here, not the host
+
+
+def _capped(*args: str, env: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
+    return run_cli(*args, env=env or _env(), prefix=CAPPED)
+
+
+def _replace_signature(bundle: Path, kind: str, tmp_path: Path) -> None:
+    """model.sig as a link (to a real signature outside the bundle, or to /dev/zero), a FIFO or a folder."""
+    signature = bundle / "model.sig"
+    outside = tmp_path / "outside.sig"
+    outside.write_bytes(signature.read_bytes())
+    signature.unlink()
+    if kind == "link":
+        signature.symlink_to(outside)
+    elif kind == "link to /dev/zero":
+        signature.symlink_to("/dev/zero")
+    elif kind == "fifo":
+        os.mkfifo(signature)
+    else:
+        signature.mkdir()
+
+
+@pytest.mark.parametrize("kind", ["link", "link to /dev/zero", "fifo", "folder"])
+def test_a_model_sig_that_is_no_regular_file_is_refused_by_sign_and_verify_signature(
+        ready: Path, keys: Keys, tmp_path: Path, kind: str) -> None:
+    assert sign(ready, "--key", str(keys.private)).returncode == 0
+    _replace_signature(ready, kind, tmp_path)
+    verified = _capped("verify-signature", str(ready), "--public-key", str(keys.public))
+    one_line_error(verified, 22, "model.sig is not a regular file")
+    signed = _capped("sign", str(ready), "--key", str(keys.private))
+    one_line_error(signed, 22, "model.sig is not a regular file", "nothing was signed")
+    assert (tmp_path / "outside.sig").read_bytes() and (ready / "model.sig").is_symlink() == kind.startswith("link")
+
+
+def test_the_passphrase_file_is_read_to_its_first_newline_only(ready: Path, keys: Keys, tmp_path: Path) -> None:
+    secret = tmp_path / "passphrase"
+    with open(secret, "wb") as handle:  # the passphrase, then 3 GB that hold no memory (sparse)
+        handle.write(PASSPHRASE + b"\r\n")
+        handle.truncate(3 << 30)
+    signed = _capped("sign", str(ready), "--key", str(keys.locked), "--passphrase-file", str(secret))
+    assert signed.returncode == 0, signed.stderr
+    assert check(ready, keys.public.parent / "locked.pub").returncode == 0
+
+
+@pytest.mark.parametrize("option, source", [("--passphrase-file", "/dev/zero"), ("--passphrase-file", "sparse"),
+                                            ("--key", "sparse"), ("--public-key", "/dev/zero"),
+                                            ("--public-key", "sparse")])
+def test_a_passphrase_or_key_file_larger_than_any_is_one_line_under_a_memory_cap(
+        ready: Path, keys: Keys, tmp_path: Path, option: str, source: str) -> None:
+    path = tmp_path / "sparse"
+    if source == "sparse":
+        with open(path, "wb") as handle:  # 3 GB without a newline, holding no memory
+            handle.truncate(3 << 30)
+    given = source if source == "/dev/zero" else str(path)
+    if option == "--public-key":
+        assert sign(ready, "--key", str(keys.private)).returncode == 0
+        result = _capped("verify-signature", str(ready), "--public-key", given)
+    else:
+        key = given if option == "--key" else str(keys.locked)
+        result = _capped("sign", str(ready), "--key", key, *(("--passphrase-file", given)
+                                                                  if option == "--passphrase-file" else ()))
+    what = {"--key": "signing key", "--public-key": "public key"}.get(option, option)
+    # a device is no key file at all; a passphrase file's first line from it, and a sparse file, are too long
+    refused = ("is not a PEM public key file",) if (option, source) == ("--public-key", "/dev/zero") else \
+        ("64 KiB", "too large")
+    one_line_error(result, 70, what, *refused)
+
+
+@pytest.mark.parametrize("material", [{}, {"tlogEntries": []},
+                                      {"publicKey": {"hint": "x"}, "certificate": {"rawBytes": "MIIB"}}])
+def test_a_signature_naming_no_signer_is_malformed_not_keyless(ready: Path, keys: Keys, tmp_path: Path,
+                                                               material: dict[str, object]) -> None:
+    assert sign(ready, "--key", str(keys.private)).returncode == 0
+    document = json.loads((ready / "model.sig").read_text())
+    (ready / "model.sig").write_text(json.dumps({**document, "verificationMaterial": material}))
+    one_line_error(check(ready, keys.public), 73, "names no signer")
+    keyless = run_cli("verify-signature", str(ready), "--identity", "me@example.com", "--issuer",
+                      "https://accounts.example.com", env=_offline_env(tmp_path))
+    one_line_error(keyless, 73, "names no signer")
+    assert not (tmp_path / "netguard.log").exists()  # refused before sigstore's trust root was asked for
+    (ready / "model.sig").write_text('{"verificationMaterial":{}}')  # the review's own file
+    one_line_error(check(ready, keys.public), 73, "neither a public key nor a certificate")

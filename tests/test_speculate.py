@@ -191,3 +191,76 @@ def test_interrupting_speculate_stops_the_engine_child_at_once(eagle_bundle: Con
     assert process.wait(timeout=60) == 130 and "Traceback" not in rest
     gone, alive = psutil.wait_procs(children, timeout=30)
     assert not alive, alive
+
+
+def _lookahead_copy(bundle4: ConvertResult, tmp_path: Path) -> Path:
+    """bundle4 configured for lookahead with its corpus, as convert --lookahead=CORPUS makes it."""
+    bundle = tmp_path / "bundle"
+    shutil.copytree(bundle4.out, bundle)
+    config = json.loads((bundle / "config.json").read_text())
+    (bundle / "config.json").write_text(json.dumps({**config, "speculative_type": "lookahead",
+                                                    "lookup_file": "lookup_file.txt"}))
+    (bundle / "lookup_file.txt").write_text("The capital of France is Paris.\n", encoding="utf-8")
+    return bundle
+
+
+def _run(bundle: Path, prompts_file: Path):  # type: ignore[no-untyped-def]
+    return run_cli("speculate", str(bundle), "--prompts", str(prompts_file), "--tokens", "8", "--repeats", "1",
+                   "--quiet")
+
+
+def _refused(done, code: int, *words: str) -> None:  # type: ignore[no-untyped-def]
+    assert done.returncode == code, done.stdout + done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("packager: error:") and "Traceback" not in done.stderr, done.stderr
+    for word in words:
+        assert word in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("damage, code, words", [
+    ("truncated weights", 82, ("llm.mnn.weight is truncated:", "places weights up to byte")),
+    ("empty weights", 82, ("llm.mnn.weight is empty",)),
+    ("no llm.mnn", 82, ("is missing llm.mnn,",)),
+    ("no llm_config.json", 82, ("is missing llm_config.json",)),
+    ("tokenizer.txt a folder", 82, ("tokenizer.txt is not a regular file",)),
+    ("truncated weights, no llm.mnn.json", 27, ("MNN decoded no tokens", "plain decoding")),
+])
+def test_a_damaged_bundle_is_one_line_naming_the_file(bundle4: ConvertResult, tmp_path: Path, prompts_file: Path,
+                                                      damage: str, code: int, words: tuple[str, ...]) -> None:
+    bundle = _lookahead_copy(bundle4, tmp_path)
+    weights = bundle / "llm.mnn.weight"
+    if damage.startswith("truncated"):
+        weights.write_bytes(weights.read_bytes()[:100])
+        if "no llm.mnn.json" in damage:  # an app's folder: nothing says how long the weights are
+            (bundle / "llm.mnn.json").unlink()
+    elif damage == "empty weights":
+        weights.write_bytes(b"")
+    elif damage == "tokenizer.txt a folder":
+        (bundle / "tokenizer.txt").unlink()
+        (bundle / "tokenizer.txt").mkdir()
+    else:
+        (bundle / damage.removeprefix("no ")).unlink()
+    _refused(_run(bundle, prompts_file), code, *words)
+
+
+@pytest.mark.parametrize("where", ["../side/outside.txt", "absolute", "link", "base_dir"])
+def test_a_lookup_file_outside_the_bundle_is_refused_and_validate_flags_it(bundle4: ConvertResult, tmp_path: Path,
+                                                                          prompts_file: Path, where: str) -> None:
+    bundle = _lookahead_copy(bundle4, tmp_path)
+    outside = tmp_path / "side" / "outside.txt"
+    outside.parent.mkdir()
+    outside.write_text("Text MNN would draft from, which no digest of the report covers.\n", encoding="utf-8")
+    config = json.loads((bundle / "config.json").read_text())
+    if where == "link":
+        (bundle / "lookup_file.txt").unlink()
+        (bundle / "lookup_file.txt").symlink_to(outside)
+    else:
+        changed = {"../side/outside.txt": {"lookup_file": "../side/outside.txt"},
+                   "absolute": {"lookup_file": str(outside)}, "base_dir": {"base_dir": "../"}}[where]
+        (bundle / "config.json").write_text(json.dumps({**config, **changed}))
+    words = ("lookup_file.txt is a link to a file outside the bundle folder",) if where == "link" else \
+        ("config.json names", "a path outside the bundle folder")
+    _refused(_run(bundle, prompts_file), 82, *words)
+    validated = run_cli("validate", str(bundle))
+    assert validated.returncode == 30 and ("lookup_file" in validated.stdout or "base_dir" in validated.stdout), \
+        validated.stdout

@@ -32,8 +32,9 @@ class Checked:
         return os.path.join(self.path, file)
 
     def counts(self) -> tuple[int, int]:
+        """Errors and warnings (a note is neither)."""
         errors = sum(f.severity == "error" for f in self.findings)
-        return errors, len(self.findings) - errors
+        return errors, sum(f.severity == "warning" for f in self.findings)
 
     def ok(self, strict: bool) -> bool:
         errors, warnings = self.counts()
@@ -41,7 +42,7 @@ class Checked:
 
     def fails(self, finding: Finding, strict: bool) -> bool:
         """Whether this finding makes the run fail (errors; warnings too under --strict)."""
-        return finding.severity == "error" or strict
+        return finding.severity == "error" or (strict and finding.severity == "warning")
 
 
 @dataclass(frozen=True)

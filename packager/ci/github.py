@@ -26,7 +26,7 @@ def command(name: str, message: str, **properties: object) -> str:
 
 
 def annotation(checked: Checked, finding: Finding) -> str:
-    level = "error" if finding.severity == "error" else "warning"
+    level = {"error": "error", "warning": "warning"}.get(finding.severity, "notice")
     what = "release spec" if checked.kind == "spec" else "bundle folder" if finding.file == FOLDER else finding.file
     title = what + (f" {finding.pointer}" if finding.pointer else "")
     return command(level, finding.message, file=checked.where(finding.file), line=finding.line,

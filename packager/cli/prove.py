@@ -38,6 +38,7 @@ def verify(ctx: click.Context, bundle: Path, source: Path, prompts_file: Path | 
     Example: packager verify ./bundle --source ./qwen3-draft
     """
     from .. import spec as spec_module
+    from ..card_reports import measured_digests
     from ..verify import Thresholds, prompts_from_file
     from ..verify import verify as run_verify
 
@@ -51,7 +52,8 @@ def verify(ctx: click.Context, bundle: Path, source: Path, prompts_file: Path | 
             "top1_agreement": report.top1_agreement, "mean_kl": report.mean_kl, "p99_kl": report.p99_kl,
             "mean_cosine": report.mean_cosine, "min_cosine": report.min_cosine,
             "greedy_agreement": report.greedy_agreement, "thresholds": thresholds.__dict__,
-            "failures": list(report.failures), "notes": list(report.notes)}
+            "failures": list(report.failures), "notes": list(report.notes),
+            "files_xxh3_128": measured_digests(bundle)}  # what was measured: a card states it for these files only
     decisive = "n/a" if report.top1_decisive is None else f"{report.top1_decisive:.4f}"
     text = "\n".join([
         f"tokenizer agreement: {report.tokenizer_matched}/{report.tokenizer_total}",

@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
+from ..card_reports import measured_digests
 from ..errors import InvalidOption
 from . import acceptance, compat, costs, memory, targetcache, workload
 from .intervals import Interval, ratio
@@ -114,6 +115,7 @@ def pair(draft_path: Path, target_path: Path, prompts: tuple[str, ...] | None = 
     device_costs = costs.read(options.costs_file, options.max_d) if options.costs_file else None
     draft_facts, target_facts = compat.facts(draft_path), compat.facts(target_path)
     compat.check_files(draft_facts, target_facts)  # refused here, before any model is loaded
+    draft_files = measured_digests(draft_path)  # the files about to be loaded: a card states the figures for them
     threads = options.threads or all_cores()
     draft, target = _load_both(draft_path, target_path, options, threads, progress)
     compared = compat.check_tokenizers(draft, target, draft_facts, target_facts)
@@ -141,8 +143,8 @@ def pair(draft_path: Path, target_path: Path, prompts: tuple[str, ...] | None = 
         found = costs.measure(draft, target, longest[:cut], longest[cut:], options.max_d, options.repeats, where)
     else:
         found = device_costs
-    return _report(draft_path, target_path, options, threads, compared, results, found,
-                   cache.hits if cache else 0)
+    return replace(_report(draft_path, target_path, options, threads, compared, results, found,
+                           cache.hits if cache else 0), draft_files=draft_files)
 
 
 def _report(draft_path: Path, target_path: Path, options: Options, threads: int, compared: int,

@@ -3,7 +3,7 @@ its spread, and the best d only when one gains beyond the noise. Also its JSON f
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +69,7 @@ class PairReport:
     depths: tuple[DepthReport, ...]
     best_d: int | None  # None: no d gains beyond the noise with these costs
     target_cached: int = 0  # prompts whose target continuation came from the target cache
+    draft_files: dict[str, str] = field(default_factory=dict)  # xxh3-128 of the draft's files: a card checks them
 
     @property
     def recommended_draft_predict_length(self) -> int | None:
@@ -104,6 +105,7 @@ def as_dict(report: PairReport) -> dict[str, Any]:
         "depths": [_depth_dict(d) for d in report.depths],
         "best_d": report.best_d, "verdict": report.verdict, "target_cached_prompts": report.target_cached,
         "recommended_draft_predict_length": report.recommended_draft_predict_length,
+        "draft_files_xxh3_128": dict(report.draft_files),
     }
 
 

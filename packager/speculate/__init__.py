@@ -4,7 +4,6 @@ faster does it decode."""
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +14,7 @@ from ..pair import workload
 from ..pair.compat import facts
 from ..pair.costs import host
 from ..validate.speculative import EAGLE_KEYS, graph_io
+from . import files
 from .child import run
 from .summary import Report, summarize
 
@@ -53,9 +53,11 @@ class Request:
 
 def speculate(request: Request, progress: Callable[[str], None] = lambda _: None) -> Report:
     config = _config(request.bundle)
-    mode = _mode(request, config)
+    dump = _graph_dump(request.bundle)
+    mode = _mode(request, config, dump)
     if request.max_new_tokens < 8 or request.repeats < 1 or (request.threads or 1) < 1:
         raise InvalidOption("--tokens must be at least 8, --repeats and --threads at least 1")
+    read = files.check(request.bundle, config, mode, dump)  # each file MNN reads, before anything else reads it
     info = facts(request.bundle)
     prompts = workload.from_texts(request.prompts) if request.prompts else workload.builtin()
     texts = [workload.render(info.chat_template, prompt) for prompt in prompts]
@@ -64,7 +66,7 @@ def speculate(request: Request, progress: Callable[[str], None] = lambda _: None
     job = {"bundle": str(request.bundle), "mode": mode, "prompts": texts, "max_new_tokens": request.max_new_tokens,
            "repeats": request.repeats, "stops": sorted(info.stop), **_overrides(mode, config, threads)}
     raw = run(job, progress)
-    return summarize(raw, mode, request, host(threads), job, _digests(request.bundle))
+    return summarize(raw, mode, request, host(threads), job, _digests(request.bundle, read))
 
 
 def refuse_if_lossy(report: Report) -> None:
@@ -77,12 +79,13 @@ def refuse_if_lossy(report: Report) -> None:
             f"logit)")
 
 
-def _digests(bundle: Path) -> dict[str, str]:
-    """xxh3-128 of the files an app downloads to run the bundle (its kind's, plus a lookup corpus)."""
+def _digests(bundle: Path, read: tuple[str, ...] = ()) -> dict[str, str]:
+    """xxh3-128 of the files an app downloads to run the bundle (its kind's, plus a lookup corpus) and of every
+    other file the engine read."""
     from ..bundle import kind_of
     from ..hashing import xxh3_128_file
 
-    names = [name for name in kind_of(bundle).app_set(bundle) if (bundle / name).is_file()]
+    names = {name for name in kind_of(bundle).app_set(bundle) if (bundle / name).is_file()} | set(read)
     return {name: xxh3_128_file(bundle / name) for name in sorted(names)}
 
 
@@ -99,7 +102,7 @@ def _config(bundle: Path) -> dict[str, Any]:
     return data
 
 
-def _mode(request: Request, config: dict[str, Any]) -> Mode:
+def _mode(request: Request, config: dict[str, Any], dump: Any = None) -> Mode:
     own = config.get("speculative_type") or ""
     mode = request.mode or own
     if mode not in MODES:
@@ -117,23 +120,36 @@ def _mode(request: Request, config: dict[str, Any]) -> Mode:
             raise SpeculationUnavailable(f"{shorten(str(request.bundle), 120)} holds no EAGLE-3 head MNN can run "
                                          f"({', '.join(map(str, missing)) + ' missing' if missing else 'not configured'})",
                                          "convert the target with --eagle HEAD, then run packager validate")
-    if not _can_speculate(request.bundle):
+    if not _can_speculate(request.bundle, dump):
         raise SpeculationUnavailable(f"{shorten(str(request.bundle), 120)}'s graph has no logits_index input with "
                                      f"dims, so MNN would decode plainly under any speculative mode",
                                      "re-export with llmexport 0.0.5+ or packager convert")
     return mode  # type: ignore[return-value]
 
 
-def _can_speculate(bundle: Path) -> bool:
-    """MNN's canSpecDecode, from llm.mnn.json where the bundle has it (an app's folder may not: then MNN is
-    trusted, and a mode that never drafts shows as one token a step)."""
-    dump = bundle / "llm.mnn.json"
-    if not dump.is_file():
+def _graph_dump(bundle: Path) -> Any:
+    """llm.mnn.json, parsed; None where the bundle has none (an app's folder may not) or it is damaged (validate
+    reports it; the engine reads llm.mnn)."""
+    from ..convert.checkpoint import read_json
+
+    path = bundle / "llm.mnn.json"
+    if not path.is_file():
+        return None
+    try:
+        return read_json(path, SpeculationUnavailable)
+    except (SpeculationUnavailable, RecursionError):
+        return None
+
+
+def _can_speculate(bundle: Path, dump: Any = None) -> bool:
+    """MNN's canSpecDecode, from llm.mnn.json where the bundle has it (else MNN is trusted, and a mode that never
+    drafts shows as one token a step)."""
+    if dump is None:
         return True
     try:
-        inputs, _ = graph_io(json.loads(dump.read_text(encoding="utf-8")))
-    except (OSError, ValueError, RecursionError):
-        return True  # validate reports a damaged dump; the engine reads llm.mnn
+        inputs, _ = graph_io(dump)
+    except (AttributeError, TypeError):
+        return True
     return bool(inputs.get("logits_index"))
 
 

@@ -7,6 +7,7 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from ..errors import RuntimeCrashed, shorten
 from ..pair.intervals import Interval, ratio
 from ..versions import installed
 
@@ -74,7 +75,7 @@ def summarize(raw: dict[str, Any], mode: str, request: Any, where: str, job: dic
     if any(p.steps and p.steps[0] != p.steps[1] for p in counted):
         notes.append("on some prompts the engine's record allows more than one step count: the interval counts the "
                      "most steps (fewest accepted per step)")
-    plain, spec = _rates(prompts, "plain"), _rates(prompts, "speculative")
+    plain, spec = _rates(prompts, "plain", job["bundle"]), _rates(prompts, "speculative", job["bundle"])
     return Report(bundle=job["bundle"], mode=mode, prompts=len(prompts), max_new_tokens=request.max_new_tokens,
                   repeats=request.repeats, measured_on=where, engine=f"MNN {installed().get('mnn', '?')}",
                   per_prompt=per_prompt,
@@ -102,11 +103,17 @@ def _prompt(index: int, raw: dict[str, Any], tolerance: float) -> PromptResult:
     return PromptResult(index, verdict, divergence["position"], divergence["position"], gap, **counted)  # type: ignore[arg-type]
 
 
-def _rates(prompts: list[dict[str, Any]], which: str) -> list[float]:
-    """Tokens per second of each repeat, over all prompts (sum of tokens over sum of decode time)."""
+def _rates(prompts: list[dict[str, Any]], which: str, bundle: str = "") -> list[float]:
+    """Tokens per second of each repeat, over all prompts (sum of tokens over sum of decode time); an engine that
+    decoded nothing (it ran on damaged weights, or failed without a word) is RuntimeCrashed."""
     repeats = len(prompts[0][f"{which}_seconds"])
-    return [sum(p[f"{which}_counts"][r] for p in prompts) / sum(p[f"{which}_seconds"][r] for p in prompts)
-            for r in range(repeats)]
+    tokens = [sum(p[f"{which}_counts"][r] for p in prompts) for r in range(repeats)]
+    seconds = [sum(p[f"{which}_seconds"][r] for p in prompts) for r in range(repeats)]
+    if not all(tokens) or not all(seconds):
+        raise RuntimeCrashed(f"MNN decoded no tokens from {shorten(bundle, 120)} "
+                             f"({'plain decoding' if which == 'plain' else which}) on "
+                             f"{'any prompt' if not any(tokens) else 'every prompt of a repeat'}")
+    return [count / time for count, time in zip(tokens, seconds)]
 
 
 def _spread(values: list[float]) -> Spread:

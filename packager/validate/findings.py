@@ -8,7 +8,7 @@ from typing import Iterable, Literal
 
 from ..errors import shorten
 
-Severity = Literal["error", "warning"]
+Severity = Literal["error", "warning", "note"]  # a note: something not checked here, never a failure
 MAX_MESSAGE = 600  # a message quotes at most a few values, each shortened to MAX_SHOWN
 SHOWN = 8  # findings of one kind listed before the rest are summed up in one line
 
@@ -80,6 +80,9 @@ class Collector:
 
     def warning(self, file: str, where: str, message: str, **kw: int | None) -> None:
         self._add(file, where, "warning", message, **kw)
+
+    def note(self, file: str, where: str, message: str, **kw: int | None) -> None:
+        self._add(file, where, "note", message, **kw)
 
     def _add(self, file: str, where: str, severity: Severity, message: str, **kw: int | None) -> None:
         finding = Finding(file, shorten(where), severity, shorten(message, MAX_MESSAGE), **kw)  # type: ignore[arg-type]
