@@ -19,8 +19,8 @@ from common import WORK
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from packager.convert.pipeline import ConvertRequest, convert  # noqa: E402
-from packager.pair import Options, pair  # noqa: E402
-from packager.pair.sampling import Sampling  # noqa: E402
+from packager.measure.pair import Options, pair  # noqa: E402
+from packager.measure.pair.sampling import Sampling  # noqa: E402
 from tests.models import llmexport_raw  # noqa: E402
 from tests.trained import fixture  # noqa: E402
 

@@ -151,8 +151,8 @@ def write_shaped(out: Path, *, hidden: int, layers: int, heads: int, kv: int, in
 
 def quant_throughput(ckpt: Path) -> dict[str, float]:
     """MB/s of source weights: plain read of the safetensors vs quantizing them on one core (in this process)."""
-    from packager.convert.quant import QuantSpec, quantize
-    from packager.convert.weightwriter import _as_float32, _read, index
+    from packager.convert.stream.quant import QuantSpec, quantize
+    from packager.convert.stream.weightwriter import _as_float32, _read, index
 
     refs = index(tuple(sorted(ckpt.glob("*.safetensors"))))
     total = sum(r.nbytes for r in refs.values())

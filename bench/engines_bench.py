@@ -45,8 +45,8 @@ def check(bundle: Path) -> dict:
 
 def against_default(report: dict) -> dict:
     """Each older-engine bundle in each engine that loads it vs the default bundle in the current engine."""
-    from packager.enginecheck import venvs
-    from packager.enginecheck.check import compare, run_probe
+    from packager.measure.engines import venvs
+    from packager.measure.engines.check import compare, run_probe
 
     default = Path(report["bundles"]["default (newest)"]["path"])
     reference = run_probe(Path(sys.executable), default, None)

@@ -12,7 +12,7 @@ import subprocess
 
 from common import WORK, best_of, bundle_06b, read_all
 
-from packager.hashing import xxh3_128_file
+from packager.infra.hashing import xxh3_128_file
 
 
 def sha256_all(folder) -> None:  # type: ignore[no-untyped-def]

@@ -32,9 +32,9 @@ import psutil
 from common import REPO, WORK
 
 sys.path.insert(0, str(REPO))
-from packager import spec as spec_module  # noqa: E402
-from packager.card import render  # noqa: E402
-from packager.checksum import write_manifest  # noqa: E402
+from packager.spec import model as spec_module  # noqa: E402
+from packager.card.render import render  # noqa: E402
+from packager.bundle.checksum import write_manifest  # noqa: E402
 
 TOKEN = "bench-token"
 PLAIN = """

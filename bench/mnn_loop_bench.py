@@ -28,9 +28,10 @@ from common import WORK
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from packager.convert.pipeline import ConvertRequest, convert  # noqa: E402
-from packager.pair import Options, pair, workload  # noqa: E402
-from packager.pair.acceptance import MAX_D  # noqa: E402
-from packager.pair.child import MNNModel  # noqa: E402
+from packager.measure.pair import Options, pair
+from packager.measure import workload  # noqa: E402
+from packager.measure.pair.acceptance import MAX_D  # noqa: E402
+from packager.runtime.child import MNNModel  # noqa: E402
 from tests.trained import fixture  # noqa: E402
 
 STOP = (151645, 151643)

@@ -32,8 +32,8 @@ from convert_bench import write_8b_shaped, write_shaped
 
 sys.path.insert(0, str(REPO))
 
-from packager.bundle import TARGET  # noqa: E402
-from packager.pair import memory  # noqa: E402
+from packager.bundle.kinds import TARGET  # noqa: E402
+from packager.measure.pair import memory  # noqa: E402
 
 
 def convert(checkpoint: Path, out: Path, *extra: str) -> dict[str, float]:

@@ -28,8 +28,8 @@ sys.path.insert(0, str(REPO / "bench"))
 import psutil  # noqa: E402
 from convert_bench import write_4b_shaped  # noqa: E402
 
-from packager.pair import memory  # noqa: E402
-from packager.pair.models import is_bundle  # noqa: E402
+from packager.measure.pair import memory  # noqa: E402
+from packager.runtime.models import is_bundle  # noqa: E402
 
 PROMPTS = ["Write a short paragraph about the sea.", "What is the capital of France?"]
 

@@ -29,7 +29,7 @@ from common import REPO, WORK, tree_peak
 
 sys.path.insert(0, str(REPO))
 
-from packager.bundle import APP_FILES  # noqa: E402
+from packager.bundle.kinds import APP_FILES  # noqa: E402
 
 
 def app_folder(bundle: Path) -> Path:

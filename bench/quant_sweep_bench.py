@@ -59,7 +59,7 @@ def _sweep_run(fx: object, out: Path, run: int) -> dict:  # type: ignore[type-ar
 
 def _separate(fx: object, out: Path, measure: bool = True) -> dict:  # type: ignore[type-arg]
     from packager.convert.recipe import default_grid
-    from packager.sweep import _flags
+    from packager.measure.sweep import _flags
 
     env = {**os.environ, "PACKAGER_CACHE_DIR": tempfile.mkdtemp(prefix="qsep-cache-")}
     load, each = _uptime(), {}
@@ -93,7 +93,7 @@ import sys, tempfile
 from pathlib import Path
 from packager.convert.pipeline import ConvertRequest, convert_many
 from packager.convert.recipe import default_grid
-from packager.sweep import _flags, _merged
+from packager.measure.sweep import _flags, _merged
 student, adapter, out = map(Path, sys.argv[1:4])
 out.mkdir(parents=True, exist_ok=True)
 with tempfile.TemporaryDirectory(prefix="merged-", dir=out) as temp:
@@ -144,7 +144,7 @@ def main() -> None:
         print(json.dumps(results["conversions"]), flush=True)
     (args.out / "bench.json").write_text(json.dumps(results, indent=2))
     if results["sweeps"]:
-        from packager.sweep.report import text
+        from packager.measure.sweep.report import text
 
         print(text(json.loads(Path(results["sweeps"][0]["json"]).read_text())))
 

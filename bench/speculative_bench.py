@@ -23,9 +23,10 @@ from common import WORK
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from packager.pair import Options, pair, workload  # noqa: E402
-from packager.pair.models import HFModel  # noqa: E402
-from packager.pair.speculative import autoregressive, speculative, timed  # noqa: E402
+from packager.measure.pair import Options, pair
+from packager.measure import workload  # noqa: E402
+from packager.runtime.models import HFModel  # noqa: E402
+from packager.runtime.speculative import autoregressive, speculative, timed  # noqa: E402
 from tests.models import build_deep_target, build_qwen3  # noqa: E402
 
 PROMPTS = ("The capital of France is", "def fibonacci(n):")

@@ -30,10 +30,10 @@ from common import WORK
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from packager.convert.pipeline import ConvertRequest, convert  # noqa: E402
-from packager.pair import workload  # noqa: E402
-from packager.pair.child import MNNModel  # noqa: E402
-from packager.pair.intervals import ratio  # noqa: E402
-from packager.speculate import Request, speculate  # noqa: E402
+from packager.measure import workload  # noqa: E402
+from packager.runtime.child import MNNModel  # noqa: E402
+from packager.measure.intervals import ratio  # noqa: E402
+from packager.measure.speculate import Request, speculate  # noqa: E402
 from tests import trained  # noqa: E402
 from tests.trained_eagle import RECIPE, fixture  # noqa: E402
 

@@ -15,7 +15,7 @@ import sys
 
 from common import WORK, best_of, bundle_06b, read_all
 
-from packager.checksum import write_manifest
+from packager.bundle.checksum import write_manifest
 from packager.validate import validate
 
 

@@ -33,9 +33,9 @@ BASELINE = """
 import sys, time
 from pathlib import Path
 sys.path.insert(0, sys.argv[1])
-from packager.pair import compat, workload
-from packager.pair.models import HFModel
-from packager.pair.speculative import autoregressive
+from packager.measure.pair import compat, workload
+from packager.runtime.models import HFModel
+from packager.runtime.speculative import autoregressive
 source = Path(sys.argv[2])
 model = HFModel(source, dtype="float32")
 template, stop = workload.chat_template(source), tuple(sorted(compat.facts(source).stop))

@@ -22,7 +22,7 @@ from common import WORK
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from packager.convert.pipeline import ConvertRequest, convert  # noqa: E402
-from packager.verify import Thresholds, verify  # noqa: E402
+from packager.measure.verify import Thresholds, verify  # noqa: E402
 from tests.trained import fixture  # noqa: E402
 
 

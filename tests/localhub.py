@@ -15,7 +15,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from packager.checksum import write_manifest
+from packager.bundle.checksum import write_manifest
 
 TESTS = Path(__file__).resolve().parent
 WRITE_TOKEN = "hf_test_write_0123456789abcdefSECRET"

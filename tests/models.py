@@ -139,7 +139,7 @@ def llmexport_raw(checkpoint: Path, out: Path, bits: int = 4, eagle: Path | None
 
 
 def save_eagle_head(head, out: Path, dtype: str = "float32", draft_ids=None) -> Path:  # type: ignore[no-untyped-def]
-    """Write an EagleHead (packager.eagle.reference) as a SpecForge-layout folder: config.json and
+    """Write an EagleHead (packager.convert.eagle.reference) as a SpecForge-layout folder: config.json and
     model.safetensors with its tensors, d2t and (when `draft_ids`, the sorted target ids of the draft
     vocabulary, are given) t2d, a bool mask over the target vocabulary."""
     import torch
@@ -163,7 +163,7 @@ def build_eagle_head(target: Path, out: Path, *, seed: int = 0, draft_vocab: int
     `draft_vocab` random target ids (sorted), d2t mapping them; weights `scale` times torch's default init."""
     import torch
 
-    from packager.eagle.reference import EagleHead, HeadConfig
+    from packager.convert.eagle.reference import EagleHead, HeadConfig
 
     cfg = json.loads((target / "config.json").read_text(encoding="utf-8"))
     torch.manual_seed(seed)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from packager import spec as spec_module
-from packager.card import CardError, human_size, render
+from packager.spec import model as spec_module
+from packager.card.render import CardError, human_size, render
 from packager.convert import provenance
 from packager.convert.pipeline import ConvertResult
 from packager.errors import SpecError
@@ -89,7 +89,7 @@ def test_training_figures_come_from_the_spec(bundle4: ConvertResult, tmp_path: P
 
 
 def test_measurements_come_from_provenance(bundle4: ConvertResult, example: spec_module.ReleaseSpec) -> None:
-    from packager.card import measurements_from_provenance
+    from packager.card.render import measurements_from_provenance
 
     record = provenance.read(bundle4.provenance)
     text = render(bundle4.out, example, measurements=measurements_from_provenance(record)).text

@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from packager import spec as spec_module
-from packager.card import CardError, human_size, render
-from packager.card_reports import measured_digests
+from packager.spec import model as spec_module
+from packager.card.render import CardError, human_size, render
+from packager.card.measurements import measured_digests
 from packager.convert.pipeline import ConvertResult
 from packager.errors import SpecError
-from packager.pair.costs import Costs, Spread
-from packager.pair.intervals import Interval
-from packager.pair.report import DepthReport, PairReport, as_dict
-from packager.pair.sampling import Sampling
+from packager.measure.pair.costs import Costs, Spread
+from packager.measure.intervals import Interval
+from packager.measure.pair.report import DepthReport, PairReport, as_dict
+from packager.measure.pair.sampling import Sampling
 from tests.conftest import run_cli
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "release.toml"
@@ -105,7 +105,7 @@ def test_usage_links_and_app_render_only_when_given(bundle4: ConvertResult, tmp_
 
 
 def test_download_line_gives_the_app_files_and_the_whole_repo(bundle4: ConvertResult, tmp_path: Path) -> None:
-    from packager.bundle import APP_FILES
+    from packager.bundle.kinds import APP_FILES
 
     app = sum(size for name, size in bundle4.sizes.items() if name in APP_FILES)
     whole = sum(bundle4.sizes.values())
@@ -140,7 +140,7 @@ def test_pair_report_becomes_hub_eval_results(bundle4: ConvertResult, tmp_path: 
 
 
 def _measured(bundle4: ConvertResult, pair: Path | None = None, verify: Path | None = None) -> dict[str, object]:
-    from packager.card import gather_measurements
+    from packager.card.render import gather_measurements
 
     found = gather_measurements(bundle4.out, provenance=bundle4.provenance, pair_report=pair, verify_report=verify)
     assert found is not None

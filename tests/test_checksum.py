@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from packager.checksum import MANIFEST, check_manifest, read_manifest, write_manifest
+from packager.bundle.checksum import MANIFEST, check_manifest, read_manifest, write_manifest
 from packager.convert.pipeline import ConvertResult
-from packager.hashing import xxh3_128_file
+from packager.infra.hashing import xxh3_128_file
 from tests.conftest import run_cli
 
 REPO = Path(__file__).resolve().parents[1]

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from packager.ci import Checked, Report
-from packager.ci.formats import render
-from packager.ci.github import command
+from packager.report import Checked, Report
+from packager.report.formats import render
+from packager.report.github import command
 from packager.convert.pipeline import ConvertResult
-from packager.validate.findings import Finding
+from packager.report.findings import Finding
 from tests.conftest import run_cli
 
 JUNIT_XSD = Path(__file__).parent / "data" / "junit.xsd"

@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from packager.continuation import MAX_BATCH, MAX_BATCH_TOKENS, Spill, batches, continue_all
-from packager.pair import workload
-from packager.pair.models import HFModel
+from packager.measure.continuation import MAX_BATCH, MAX_BATCH_TOKENS, Spill, batches, continue_all
+from packager.measure import workload
+from packager.runtime.models import HFModel
 
 STOP = (151643, 151645)
 
@@ -60,7 +60,7 @@ def test_batched_continuations_are_greedy_in_their_own_rows_which_match_one_prom
 def test_spill_gives_back_every_row_bit_for_bit(dtype: str, tmp_path: Path) -> None:
     import torch
 
-    from packager.continuation import Continued
+    from packager.measure.continuation import Continued
 
     rows = torch.randn(7, 11).to(getattr(torch, dtype))
     spill = Spill(11, tmp_path)
@@ -110,7 +110,7 @@ def test_a_spill_file_cut_short_under_verify_is_one_line_not_garbage_rows(tmp_pa
 
     import torch
 
-    from packager.continuation import Continued
+    from packager.measure.continuation import Continued
     from packager.errors import FileSystemError
 
     spill = Spill(11, tmp_path)

@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 
 from packager import resources
-from packager.bundle import FILES
+from packager.bundle.kinds import FILES
 from packager.convert import provenance
-from packager.convert.launch import WorkerJob, WorkerResult, run_worker
+from packager.convert.fence.launch import WorkerJob, WorkerResult, run_worker
 from packager.convert.pipeline import ConvertRequest, ConvertResult, convert
 from packager.convert.tokenizer import read_header
 from packager.errors import ConversionFailed, OutputExists
-from packager.hashing import xxh3_128_file
-from packager.parity import compare, load_mnn
+from packager.infra.hashing import xxh3_128_file
+from packager.measure.parity import compare, load_mnn
 from tests.conftest import run_cli
 
 PROMPTS = resources.parity_prompts()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from packager.staging import PARTIAL_MARK
+from packager.bundle.staging import PARTIAL_MARK
 from tests.conftest import run_cli, start_cli
 from tests.models import copy_checkpoint
 from tests.test_convert_refusals import assert_refused
@@ -153,8 +153,8 @@ def test_adapter_that_unties_the_embeddings_is_refused_before_work(modules: list
 
 def test_adapter_with_saved_norms_is_merged_into_a_valid_bundle(tiny_checkpoint: Path, tmp_path: Path) -> None:
     from packager import resources
-    from packager.convert.lora import merge
-    from packager.parity import compare
+    from packager.convert.inspect.lora import merge
+    from packager.measure.parity import compare
 
     adapter = _adapter(tiny_checkpoint, tmp_path / "adapter", ["norm"], train=True)
     out = tmp_path / "bundle"
@@ -205,7 +205,7 @@ def test_block_that_does_not_divide_o_proj_is_refused(three_heads: Path, tmp_pat
 
 def test_block_zero_is_per_channel(three_heads: Path, tmp_path: Path) -> None:
     from packager import resources
-    from packager.parity import compare
+    from packager.measure.parity import compare
 
     out = tmp_path / "bundle"
     result = run_cli("convert", str(three_heads), "--out", str(out), "--quant-block", "0", "--quant-bits", "8",
@@ -374,7 +374,7 @@ def test_spec_path_too_long_for_the_bundle_is_a_spec_error(tiny_checkpoint: Path
 def test_a_worker_that_reports_done_but_dies_is_a_failed_conversion(tmp_path: Path) -> None:
     # The worker's last event said "done", then it was killed on its way out: one error line naming the signal,
     # not a KeyError from looking for the failure's message.
-    from packager.convert.launch import _result
+    from packager.convert.fence.launch import _result
     from packager.errors import ConversionFailed
 
     log = tmp_path / "worker.log"

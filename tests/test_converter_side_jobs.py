@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from packager.convert.forked import Forked, Send
-from packager.convert.sandbox import Fence
-from packager.convert.skeleton import FactsTokenizer
+from packager.convert.fence.forked import Forked, Send
+from packager.convert.fence.sandbox import Fence
+from packager.convert.fence.skeleton import FactsTokenizer
 
 
 def _fork(tmp_path: Path, job: Any) -> Forked:
@@ -87,7 +87,7 @@ _HEAP_PROBE = """
 import os, sys
 from pathlib import Path
 from packager import resources
-from packager.convert.checkpoint import inspect_checkpoint
+from packager.convert.inspect.checkpoint import inspect_checkpoint
 from packager.convert.tokenizer import hf_encodings
 
 def rss():

@@ -14,10 +14,10 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from packager.bundle import DRAFT, TARGET, TARGET_EAGLE, kind_of
-from packager.convert.checkpoint import inspect_checkpoint
+from packager.bundle.kinds import DRAFT, TARGET, TARGET_EAGLE, kind_of
+from packager.convert.inspect.checkpoint import inspect_checkpoint
 from packager.convert.pipeline import ConvertRequest, convert
-from packager.eagle.head import aux_layers, inspect_head
+from packager.convert.inspect.eagle_head import aux_layers, inspect_head
 from packager.validate import validate
 from tests.conftest import run_cli
 from tests.models import build_qwen3
@@ -180,8 +180,8 @@ def test_a_draft_bundle_is_still_judged_a_draft(bundle4: Any) -> None:
 
 
 def test_the_card_of_an_eagle_bundle_says_its_kind_its_head_and_its_files(eagle_bundle: Any) -> None:
-    from packager import spec as spec_module
-    from packager.card import gather_measurements, render
+    from packager.spec import model as spec_module
+    from packager.card.render import gather_measurements, render
     from tests.test_card import EXAMPLE
 
     text = render(eagle_bundle.out, spec_module.load(EXAMPLE), measurements=gather_measurements(eagle_bundle.out)).text

@@ -1,4 +1,4 @@
-"""packager.eagle.reference computes what MNN's exported EAGLE-3 head computes: the cache, the aux layers, d2t
+"""packager.convert.eagle.reference computes what MNN's exported EAGLE-3 head computes: the cache, the aux layers, d2t
 and the head folder's checks in torch, then the real llmexport export of an 8-layer Qwen3 with a random head,
 run with MNN.nn, against the reference at llmexport's rope theta (10000)."""
 
@@ -13,7 +13,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from packager.errors import InvalidCheckpointConfig
-from packager.eagle.reference import aux_hidden_states, aux_layers, eagle_decode, greedy, load_head
+from packager.convert.eagle.reference import aux_hidden_states, aux_layers, eagle_decode, greedy, load_head
 from tests.models import build_eagle_head, build_qwen3, llmexport_raw
 
 LLMEXPORT_THETA = 10000.0
@@ -148,7 +148,7 @@ def exported(target8: Path, head_folder: Path, tmp_path_factory: pytest.TempPath
 def test_llmexport_writes_the_eagle_graphs_and_config(exported: Path, head_folder: Path) -> None:
     import json
 
-    from packager.eagle.mnn_head import MNNHead
+    from packager.runtime.eagle_head import MNNHead
 
     config = json.loads((exported / "config.json").read_text(encoding="utf-8"))
     assert config["speculative_type"] == "eagle" and config["hidden_states"] is True
@@ -158,7 +158,7 @@ def test_llmexport_writes_the_eagle_graphs_and_config(exported: Path, head_folde
 @pytest.mark.slow
 def test_the_exported_head_computes_the_reference_at_llmexports_theta(exported: Path, head_folder: Path,
                                                                        target_model) -> None:  # type: ignore[no-untyped-def]
-    from packager.eagle.mnn_head import MNNHead
+    from packager.runtime.eagle_head import MNNHead
 
     mnn = MNNHead(exported)
     ids = [151644, 872, 198] + list(range(5000, 5061))
@@ -184,7 +184,7 @@ def test_the_exported_head_follows_the_engines_draft_tree_mask_and_positions(exp
     """A deeper draft step as the engine runs it with eagle_topk 2: two sibling nodes, each its own out_hidden with
     a drafted token, both one position further, each attending over the prefill and itself only. (MNN from Python
     keeps no KV cache between calls, so the step goes in one call with the prefill, under the tree's mask.)"""
-    from packager.eagle.mnn_head import LOWEST, MNNHead, causal_mask
+    from packager.runtime.eagle_head import LOWEST, MNNHead, causal_mask
 
     mnn = MNNHead(exported)
     head = load_head(head_folder, theta=LLMEXPORT_THETA)
@@ -217,8 +217,8 @@ def test_the_heads_activations_are_transformers_own() -> None:
     import torch
     from transformers.activations import ACT2FN
 
-    from packager.eagle.head import ACTIVATIONS
-    from packager.eagle.reference import _ACTIVATIONS
+    from packager.convert.inspect.eagle_head import ACTIVATIONS
+    from packager.convert.eagle.reference import _ACTIVATIONS
 
     x = torch.linspace(-8, 8, 20001)
     for name in ACTIVATIONS:  # every activation a head may name is computed as transformers computes it

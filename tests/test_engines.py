@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from packager.bundle import FILES
-from packager.convert import graphcache, stream
+from packager.bundle.kinds import FILES
+from packager.convert.stream import graphcache, run as stream
 from packager.convert.pipeline import ConvertRequest, ConvertResult, convert
-from packager.engine import NEWEST, OLDEST, UnservedEngine, format_version, target
-from packager.enginecheck import venvs
-from packager.enginecheck.check import check, compare, run_probe
+from packager.bundle.engine import NEWEST, OLDEST, UnservedEngine, format_version, target
+from packager.measure.engines import venvs
+from packager.measure.engines.check import check, compare, run_probe
 from packager.errors import InvalidOption
 from packager.validate import validate
 from tests.conftest import run_cli
@@ -117,7 +117,7 @@ def test_newest_spelled_out_gives_the_default_bytes(bundle4: ConvertResult, tiny
                                                    tmp_path: Path) -> None:
     spec = tmp_path / "release.toml"
     spec.write_text('[convert]\nengine = "newest"\n', encoding="utf-8")
-    from packager import spec as spec_module
+    from packager.spec import model as spec_module
 
     result = convert(ConvertRequest(checkpoint=tiny_checkpoint, out=tmp_path / "b",
                                     spec=spec_module.load(spec)))
@@ -129,7 +129,7 @@ def test_newest_spelled_out_gives_the_default_bytes(bundle4: ConvertResult, tiny
 
 
 def test_the_option_is_part_of_the_graph_cache_key(tiny_checkpoint: Path, oldest: ConvertResult) -> None:
-    from packager.convert.checkpoint import inspect_checkpoint
+    from packager.convert.inspect.checkpoint import inspect_checkpoint
 
     info = inspect_checkpoint(tiny_checkpoint)
     default = stream._key_fields(info, 4, 128, "bfloat16", (), ("x",))

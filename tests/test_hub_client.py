@@ -66,7 +66,7 @@ def test_translate_never_leaks_the_token() -> None:
 
 
 def test_token_is_not_in_reprs(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from packager.localhub.state import HubConfig
+    from packager.hub.local.state import HubConfig
 
     assert "hf_secret_value" not in repr(HUB)
     assert "hf_secret_value" not in repr(HubConfig(root=tmp_path, write_tokens=frozenset({"hf_secret_value"})))

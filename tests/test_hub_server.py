@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from packager.localhub.rules import path_problem
+from packager.hub.local.rules import path_problem
 from tests.localhub import READ_TOKEN, WRITE_TOKEN, LocalHub, online  # noqa: F401 - fixture
 
 LFS_BYTES = b"\x00binary" + bytes(range(256)) * 40

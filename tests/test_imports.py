@@ -6,7 +6,7 @@ import gc
 
 import pytest
 
-from packager.imports import without_collection
+from packager.runtime.imports import without_collection
 
 
 @pytest.mark.parametrize("enabled", [True, False])

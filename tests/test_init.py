@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from packager import spec as spec_module
-from packager.init.facts import say_parameters
+from packager.spec import model as spec_module
+from packager.release.init.facts import say_parameters
 from tests.conftest import run_cli
 
 WRITTEN = ("release.toml", "Makefile", ".pre-commit-config.yaml", ".github/workflows/release.yml", ".gitlab-ci.yml",
@@ -171,7 +171,7 @@ def test_convert_takes_the_checkpoint_from_the_spec_when_none_is_given(tmp_path:
 def test_a_file_that_appears_while_writing_is_kept_and_the_rest_undone(tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     from packager.errors import InitFileExists
-    from packager.init import scaffold
+    from packager.release.init import scaffold
 
     folder = tmp_path / "r"
     real_publish = scaffold._publish
@@ -241,7 +241,7 @@ def test_the_ci_files_install_packager_only_from_an_exact_source(source: str | N
 
 def test_packager_installed_from_git_pins_ci_and_hooks_to_that_commit(tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    from packager.init import scaffold
+    from packager.release.init import scaffold
 
     commit = "fe" * 20
     monkeypatch.setattr(scaffold, "installed_from", lambda: ("https://example.invalid/team/packager", commit))

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from packager import spec as spec_module
-from packager.bundle import FILES, LOOKUP, TARGET, release_names
+from packager.spec import model as spec_module
+from packager.bundle.kinds import FILES, LOOKUP, TARGET, release_names
 from packager.convert.pipeline import ConvertRequest, ConvertResult, convert, lookahead_plan
-from packager.lookahead import MAX_CORPUS, SETTINGS, read_corpus
+from packager.bundle.lookahead import MAX_CORPUS, SETTINGS, read_corpus
 from packager.validate import validate
 from tests.conftest import run_cli
 from tests.models import build_qwen3
@@ -120,7 +120,7 @@ def test_a_draft_with_a_corpus_writes_mnn_s_defaults_and_ships_the_corpus(draft:
 
 
 def test_provenance_records_the_settings_and_the_corpus_digest(draft: dict[str, Any], corpus: Path) -> None:
-    from packager.hashing import xxh3_128_file
+    from packager.infra.hashing import xxh3_128_file
 
     record = json.loads(Path(draft["summary"]["provenance"]).read_text())
     assert record["lookahead"]["settings"]["ngram_match_maxlen"] == 4
@@ -335,9 +335,9 @@ def test_validate_checks_the_lookahead_keys_against_the_schema(draft: dict[str, 
 # --- checksum, sign, card, upload and pull carry the corpus -----------------------------------------------------------
 
 def test_checksum_sign_card_upload_and_pull_carry_the_corpus(draft: dict[str, Any], tmp_path: Path, keys: Keys) -> None:
-    from packager.card import render
-    from packager.checksum import read_manifest, write_manifest
-    from packager.signing import sign
+    from packager.card.render import render
+    from packager.bundle.checksum import read_manifest, write_manifest
+    from packager.trust.sign import sign
     from tests.localhub import LocalHub, upload
     from tests.test_card import EXAMPLE
 
@@ -366,7 +366,7 @@ def test_checksum_sign_card_upload_and_pull_carry_the_corpus(draft: dict[str, An
 def test_the_card_of_a_target_says_lookahead_and_a_draft_without_a_corpus_says_so(target: ConvertResult,
                                                                                  sharp_tied: Path,
                                                                                  tmp_path: Path) -> None:
-    from packager.card import render
+    from packager.card.render import render
     from tests.test_card import EXAMPLE
 
     text = render(target.out, spec_module.load(EXAMPLE)).text

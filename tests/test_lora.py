@@ -8,10 +8,10 @@ import pytest
 
 from packager import resources
 from packager.convert import provenance
-from packager.convert.checkpoint import inspect_checkpoint
-from packager.convert.lora import inspect_adapter, merge
+from packager.convert.inspect.checkpoint import inspect_checkpoint
+from packager.convert.inspect.lora import inspect_adapter, merge
 from packager.convert.pipeline import ConvertResult
-from packager.parity import compare
+from packager.measure.parity import compare
 
 
 @pytest.fixture(scope="module")

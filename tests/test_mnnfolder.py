@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from packager import mnnfolder
-from packager.pair import compat
+from packager.bundle import folder as mnnfolder
+from packager.measure import compat
 
 HIDDEN, VOCAB = 1024, 151936
 

@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from packager.bundle import APP_FILES
+from packager.bundle.kinds import APP_FILES
 from packager.convert.pipeline import ConvertResult
-from packager.pair import Options, acceptance, compat, pair, runs_for, workload
-from packager.pair.models import HFModel, MNNModel
-from packager.pair.speculative import autoregressive, speculative
+from packager.measure.pair import Options, acceptance, pair, runs_for
+from packager.measure import compat, workload
+from packager.runtime.models import HFModel, MNNModel
+from packager.runtime.speculative import autoregressive, speculative
 from tests.conftest import run_cli
 from tests.models import build_deep_target, build_qwen3, copy_checkpoint, llmexport_raw
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from packager.bundle import APP_FILES
-from packager.checksum import write_manifest
+from packager.bundle.kinds import APP_FILES
+from packager.bundle.checksum import write_manifest
 from tests.localhub import WRITE_TOKEN, LocalHub, hub, online, ready  # noqa: F401 - fixtures
 from tests.localhub import upload as _upload
 from tests.signkeys import Keys, keys  # noqa: F401 - fixture

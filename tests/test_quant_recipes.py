@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from packager.card import CardError, gather_measurements, render
-from packager.bundle import FILES
+from packager.card.render import CardError, gather_measurements, render
+from packager.bundle.kinds import FILES
 from packager.convert.pipeline import ConvertRequest, ConvertResult, convert, convert_many
 from packager.convert.recipe import QuantRecipe
-from packager.spec import from_dict
-from packager.sweep import SweepRequest, sweep
-from packager.sweep.report import as_dict
+from packager.spec.model import from_dict
+from packager.measure.sweep import SweepRequest, sweep
+from packager.measure.sweep.report import as_dict
 from packager.validate import validate
-from packager.validate.graph import read as read_graph
+from packager.bundle.graph import read as read_graph
 from tests.conftest import run_cli
 from tests.test_validate import mutate
 from tests.trained import Fixture, fixture

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from packager.convert.pipeline import ConvertResult
-from packager.hashing import xxh3_128_file
+from packager.infra.hashing import xxh3_128_file
 from tests.conftest import run_cli
 from tests.localhub import LocalHub, hub, ready  # noqa: F401 - fixtures
 from tests.signkeys import Keys, keys  # noqa: F401 - fixture

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from packager.checksum import write_manifest
+from packager.bundle.checksum import write_manifest
 from tests.localhub import WRITE_TOKEN, LocalHub, hub, online, ready  # noqa: F401 - fixtures
 from tests.localhub import history as _history
 from tests.signkeys import Keys, keys  # noqa: F401 - fixture
@@ -148,7 +148,7 @@ def test_the_card_of_a_keyless_release_names_the_identity_and_its_commands(ready
 
 
 def test_the_card_command_states_the_spec_s_signing_key(ready: Path, keys: Keys, tmp_path: Path) -> None:
-    from packager.signing import key_id
+    from packager.trust.sign import key_id
 
     spec = spec_signed_with(tmp_path, keys.private)
     result = subprocess.run([sys.executable, "-m", "packager.cli", "card", str(ready), "--spec", str(spec)],
@@ -209,9 +209,9 @@ def test_a_changed_signed_rerelease_is_signed_anew_and_verifies_on_the_hub(hub: 
 
 def test_the_post_upload_check_reads_the_hub_s_small_files_back(hub: LocalHub, ready: Path, keys: Keys,
                                                                  tmp_path: Path, online: None) -> None:
-    from packager import spec as spec_module
-    from packager.release_signing import plan, verify_uploaded
-    from packager.signature import ContentMismatch
+    from packager.spec import model as spec_module
+    from packager.release.signing import plan, verify_uploaded
+    from packager.trust.signature import ContentMismatch
 
     spec = spec_signed_with(tmp_path, keys.private)
     result = release(hub, spec, ready)

@@ -12,7 +12,7 @@ def _fenced(code: str, root: Path) -> subprocess.CompletedProcess[str]:
     # The audit hook cannot be removed, so each check runs in its own interpreter.
     script = textwrap.dedent(f"""
         from pathlib import Path
-        from packager.convert.sandbox import Fence
+        from packager.convert.fence.sandbox import Fence
         fence = Fence(Path({str(root)!r}))
         fence.install()
         def refused(action):

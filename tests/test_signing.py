@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from packager.checksum import read_manifest
-from packager.signing import PASSPHRASE_ENV, RELEASE_SET
+from packager.bundle.checksum import read_manifest
+from packager.trust.sign import PASSPHRASE_ENV, RELEASE_SET
 from tests.conftest import run_cli
 from tests.localhub import ready  # noqa: F401 - fixture
 from tests.signkeys import PASSPHRASE, Keys, forge_signature, keys  # noqa: F401 - fixture

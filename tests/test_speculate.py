@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from packager.convert.pipeline import ConvertResult
-from packager.speculate import Request, speculate
+from packager.measure.speculate import Request, speculate
 from tests.conftest import run_cli, start_cli
 
 PROMPTS = ("What is Python?", "Write a haiku about rain.", "List three colors.")

@@ -8,9 +8,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from packager.speculate import SpeculationNotLossless, refuse_if_lossy
-from packager.speculate.steps import StepsUnreadable, eagle_steps, first_divergence, lookahead_steps
-from packager.speculate.summary import summarize
+from packager.measure.speculate import SpeculationNotLossless, refuse_if_lossy
+from packager.measure.speculate.steps import StepsUnreadable, eagle_steps, first_divergence, lookahead_steps
+from packager.measure.speculate.summary import summarize
 
 TEXT = {1: "a", 2: "b", 3: "c", 4: "ab", 5: "", 9: "<stop>"}
 

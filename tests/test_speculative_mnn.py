@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from packager.convert.pipeline import ConvertResult
-from packager.pair.child import MNNModel
-from packager.pair.models import HFModel
-from packager.pair.speculative import autoregressive, speculative
+from packager.runtime.child import MNNModel
+from packager.runtime.models import HFModel
+from packager.runtime.speculative import autoregressive, speculative
 
 PROMPTS = ("The capital of France is", "def fibonacci(n):\n", "Q: Why is the sky blue?\nA:")
 STOP = (151645, 151643)

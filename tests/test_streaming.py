@@ -13,10 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from packager.bundle import FILES
-from packager.convert import graphcache, layout, weightwriter
+from packager.bundle.kinds import FILES
+from packager.convert.stream import graphcache, layout, weightwriter
 from packager.convert.pipeline import ConvertRequest, ConvertResult, convert
-from packager.convert.quant import QuantSpec, quantize
+from packager.convert.stream.quant import QuantSpec, quantize
 from tests.conftest import run_cli
 from tests.models import build_lora, build_qwen3
 
@@ -345,7 +345,7 @@ def test_a_graph_build_that_fails_stops_the_weight_writers_and_its_error_stands(
 
 
 def _weight_tasks(checkpoint: Path) -> tuple[list[weightwriter.Task], int]:
-    from packager.convert.checkpoint import inspect_checkpoint
+    from packager.convert.inspect.checkpoint import inspect_checkpoint
 
     info = inspect_checkpoint(checkpoint)
     s = info.shape
@@ -383,7 +383,7 @@ def test_stopped_weight_writers_start_no_further_task(tiny_checkpoint: Path, tmp
 _KILLED_WRITER = """
 import multiprocessing, os, signal, sys, threading
 from pathlib import Path
-from packager.convert.quant import QuantSpec
+from packager.convert.stream.quant import QuantSpec
 from packager.convert import weightwriter
 from tests.test_streaming import _weight_tasks
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from packager.convert.pipeline import ConvertResult
-from packager.pair import Options, pair, targetcache
+from packager.measure.pair import Options, pair, targetcache
 from tests.conftest import run_cli
 
 PROMPTS = ("The capital of France is", "def fibonacci(n):", "Q: What is the boiling point of water?\nA:")
@@ -105,7 +105,7 @@ def test_cache_ls_and_clear_cover_the_target_cache_and_nothing_else(bundle4: Con
 
 def test_quant_sweep_measures_against_the_target_runs_pair_cached(bundle4: ConvertResult, tiny_checkpoint: Path,
                                                                    target: Path, own_cache: Path) -> None:
-    from packager.sweep.measure import measure
+    from packager.measure.sweep.measure import measure
 
     first = pair(bundle4.out, target, PROMPTS, Options(repeats=1))  # pair's default settings, as the sweep's
     quality = measure({"b4": bundle4.out}, tiny_checkpoint, target, prompts=PROMPTS)["b4"]

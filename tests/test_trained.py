@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from packager.convert.pipeline import ConvertRequest, ConvertResult, convert
-from packager.pair import acceptance
-from packager.pair.child import MNNModel
-from packager.pair.speculative import speculative
-from packager.verify import verify
+from packager.measure.pair import acceptance
+from packager.runtime.child import MNNModel
+from packager.runtime.speculative import speculative
+from packager.measure.verify import verify
 from tests.conftest import run_cli
 from tests.trained import RECIPES, Fixture, build_corpus, fixture, held_out_accuracy
 
@@ -97,7 +97,7 @@ def test_mnn_speculative_loop_on_trained_bundles_emits_the_targets_greedy_tokens
     # by up to ~0.4 nats (measured), so at a near-tie the loop keeps the verification's choice where the
     # one-token-at-a-time baseline keeps the other. Lossless therefore means: every emitted token is the
     # target's argmax given the tokens before it (one full pass over the output), up to such near-ties.
-    from packager.pair import workload
+    from packager.measure import workload
 
     draft, target = MNNModel(draft4.out), MNNModel(teacher4.out)
     template = workload.chat_template(trained.teacher)

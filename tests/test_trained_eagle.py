@@ -2,7 +2,7 @@
 hidden states and greedy continuations): the head is a SpecForge-layout head packager accepts (and refuses with a
 shallow target), and in its target+eagle bundle MNN's own eagle generation emits exactly the target's greedy
 tokens (plain decoding's, up to its near-ties), accepts measurably more than one token per step, and agrees with
-the torch reference (packager.eagle.reference). Nothing here is timed."""
+the torch reference (packager.convert.eagle.reference). Nothing here is timed."""
 
 from __future__ import annotations
 
@@ -18,10 +18,10 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from packager.convert.checkpoint import inspect_checkpoint
-from packager.bundle import TARGET_EAGLE
+from packager.convert.inspect.checkpoint import inspect_checkpoint
+from packager.bundle.kinds import TARGET_EAGLE
 from packager.convert.pipeline import ConvertRequest, ConvertResult, convert
-from packager.eagle.head import expected_shapes, inspect_head
+from packager.convert.inspect.eagle_head import expected_shapes, inspect_head
 from packager.errors import TargetTooShallow
 from tests.models import build_qwen3, qwen3_tokenizer_dir
 from tests.trained import EOT, IM_END, VOCAB, _render_chat, build_corpus
@@ -137,7 +137,7 @@ def _first_difference(a: list[int], b: list[int]) -> int | None:
 @pytest.fixture(scope="module")
 def prefill(bundle: ConvertResult):  # type: ignore[no-untyped-def]
     """The target's logits at every position in one MNN forward pass (the bundle's own precision)."""
-    from packager.pair.mnn_runtime import MNNRuntime
+    from packager.runtime.mnn import MNNRuntime
 
     runtime = MNNRuntime(bundle.out, precision="low", threads=1)
     return lambda run: runtime.logits_all(run.prompt + run.text())[len(run.prompt) - 1:-1]
@@ -174,9 +174,9 @@ def test_mnn_eagle_accepts_more_than_one_token_per_step(eagle_runs: list[Run]) -
 
 def _replayed_steps(target, head, run: Run, depth: int) -> int:  # type: ignore[no-untyped-def]
     """The verification steps the torch reference takes to emit the engine's tokens: each step drafts a chain
-    from the tokens so far (packager.eagle.reference.draft_chain) and takes the drafts that match the engine's next
+    from the tokens so far (packager.convert.eagle.reference.draft_chain) and takes the drafts that match the engine's next
     tokens, plus one."""
-    from packager.eagle.reference import aux_hidden_states, draft_chain
+    from packager.convert.eagle.reference import aux_hidden_states, draft_chain
 
     aux = aux_hidden_states(target, run.prompt + run.tokens)  # causal: row i sees the tokens up to i only
     embed = target.get_input_embeddings()
@@ -205,7 +205,7 @@ def _one_thread() -> Iterator[None]:
 def test_the_torch_reference_agrees_with_mnn(trained_eagle: EagleFixture, eagle_runs: list[Run]) -> None:
     from transformers import AutoModelForCausalLM
 
-    from packager.eagle.reference import load_head
+    from packager.convert.eagle.reference import load_head
 
     target = AutoModelForCausalLM.from_pretrained(trained_eagle.target, dtype=torch.float32).eval()
     head = load_head(trained_eagle.head)
@@ -214,7 +214,7 @@ def test_the_torch_reference_agrees_with_mnn(trained_eagle: EagleFixture, eagle_
 
 
 def _check_the_reference(target, head, eagle_runs: list[Run]) -> None:  # type: ignore[no-untyped-def]
-    from packager.eagle.reference import eagle_decode, greedy
+    from packager.convert.eagle.reference import eagle_decode, greedy
 
     replayed = [_replayed_steps(target, head, run, RECIPE.depth) for run in eagle_runs]
     engine = [run.steps or 0 for run in eagle_runs]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from packager.errors import InputTooLarge, SpecError
-from packager.userfile import SPEC_BYTES, read_bytes, read_text
+from packager.infra.userfile import SPEC_BYTES, read_bytes, read_text
 from tests.conftest import run_cli
 
 # A memory cap far below what an unbounded read of /dev/zero or of a 3 GB sparse file takes, far above what

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from packager import resources
-from packager.checksum import write_manifest
+from packager.bundle.checksum import write_manifest
 from packager.convert.pipeline import ConvertResult
 from packager.validate import validate
 from tests.conftest import run_cli

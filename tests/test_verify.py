@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from packager.convert.pipeline import ConvertResult
-from packager.verify import Thresholds, compare_in_chunks, compare_positions, margins, verify
+from packager.measure.verify import Thresholds, compare_in_chunks, compare_positions, margins, verify
 from tests.conftest import run_cli
 
 
@@ -76,8 +76,8 @@ def test_float32_comparison_equals_the_float64_reference_on_real_logits(bundle4:
     rows and for rows far apart (another prompt's, reversed)."""
     import numpy as np
 
-    from packager.pair.child import MNNModel
-    from packager.pair.models import HFModel
+    from packager.runtime.child import MNNModel
+    from packager.runtime.models import HFModel
 
     source, ours = HFModel(tiny_checkpoint, dtype="stored"), MNNModel(bundle4.out)
     try:
@@ -98,8 +98,8 @@ def test_float32_comparison_equals_the_float64_reference_on_real_logits(bundle4:
 def test_logits_each_gives_every_sequence_its_own_rows_in_order(bundle4: ConvertResult) -> None:
     import numpy as np
 
-    from packager.pair import shared
-    from packager.pair.child import MNNModel
+    from packager.runtime import shared
+    from packager.runtime.child import MNNModel
 
     model = MNNModel(bundle4.out)
     sequences = [[1, 2, 3], [4, 5, 6, 7, 8, 9, 10], [11], [1, 2, 3]]
@@ -127,8 +127,8 @@ def test_large_replies_cross_through_shared_memory_with_the_pipes_bytes(bundle4:
 
     import numpy as np
 
-    from packager.pair import shared
-    from packager.pair.child import MNNModel
+    from packager.runtime import shared
+    from packager.runtime.child import MNNModel
 
     ids = [1, 2, 3, 4, 5, 6, 7, 8, 9]
     model = MNNModel(bundle4.out)
@@ -152,7 +152,7 @@ def test_a_shared_write_that_fails_leaves_the_array_to_the_pipe(tmp_path: Path) 
 
     import numpy as np
 
-    from packager.pair import shared
+    from packager.runtime import shared
 
     array = np.arange(shared.THRESHOLD, dtype=np.float32).reshape(4, -1)
     (tmp_path / "f").write_bytes(b"")
@@ -197,7 +197,7 @@ def test_replies_alternate_between_two_files_so_a_borrowed_array_outlives_the_ne
 
     import numpy as np
 
-    from packager.pair import shared
+    from packager.runtime import shared
 
     fds = shared.create()
     assert fds is not None
@@ -221,7 +221,7 @@ def test_a_runtime_killed_with_a_request_in_flight_is_named(bundle4: ConvertResu
     import os
 
     from packager.errors import RuntimeCrashed
-    from packager.pair.child import MNNModel
+    from packager.runtime.child import MNNModel
 
     model = MNNModel(bundle4.out)
     model.submit("logits_all", [1, 2, 3])
@@ -249,7 +249,7 @@ def test_runtime_crash_on_zeroed_weights_is_one_line_and_exit_27(bundle4: Conver
 
 def test_runtime_crash_is_runtime_crashed_in_the_library_too(bundle4: ConvertResult, tmp_path: Path) -> None:
     from packager.errors import RuntimeCrashed
-    from packager.pair.child import MNNModel
+    from packager.runtime.child import MNNModel
 
     bundle = _zeroed_copy(bundle4.out, tmp_path / "zeroed")
     try:
@@ -261,8 +261,8 @@ def test_runtime_crash_is_runtime_crashed_in_the_library_too(bundle4: ConvertRes
 
 
 def test_runtime_child_serves_the_same_logits_as_the_runtime_in_process(bundle4: ConvertResult) -> None:
-    from packager.pair.child import MNNModel
-    from packager.pair.mnn_runtime import MNNRuntime
+    from packager.runtime.child import MNNModel
+    from packager.runtime.mnn import MNNRuntime
 
     child, here = MNNModel(bundle4.out), MNNRuntime(bundle4.out)
     ids = here.encode("The capital of France is")
@@ -312,7 +312,7 @@ def test_a_killed_runtime_child_is_named_by_its_signal(bundle4: ConvertResult, s
     import os
 
     from packager.errors import RuntimeCrashed
-    from packager.pair.child import MNNModel
+    from packager.runtime.child import MNNModel
 
     model = MNNModel(bundle4.out)
     os.kill(model._process.pid, signal_number)  # what the OOM killer or an abort inside MNN does
@@ -325,9 +325,9 @@ def test_a_small_bundle_is_loaded_once_a_larger_one_is_never_resident_beside_the
         bundle4: ConvertResult, tiny_checkpoint: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A small bundle's runtime from the preflight serves the comparison too (no second load); a larger one's is
     closed before the source is loaded and loaded again after the source is freed. The figures are the same."""
-    import packager.verify as verify_module
-    from packager.pair import models
-    from packager.pair.child import MNNModel
+    import packager.measure.verify as verify_module
+    from packager.runtime import models
+    from packager.runtime.child import MNNModel
 
     assert verify_module._small(bundle4.out, 151936)  # the tiny test bundle is one of the small ones
     made: list[MNNModel] = []
@@ -360,7 +360,7 @@ def test_a_small_bundle_is_loaded_once_a_larger_one_is_never_resident_beside_the
 
 def test_small_is_the_weight_file_against_the_lm_head_at_a_byte_a_weight(bundle4: ConvertResult,
                                                                           tmp_path: Path) -> None:
-    from packager.verify import _small
+    from packager.measure.verify import _small
 
     weights = (bundle4.out / "llm.mnn.weight").stat().st_size
     hidden = json.loads((bundle4.out / "llm_config.json").read_text())["hidden_size"]
@@ -374,8 +374,8 @@ def test_small_is_the_weight_file_against_the_lm_head_at_a_byte_a_weight(bundle4
 
 def test_an_interrupt_during_the_imports_closes_the_runtime_the_preflight_kept(
         bundle4: ConvertResult, tiny_checkpoint: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import packager.verify as verify_module
-    from packager.pair.child import MNNModel
+    import packager.measure.verify as verify_module
+    from packager.runtime.child import MNNModel
 
     made: list[MNNModel] = []
     original_init = MNNModel.__init__

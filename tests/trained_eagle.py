@@ -7,7 +7,7 @@ layers learn far slower than 2 (measured: loss 4.1 after the 500 steps that brin
 is grown: a 2-layer core of the small teacher's shape and recipe becomes layers 0 and 4 of 8 whose other six start
 as identities (attention and MLP outputs zero), and the whole trains on. No small fixture is built first.
 
-The head computes what packager.eagle.reference says MNN 3.6.1 computes: at position p, fc(aux_p) and the
+The head computes what packager.convert.eagle.reference says MNN 3.6.1 computes: at position p, fc(aux_p) and the
 embedding of token p+1; it is taught the target's argmax at p+1 (what the engine verifies it against) over the
 draft vocabulary (the ids the corpus uses). Its deeper draft steps train as EAGLE-3's training-time test: step k
 at p takes step k-1's out_hidden and the token the target would have put at p+k, one position further, and
@@ -116,7 +116,7 @@ def _target_states(target, stream: list[int], length: int):  # type: ignore[no-u
     N-3, concatenated) and its argmax at every position."""
     import torch
 
-    from packager.eagle.reference import aux_layers
+    from packager.convert.eagle.reference import aux_layers
 
     ids = torch.tensor(stream[:len(stream) // length * length]).view(-1, length)
     layers, aux, argmax = aux_layers(target.config.num_hidden_layers), [], []
@@ -132,7 +132,7 @@ def _new_head(target, vocab: Vocab, recipe: EagleRecipe):  # type: ignore[no-unt
     lm_head starts from the target's (restricted to the draft vocabulary), as EAGLE heads commonly do."""
     import torch
 
-    from packager.eagle.reference import EagleHead, HeadConfig
+    from packager.convert.eagle.reference import EagleHead, HeadConfig
 
     c = target.config
     config = HeadConfig(hidden_size=c.hidden_size, target_hidden_size=c.hidden_size, vocab_size=VOCAB,
@@ -207,7 +207,7 @@ def _train_head(head, target, data, recipe: EagleRecipe, log: Log) -> list[float
 
 def _torch_acceptance(target, head, vocab: Vocab, corpus: trained.Corpus, depth: int) -> float:  # type: ignore[no-untyped-def]
     """Mean tokens per verification step of the reference EAGLE decoding over the chat prompts (local ids)."""
-    from packager.eagle.reference import eagle_decode
+    from packager.convert.eagle.reference import eagle_decode
 
     stops = tuple(vocab.to_local([IM_END, EOT]))
     runs = [eagle_decode(target, head, vocab.to_local(p), 48, depth, stops).accepted for p in corpus.chat_prompts]

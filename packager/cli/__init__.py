@@ -119,7 +119,7 @@ class StderrProgress:
 
 
 def version_text() -> str:
-    from ..versions import installed
+    from ..infra.versions import installed
 
     return "\n".join([f"packager {__version__}", *(f"{name} {version}" for name, version in installed().items())])
 
@@ -152,7 +152,7 @@ def _emit(data: dict[str, Any], as_json: bool, text: Callable[[dict[str, Any]], 
 
 
 def format_option(command: Any) -> Any:
-    from ..ci import FORMATS
+    from ..report import FORMATS
 
     return click.option("--format", "fmt", type=click.Choice(FORMATS), help=(
         "text for people, json for scripts, github for GitHub Actions annotations (workflow commands), junit for "
@@ -166,7 +166,7 @@ def chosen_format(fmt: str | None, as_json: bool) -> str:
 
 
 def emit_report(report: Any, fmt: str) -> None:
-    from ..ci.formats import render
+    from ..report.formats import render
 
     click.echo(render(report, fmt))
 

@@ -78,7 +78,7 @@ def convert(checkpoint: Path, out: Path, lora: Path | None, spec_path: Path | No
 
     Example: packager convert ./qwen3-8b --kind target --lookahead=corpus.txt --out ./bundle-lookahead
     """
-    from .. import spec as spec_module
+    from ..spec import model as spec_module
     from ..convert.pipeline import ConvertRequest
     from ..convert.pipeline import convert as run_convert
 
@@ -175,7 +175,7 @@ def validate(ctx: click.Context, bundles: tuple[Path, ...], from_files: bool, fm
 
     Example: packager validate --files --format github dist/draft/config.json dist/draft/llm.mnn
     """
-    from ..ci.checks import check_bundles
+    from ..validate.checks import check_bundles
 
     report = check_bundles(bundles, from_files=from_files, strict=strict)
     emit_report(report, chosen_format(fmt, as_json))
@@ -194,7 +194,7 @@ def checksum(ctx: click.Context, bundle: Path, check: bool) -> None:
 
     Example: packager checksum ./bundle && packager checksum --check ./bundle
     """
-    from ..checksum import check_manifest, write_manifest
+    from ..bundle.checksum import check_manifest, write_manifest
 
     if not check:
         manifest = write_manifest(bundle)
@@ -235,10 +235,10 @@ def card(bundle: Path, spec_path: Path, output: Path | None, template: Path | No
 
     Example: packager card ./bundle-eagle --spec release.toml --speculate eagle.json --speculate lookahead.json
     """
-    from .. import spec as spec_module
-    from ..card import gather_measurements, render
-    from ..release_signing import plan, with_card_facts
-    from ..staging import write_atomic
+    from ..spec import model as spec_module
+    from ..card.render import gather_measurements, render
+    from ..release.signing import plan, with_card_facts
+    from ..bundle.staging import write_atomic
 
     spec = spec_module.load(spec_path)
     measurements = gather_measurements(bundle, provenance=provenance, verify_report=verify_report,

@@ -30,8 +30,8 @@ def cache_ls(as_json: bool) -> None:
 
     Example: packager cache ls --json
     """
-    from ..convert import graphcache
-    from ..pair import targetcache
+    from ..convert.stream import graphcache
+    from ..measure.pair import targetcache
 
     graphs, targets = graphcache.entries(), targetcache.entries()
     if as_json:
@@ -57,8 +57,8 @@ def cache_clear() -> None:
 
     Example: packager cache clear
     """
-    from ..convert import graphcache
-    from ..pair import targetcache
+    from ..convert.stream import graphcache
+    from ..measure.pair import targetcache
 
     click.echo(f"removed {graphcache.clear()} entries from {graphcache.root()}")
     click.echo(f"removed {targetcache.clear()} entries from {targetcache.root()}")

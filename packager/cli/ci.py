@@ -25,7 +25,7 @@ def check_spec(ctx: click.Context, specs: tuple[Path, ...], fmt: str | None, as_
 
     Example: packager check-spec release.toml --format github
     """
-    from ..ci.checks import check_specs
+    from ..validate.checks import check_specs
 
     if not specs and not DEFAULT_SPEC.is_file():
         raise SpecError("there is no release.toml here", "name the release specs to check")
@@ -60,8 +60,8 @@ def init(folder: Path, checkpoint: Path | None, adapter: Path | None, repo_id: s
 
     Example: packager init ./my-draft-release --from ./qwen3-draft --lora ./adapter --repo-id me/qwen3-draft-mnn
     """
-    from ..init.scaffold import InitRequest
-    from ..init.scaffold import init as run_init
+    from ..release.init.scaffold import InitRequest
+    from ..release.init.scaffold import init as run_init
 
     if adapter is not None and checkpoint is None:
         raise click.UsageError("--lora needs --from (the checkpoint the adapter was trained on)")

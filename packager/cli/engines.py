@@ -42,8 +42,8 @@ def engines_check(ctx: click.Context, bundle: Path, versions: str | None, record
 
     Example: packager engines check ./bundle --versions 3.4.1,3.6.1 --record
     """
-    from ..enginecheck.check import check, requested_versions
-    from ..enginecheck.record import store
+    from ..measure.engines.check import check, requested_versions
+    from ..measure.engines.record import store
 
     report = check(bundle, requested_versions(versions), report=StderrProgress(quiet))
     data = report.as_dict()
@@ -78,7 +78,7 @@ def engines_ls(as_json: bool) -> None:
 
     Example: packager engines ls
     """
-    from ..enginecheck import venvs
+    from ..measure.engines import venvs
 
     found = [{"version": e.version, "path": str(e.path)} for e in venvs.installed()]
     if as_json:

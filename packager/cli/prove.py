@@ -37,10 +37,10 @@ def verify(ctx: click.Context, bundle: Path, source: Path, prompts_file: Path | 
 
     Example: packager verify ./bundle --source ./qwen3-draft
     """
-    from .. import spec as spec_module
-    from ..card_reports import measured_digests
-    from ..verify import Thresholds, prompts_from_file
-    from ..verify import verify as run_verify
+    from ..spec import model as spec_module
+    from ..card.measurements import measured_digests
+    from ..measure.verify import Thresholds, prompts_from_file
+    from ..measure.verify import verify as run_verify
 
     thresholds = Thresholds.from_spec(spec_module.load(spec_path).verify if spec_path else None)
     report = run_verify(bundle, source, prompts_from_file(prompts_file) if prompts_file else None, thresholds,
@@ -108,11 +108,11 @@ def pair_command(draft: Path, target: Path, new_tokens: int, prompts_file: Path 
     Example: packager pair ./draft-bundle ./target-4bit --costs phone-costs.json
     """
     from ..errors import InvalidOption
-    from ..pair import Options
-    from ..pair import pair as run_pair
-    from ..pair.report import as_dict, text
-    from ..pair.sampling import Sampling
-    from ..verify import prompts_from_file
+    from ..measure.pair import Options
+    from ..measure.pair import pair as run_pair
+    from ..measure.pair.report import as_dict, text
+    from ..measure.pair.sampling import Sampling
+    from ..measure.verify import prompts_from_file
 
     if temperature is None and (top_k or top_p != 1.0):
         raise InvalidOption("--top-k and --top-p need --temperature", "add --temperature 0.7 (Qwen3's advice)")

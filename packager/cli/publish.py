@@ -108,7 +108,7 @@ def _collection_request(repo_id: str, title: str | None, owner: str | None, note
     the flags they are."""
     from ..errors import InvalidOption
     from ..hub.collection import CollectionRequest
-    from ..spec import problems
+    from ..spec.model import problems
 
     if title is None:
         if owner is not None or note is not None:
@@ -169,7 +169,7 @@ def verify_remote(ctx: click.Context, target: str, endpoint: str | None, timeout
     Example: packager verify-remote me/qwen3-draft-mnn@v3
     """
     from ..hub.check import verify_remote as run_verify
-    from ..signature import ContentMismatch
+    from ..trust.signature import ContentMismatch
 
     repo_id, revision = target_revision(target)
     result = run_verify(repo_id, revision, endpoint=endpoint, token=_token(token_file), timeout=timeout,
@@ -220,10 +220,10 @@ def release(ctx: click.Context, spec_path: Path, bundle: Path | None, out: Path 
 
     Example: packager release release.toml --dry-run --summary dist/release-summary.json
     """
-    from .. import spec as spec_module
+    from ..spec import model as spec_module
     from ..errors import PackagerError
-    from ..release import ReleaseRequest, run
-    from ..release_summary import as_text, summary
+    from ..release.run import ReleaseRequest, run
+    from ..release.summary import as_text, summary
 
     if summary_path is not None:
         _writable(summary_path)  # before any work: a release must not end unable to say what it did
@@ -258,7 +258,7 @@ def _writable(path: Path) -> None:
 
 
 def _write_summary(path: Path, data: dict[str, Any]) -> None:
-    from ..staging import write_atomic
+    from ..bundle.staging import write_atomic
 
     write_atomic(path, (json.dumps(data, indent=2) + "\n").encode("utf-8"))
 
@@ -298,8 +298,8 @@ def hub_serve(root: Path, host: str, port: int, tokens: tuple[str, ...], token_f
     """
     import asyncio
 
-    from ..localhub.server import serve
-    from ..localhub.state import HubConfig
+    from ..hub.local.server import serve
+    from ..hub.local.state import HubConfig
 
     writers = frozenset(tokens) | _tokens_from(token_files)
     if not writers:
@@ -320,7 +320,7 @@ def hub_serve(root: Path, host: str, port: int, tokens: tuple[str, ...], token_f
 
 def _tokens_from(files: tuple[Path, ...]) -> frozenset[str]:
     from ..errors import InvalidOption
-    from ..userfile import TOKEN_BYTES, read_text
+    from ..infra.userfile import TOKEN_BYTES, read_text
 
     lines = (line.strip() for path in files
              for line in read_text(path, TOKEN_BYTES, what="token file", unreadable=InvalidOption).splitlines())

@@ -38,10 +38,10 @@ def speculate(bundle: Path, mode: str | None, prompts_file: Path | None, max_new
 
     Example: packager speculate ./bundle --mode lookahead --prompts prompts.txt --json
     """
-    from ..speculate import Request, refuse_if_lossy
-    from ..speculate import speculate as run_speculate
-    from ..speculate.summary import text
-    from ..verify import prompts_from_file
+    from ..measure.speculate import Request, refuse_if_lossy
+    from ..measure.speculate import speculate as run_speculate
+    from ..measure.speculate.summary import text
+    from ..measure.verify import prompts_from_file
 
     report = run_speculate(Request(bundle=bundle, mode=mode,  # type: ignore[arg-type]
                                    prompts=prompts_from_file(prompts_file) if prompts_file else None,

@@ -37,9 +37,9 @@ def quant_sweep(checkpoint: Path, lora: Path | None, target: Path | None, recipe
 
     Example: packager quant-sweep ./student --lora ./adapter --target ./teacher --json sweep.json
     """
-    from ..sweep import SweepRequest, read_recipes, sweep
-    from ..sweep.report import as_dict, text
-    from ..staging import write_atomic
+    from ..measure.sweep import SweepRequest, read_recipes, sweep
+    from ..measure.sweep.report import as_dict, text
+    from ..bundle.staging import write_atomic
     from ..convert.recipe import default_grid
 
     request = SweepRequest(checkpoint=checkpoint, workdir=workdir, adapter=lora, target=target,

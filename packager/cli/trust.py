@@ -35,8 +35,8 @@ def sign(bundle: Path, key: Path | None, passphrase_file: Path | None, keyless: 
     Example: packager sign ./bundle --key release-key.pem
     """
     from ..errors import FileSystemError, InvalidOption
-    from ..signing import KEY_ENV, read_passphrase, sign as run_sign, sign_keyless
-    from ..userfile import TOKEN_BYTES, read_text
+    from ..trust.sign import KEY_ENV, read_passphrase, sign as run_sign, sign_keyless
+    from ..infra.userfile import TOKEN_BYTES, read_text
 
     if keyless:
         if key is not None:
@@ -65,8 +65,8 @@ def verify_signature(bundle: Path, public_key: Path | None, identity: str | None
 
     Example: packager verify-signature ./bundle --public-key publisher.pub
     """
-    from ..pull import PullRequest, check_request
-    from ..signature import verify_folder
+    from ..hub.pull import PullRequest, check_request
+    from ..trust.signature import verify_folder
 
     trust = _trust(public_key, identity, issuer)
     check_request(PullRequest(repo_id="local/check", dest=bundle, trust=trust, require_signature=True))
@@ -104,7 +104,7 @@ def pull(target: str, dest: Path, which: str, public_key: Path | None, identity:
     import sys
 
     from ..hub.fetch import terminal_bar
-    from ..pull import PullRequest, pull as run_pull
+    from ..hub.pull import PullRequest, pull as run_pull
 
     repo_id, revision = target_revision(target)
     result = run_pull(PullRequest(repo_id=repo_id, dest=dest, revision=revision, files=which,  # type: ignore[arg-type]

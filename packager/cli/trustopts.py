@@ -23,6 +23,6 @@ def trust_options(command: Any) -> Any:
 
 
 def _trust(public_key: Path | None, identity: str | None, issuer: str | None) -> Any:
-    from ..signature import Trust
+    from ..trust.signature import Trust
 
     return Trust(public_key=public_key, identity=identity, issuer=issuer)

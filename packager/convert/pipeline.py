@@ -12,22 +12,24 @@ from pathlib import Path
 from typing import Any
 
 from .. import resources
-from ..bundle import DRAFT, EAGLE_FILES, EMBEDDINGS, KINDS, LOOKUP, TARGET, TARGET_EAGLE, BundleKind
-from ..engine import DEFAULT_TARGET, EngineRequirement, EngineTarget, UnservedEngine, combine, format_version, \
-    graph_requirement, target
+from ..bundle.kinds import DRAFT, EAGLE_FILES, EMBEDDINGS, KINDS, LOOKUP, TARGET, TARGET_EAGLE, BundleKind
+from ..bundle.engine import (DEFAULT_TARGET, EngineRequirement, EngineTarget, UnservedEngine, combine, format_version,
+                             graph_requirement, target)
 from ..errors import ConversionFailed, InvalidOption, SpecError, shorten
-from ..hashing import xxh3_128_file
-from ..lookahead import Lookahead, read_corpus, settings as lookahead_settings
-from ..spec import ReleaseSpec
-from ..staging import Protected, StagedDir, check_target
-from . import presets, provenance, recipe as recipes, stream
-from .layout import LayoutUnknown
-from .weightwriter import StreamingUnsupported
-from ..eagle import faithful
-from ..eagle.head import HeadInfo, inspect_head
-from .checkpoint import CheckpointInfo, inspect_checkpoint
-from .launch import Progress, Runner, WorkerJob, WorkerResult, run_worker
-from .lora import AdapterInfo, inspect_adapter, other_base_warning
+from ..infra.hashing import xxh3_128_file
+from ..bundle.lookahead import Lookahead, read_corpus, settings as lookahead_settings
+from ..spec.model import ReleaseSpec
+from ..bundle.staging import Protected, StagedDir, check_target
+from ..bundle import presets
+from . import provenance, recipe as recipes
+from .stream import run as stream
+from .stream.layout import LayoutUnknown
+from .stream.weightwriter import StreamingUnsupported
+from .eagle import faithful
+from .inspect.eagle_head import HeadInfo, inspect_head
+from .inspect.checkpoint import CheckpointInfo, inspect_checkpoint
+from .fence.launch import Progress, Runner, WorkerJob, WorkerResult, run_worker
+from .inspect.lora import AdapterInfo, inspect_adapter, other_base_warning
 from .recipe import QuantRecipe
 from .reproducible import stamp_graph_uuid, stamp_uuid
 from .tokenizer import MIN_ENGINE, TokenizerChoice, agreement, choose, hf_encodings

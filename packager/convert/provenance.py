@@ -8,13 +8,13 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..engine import DEFAULT_TARGET, EngineRequirement, EngineTarget
-from ..hashing import xxh3_128_file
-from ..spec import ReleaseSpec
-from ..staging import write_atomic
-from .checkpoint import (DERIVABLE_TOKENIZER_FILES, MODEL_FILES, OPTIONAL_TOKENIZER_FILES, TOKENIZER_FILES,
-                         CheckpointInfo)
-from .lora import ADAPTER_FILES, AdapterInfo
+from ..bundle.engine import DEFAULT_TARGET, EngineRequirement, EngineTarget
+from ..infra.hashing import xxh3_128_file
+from ..spec.model import ReleaseSpec
+from ..bundle.staging import write_atomic
+from .inspect.checkpoint import (DERIVABLE_TOKENIZER_FILES, MODEL_FILES, OPTIONAL_TOKENIZER_FILES, TOKENIZER_FILES,
+                                 CheckpointInfo)
+from .inspect.lora import ADAPTER_FILES, AdapterInfo
 from .recipe import QuantRecipe
 from .tokenizer import TokenizerChoice
 

@@ -7,7 +7,7 @@ import uuid
 from pathlib import Path
 
 from ..errors import ConversionFailed
-from ..hashing import xxh3_128_bytes
+from ..infra.hashing import xxh3_128_bytes
 
 _UUID_IN_JSON = re.compile(rb'"mnn_uuid"\s*:\s*"([0-9a-fA-F-]{36})"')
 

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from .. import heap
-from ..engine import Version, parse_version
+from ..infra import heap
+from ..bundle.engine import Version, parse_version
 
 TokenizerFormat = Literal["text", "pipeline"]
 MAGIC = 430

@@ -10,11 +10,10 @@ from typing import Any, Callable
 
 import xxhash
 
-from ..checksum import MANIFEST, SIGNATURE, parse_manifest
+from ..bundle.checksum import MANIFEST, SIGNATURE, parse_manifest
 from ..errors import shorten
-from ..signature import Trust
-from .client import (READING_HINTS, Hub, HubBadTarget, HubError, HubVerificationFailed, connect, translate,
-                     with_retries)
+from ..trust.signature import Trust
+from .client import READING_HINTS, Hub, HubBadTarget, HubError, HubVerificationFailed, connect, translate, with_retries
 from .names import repo_id_problem, revision_problem
 from .remote import KEEP, files_at, manifest_size
 

@@ -117,7 +117,7 @@ def endpoint_url(endpoint: str | None) -> str:
 
 def read_token_file(path: Path) -> str:
     """The token in `path` (its first non-empty line); the token itself never appears in a message."""
-    from ..userfile import TOKEN_BYTES, read_text
+    from ..infra.userfile import TOKEN_BYTES, read_text
 
     shown = f"--token-file {shorten(str(path), 120)}"
     text = read_text(path, TOKEN_BYTES, what="--token-file", unreadable=HubAuthError)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from ..checksum import MANIFEST
+from ..bundle.checksum import MANIFEST
 from .remote import KEEP, RemoteFile
 
 # add: not on the Hub; replace: on the Hub with other content; repair: other content although the Hub's

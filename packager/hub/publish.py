@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any, Callable, Literal
 
 from .. import __version__
-from ..bundle import release_names
-from ..checksum import MANIFEST, SIGNATURE
+from ..bundle.kinds import release_names
+from ..bundle.checksum import MANIFEST, SIGNATURE
 from ..errors import BundleError
 from ..validate import validate
 from .client import (Hub, HubBadTarget, HubConflict, HubError, HubRevisionRefused, HubVerificationFailed,
@@ -80,7 +80,7 @@ def local_files(bundle: Path) -> list[str]:
         step = "packager card" if CARD in missing else "packager checksum" if MANIFEST in missing else "packager convert"
         raise BundleError(f"{bundle} lacks {', '.join(missing)}", f"run {step} first")
     if (bundle / SIGNATURE).is_file():  # model.sig, when signed: part of the one commit, never a stale one
-        from ..signature import check_current
+        from ..trust.signature import check_current
 
         check_current(bundle)
         names.append(SIGNATURE)

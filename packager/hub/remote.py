@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..checksum import MANIFEST, MAX_MANIFEST_BYTES
+from ..bundle.checksum import MANIFEST, MAX_MANIFEST_BYTES
 from ..errors import InputTooLarge
 from .client import Hub, HubBadTarget, HubForbidden, HubNotFound, translate, with_retries
 

@@ -8,9 +8,9 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
-from ..checksum import SIGNATURE
-from ..signature import (MAX_SIGNATURE_BYTES, ContentMismatch, SignatureMalformed, SignatureUntrusted, Signed, Trust,
-                         check_coverage, read_signed)
+from ..bundle.checksum import SIGNATURE
+from ..trust.signature import (MAX_SIGNATURE_BYTES, ContentMismatch, SignatureMalformed, SignatureUntrusted, Signed,
+                               Trust, check_coverage, read_signed)
 from .client import Hub
 from .remote import KEEP, RemoteFile
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-from ..checksum import MANIFEST, ManifestError, check_manifest
+from ..bundle.checksum import MANIFEST, ManifestError, check_manifest
 from ..errors import BundleError, shorten
-from ..bundle import DRAFT, kind_of
-from . import crossfile, graph, speculative, weights
+from ..bundle.kinds import DRAFT, kind_of
+from . import crossfile, speculative, weights
+from ..bundle import graph
 from .documents import JSON_FILES, SCHEMA_FOR, check_schema, load_json
 from .files import check_files, open_folder
-from .findings import Collector, Finding, ValidationReport
+from ..report.findings import Collector, Finding, ValidationReport
 
 __all__ = ["Finding", "ValidationReport", "validate"]
 

@@ -6,13 +6,13 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from ..convert.checkpoint import QWEN3_STOP_IDS
+from ..convert.inspect.checkpoint import QWEN3_STOP_IDS
 from ..convert.tokenizer import MIN_ENGINE, TYPES, HeaderError, TokenizerHeader, read_header
-from ..engine import C4_FUSION, OLDEST, WHY_OLDEST, format_version, parse_version
-from .. import mnnfolder
+from ..bundle.engine import C4_FUSION, OLDEST, WHY_OLDEST, format_version, parse_version
+from ..bundle import folder as mnnfolder
 from ..errors import shorten
-from .findings import Collector, pointer, report_capped
-from .graph import GraphFacts, Linear
+from ..report.findings import Collector, pointer, report_capped
+from ..bundle.graph import GraphFacts, Linear
 
 Docs = dict[str, Any]  # file name -> parsed JSON object, or None when missing/unparsable
 _PATH_DEFAULTS = {"llm_model": "llm.mnn", "llm_weight": "llm.mnn.weight", "tokenizer_file": "tokenizer.txt",

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-from ..bundle import FILES, RELEASE_EXTRAS
+from ..bundle.kinds import FILES, RELEASE_EXTRAS
 
 _NAMES = frozenset(FILES) | frozenset(RELEASE_EXTRAS)
 

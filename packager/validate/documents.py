@@ -8,8 +8,8 @@ from typing import Any
 
 from .. import resources
 from ..errors import MAX_SHOWN, shorten
-from ..userfile import JSON_BYTES as MAX_JSON_BYTES, read_at_most
-from .findings import Collector, pointer, suggest
+from ..infra.userfile import JSON_BYTES as MAX_JSON_BYTES, read_at_most
+from ..report.findings import Collector, pointer, suggest
 
 # File -> schema name. llm.mnn.json is the graph dump: parsed for syntax, checked by the graph checks.
 SCHEMA_FOR = {"config.json": "config", "config_cpu.json": "draft_config", "draft_config_cpu.json": "draft_config",

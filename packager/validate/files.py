@@ -7,9 +7,9 @@ import os
 import stat
 from pathlib import Path
 
-from ..bundle import ALL_NAMES, CARD, DRAFT, MANIFEST, OPTIONAL, RELEASE_EXTRAS, SIGNATURE, BundleKind
+from ..bundle.kinds import ALL_NAMES, CARD, DRAFT, MANIFEST, OPTIONAL, RELEASE_EXTRAS, SIGNATURE, BundleKind
 from ..errors import BundleError, from_os_error, shorten
-from .findings import Collector
+from ..report.findings import Collector
 
 FOLDER = "."  # the file name of findings about the folder as a whole
 SHOWN_EXTRAS = 20

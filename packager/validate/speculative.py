@@ -17,11 +17,11 @@ from typing import Any
 
 import numpy as np
 
-from ..bundle import DRAFT, EAGLE_FILES, LOOKUP, TARGET_EAGLE, BundleKind
-from ..engine import EngineRequirement, parse_version
-from ..lookahead import MAX_CORPUS, MIB, WARN_CORPUS, text_problem
-from .findings import Collector
-from .graph import GraphFacts
+from ..bundle.kinds import DRAFT, EAGLE_FILES, LOOKUP, TARGET_EAGLE, BundleKind
+from ..bundle.engine import EngineRequirement, parse_version
+from ..bundle.lookahead import MAX_CORPUS, MIB, WARN_CORPUS, text_problem
+from ..report.findings import Collector
+from ..bundle.graph import GraphFacts
 
 # The first MNN release that runs each mode (generate.cpp's factory).
 MIN_ENGINE = {"lookahead": "3.2.0", "mtp": "3.2.2", "eagle": "3.2.5", "dflash": "3.6.0"}
@@ -151,7 +151,7 @@ def _check_eagle(bundle: Path, config: dict[str, Any], facts: GraphFacts | None,
 
 def _check_head_graphs(bundle: Path, files: dict[str, str], facts: GraphFacts | None, out: Collector) -> None:
     """Load the head's graphs in MNN and run one position through each (what the engine will do first)."""
-    from ..pair.mnn_runtime import quiet_stdout
+    from ..runtime.mnn import quiet_stdout
 
     hidden = facts.hidden_size if facts is not None else None
     if not hidden:
@@ -161,7 +161,7 @@ def _check_head_graphs(bundle: Path, files: dict[str, str], facts: GraphFacts | 
             import MNN.expr as F
             import MNN.nn as nn
 
-            from ..eagle.mnn_head import EAGLE_INPUTS, EAGLE_OUTPUTS, _const, causal_mask
+            from ..runtime.eagle_head import EAGLE_INPUTS, EAGLE_OUTPUTS, _const, causal_mask
     except ImportError as exc:  # base dependencies only (the pre-commit hook): nothing is known of the head
         missing = (exc.name or "MNN").split(".")[0]
         out.note(files["eagle_model"], "", f"the engine check was skipped: {missing} is not installed here, so the "

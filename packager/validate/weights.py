@@ -15,8 +15,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .findings import Collector, report_capped
-from .graph import GraphFacts, Linear
+from ..report.findings import Collector, report_capped
+from ..bundle.graph import GraphFacts, Linear
 
 WEIGHT = "llm.mnn.weight"
 WINDOW = 512  # bytes per sampled window

@@ -1,0 +1,1 @@
+"""The model card: rendering, measurements, Hub evaluation results."""

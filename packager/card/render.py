@@ -1,0 +1,311 @@
+"""The model card: rendered from the release spec, the bundle's own files and measurements (Jinja2, strict)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..bundle import folder as mnnfolder
+from .. import resources
+from ..bundle.kinds import DRAFT, LOOKUP, BundleKind, kind_of
+from ..convert.inspect.checkpoint import read_json
+from ..bundle.engine import EngineRequirement, format_version, parse_version
+from ..errors import PackagerError
+from .measurements import (check_pairing, check_same_files, measured_files, parity_from_report, read_report,
+                           speculation_from_report)
+from .evalresults import model_index
+from ..infra.hashing import xxh3_128_file
+from ..spec.model import ReleaseSpec
+
+DEFAULT_TEMPLATE = "model_card.md.j2"
+TARGET_TEMPLATE = "target_card.md.j2"  # target and target+eagle bundles
+BASE_TAGS = ("mnn", "speculative-decoding", "draft-model", "qwen3", "on-device")
+
+
+class CardError(PackagerError):
+    exit_code = 24
+    hint = "fix the template or the spec field it names"
+
+
+@dataclass(frozen=True)
+class FileRow:
+    name: str
+    size: int
+    purpose: str
+    xxh3_128: str
+    app_downloads: bool
+
+
+@dataclass(frozen=True)
+class Card:
+    text: str
+    metadata: dict[str, Any]
+
+
+def human_size(size: int) -> str:
+    """Decimal units with three significant digits, as the Hub shows them: 211 B, 504 KB, 1.61 MB."""
+    if size < 1000:
+        return f"{size} B"
+    for unit in ("KB", "MB", "GB", "TB"):
+        size_f = size / 1000
+        if size_f < 1000 or unit == "TB":
+            return f"{size_f:.3g} {unit}" if size_f < 100 else f"{size_f:.0f} {unit}"
+        size = int(size_f)
+    raise AssertionError
+
+
+def spoken_list(items: tuple[str, ...] | list[str]) -> str:
+    """Android; Android and iOS; Android, iOS and ChromeOS."""
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+
+def _files(bundle: Path, kind: BundleKind = DRAFT) -> list[FileRow]:
+    missing = [name for name in kind.files if not (bundle / name).is_file()]
+    if missing:
+        raise CardError(f"{bundle} is missing {', '.join(missing)} (a {kind.name} bundle holds it)",
+                        "the card describes a complete bundle; run packager validate")
+    purposes = kind.all_files()
+    return [FileRow(name=name, size=(bundle / name).stat().st_size, purpose=purposes[name],
+                    xxh3_128=xxh3_128_file(bundle / name), app_downloads=name in kind.app_set(bundle))
+            for name in kind.present(bundle)]
+
+
+def _json(bundle: Path, name: str) -> dict[str, Any]:
+    return read_json(bundle / name, CardError)
+
+
+def metadata(spec: ReleaseSpec, bits: int) -> dict[str, Any]:
+    """Hub front matter: license, base model and its relation, library, pipeline and tags."""
+    release, model = spec.need("release"), spec.need("model")
+    relation = release.base_model_relation or ("finetune" if spec.training else "quantized")
+    tags = list(dict.fromkeys([*BASE_TAGS, f"{bits}-bit", *release.tags]))
+    return {"license": release.license, "base_model": [model.base_model], "base_model_relation": relation,
+            "library_name": "mnn", "pipeline_tag": "text-generation", "tags": tags}
+
+
+def _engine(runtime: dict[str, Any]) -> EngineRequirement:
+    declared = runtime.get("min_mnn_engine") or {}
+    version = parse_version(declared["version"]) if "version" in declared else (3, 0, 0)
+    return EngineRequirement(version, tuple(declared.get("because", ())))
+
+
+def render(bundle: Path, spec: ReleaseSpec, template: Path | None = None,
+           measurements: dict[str, Any] | None = None) -> Card:
+    """Render the card; a missing fact fails with its name (StrictUndefined), never a placeholder."""
+    import jinja2
+
+    kind = kind_of(bundle)
+    if kind is not DRAFT:
+        return _render_target(bundle, spec, kind, template, measurements or {})
+    files = _files(bundle)
+    llm_config = _json(bundle, "llm_config.json")
+    try:
+        tie = mnnfolder.tied_embedding(llm_config.get("tie_embeddings"))
+    except mnnfolder.FolderConflict as exc:
+        raise CardError(str(exc), "run packager validate on the bundle") from None
+    if tie is None:
+        raise CardError("llm_config.json has no tie_embeddings: the card states the quantization it declares",
+                        "run packager validate on the bundle")
+    bits, block = tie.bits, tie.block
+    runtime = _json(bundle, "runtime_config.json")
+    meta = metadata(spec, bits)
+    lookahead = _lookahead(bundle, _json(bundle, "config.json"))
+    meta["tags"] += ["lookahead"] if lookahead else []
+    index = model_index(spec.need("release").repo_id, measurements or {},
+                        runtime.get("recommended", {}).get("draft_predict_length"))
+    if index is not None:
+        meta["model-index"] = index
+    source = template.read_text(encoding="utf-8") if template else resources.template(DEFAULT_TEMPLATE)
+    context = {
+        "spec": spec, "release": spec.need("release"), "model": spec.need("model"), "card": spec.need("card"),
+        "training": spec.training, "pairing": spec.pairing, "benchmarks": spec.benchmarks, "credits": spec.credits,
+        "files": files, "total_size": sum(f.size for f in files), "file_count": len(files),
+        "app_files": [f for f in files if f.app_downloads], "bits": bits, "block": block,
+        "app_size": sum(f.size for f in files if f.app_downloads), "app": spec.need("card").app,
+        "draft_config_text": (bundle / "config_cpu.json").read_text(encoding="utf-8").strip(),
+        "draft_config": _json(bundle, "config_cpu.json"), "opencl_config": _json(bundle, "config_opencl.json"),
+        "recommended": runtime.get("recommended", {}), "engine": _engine(runtime),
+        "format_version": format_version, "llm_config": llm_config,
+        "measurements": measurements or {}, "lookahead": lookahead,
+        "quant_sweep": _sweep(spec, (measurements or {}).get("quant_recipe")),
+        "front_matter": _front_matter(meta),
+    }
+    return _finish(source, context, meta)
+
+
+def _finish(source: str, context: dict[str, Any], meta: dict[str, Any]) -> Card:
+    """Render `source` strictly (a missing fact fails with its name) and check its front matter."""
+    import jinja2
+
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
+    env.filters["size"] = human_size
+    env.filters["signed_percent"] = lambda value: f"{value:+.0f}%"
+    env.filters["num"] = lambda value: f"{value:g}"
+    env.filters["spoken_list"] = spoken_list
+    try:
+        text = re.sub(r"\n{3,}", "\n\n", env.from_string(source).render(**context))
+    except jinja2.UndefinedError as exc:
+        raise CardError(f"the card template needs a value that is missing: {exc.message}") from None
+    except jinja2.TemplateError as exc:
+        raise CardError(f"the card template is broken: {exc}") from None
+    check_front_matter(text, meta)
+    return Card(text=text, metadata=meta)
+
+
+def _render_target(bundle: Path, spec: ReleaseSpec, kind: BundleKind, template: Path | None,
+                   measurements: dict[str, Any]) -> Card:
+    """The card of a target or target+eagle bundle: what MNN runs, the head's facts, MNN's own speed-up."""
+    from ..bundle.engine import combine, graph_requirement
+    from ..bundle.graph import read as read_graph
+    from ..validate.speculative import mode_requirement
+
+    files = _files(bundle, kind)
+    config = _json(bundle, "config.json")
+    graph = read_graph(_json(bundle, "llm.mnn.json"))
+    lm = graph.lm_head
+    bits, block = (lm.bits, lm.block) if lm is not None and lm.bits else (4, 128)
+    mode = config.get("speculative_type")
+    engine = combine(graph_requirement(bundle / "llm.mnn.json"), *mode_requirement(mode))
+    meta = metadata(spec, bits)
+    meta["tags"] = [t for t in meta["tags"] if t != "draft-model"] + (["eagle3"] if mode == "eagle" else [])
+    meta["tags"] += ["lookahead"] if mode == "lookahead" else []
+    source = template.read_text(encoding="utf-8") if template else resources.template(TARGET_TEMPLATE)
+    context = {"release": spec.need("release"), "model": spec.need("model"), "card": spec.need("card"),
+               "kind": kind.name, "eagle": mode == "eagle", "head": measurements.get("eagle_head"),
+               "untied": "tie_embeddings" not in _json(bundle, "llm_config.json"), "files": files,
+               "total_size": sum(f.size for f in files), "file_count": len(files), "bits": bits, "block": block,
+               "engine": engine, "config": config, "config_text": (bundle / "config.json").read_text("utf-8").strip(),
+               "measurements": measurements, "lookahead": _lookahead(bundle, config),
+               "front_matter": _front_matter(meta)}
+    return _finish(source, context, meta)
+
+
+def _lookahead(bundle: Path, config: dict[str, Any]) -> dict[str, Any] | None:
+    """What the card says of lookahead: the draft length, and the corpus the bundle carries (name, size)."""
+    if config.get("speculative_type") != "lookahead":
+        return None
+    path = bundle / LOOKUP
+    carried = config.get("lookup_file", LOOKUP) == LOOKUP and path.is_file()
+    return {"length": config.get("draft_predict_length", 3),
+            "corpus": {"name": LOOKUP, "size": path.stat().st_size} if carried else None}
+
+
+def _sweep(spec: ReleaseSpec, recipe: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The quant-sweep JSON the spec names (convert.quant_sweep): its table, rule and choice, for the card."""
+    path = spec.convert.quant_sweep
+    if path is None:
+        return None
+    from ..measure.sweep.report import table
+
+    data = read_report(path, "quant sweep (convert.quant_sweep)", CardError)
+    try:
+        found = {"chosen": data["chosen"], "rule": data["rule"], "table": table(data), "target": data.get("target")}
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CardError(f"cannot read the quant sweep {path} named by convert.quant_sweep ({exc})") from None
+    if recipe is not None and recipe["name"] != found["chosen"]:
+        raise CardError(f"the bundle was made with {recipe['name']} but the sweep {path.name} chose {found['chosen']}",
+                        "set the spec's [convert] recipe keys to the sweep's \"convert\" values and convert again")
+    return found
+
+
+def _recipe_name(recipe: dict[str, Any]) -> str:
+    from ..convert.recipe import QuantRecipe
+
+    return QuantRecipe(bits=recipe["bits"], block=recipe["block"], symmetric=recipe["symmetric"],
+                       algorithm=recipe["algorithm"], lm_bits=recipe["lm_bits"], lm_block=recipe["lm_block"]).name
+
+
+def measurements_from_provenance(record: dict[str, Any]) -> dict[str, Any]:
+    """What the card may state from a conversion's provenance: tokenizer agreement and tool versions."""
+    tokenizer = record["tokenizer"]
+    chosen = tokenizer["agreement"][tokenizer["format"]]
+    kinds = {item["text"]: item["category"] for item in resources.tokenizer_corpus_items()}
+    categories: dict[str, int] = {}
+    for text in chosen.get("mismatched", []):
+        kind = kinds.get(text, "other")
+        categories[kind] = categories.get(kind, 0) + 1
+    found = {"tokenizer": {"format": tokenizer["format"], "matched": chosen["matched"], "total": chosen["total"],
+                           "mismatched_categories": dict(sorted(categories.items()))},
+             "versions": record["versions"], "tool_version": record["tool"]["version"]}
+    if isinstance(record.get("eagle_head"), dict):
+        found["eagle_head"] = record["eagle_head"]
+    recipe = record.get("options", {}).get("quant_recipe")
+    if isinstance(recipe, dict):
+        found["quant_recipe"] = {**recipe, "name": _recipe_name(recipe)}
+    check = record.get("engine_check")
+    if isinstance(check, dict) and check.get("results"):  # packager engines check --record
+        found["engines"] = {"reference": check["reference_engine"], "prompts": check.get("prompts"),
+                            "results": list(check["results"])}
+    return found
+
+
+def gather_measurements(bundle: Path, provenance: Path | None = None, parity: dict[str, Any] | None = None,
+                        pair_report: Path | None = None, verify_report: Path | None = None,
+                        speculate_reports: tuple[Path, ...] = ()) -> dict[str, Any] | None:
+    """Every measurement the card may state: the conversion's provenance (default BUNDLE.provenance.json
+    beside the bundle, when present), a verify result (or a `verify --json` report), a pair report and
+    `speculate --json` reports of this bundle. None when there is none."""
+    from ..convert import provenance as provenance_module
+    from ..convert.pipeline import provenance_path
+
+    record = provenance or provenance_path(bundle.absolute())
+    found = measurements_from_provenance(provenance_module.read(record)) if record.is_file() else {}
+    if verify_report is not None:
+        parity = parity_from_report(verify_report, CardError, bundle)
+    if parity:
+        found["parity"] = parity
+    if pair_report is not None:
+        found["pairing"] = pairing_from_report(pair_report, bundle)
+    if speculate_reports:
+        runs = [speculation_from_report(path, bundle, CardError) for path in speculate_reports]
+        if len({run["mode"] for run in runs}) < len(runs):
+            raise CardError("two speculate reports measure the same mode", "give one report per mode")
+        found["speculation"] = runs
+    return found or None
+
+
+def pairing_from_report(path: Path, bundle: Path | None = None) -> dict[str, Any]:
+    """The figures of a `packager pair --json` report the card states: acceptance and tokens per step per d (they
+    carry to any device), and a speedup only with where its costs were measured. Its draft must be this very
+    bundle (the digests of the draft's files, compared unless `bundle` is None)."""
+    report = read_report(path, "pair report", CardError)
+    try:
+        best = next((d for d in report["depths"] if d["d"] == report["best_d"]), None)
+        sampling = report["sampling"]
+        found = {"target": Path(report["target"]).name, "alpha": report["alpha"], "prompts": report["prompts"],
+                 "positions": report["positions"], "new_tokens": report["new_tokens"],
+                 "depths": [{"d": d["d"], "acceptance_rate": d["acceptance_rate"],
+                             "tokens_per_step": d["tokens_per_step"]} for d in report["depths"]],
+                 "sampling": sampling, "costs_source": report["costs"]["source"], "device": report["costs"]["device"],
+                 "best_d": report["best_d"], "speedup": best["speedup_from_measured_tau"] if best else None,
+                 "recommended_d": report["recommended_draft_predict_length"]}
+        check_pairing(found)
+    except (TypeError, KeyError) as exc:
+        raise CardError(f"{path} is not a `packager pair --json` report (no {exc})") from None
+    except ValueError as exc:
+        raise CardError(f"{path}: {exc}", "use the report `packager pair --json` wrote") from None
+    files = measured_files(report, "draft_files_xxh3_128", path, "packager pair", CardError)
+    if bundle is not None:
+        check_same_files(path, bundle, files, CardError, "packager pair")
+    return found
+
+
+def _front_matter(meta: dict[str, Any]) -> str:
+    from huggingface_hub import ModelCardData
+
+    return ModelCardData(**meta).to_yaml()
+
+
+def check_front_matter(text: str, expected: dict[str, Any]) -> None:
+    """Parse the card's YAML header with huggingface_hub's card classes (offline) and compare it."""
+    from huggingface_hub import ModelCard
+
+    try:
+        data = ModelCard(text, ignore_metadata_errors=False).data.to_dict()
+    except Exception as exc:  # noqa: BLE001 - any parse failure is the same user-facing problem
+        raise CardError(f"the card's front matter does not parse: {exc}") from None
+    wrong = sorted(k for k, v in expected.items() if data.get(k) != v)
+    if wrong:
+        raise CardError(f"the card's front matter has wrong or missing {', '.join(wrong)}")

@@ -1,0 +1,1 @@
+"""Running llmexport and MNN's converter fenced: sandbox, child worker, forked copies."""

@@ -1,0 +1,171 @@
+"""The one seam through which packager starts the converter: a fenced worker process with a clean environment."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+from ...errors import ConversionFailed, FileSystemError, SandboxViolation
+
+Progress = Callable[[str], None]
+
+# Offline switches for every library the worker loads; tokens are not passed on (the worker needs none).
+_ENV_SET = {
+    "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+    "HF_HUB_DISABLE_TELEMETRY": "1", "DO_NOT_TRACK": "1", "PIP_NO_INDEX": "1",
+    "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PYTHONDONTWRITEBYTECODE": "1", "TOKENIZERS_PARALLELISM": "false",
+    "PYTHONNOUSERSITE": "1",
+}
+_CACHE_DIRS = ("TMPDIR", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "XDG_CACHE_HOME", "HF_HOME",
+               "HF_HUB_CACHE", "TORCH_HOME")
+_ENV_DROP = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_API_TOKEN", "PYTHONSTARTUP", "PYTHONINSPECT")
+
+
+@dataclass(frozen=True)
+class WorkerJob:
+    source: Path
+    adapter: Path | None
+    workdir: Path
+    quant_bits: int
+    quant_block: int
+    stop_ids: tuple[int, ...]
+    corpus: tuple[str, ...]
+    graph_only: bool = False
+    graph_dtype: str = "float32"  # the dtype the real path loads the model in (the checkpoint's, float32 after a merge)
+    equal_tensors: tuple[tuple[str, int], ...] = ()  # tensor name -> equality class of its values
+    fuse_c4: bool = True  # MNNConvert's FuseTransformerC4 pass (graphs it touches first run in MNN 3.6.1)
+    symmetric: bool = False
+    hqq: bool = False
+    lm_bits: int | None = None  # None: quant_bits
+    lm_block: int | None = None  # None: quant_block
+    # More recipes exported from the same loaded model (whole-model path only): each a dict of name, quant_bits,
+    # quant_block, symmetric, hqq, lm_bits, lm_block.
+    also: tuple[dict[str, Any], ...] = ()
+    eagle: Path | None = None  # an EAGLE-3 head exported with the target (llmexport --eagle_path)
+    eagle_rope_theta: float | None = None  # the head's own rope theta (llmexport hard-codes 10000)
+
+
+@dataclass(frozen=True)
+class WorkerResult:
+    export_dir: Path
+    tokenizers: dict[str, Path]
+    encodings: dict[str, list[list[int]]]
+    versions: dict[str, str]
+    blocked: tuple[str, ...]
+    log: Path
+    also: dict[str, Path] = field(default_factory=dict)  # the `also` recipes' export folders, by name
+
+
+class Runner(Protocol):
+    def __call__(self, job: WorkerJob, progress: Progress) -> WorkerResult: ...
+
+
+def worker_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in _ENV_DROP}
+    env.update(_ENV_SET)
+    package_root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def run_worker(job: WorkerJob, progress: Progress) -> WorkerResult:
+    """Run the conversion worker and return what it produced; its output goes to `workdir/worker.log`."""
+    job_file = job.workdir / "job.json"
+    job_file.write_text(json.dumps({
+        "source": str(job.source), "adapter": str(job.adapter) if job.adapter else None,
+        "workdir": str(job.workdir), "quant_bits": job.quant_bits, "quant_block": job.quant_block,
+        "stop_ids": list(job.stop_ids), "corpus": list(job.corpus),
+        "graph_only": job.graph_only, "graph_dtype": job.graph_dtype,
+        "equal_tensors": dict(job.equal_tensors), "fuse_c4": job.fuse_c4, "symmetric": job.symmetric,
+        "hqq": job.hqq, "lm_bits": job.lm_bits, "lm_block": job.lm_block, "also": list(job.also),
+        "eagle": str(job.eagle) if job.eagle else None, "eagle_rope_theta": job.eagle_rope_theta}),
+        encoding="utf-8")
+    log = job.workdir / "worker.log"
+    read_fd, write_fd = os.pipe()
+    env = worker_env()
+    env["PACKAGER_EVENTS_FD"] = str(write_fd)
+    env["PACKAGER_PARENT_PID"] = str(os.getpid())
+    # Temporary files and caches of the libraries stay inside the fenced work folder.
+    tmp = job.workdir / "tmp"
+    tmp.mkdir(exist_ok=True)
+    for key in _CACHE_DIRS:
+        env[key] = str(tmp)
+    with open(log, "wb") as log_file:
+        process = subprocess.Popen([sys.executable, "-m", "packager.convert.fence.worker", str(job_file)],
+                                   cwd=job.workdir, env=env, stdin=subprocess.DEVNULL, stdout=log_file,
+                                   stderr=subprocess.STDOUT, pass_fds=(write_fd,))
+        os.close(write_fd)
+        progress("starting the converter (loading torch, transformers, llmexport)")
+        try:
+            final = _follow(read_fd, progress)
+            code = process.wait()
+        except BaseException:
+            process.kill()
+            process.wait()
+            raise
+    return _result(final, code, log, job.workdir)
+
+
+def _follow(read_fd: int, progress: Progress) -> dict[str, Any] | None:
+    final = None
+    with os.fdopen(read_fd, "r", encoding="utf-8") as events:
+        for line in events:
+            event = json.loads(line)
+            if event["event"] == "stage":
+                progress(event["name"])
+            else:
+                final = event
+    return final
+
+
+# Below this much free space a failed conversion is reported as a full disk, whatever the library said.
+LOW_SPACE = 64 * 1024 * 1024
+
+
+def _result(final: dict[str, Any] | None, code: int, log: Path, workdir: Path) -> WorkerResult:
+    if final is None or final["event"] != "done" or code != 0:
+        blocked = final.get("blocked", []) if final else []
+        if blocked:
+            raise SandboxViolation(f"conversion stopped: the converter tried {blocked[0]}")
+        _raise_os_reason(final or {}, workdir, log)
+        # A worker can report "done" and still end badly (killed while exiting, say): then the exit is the reason.
+        reason = (final or {}).get("message") or _ended(code)
+        raise ConversionFailed(f"conversion failed: {reason}", details=_tail(log))
+    data = final["result"]
+    return WorkerResult(export_dir=Path(data["export_dir"]),
+                        tokenizers={k: Path(v) for k, v in data["tokenizers"].items()},
+                        encodings=data["encodings"], versions=data["versions"],
+                        blocked=tuple(final.get("blocked", [])), log=log,
+                        also={k: Path(v) for k, v in data.get("also", {}).items()})
+
+
+def _ended(code: int) -> str:
+    if code < 0:
+        import signal
+
+        return f"the converter process was killed by {signal.Signals(-code).name}"
+    return f"the converter process ended with code {code}"
+
+
+def _raise_os_reason(final: dict[str, Any], workdir: Path, log: Path) -> None:
+    """An OS error (full disk, read-only, ...) behind a failed conversion becomes its own one-line error."""
+    if final.get("errno"):
+        where = f" ({final['filename']})" if final.get("filename") else ""
+        raise FileSystemError(f"conversion failed: {final['strerror']}{where}", details=_tail(log))
+    try:
+        free = os.statvfs(workdir).f_bavail * os.statvfs(workdir).f_frsize
+    except OSError:
+        return
+    if free < LOW_SPACE:
+        raise FileSystemError(f"conversion failed: No space left on device (only {free >> 20} MiB free in "
+                              f"{workdir.parent.parent})", "free space there or choose another --out", details=_tail(log))
+
+
+def _tail(log: Path, count: int = 40) -> str:
+    lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
+    return "\n".join(lines[-count:])

@@ -1,0 +1,1 @@
+"""Reading a checkpoint and its adapter before any conversion work."""

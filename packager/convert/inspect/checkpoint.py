@@ -1,0 +1,243 @@
+"""Look at a checkpoint folder before any heavy work and refuse what cannot become a ten-file bundle."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ...infra import heap
+from ...errors import (CheckpointNotFound, CorruptWeights, InvalidCheckpointConfig, MissingTokenizer, UnsupportedModel,
+                       UntiedEmbeddings, shorten)
+from ...infra.userfile import JSON_BYTES, read_text
+from . import safetensors_header
+
+# tokenizer.json carries the vocabulary and merges, so vocab.json and merges.txt (which transformers 5 no
+# longer saves) are derived from it when absent; the chat template may sit in its own file.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+DERIVABLE_TOKENIZER_FILES = ("vocab.json", "merges.txt")
+OPTIONAL_TOKENIZER_FILES = ("chat_template.jinja", "special_tokens_map.json", "added_tokens.json",
+                            "generation_config.json")
+# The checkpoint files a conversion reads (provenance hashes these and nothing else).
+MODEL_FILES = ("config.json", "model.safetensors.index.json")
+# Qwen3's two end tokens: <|im_end|> ends a chat turn, <|endoftext|> ends plain text.
+QWEN3_STOP_IDS = (151645, 151643)
+
+_OTHER_FAMILIES = {
+    "qwen3_moe": "a mixture-of-experts model",
+    "qwen3_5": "Qwen3.5, which uses linear attention and another vocabulary",
+    "qwen3_5_moe": "Qwen3.5 MoE, which uses linear attention and another vocabulary",
+    "qwen3_next": "Qwen3-Next, which uses linear attention",
+    "qwen2": "Qwen2/2.5, another architecture",
+}
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    path: Path
+    model_type: str
+    shape: ModelShape
+    dtype: str
+    weight_files: tuple[Path, ...]
+    tensor_shapes: dict[str, tuple[int, ...]]
+    stop_ids: tuple[int, ...]
+    tokenizer_vocab_size: int
+    tied: bool = True  # lm_head is the embedding (else the bundle carries an embeddings file)
+
+
+def inspect_checkpoint(path: Path, allow_untied: bool = False) -> CheckpointInfo:
+    """Check a Hugging Face Qwen3 checkpoint folder and describe it. Untied embeddings are refused unless
+    `allow_untied` (a target bundle carries them as an embeddings file; a draft bundle cannot)."""
+    folder = _folder(path)
+    config = _config(folder)
+    model_type = str(config.get("model_type", ""))
+    if model_type != "qwen3":
+        what = _OTHER_FAMILIES.get(model_type, "not a dense Qwen3 model")
+        raise UnsupportedModel(f"{folder}/config.json has model_type {shorten(repr(model_type or '(none)'))}: {what}")
+    shape = _shape(folder, config)
+    tied = config.get("tie_word_embeddings") is True
+    if not tied and not allow_untied:
+        raise UntiedEmbeddings(f"{folder} has untied embeddings (tie_word_embeddings is not true)")
+    weight_files = _weight_files(folder)
+    tensors: dict[str, tuple[int, ...]] = {}
+    for weight_file in weight_files:
+        tensors.update(safetensors_header.tensor_shapes(weight_file))
+    _check_tensors(folder, tensors, shape, tied)
+    vocab_size = _check_tokenizer(folder, shape)
+    heap.give_back()  # the parsed tokenizer.json
+    return CheckpointInfo(
+        path=folder, model_type=model_type, shape=shape,
+        dtype=str(config.get("dtype") or config.get("torch_dtype") or "float32"),
+        weight_files=weight_files, tensor_shapes=tensors,
+        stop_ids=_stop_ids(folder, config), tokenizer_vocab_size=vocab_size, tied=tied)
+
+
+def _folder(path: Path) -> Path:
+    try:
+        return _existing_folder(path)
+    except OSError as exc:
+        raise CheckpointNotFound(f"checkpoint folder {shorten(str(path))} cannot be read ({exc.strerror})") from None
+
+
+def _existing_folder(path: Path) -> Path:
+    if not path.exists():
+        raise CheckpointNotFound(f"checkpoint folder {path} does not exist")
+    if not path.is_dir():
+        raise CheckpointNotFound(f"checkpoint {path} is not a folder")
+    if not os.access(path, os.R_OK | os.X_OK):
+        raise CheckpointNotFound(f"checkpoint folder {path} is not readable", "check its permissions")
+    return path.resolve()
+
+
+# Larger than any config, tokenizer or report packager reads (tokenizer.json is about 11 MB).
+MAX_JSON_BYTES = JSON_BYTES
+
+
+def read_json(path: Path, error: type[Exception]) -> Any:
+    """A JSON file of at most MAX_JSON_BYTES (read no further, whatever size it claims); `error` for any problem."""
+    text = read_text(path, MAX_JSON_BYTES, what="JSON file", unreadable=error, too_large=error)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise error(f"{path} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except RecursionError:
+        raise error(f"{path} is nested too deeply to be a real JSON file of its kind") from None
+
+
+def _config(folder: Path) -> dict[str, Any]:
+    path = folder / "config.json"
+    if not path.is_file():
+        if os.path.lexists(path):  # a device, a pipe, a folder or a dangling link: never read
+            raise InvalidCheckpointConfig(f"{path} is not a regular file")
+        raise InvalidCheckpointConfig(f"{folder} has no config.json", "pass a Hugging Face checkpoint folder")
+    config = read_json(path, InvalidCheckpointConfig)
+    if not isinstance(config, dict):
+        raise InvalidCheckpointConfig(f"{path} is not a JSON object")
+    return config
+
+
+def _shape(folder: Path, config: dict[str, Any]) -> ModelShape:
+    def need(key: str) -> int:
+        value = config.get(key)
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise InvalidCheckpointConfig(f"{folder}/config.json: {key} must be a positive integer, "
+                                          f"found {shorten(repr(value))}")
+        return value
+
+    hidden, heads = need("hidden_size"), need("num_attention_heads")
+    head_dim = config.get("head_dim") or hidden // heads
+    if not isinstance(head_dim, int) or head_dim <= 0:
+        raise InvalidCheckpointConfig(f"{folder}/config.json: head_dim must be a positive integer")
+    layer_types = config.get("layer_types") or []
+    if any(kind != "full_attention" for kind in layer_types):
+        raise UnsupportedModel(f"{folder}/config.json has layer_types other than full_attention: "
+                               f"{shorten(sorted(set(map(str, layer_types))))}")
+    return ModelShape(hidden_size=hidden, num_layers=need("num_hidden_layers"), num_heads=heads,
+                      num_kv_heads=config.get("num_key_value_heads") or heads, head_dim=head_dim,
+                      intermediate_size=need("intermediate_size"), vocab_size=need("vocab_size"))
+
+
+def _weight_files(folder: Path) -> tuple[Path, ...]:
+    files = tuple(sorted(folder.glob("*.safetensors")))
+    if not files:
+        found = sorted(p.name for p in folder.glob("*.bin")) + sorted(p.name for p in folder.glob("*.pt*"))
+        extra = f" (found {', '.join(found)}; re-save with safe_serialization=True)" if found else ""
+        raise CorruptWeights(f"{folder} has no *.safetensors weight files{extra}")
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        listed = read_json(index, CorruptWeights).get("weight_map", {})
+        missing = sorted({name for name in listed.values() if not (folder / name).is_file()})
+        if missing:
+            raise CorruptWeights(f"{index} names missing shard(s): {', '.join(missing)}")
+    return files
+
+
+def _check_tensors(folder: Path, tensors: dict[str, tuple[int, ...]], shape: ModelShape, tied: bool = True) -> None:
+    embed = tensors.get("model.embed_tokens.weight")
+    if embed is None:
+        raise CorruptWeights(f"{folder} weights have no model.embed_tokens.weight")
+    if embed != (shape.vocab_size, shape.hidden_size):
+        raise CorruptWeights(f"model.embed_tokens.weight has shape {list(embed)}, config.json says "
+                             f"[{shape.vocab_size}, {shape.hidden_size}]", "the weights do not belong to this config.json")
+    head = tensors.get("lm_head.weight")
+    if tied and head is not None:
+        raise UntiedEmbeddings(f"{folder} weights hold a separate lm_head.weight")
+    if not tied and head != (shape.vocab_size, shape.hidden_size):
+        raise CorruptWeights(f"{folder}: config.json unties the embeddings but lm_head.weight is "
+                             f"{'missing' if head is None else list(head)}, expected [{shape.vocab_size}, "
+                             f"{shape.hidden_size}]", "the weights do not belong to this config.json")
+    for layer in range(shape.num_layers):
+        name = f"model.layers.{layer}.self_attn.q_proj.weight"
+        expected = (shape.num_heads * shape.head_dim, shape.hidden_size)
+        if tensors.get(name) != expected:
+            raise CorruptWeights(f"{name} is {'missing' if name not in tensors else list(tensors[name])}, "
+                                 f"expected {list(expected)}", "the weights do not belong to this config.json")
+
+
+def _check_tokenizer(folder: Path, shape: ModelShape) -> int:
+    missing = [name for name in TOKENIZER_FILES if not (folder / name).is_file()]
+    if missing:
+        raise MissingTokenizer(f"{folder} is missing tokenizer file(s): {', '.join(missing)}")
+    tok_config = read_json(folder / "tokenizer_config.json", MissingTokenizer)
+    if not isinstance(tok_config, dict):
+        raise MissingTokenizer(f"{folder}/tokenizer_config.json is not a JSON object")
+    if not (tok_config.get("chat_template") or (folder / "chat_template.jinja").is_file()):
+        raise MissingTokenizer(f"{folder} has no chat template (tokenizer_config.json chat_template "
+                               "or chat_template.jinja)")
+    data = read_json(folder / "tokenizer.json", MissingTokenizer)
+    vocab, merges, added = bpe_tables(data, folder, first_merge=True)
+    if not merges and not (folder / "merges.txt").is_file():
+        raise MissingTokenizer(f"{folder}/tokenizer.json has no BPE merges and there is no merges.txt")
+    ids = [*vocab.values(), *(int(token["id"]) for token in added)]
+    top = max(ids) + 1 if ids else 0
+    if top > shape.vocab_size:
+        raise MissingTokenizer(f"the tokenizer has ids up to {top - 1} but the model's vocab_size is "
+                               f"{shape.vocab_size}", "use the tokenizer the model was trained with")
+    return top
+
+
+def bpe_tables(data: Any, folder: Path,
+               first_merge: bool = False) -> tuple[dict[str, int], list[str], list[dict[str, Any]]]:
+    """tokenizer.json's BPE vocabulary, merges (as "a b" lines) and added tokens, checked for shape.
+
+    With `first_merge` only the first well-formed merge is returned (enough to know there are merges; building
+    all 151,387 of Qwen3's lines cost 0.4 s of a conversion's start)."""
+    model = data.get("model") if isinstance(data, dict) else None
+    vocab = model.get("vocab") if isinstance(model, dict) else None
+    if not isinstance(model, dict) or model.get("type") != "BPE" or not isinstance(vocab, dict):
+        raise MissingTokenizer(f"{folder}/tokenizer.json does not hold a BPE model with a vocabulary",
+                               "use the Qwen3 tokenizer the model was trained with")
+    lines = (m if isinstance(m, str) else " ".join(m) for m in model.get("merges") or []
+             if isinstance(m, str) or (isinstance(m, list) and len(m) == 2 and all(isinstance(p, str) for p in m)))
+    merges = list(itertools.islice(lines, 1)) if first_merge else list(lines)
+    added = [t for t in data.get("added_tokens") or [] if isinstance(t, dict) and isinstance(t.get("id"), int)]
+    if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in vocab.values()):
+        raise MissingTokenizer(f"{folder}/tokenizer.json has vocabulary ids that are not non-negative integers")
+    return vocab, merges, added
+
+
+def _stop_ids(folder: Path, config: dict[str, Any]) -> tuple[int, ...]:
+    ids: list[int] = list(QWEN3_STOP_IDS)
+    sources: list[Any] = [config.get("eos_token_id")]
+    generation = folder / "generation_config.json"
+    if generation.is_file():
+        sources.append(read_json(generation, InvalidCheckpointConfig).get("eos_token_id"))
+    for value in sources:
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, int) and item not in ids:
+                ids.append(item)
+    return tuple(ids)

@@ -1,0 +1,1 @@
+"""The streaming converter: graph cache, quantization, weight writing."""

@@ -1,0 +1,1 @@
+"""Measuring bundles against their sources and targets: verify, pair, speculate, sweep, engines."""

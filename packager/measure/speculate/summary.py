@@ -1,0 +1,140 @@
+"""The child's raw runs turned into what a publisher reads: losslessness, accepted tokens per step with a 95%
+interval over prompts, decode tokens/s of both and their ratio with the spread over repeats."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ...errors import RuntimeCrashed, shorten
+from ..intervals import Interval, ratio
+from ...infra.versions import installed
+
+
+@dataclass(frozen=True)
+class PromptResult:
+    index: int
+    verdict: str  # "identical", "near-tie" or "mismatch"
+    compared: int  # tokens compared (up to the first divergence, or the shorter generation)
+    position: int | None = None  # the first divergence
+    gap: float = 0.0  # how far the speculative token's logit is below the best, in the plain model's forward
+    steps: tuple[int, int] | None = None  # fewest and most steps the engine's record allows
+    tokens: int = 0  # tokens those steps emitted
+
+
+@dataclass(frozen=True)
+class Spread:
+    median: float
+    low: float
+    high: float
+
+
+@dataclass(frozen=True)
+class Report:
+    bundle: str
+    mode: str
+    prompts: int
+    max_new_tokens: int
+    repeats: int
+    measured_on: str
+    engine: str
+    per_prompt: tuple[PromptResult, ...]
+    accepted_per_step: Interval | None  # counting the most steps the record allows (exact where it is)
+    accepted_per_step_if_fewest: Interval | None
+    steps_counted: int  # prompts whose steps the engine's record gives
+    plain_tokens_per_second: Spread
+    speculative_tokens_per_second: Spread
+    speedup: Spread  # per repeat: speculative over plain tokens/s
+    tie_tolerance: float
+    notes: tuple[str, ...]
+    files_xxh3_128: dict[str, str]  # the files the engine read, so a card can tell the report is this bundle's
+
+    @property
+    def mismatches(self) -> tuple[PromptResult, ...]:
+        return tuple(p for p in self.per_prompt if p.verdict == "mismatch")
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["lossless"] = not self.mismatches
+        data["near_ties"] = sum(p.verdict == "near-tie" for p in self.per_prompt)
+        return data
+
+
+def summarize(raw: dict[str, Any], mode: str, request: Any, where: str, job: dict[str, Any],
+              files: dict[str, str] | None = None) -> Report:
+    prompts = raw["prompts"]
+    per_prompt = tuple(_prompt(i, p, request.tie_tolerance) for i, p in enumerate(prompts))
+    counted = [p for p in per_prompt if p.steps is not None]
+    notes = []
+    if not all(p["repeatable"] for p in prompts):
+        notes.append("some prompts decoded differently from one repeat to the next (the first repeat is compared)")
+    unread = {p.get("steps_unreadable") for p in prompts} - {None}
+    if unread:
+        notes.append(f"steps not countable on {len(prompts) - len(counted)} prompts: {'; '.join(sorted(unread))}")
+    if any(p.steps and p.steps[0] != p.steps[1] for p in counted):
+        notes.append("on some prompts the engine's record allows more than one step count: the interval counts the "
+                     "most steps (fewest accepted per step)")
+    plain, spec = _rates(prompts, "plain", job["bundle"]), _rates(prompts, "speculative", job["bundle"])
+    return Report(bundle=job["bundle"], mode=mode, prompts=len(prompts), max_new_tokens=request.max_new_tokens,
+                  repeats=request.repeats, measured_on=where, engine=f"MNN {installed().get('mnn', '?')}",
+                  per_prompt=per_prompt,
+                  accepted_per_step=ratio([p.tokens for p in counted], [p.steps[1] for p in counted])  # type: ignore[index]
+                  if counted else None,
+                  accepted_per_step_if_fewest=ratio([p.tokens for p in counted], [p.steps[0] for p in counted])  # type: ignore[index]
+                  if counted else None,
+                  steps_counted=len(counted), plain_tokens_per_second=_spread(plain),
+                  speculative_tokens_per_second=_spread(spec),
+                  speedup=_spread([s / p for s, p in zip(spec, plain)]), tie_tolerance=request.tie_tolerance,
+                  notes=tuple(notes), files_xxh3_128=dict(files or {}))
+
+
+def _prompt(index: int, raw: dict[str, Any], tolerance: float) -> PromptResult:
+    steps = raw.get("steps")
+    counted = {"steps": (steps["low"], steps["high"]), "tokens": steps["tokens"]} if steps else {}
+    divergence = raw["divergence"]
+    if divergence is None:
+        compared = min(len(raw["plain_tokens"]), len(raw["speculative_tokens"]))
+        return PromptResult(index, "identical", compared, **counted)  # type: ignore[arg-type]
+    # Lossless means the mode emitted the target's greedy token: the plain model's full forward ranks it first,
+    # up to arithmetic (MNN's single-token decode step itself leaves that argmax at near-ties).
+    gap = max(divergence["top_logit"] - divergence["speculative_logit"], 0.0)
+    verdict = "near-tie" if gap <= tolerance else "mismatch"
+    return PromptResult(index, verdict, divergence["position"], divergence["position"], gap, **counted)  # type: ignore[arg-type]
+
+
+def _rates(prompts: list[dict[str, Any]], which: str, bundle: str = "") -> list[float]:
+    """Tokens per second of each repeat, over all prompts (sum of tokens over sum of decode time); an engine that
+    decoded nothing (it ran on damaged weights, or failed without a word) is RuntimeCrashed."""
+    repeats = len(prompts[0][f"{which}_seconds"])
+    tokens = [sum(p[f"{which}_counts"][r] for p in prompts) for r in range(repeats)]
+    seconds = [sum(p[f"{which}_seconds"][r] for p in prompts) for r in range(repeats)]
+    if not all(tokens) or not all(seconds):
+        raise RuntimeCrashed(f"MNN decoded no tokens from {shorten(bundle, 120)} "
+                             f"({'plain decoding' if which == 'plain' else which}) on "
+                             f"{'any prompt' if not any(tokens) else 'every prompt of a repeat'}")
+    return [count / time for count, time in zip(tokens, seconds)]
+
+
+def _spread(values: list[float]) -> Spread:
+    return Spread(statistics.median(values), min(values), max(values))
+
+
+def text(report: Report) -> str:
+    ties = sum(p.verdict == "near-tie" for p in report.per_prompt)
+    compared = sum(p.compared for p in report.per_prompt)
+    lines = [f"{report.mode} in {report.engine}, measured on {report.measured_on}",
+             f"prompts: {report.prompts}, up to {report.max_new_tokens} new tokens, greedy, {report.repeats} repeats",
+             f"tokens: {'lossless' if not report.mismatches else 'NOT lossless'} ({compared} compared; "
+             f"{ties} near-tie divergence(s): the target's argmax within {report.tie_tolerance}, {len(report.mismatches)} mismatch(es))"]
+    if report.accepted_per_step is not None:
+        a = report.accepted_per_step
+        lines.append(f"accepted tokens per step: {a.value:.2f} (95% interval {a.low:.2f}-{a.high:.2f}, "
+                     f"{report.steps_counted} prompts)")
+    else:
+        lines.append("accepted tokens per step: not countable from the engine's record")
+    p, s, x = report.plain_tokens_per_second, report.speculative_tokens_per_second, report.speedup
+    lines += [f"decode tokens/s: plain {p.median:.1f} ({p.low:.1f}-{p.high:.1f}), {report.mode} {s.median:.1f} "
+              f"({s.low:.1f}-{s.high:.1f})",
+              f"speedup: {x.median:.2f}x (repeats {x.low:.2f}-{x.high:.2f})", *(f"note: {n}" for n in report.notes)]
+    return "\n".join(lines)

@@ -1,0 +1,391 @@
+"""`verify`: does the bundle behave like its source? Tokenizer agreement, then the next-token distribution at
+every position of chat-templated prompts and the source's own greedy continuations (at least 1,000 positions
+with the built-in workload), gated on mean KL, on top-1 agreement where the source's choice is decisive, and on
+the mean logit cosine (scale-free: it also sees damage where the logits are flat and KL cannot).
+
+Why those two: a quantized model's logits move by a little everywhere, so where the source's top two tokens are
+nearly tied any bundle flips some of them, and one flipped token rewrites a greedy continuation. Top-1 over all
+positions and greedy agreement therefore swing with the prompt set and the seed; mean KL and decisive top-1 do
+not. The defaults were calibrated on trained models (tests/trained.py: 8-bit and 4-bit bundles of a teacher and
+a LoRA-distilled draft, several seeds; bench/verify_calibration.py, bench/RESULTS.md)."""
+
+from __future__ import annotations
+
+import gc
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from ..infra import heap
+from .continuation import Continued, Spill, continue_all
+from ..convert.inspect.checkpoint import QWEN3_STOP_IDS
+from ..errors import VERIFY_FAILED, FileSystemError, InvalidOption, PackagerError, shorten
+from ..runtime.imports import without_collection
+from . import compat, workload
+from ..runtime.models import Dtype, HFModel, MNNModel, all_cores
+from ..infra.userfile import PROMPTS_BYTES, read_bytes
+
+Progress = Callable[[str], None]
+MIN_POSITIONS = 1000  # fewer makes the figures noisy: the report says so
+MIN_DECISIVE = 100  # fewer decisive positions (flat logits, e.g. untrained weights): top-1 is not gated
+
+
+class VerifyFailed(PackagerError):
+    exit_code = VERIFY_FAILED
+    hint = "the bundle does not behave like its source; reconvert (8-bit gives more headroom) or check the weights"
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """The gate. Defaults come from the calibration on trained models (module docstring); the release spec's
+    [verify] table overrides them. The last two gate only when the spec sets them."""
+
+    tokenizer_agreement: float = 0.85  # share of corpus strings with identical ids
+    max_mean_kl: float = 0.05  # mean KL(transformers || MNN) over all positions, nats
+    top1_decisive: float = 0.97  # same argmax where the source's top-1 leads its top-2 by decisive_margin
+    decisive_margin: float = 1.0  # nats between the source's two most likely tokens
+    mean_cosine: float | None = 0.98  # mean logit cosine: scale-free, so it also catches damage to flat logits
+    top1_agreement: float | None = None  # same argmax over all positions
+    greedy_agreement: float | None = None  # mean share of greedy tokens before the first divergence
+
+    @classmethod
+    def from_spec(cls, table: dict[str, Any] | None) -> Thresholds:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: float(v) for k, v in (table or {}).items() if k in known})
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    bundle: Path
+    source: Path
+    tokenizer_matched: int
+    tokenizer_total: int
+    prompts: int
+    positions: int
+    decisive_positions: int
+    top1_decisive: float | None  # None when fewer than MIN_DECISIVE positions are decisive
+    top1_agreement: float
+    mean_kl: float
+    p99_kl: float
+    mean_cosine: float
+    min_cosine: float
+    greedy_agreement: float
+    failures: tuple[str, ...]
+    notes: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    @property
+    def tokenizer_agreement(self) -> float:
+        return self.tokenizer_matched / self.tokenizer_total if self.tokenizer_total else 0.0
+
+
+def _log_softmax(x: np.ndarray) -> np.ndarray:
+    shifted = x - x.max(axis=-1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+
+
+def compare_positions(ours: np.ndarray, theirs: np.ndarray) -> tuple[list[bool], list[float], list[float]]:
+    """Per position: same argmax, logit cosine, KL(theirs || ours)."""
+    top1 = list(ours.argmax(-1) == theirs.argmax(-1))
+    cosine = list((ours * theirs).sum(-1) / (np.linalg.norm(ours, axis=-1) * np.linalg.norm(theirs, axis=-1)))
+    p_log, q_log = _log_softmax(theirs), _log_softmax(ours)
+    kl = list((np.exp(p_log) * (p_log - q_log)).sum(-1))
+    return [bool(t) for t in top1], [float(c) for c in cosine], [max(0.0, float(k)) for k in kl]
+
+
+def margins(theirs: np.ndarray) -> np.ndarray:
+    """Per position: how far (nats) the source's most likely token leads its second. Logits or log-probs give
+    the same gap (a row's log-softmax only shifts it)."""
+    top2 = np.partition(theirs, -2, axis=-1)[..., -2:]
+    return top2[..., 1] - top2[..., 0]
+
+
+def compare_in_chunks(ours: np.ndarray, theirs: np.ndarray, chunk: int = 8) -> tuple[
+        list[bool], list[float], list[float], list[float]]:
+    """compare_positions and margins of float32 rows, a few rows at a time (a whole prompt's rows with their
+    temporaries are several hundred MB at a 152k vocabulary). In float64 numpy this took longer than MNN's forward
+    of the same prompt, so: top-1 and margins are numpy's own argmax and the same float64 subtraction of the top
+    two values (exactly as before); cosine and KL are float32 element-wise in torch, summed with torch's cascade
+    summation (accurate to a few float32 epsilons over 152k terms, unlike its log_softmax and norm kernels) and
+    combined in float64. KL is E_p[a - b] - (lse(a) - lse(b)) for source logits a and ours b: two exponentials a
+    row instead of three. tests/test_verify.py holds it to the float64 reference on real logits.
+
+    Speed (one core, 152k vocabulary): the element-wise temporaries go to two scratch buffers made once (a fresh
+    temporary per operation was paged in anew each time), 8 rows a chunk (measured fastest): 0.42 ms a row, where
+    fresh temporaries in 16-row chunks took 0.9 ms."""
+    import torch
+
+    top1: list[bool] = []
+    cosine: list[float] = []
+    kl: list[float] = []
+    margin: list[float] = []
+    scratch = torch.empty((2, min(chunk, len(theirs)), theirs.shape[-1]), dtype=torch.float32)
+    with torch.no_grad():
+        for at in range(0, len(theirs), chunk):
+            mine, source = _float32(ours[at:at + chunk]), _float32(theirs[at:at + chunk])
+            best = source.argmax(-1)
+            top1 += (mine.argmax(-1) == best).tolist()
+            margin += _margins(source, best)
+            b, a = torch.from_numpy(mine), torch.from_numpy(source)
+            x, y = scratch[0, :len(a)], scratch[1, :len(a)]
+            dot, a2, b2 = (torch.mul(u, v, out=x).sum(-1).double() for u, v in ((a, b), (a, a), (b, b)))
+            cosine += (dot / (a2 * b2).sqrt()).tolist()
+            a_max, b_max = a.amax(-1, keepdim=True), b.amax(-1, keepdim=True)
+            p = torch.sub(a, a_max, out=x).exp_()  # the source's probabilities, not yet normalised
+            p_sum, q_sum = p.sum(-1).double(), torch.sub(b, b_max, out=y).exp_().sum(-1).double()
+            expected = p.mul_(torch.sub(a, b, out=y)).sum(-1).double() / p_sum  # E_p[a - b]
+            shift = (a_max - b_max).squeeze(-1).double() + torch.log(p_sum / q_sum)  # lse(a) - lse(b)
+            kl += [max(0.0, k) for k in (expected - shift).tolist()]
+    return top1, cosine, kl, margin
+
+
+def _float32(rows: np.ndarray) -> np.ndarray:
+    """Contiguous float32 rows, writable (torch.from_numpy shares them), copied only when they are not."""
+    rows = np.ascontiguousarray(rows, dtype=np.float32)
+    return rows if rows.flags.writeable else rows.copy()
+
+
+def _margins(rows: np.ndarray, best: np.ndarray) -> list[float]:
+    """margins() from each row's argmax: the top value less the largest other one (a tie gives 0, as there)."""
+    out = []
+    for row, at in zip(rows, best.tolist()):
+        second = max(row[:at].max(initial=-np.inf), row[at + 1:].max(initial=-np.inf))
+        out.append(float(row[at]) - float(second))
+    return out
+
+
+def verify(bundle: Path, source: Path, prompts: tuple[str, ...] | None = None,
+           thresholds: Thresholds = Thresholds(), continuation: int = 16,
+           progress: Progress = lambda _: None, dtype: Dtype = "stored") -> VerifyReport:
+    """The source first (its greedy continuations of every prompt, in batches, its logits to a temporary file),
+    then, with the source freed, the bundle: one teacher-forced forward per prompt gives its logits at every
+    position and its greedy agreement. `dtype`: the source computes in its stored dtype (bf16 for Qwen3) or in
+    float32."""
+    from .. import resources
+    from ..errors import CheckpointNotFound
+
+    if not source.is_dir():  # never handed on: transformers would take a missing path for a Hub repo id
+        raise CheckpointNotFound(f"the source checkpoint {shorten(str(source))} "
+                                 f"{'is not a folder' if source.exists() else 'does not exist'}")
+    stop, template = _source_facts(source)
+    items = workload.from_texts(prompts) if prompts else workload.builtin()
+    corpus = resources.tokenizer_corpus()
+    with ThreadPoolExecutor(max_workers=1) as pool:  # the child loads the bundle while torch is imported here
+        preflight = pool.submit(_preflight, bundle, corpus, progress)
+        try:
+            _import_source_libraries(source)
+        except BaseException:  # Ctrl-C or SIGTERM during the imports: a runtime the preflight kept is closed
+            preflight.add_done_callback(_close_kept)
+            raise
+        encoded, kept = preflight.result()
+    ours = kept
+    try:
+        progress(f"the source's greedy continuations of {len(items)} chat-templated prompts (up to {continuation} "
+                 "tokens), in batches")
+        continued, spill, expected = _source_pass(source, dtype, template, items, corpus, continuation, stop,
+                                                  progress)
+        try:
+            progress("the bundle (MNN) on the same tokens")
+            ours = ours or MNNModel(bundle, threads=min(2, all_cores()))
+            torch_threads = _one_torch_thread()  # the comparisons run beside MNN's forwards, on a core of their own
+            try:
+                matched = sum(mine == theirs for mine, theirs in zip(encoded, expected))
+                top1: list[bool] = []
+                cosine: list[float] = []
+                kl: list[float] = []
+                margin: list[float] = []
+                greedy = []
+                # MNN computes the next prompt while this one is compared; its rows are compared where the child
+                # wrote them, done with before the next prompt's rows are asked for
+                rows = ours.logits_each(([*item.ids, *item.tokens] for item in continued), borrowed=True)
+                for item, all_rows in zip(continued, rows):
+                    t, c, k, m = compare_in_chunks(all_rows[:item.positions], spill.read(item, borrowed=True))
+                    top1 += t
+                    cosine += c
+                    kl += k
+                    margin += m
+                    greedy.append(_greedy_prefix(t, item) / max(1, len(item.tokens)))
+            finally:
+                _one_torch_thread(torch_threads)
+        finally:
+            spill.close()
+    finally:
+        if ours is not None:
+            ours.close()
+    return _judge(bundle, source, thresholds, matched, len(corpus), len(items), top1, cosine, kl, margin, greedy)
+
+
+def _small(bundle: Path, vocab: int) -> bool:
+    """A bundle whose whole weight file is no larger than its lm_head at one byte a weight: a small draft with a
+    152k vocabulary, which spends its forward in the lm_head. Such a bundle stays loaded from the preflight on
+    (its runtime is a few hundred MB at most; loading it again cost 0.25 s of the trained miniature's 6.5 s) and
+    runs on one MNN thread: its forward costs about what comparing its rows costs, one core each (2.7 s for the
+    miniature's bundle stage against 3.3 s with two MNN threads). A larger bundle is closed after the preflight,
+    so the two models are never resident together, and loaded again with two threads: its forward is the
+    longer side."""
+    from ..convert.inspect.checkpoint import read_json
+
+    try:
+        hidden = read_json(bundle / "llm_config.json", InvalidOption).get("hidden_size")
+        weights = (bundle / "llm.mnn.weight").stat().st_size
+    except (PackagerError, OSError, AttributeError, RecursionError):  # validate reports such a bundle
+        return False
+    return isinstance(hidden, int) and hidden > 0 and weights <= vocab * hidden
+
+
+def _one_torch_thread(threads: int = 1) -> int:
+    """Set torch's intra-op threads (one while the MNN child computes the next prompt: two threads on each
+    side oversubscribed the two cores); returns the old count."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    return before
+
+
+def _preflight(bundle: Path, corpus: tuple[str, ...], progress: Progress) -> tuple[list[list[int]], MNNModel | None]:
+    """The bundle's ids for the tokenizer corpus, and one forward: a bundle that cannot run fails in seconds, not
+    after the source's whole pass. A small bundle's runtime is kept for the comparison (see _small), a larger
+    one's closed again."""
+    progress("loading the bundle (MNN) for a first forward and its tokenizer's ids")
+    ours = MNNModel(bundle, threads=1)
+    try:
+        encoded = [ours.encode(text) for text in corpus]
+        ours.logits_all(next((ids for ids in encoded if ids), [0])[:8])
+        if _small(bundle, ours.vocab):
+            return encoded, ours
+    except BaseException:
+        ours.close()
+        raise
+    ours.close()
+    return encoded, None
+
+
+def _close_kept(preflight: Future[tuple[list[list[int]], MNNModel | None]]) -> None:
+    """The runtime a preflight kept, closed when nobody will use it (its own failure is reported elsewhere)."""
+    if not preflight.cancelled() and preflight.exception() is None and (kept := preflight.result()[1]) is not None:
+        kept.close()
+
+
+def _import_source_libraries(source: Path) -> None:
+    """torch, transformers and the source's modeling module: the imports the source's load would make anyway,
+    made while the preflight's child process loads the bundle on the other core, with the garbage collector
+    paused (packager.runtime.imports: 1.8 s instead of 2.8 s on the trained miniature). Only a head start: whatever fails
+    here is reported by the source's load itself."""
+    with without_collection():
+        try:
+            import torch  # noqa: F401
+            from transformers import AutoConfig, DynamicCache  # noqa: F401
+            from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+            MODEL_FOR_CAUSAL_LM_MAPPING[type(AutoConfig.from_pretrained(source))]  # imports the model's module
+        except Exception:  # noqa: BLE001 - an unreadable or unknown source: HFModel below says what is wrong
+            pass
+
+
+def _source_facts(source: Path) -> tuple[tuple[int, ...], str]:
+    try:
+        stop = tuple(sorted(compat.facts(source).stop))
+    except compat.PairIncompatible:  # an unreadable source: loading it below says what is wrong, as verify's error
+        stop = QWEN3_STOP_IDS
+    try:
+        template = workload.chat_template(source)
+    except (OSError, ValueError):  # likewise: the source's own load reports it
+        template = ""
+    return stop, template
+
+
+def _source_pass(source: Path, dtype: Dtype, template: str, items: list[Any], corpus: tuple[str, ...], n: int,
+                 stop: tuple[int, ...], progress: Progress) -> tuple[list[Continued], Spill, list[list[int]]]:
+    """Load the source, decode, free it (and give its heap back) before the bundle is loaded."""
+    theirs = HFModel(source, dtype=dtype)
+    expected = [theirs.encode(text) for text in corpus]
+    ids = [theirs.encode(workload.render(template, item) if template else _plain(item)) for item in items]
+    spill = Spill(theirs.vocab)
+    try:
+        continued = continue_all(theirs.model, ids, n, stop, spill,
+                                 progress=lambda done: progress(f"  {done}/{len(ids)} prompts decoded"))
+        spill.flush()  # a full disk is reported here, before the bundle is loaded
+    except BaseException:
+        spill.close()
+        raise
+    del theirs
+    gc.collect()
+    heap.give_back()
+    return continued, spill, expected
+
+
+def _greedy_prefix(same_top1: list[bool], item: Continued) -> int:
+    """How many leading tokens of the source's continuation the bundle's own greedy decoding gives: up to its
+    first argmax that differs, teacher-forced on the same tokens (no stepwise decoding). At a continuation
+    position the source's argmax is the continuation's token (each was chosen from the very row compared), so
+    the per-position top-1 agreement already says it."""
+    start = len(item.ids) - 1
+    return next((j for j, same in enumerate(same_top1[start:start + len(item.tokens)]) if not same),
+                len(item.tokens))
+
+
+def _plain(item: Any) -> str:
+    return "\n".join(content for _, content in item.messages)
+
+
+def _judge(bundle: Path, source: Path, thresholds: Thresholds, matched: int, corpus: int, prompts: int,
+           top1: list[bool], cosine: list[float], kl: list[float], margin: list[float],
+           greedy: list[float]) -> VerifyReport:
+    decisive = [t for t, m in zip(top1, margin) if m >= thresholds.decisive_margin]
+    top1_decisive = sum(decisive) / len(decisive) if len(decisive) >= MIN_DECISIVE else None
+    values = dict(tokenizer_matched=matched, tokenizer_total=corpus, prompts=prompts, positions=len(top1),
+                  decisive_positions=len(decisive), top1_decisive=top1_decisive,
+                  top1_agreement=sum(top1) / len(top1), mean_kl=float(np.mean(kl)),
+                  p99_kl=float(np.percentile(kl, 99)), mean_cosine=float(np.mean(cosine)),
+                  min_cosine=float(np.min(cosine)), greedy_agreement=float(np.mean(greedy)))
+    checks = [("tokenizer agreement", matched / corpus, thresholds.tokenizer_agreement, ">="),
+              ("mean KL", values["mean_kl"], thresholds.max_mean_kl, "<="),
+              ("decisive top-1", top1_decisive, thresholds.top1_decisive, ">="),
+              ("top-1 agreement", values["top1_agreement"], thresholds.top1_agreement, ">="),
+              ("mean cosine", values["mean_cosine"], thresholds.mean_cosine, ">="),
+              ("greedy agreement", values["greedy_agreement"], thresholds.greedy_agreement, ">=")]
+    failures = tuple(f"{name} {value:.4f} {'<' if op == '>=' else '>'} {limit:.4f}" for name, value, limit, op in checks
+                     if value is not None and limit is not None and (value < limit if op == ">=" else value > limit))
+    notes = []
+    if len(top1) < MIN_POSITIONS:
+        notes.append(f"only {len(top1)} positions (>= {MIN_POSITIONS} make the figures steady): add prompts")
+    if top1_decisive is None:
+        notes.append(f"only {len(decisive)} positions where the source's top-1 leads by >= "
+                     f"{thresholds.decisive_margin:g} nats (flat logits, e.g. untrained weights): top-1 not gated")
+    return VerifyReport(bundle=bundle, source=source, **values, failures=failures, notes=tuple(notes))  # type: ignore[arg-type]
+
+
+def prompts_from_file(path: Path) -> tuple[str, ...]:
+    """One prompt per line, or a JSON list / {"prompts": [...]} of non-empty strings."""
+    import json
+
+    where = f"--prompts {shorten(str(path), 120)}"
+    data = read_bytes(path, PROMPTS_BYTES, what="--prompts", unreadable=FileSystemError)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidOption(f"{where} is not UTF-8 text ({exc.reason} at byte {exc.start})", _PROMPTS_HINT) from None
+    if text.lstrip().startswith(("[", "{")):
+        try:
+            data = json.loads(text)
+        except (json.JSONDecodeError, RecursionError) as exc:
+            reason = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
+            raise InvalidOption(f"{where} is not valid JSON ({reason})", _PROMPTS_HINT) from None
+        prompts = data.get("prompts") if isinstance(data, dict) else data
+    else:
+        prompts = [line for line in text.splitlines() if line.strip()]
+    if not isinstance(prompts, list) or not all(isinstance(p, str) and p.strip() for p in prompts):
+        raise InvalidOption(f"{where} must hold a list of non-empty strings", _PROMPTS_HINT)
+    if not prompts:
+        raise InvalidOption(f"{where} holds no prompts", _PROMPTS_HINT)
+    return tuple(prompts)
+
+
+_PROMPTS_HINT = 'give one prompt per line, or a JSON list of strings, or {"prompts": [...]}'

@@ -1,0 +1,1 @@
+"""The whole release pipeline, its signing and summary; init for a release repository."""

@@ -1,0 +1,1 @@
+"""The release spec (release.toml): its model, rules and check."""

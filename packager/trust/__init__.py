@@ -1,0 +1,1 @@
+"""Keys, signing and signature checks (OpenSSF model signing)."""

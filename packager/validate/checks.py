@@ -1,0 +1,39 @@
+"""The checks CI runs, as one Report each: bundle folders (named, or found from changed files) and release specs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from ..report import FOLDER, Checked, Report
+from ..errors import PackagerError
+from ..report.findings import Finding
+
+
+def check_bundles(paths: Sequence[Path], from_files: bool = False, strict: bool = False) -> Report:
+    """Validate each bundle folder named; with `from_files`, the folders the files belong to (pre-commit passes
+    files), where a folder that cannot be read is a finding rather than an error line."""
+    from . import validate
+    from .discover import bundle_folders
+
+    skipped: tuple[str, ...] = ()
+    if from_files:
+        found = bundle_folders(paths)
+        paths, skipped = found.bundles, found.skipped
+    checked = []
+    for bundle in paths:
+        try:
+            report = validate(bundle)
+        except PackagerError as exc:
+            if not from_files:
+                raise
+            checked.append(Checked("bundle", str(bundle), (Finding(FOLDER, "", "error", exc.message),)))
+            continue
+        checked.append(Checked("bundle", str(bundle), report.findings, report.checked_files, report.kind))
+    return Report("packager validate", tuple(checked), strict, skipped)
+
+
+def check_specs(paths: Sequence[Path], strict: bool = False) -> Report:
+    from ..spec.check import check_spec
+
+    return Report("packager check-spec", tuple(check_spec(path) for path in paths), strict)
