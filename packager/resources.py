@@ -5,7 +5,14 @@ from __future__ import annotations
 import json
 from functools import cache
 from importlib.resources import files
+from pathlib import Path
 from typing import Any
+
+
+def package_root() -> Path:
+    """The folder holding the `packager` package (a checkout or site-packages): what a child process puts first
+    on sys.path so that it imports this very packager, wherever the package itself lives."""
+    return Path(__file__).resolve().parent.parent
 
 
 def _read_text(package: str, name: str) -> str:

@@ -21,10 +21,11 @@ from typing import Any, BinaryIO, Iterable, Iterator
 import numpy as np
 
 from ..errors import BundleError, PackagerError, RuntimeCrashed, shorten
+from ..resources import package_root
 from . import shared
 
 METHODS = ("encode", "logits_all", "greedy", "start", "step", "timed_step", "keep", "decode")
-_BOOT = "import sys; sys.path.insert(0, sys.argv[1]); from packager.runtime.child import serve; serve(sys.argv[2])"
+_BOOT = f"import sys; sys.path.insert(0, sys.argv[1]); from {__name__} import serve; serve(sys.argv[2])"
 _NO_FILES = "-"  # serve()'s argument when there are no shared files
 _LOG_TAIL = 4000
 
@@ -37,7 +38,7 @@ class MNNModel:
         self._pending: str | None = None  # the method of a request sent whose reply is not read yet
         self._log = tempfile.TemporaryFile()
         self._shared = shared.create()  # large arrays (logits) come back through these files, not the pipe
-        root = str(Path(__file__).resolve().parents[2])
+        root = str(package_root())
         handed = self._shared or ()
         self._process = subprocess.Popen([sys.executable, "-c", _BOOT, root, ",".join(map(str, handed)) or _NO_FILES],
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,

@@ -11,9 +11,12 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from ...errors import ConversionFailed, FileSystemError, SandboxViolation
+from ...resources import package_root
 
 Progress = Callable[[str], None]
 
+# The worker module, named from this package (it is never imported here: it imports torch and llmexport).
+WORKER = f"{__package__}.worker"
 # Offline switches for every library the worker loads; tokens are not passed on (the worker needs none).
 _ENV_SET = {
     "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
@@ -68,8 +71,8 @@ class Runner(Protocol):
 def worker_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in _ENV_DROP}
     env.update(_ENV_SET)
-    package_root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
+    root = str(package_root())
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
     return env
 
 
@@ -96,7 +99,7 @@ def run_worker(job: WorkerJob, progress: Progress) -> WorkerResult:
     for key in _CACHE_DIRS:
         env[key] = str(tmp)
     with open(log, "wb") as log_file:
-        process = subprocess.Popen([sys.executable, "-m", "packager.convert.fence.worker", str(job_file)],
+        process = subprocess.Popen([sys.executable, "-m", WORKER, str(job_file)],
                                    cwd=job.workdir, env=env, stdin=subprocess.DEVNULL, stdout=log_file,
                                    stderr=subprocess.STDOUT, pass_fds=(write_fd,))
         os.close(write_fd)

@@ -18,15 +18,16 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ...errors import RuntimeCrashed, shorten
+from ...resources import package_root
 from ...runtime.child import describe_exit
 
-_BOOT = "import sys; sys.path.insert(0, sys.argv[1]); from packager.measure.speculate.child import serve; serve()"
+_BOOT = f"import sys; sys.path.insert(0, sys.argv[1]); from {__name__} import serve; serve()"
 _LOG_TAIL = 4000
 
 
 def run(job: dict[str, Any], stage: Callable[[str], None]) -> dict[str, Any]:
     """Run `job` (see packager.measure.speculate.protocol.measure) in a child; its result, or RuntimeCrashed."""
-    root = str(Path(__file__).resolve().parents[2])
+    root = str(package_root())
     with tempfile.TemporaryFile() as log:
         process = subprocess.Popen([sys.executable, "-c", _BOOT, root], stdin=subprocess.PIPE,
                                    stdout=subprocess.PIPE, stderr=log, text=True)
