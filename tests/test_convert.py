@@ -13,7 +13,7 @@ from packager.bundle.kinds import FILES
 from packager.convert import provenance
 from packager.convert.fence.launch import WorkerJob, WorkerResult, run_worker
 from packager.convert.pipeline import ConvertRequest, ConvertResult, convert
-from packager.convert.tokenizer import read_header
+from packager.bundle.tokenizer_txt import read_header
 from packager.errors import ConversionFailed, OutputExists
 from packager.infra.hashing import xxh3_128_file
 from packager.measure.parity import compare, load_mnn

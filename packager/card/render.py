@@ -10,7 +10,7 @@ from typing import Any
 from ..bundle import folder as mnnfolder
 from .. import resources
 from ..bundle.kinds import DRAFT, LOOKUP, BundleKind, kind_of
-from ..convert.inspect.checkpoint import read_json
+from ..infra.jsonfile import read_json
 from ..bundle.engine import EngineRequirement, format_version, parse_version
 from ..errors import PackagerError
 from .measurements import (check_pairing, check_same_files, measured_files, parity_from_report, read_report,
@@ -248,7 +248,7 @@ def gather_measurements(bundle: Path, provenance: Path | None = None, parity: di
     beside the bundle, when present), a verify result (or a `verify --json` report), a pair report and
     `speculate --json` reports of this bundle. None when there is none."""
     from ..convert import provenance as provenance_module
-    from ..convert.pipeline import provenance_path
+    from ..convert.provenance import provenance_path
 
     record = provenance or provenance_path(bundle.absolute())
     found = measurements_from_provenance(provenance_module.read(record)) if record.is_file() else {}

@@ -32,10 +32,10 @@ from .fence.launch import Progress, Runner, WorkerJob, WorkerResult, run_worker
 from .inspect.lora import AdapterInfo, inspect_adapter, other_base_warning
 from .recipe import QuantRecipe
 from .reproducible import stamp_graph_uuid, stamp_uuid
-from .tokenizer import MIN_ENGINE, TokenizerChoice, agreement, choose, hf_encodings
+from ..bundle.tokenizer_txt import MIN_ENGINE
+from .tokenizer import TokenizerChoice, agreement, choose, hf_encodings
 
 QUANT_BITS = (4, 8)
-DEFAULT_BITS, DEFAULT_BLOCK = 4, 128
 
 
 @dataclass(frozen=True)
@@ -125,11 +125,6 @@ def lookahead_plan(request: ConvertRequest, kind: BundleKind) -> Lookahead | Non
                         "drop one of them: a bundle has one speculative_type")
     corpus = read_corpus(asked, request.out) if isinstance(asked, Path) else None
     return Lookahead(corpus, lookahead_settings(main, request.lookahead_length))
-
-
-def provenance_path(out: Path) -> Path:
-    """Provenance sits beside the bundle, so the bundle folder stays exactly ten files."""
-    return out.with_name(out.name + ".provenance.json")
 
 
 def quantized_inputs(info: CheckpointInfo) -> dict[str, int]:
@@ -279,10 +274,10 @@ def _finish(request: ConvertRequest, info: CheckpointInfo, adapter: AdapterInfo 
     staged_record = stage.path / "provenance.json"  # type: ignore[operator]
     provenance.write(staged_record, record)
     stage.commit(built)
-    os.replace(staged_record, provenance_path(out))
+    os.replace(staged_record, provenance.provenance_path(out))
     return ConvertResult(out=out, sizes=sizes, digests=digests, engine=engine, tokenizer=choice,
                          quant_bits=bits, quant_block=block, graph_uuid=graph_uuid,
-                         provenance=provenance_path(out), blocked=worker.blocked, warnings=warnings, path=path,
+                         provenance=provenance.provenance_path(out), blocked=worker.blocked, warnings=warnings, path=path,
                          target=goal, recipe=recipe, kind=kind, head=head, faithfulness=checked, lookahead=mode)
 
 

@@ -97,3 +97,8 @@ def write(path: Path, record: dict[str, Any]) -> None:
 
 def read(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text(encoding="utf-8"))
+
+
+def provenance_path(out: Path) -> Path:
+    """Provenance sits beside the bundle, so the bundle folder stays exactly ten files."""
+    return out.with_name(out.name + ".provenance.json")

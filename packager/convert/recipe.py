@@ -14,6 +14,7 @@ from ..errors import InvalidOption, shorten
 
 Algorithm = Literal["plain", "hqq"]
 ALGORITHMS = ("plain", "hqq")
+DEFAULT_BITS, DEFAULT_BLOCK = 4, 128  # 4-bit weights in blocks of 128, the bundle's recipe unless a spec says otherwise
 BITS = (4, 8)
 AWQ_HINT = ("llmexport's AWQ calibrates on wikitext/pile-val downloaded at conversion time, which the fenced "
             "converter cannot fetch; use plain or hqq")

@@ -8,8 +8,9 @@ from pathlib import Path
 
 from ..bundle import folder as mnnfolder
 from .. import resources
-from ..convert.inspect.checkpoint import QWEN3_STOP_IDS, read_json
-from ..convert.tokenizer import read_header
+from ..families.qwen3 import QWEN3_STOP_IDS
+from ..infra.jsonfile import read_json
+from ..bundle.tokenizer_txt import read_header
 from ..errors import PackagerError, from_os_error, shorten
 from ..bundle import graph
 from ..runtime.models import Model, is_bundle

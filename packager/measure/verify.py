@@ -21,7 +21,7 @@ import numpy as np
 
 from ..infra import heap
 from .continuation import Continued, Spill, continue_all
-from ..convert.inspect.checkpoint import QWEN3_STOP_IDS
+from ..families.qwen3 import QWEN3_STOP_IDS
 from ..errors import VERIFY_FAILED, FileSystemError, InvalidOption, PackagerError, shorten
 from ..runtime.imports import without_collection
 from . import compat, workload
@@ -229,7 +229,7 @@ def _small(bundle: Path, vocab: int) -> bool:
     miniature's bundle stage against 3.3 s with two MNN threads). A larger bundle is closed after the preflight,
     so the two models are never resident together, and loaded again with two threads: its forward is the
     longer side."""
-    from ..convert.inspect.checkpoint import read_json
+    from ..infra.jsonfile import read_json
 
     try:
         hidden = read_json(bundle / "llm_config.json", InvalidOption).get("hidden_size")

@@ -19,16 +19,16 @@ from pathlib import Path
 
 import numpy as np
 
-from ..convert.eagle.reference import HEAD_HINT
 from ..errors import BundleError
 from .mnn import quiet_stdout
 
 EAGLE_INPUTS = ["input_embed", "hidden_states", "attention_mask", "position_ids", "logits_index"]
 EAGLE_OUTPUTS = ["logits", "out_hidden_states"]
 LOWEST = float(np.finfo(np.float32).min)
+HEAD_HINT = "pass an EAGLE-3 head folder (config.json and model.safetensors, SpecForge/AngelSlim layout)"
 
 
-def _const(array: np.ndarray, dtype: str = "float"):  # type: ignore[no-untyped-def]
+def const(array: np.ndarray, dtype: str = "float"):  # type: ignore[no-untyped-def]
     import MNN.expr as F
 
     kind = F.float if dtype == "float" else F.int
@@ -63,7 +63,7 @@ class MNNHead:
     def fc(self, aux: np.ndarray) -> np.ndarray:
         """[seq, 3*target_hidden] -> [seq, hidden]."""
         with quiet_stdout():
-            out = self._fc.forward([_const(np.asarray(aux)[None])])[0]
+            out = self._fc.forward([const(np.asarray(aux)[None])])[0]
             return np.array(out.read(), dtype=np.float32).reshape(np.asarray(aux).shape[0], -1)
 
     def forward(self, input_embeds: np.ndarray, hidden: np.ndarray, position_ids: np.ndarray,
@@ -72,8 +72,8 @@ class MNNHead:
         Returns (log-probabilities [rows, draft_vocab], out_hidden [rows, hidden]), rows = seq or 1."""
         seq = int(np.asarray(input_embeds).shape[0])
         mask = causal_mask(seq) if mask is None else np.asarray(mask, dtype=np.float32)
-        inputs = [_const(np.asarray(input_embeds)), _const(np.asarray(hidden)[None]), _const(mask[None, None]),
-                  _const(np.asarray(position_ids)[None], "int"), _const(np.array([-1 if last_only else 0]), "int")]
+        inputs = [const(np.asarray(input_embeds)), const(np.asarray(hidden)[None]), const(mask[None, None]),
+                  const(np.asarray(position_ids)[None], "int"), const(np.array([-1 if last_only else 0]), "int")]
         with quiet_stdout():
             logits, out_hidden = self._head.forward(inputs)
             rows = 1 if last_only else seq

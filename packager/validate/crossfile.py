@@ -6,8 +6,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from ..convert.inspect.checkpoint import QWEN3_STOP_IDS
-from ..convert.tokenizer import MIN_ENGINE, TYPES, HeaderError, TokenizerHeader, read_header
+from ..families.qwen3 import QWEN3_STOP_IDS
+from ..bundle.tokenizer_txt import MIN_ENGINE, TYPES, HeaderError, TokenizerHeader, read_header
 from ..bundle.engine import C4_FUSION, OLDEST, WHY_OLDEST, format_version, parse_version
 from ..bundle import folder as mnnfolder
 from ..errors import shorten

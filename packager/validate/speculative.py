@@ -161,7 +161,7 @@ def _check_head_graphs(bundle: Path, files: dict[str, str], facts: GraphFacts | 
             import MNN.expr as F
             import MNN.nn as nn
 
-            from ..runtime.eagle_head import EAGLE_INPUTS, EAGLE_OUTPUTS, _const, causal_mask
+            from ..runtime.eagle_head import EAGLE_INPUTS, EAGLE_OUTPUTS, const, causal_mask
     except ImportError as exc:  # base dependencies only (the pre-commit hook): nothing is known of the head
         missing = (exc.name or "MNN").split(".")[0]
         out.note(files["eagle_model"], "", f"the engine check was skipped: {missing} is not installed here, so the "
@@ -173,12 +173,12 @@ def _check_head_graphs(bundle: Path, files: dict[str, str], facts: GraphFacts | 
             d2t_var = F.load_as_list(str(bundle / files["eagle_d2t"]))
             d2t = np.array(d2t_var[0].read(), dtype=np.int64).reshape(-1) if d2t_var else np.zeros(0, np.int64)
             fc = nn.load_module_from_file(str(bundle / files["eagle_fc"]), ["fc_hidden"], ["hidden_states"])
-            state = fc.forward([_const(np.zeros((1, 1, 3 * hidden), np.float32))])[0]
+            state = fc.forward([const(np.zeros((1, 1, 3 * hidden), np.float32))])[0]
             width = int(np.array(state.read()).size)
             head = nn.load_module_from_file(str(bundle / files["eagle_model"]), EAGLE_INPUTS, EAGLE_OUTPUTS)
-            logits, _ = head.forward([_const(np.zeros((1, hidden), np.float32)), _const(np.zeros((1, 1, hidden),
-                                      np.float32)), _const(causal_mask(1)[None, None]), _const(np.zeros((1, 1)), "int"),
-                                      _const(np.array([0]), "int")])
+            logits, _ = head.forward([const(np.zeros((1, hidden), np.float32)), const(np.zeros((1, 1, hidden),
+                                      np.float32)), const(causal_mask(1)[None, None]), const(np.zeros((1, 1)), "int"),
+                                      const(np.array([0]), "int")])
             draft_vocab = int(np.array(logits.read()).size)
     except Exception as exc:  # MNN raises plain RuntimeError/ValueError for a graph it cannot load or run
         out.error(files["eagle_model"], "", f"MNN cannot load or run the EAGLE-3 head ({type(exc).__name__}: "

@@ -66,7 +66,7 @@ def _target_hidden(bundle: Path, embeds: np.ndarray, threads: int) -> np.ndarray
     Loaded in MNN's low-memory mode, as MNN.llm runs a bundle: its weights stay 4-bit (the default mode expands
     them to float32, 3.3 GB for a 0.6B target, twice the time). These states are only the inputs both heads get."""
     from ...runtime.mnn import quiet_stdout
-    from ...runtime.eagle_head import _const, causal_mask
+    from ...runtime.eagle_head import const, causal_mask
 
     seq = embeds.shape[0]
     with quiet_stdout():
@@ -76,8 +76,8 @@ def _target_hidden(bundle: Path, embeds: np.ndarray, threads: int) -> np.ndarray
         graph = nn.load_module_from_file(str(bundle / "llm.mnn"), ["input_ids", "attention_mask", "position_ids",
                                                                    "logits_index"], ["logits", "hidden_states"],
                                          thread_num=threads, memory_mode=F.MemoryMode.Low)
-        out = graph.forward([_const(embeds[:, None, :]), _const(causal_mask(seq)[None, None]),
-                             _const(np.arange(seq)[None], "int"), _const(np.array([-1]), "int")])
+        out = graph.forward([const(embeds[:, None, :]), const(causal_mask(seq)[None, None]),
+                             const(np.arange(seq)[None], "int"), const(np.array([-1]), "int")])
         return np.array(out[1].read(), dtype=np.float32).reshape(seq, -1)
 
 

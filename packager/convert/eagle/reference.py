@@ -31,8 +31,8 @@ import torch
 from torch import Tensor, nn
 
 from ...errors import CheckpointNotFound, InvalidCheckpointConfig
+from ...runtime.eagle_head import HEAD_HINT
 
-HEAD_HINT = "pass an EAGLE-3 head folder (config.json and model.safetensors, SpecForge/AngelSlim layout)"
 KV = tuple[Tensor, Tensor]  # (keys, values), each [batch, length, kv_heads, head_dim], rope applied to keys
 
 

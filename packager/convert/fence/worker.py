@@ -207,7 +207,8 @@ def tokenizer_source(source: Path, dst: Path) -> Path:
     to the bytes the same tokenizer gives with the files present; the checkpoint itself is never written.
     """
     from ...errors import MissingTokenizer
-    from ..inspect.checkpoint import bpe_tables, read_json
+    from ..inspect.checkpoint import bpe_tables
+    from ...infra.jsonfile import read_json
 
     config = read_json(source / "tokenizer_config.json", MissingTokenizer)
     complete = all((source / n).is_file() for n in ("vocab.json", "merges.txt")) and \

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,7 +11,8 @@ from typing import Any
 from ...infra import heap
 from ...errors import (CheckpointNotFound, CorruptWeights, InvalidCheckpointConfig, MissingTokenizer, UnsupportedModel,
                        UntiedEmbeddings, shorten)
-from ...infra.userfile import JSON_BYTES, read_text
+from ...families.qwen3 import QWEN3_STOP_IDS
+from ...infra.jsonfile import read_json
 from . import safetensors_header
 
 # tokenizer.json carries the vocabulary and merges, so vocab.json and merges.txt (which transformers 5 no
@@ -23,8 +23,6 @@ OPTIONAL_TOKENIZER_FILES = ("chat_template.jinja", "special_tokens_map.json", "a
                             "generation_config.json")
 # The checkpoint files a conversion reads (provenance hashes these and nothing else).
 MODEL_FILES = ("config.json", "model.safetensors.index.json")
-# Qwen3's two end tokens: <|im_end|> ends a chat turn, <|endoftext|> ends plain text.
-QWEN3_STOP_IDS = (151645, 151643)
 
 _OTHER_FAMILIES = {
     "qwen3_moe": "a mixture-of-experts model",
@@ -101,21 +99,6 @@ def _existing_folder(path: Path) -> Path:
     if not os.access(path, os.R_OK | os.X_OK):
         raise CheckpointNotFound(f"checkpoint folder {path} is not readable", "check its permissions")
     return path.resolve()
-
-
-# Larger than any config, tokenizer or report packager reads (tokenizer.json is about 11 MB).
-MAX_JSON_BYTES = JSON_BYTES
-
-
-def read_json(path: Path, error: type[Exception]) -> Any:
-    """A JSON file of at most MAX_JSON_BYTES (read no further, whatever size it claims); `error` for any problem."""
-    text = read_text(path, MAX_JSON_BYTES, what="JSON file", unreadable=error, too_large=error)
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise error(f"{path} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
-    except RecursionError:
-        raise error(f"{path} is nested too deeply to be a real JSON file of its kind") from None
 
 
 def _config(folder: Path) -> dict[str, Any]:

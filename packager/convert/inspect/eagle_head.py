@@ -12,7 +12,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from .checkpoint import CheckpointInfo, read_json
+from .checkpoint import CheckpointInfo
+from ...infra.jsonfile import read_json
 from .safetensors_header import TensorRef, tensor_refs
 from ...errors import (CorruptWeights, EagleHeadLayout, EagleHeadMismatch, EagleVocabularyMap, PickleHeadRefused,
                        TargetTooShallow, shorten)

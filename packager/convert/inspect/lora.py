@@ -9,7 +9,8 @@ from typing import Any
 
 from ...errors import AdapterMismatch, shorten
 from . import safetensors_header
-from .checkpoint import CheckpointInfo, read_json
+from .checkpoint import CheckpointInfo
+from ...infra.jsonfile import read_json
 
 _LORA_KEY = re.compile(r"^(?:base_model\.model\.)?(?P<module>.+)\.lora_(?P<part>[AB])(?:\.default)?\.weight$")
 # A whole trained module (peft's modules_to_save) is stored under its base name.

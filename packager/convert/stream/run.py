@@ -21,8 +21,8 @@ from ..inspect.eagle_head import HeadInfo
 from ...infra.hashing import xxh3_128_bytes, xxh3_128_file
 from ...infra.versions import installed
 from . import graphcache, layout, weightwriter
-from ..inspect.checkpoint import (DERIVABLE_TOKENIZER_FILES, OPTIONAL_TOKENIZER_FILES, TOKENIZER_FILES, CheckpointInfo,
-                                  read_json)
+from ..inspect.checkpoint import DERIVABLE_TOKENIZER_FILES, OPTIONAL_TOKENIZER_FILES, TOKENIZER_FILES, CheckpointInfo
+from ...infra.jsonfile import read_json
 from ..fence.launch import Progress, Runner, WorkerJob, WorkerResult
 from ..inspect.lora import _LORA_KEY, _SAVED_KEY, AdapterInfo
 from .quant import QuantSpec

@@ -12,7 +12,7 @@ from .check import MIN_COSINE, PROMPTS, CheckReport
 def store(report: CheckReport) -> Path:
     """Merge the report's rows into the provenance (a version checked again replaces its row)."""
     from ...convert import provenance
-    from ...convert.pipeline import provenance_path
+    from ...convert.provenance import provenance_path
 
     path = provenance_path(report.bundle)
     if not path.is_file():

@@ -90,7 +90,7 @@ def _digests(bundle: Path, read: tuple[str, ...] = ()) -> dict[str, str]:
 
 
 def _config(bundle: Path) -> dict[str, Any]:
-    from ...convert.inspect.checkpoint import read_json
+    from ...infra.jsonfile import read_json
 
     path = bundle / "config.json"
     try:

@@ -8,7 +8,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...convert.inspect.checkpoint import inspect_checkpoint, read_json
+from ...convert.inspect.checkpoint import inspect_checkpoint
+from ...infra.jsonfile import read_json
 from ...convert.inspect.lora import inspect_adapter
 from ...errors import InvalidCheckpointConfig
 

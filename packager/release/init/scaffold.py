@@ -14,7 +14,7 @@ from typing import Any
 
 from ... import DISTRIBUTION, __version__, resources
 from ...spec import model as spec
-from ...convert.pipeline import DEFAULT_BITS, DEFAULT_BLOCK
+from ...convert.recipe import DEFAULT_BITS, DEFAULT_BLOCK
 from ...errors import InitFileExists, InitTargetRefused, InvalidOption, from_os_error, printable, shorten
 from .facts import Facts, gather
 
