@@ -23,13 +23,13 @@ def check_spec(path: Path) -> Checked:
     (/dev/zero) an InputTooLarge."""
     shown = str(path)
     try:
-        data = read_at_most(path, SPEC_BYTES)
-        text = data.decode("utf-8")
+        raw = read_at_most(path, SPEC_BYTES)
+        text = raw.decode("utf-8")
     except FileNotFoundError:
         return _one(shown, "does not exist")
     except (OSError, UnicodeDecodeError) as exc:
         return _one(shown, f"cannot be read ({shorten(str(exc))})")
-    if len(data) > SPEC_BYTES:  # no spec at all (a device, a stray large file): an input error, not a finding
+    if len(raw) > SPEC_BYTES:  # no spec at all (a device, a stray large file): an input error, not a finding
         raise InputTooLarge(f"release spec {shorten(shown, 120)} is over {say_size(SPEC_BYTES)}: too large for a "
                             "release spec")
     try:
