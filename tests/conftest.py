@@ -35,6 +35,30 @@ def pytest_configure() -> None:
     os.environ["PACKAGER_CACHE_DIR"] = tempfile.mkdtemp(prefix="packager-test-graph-cache-")
 
 
+# The slow kinds, marked from what a test uses (its fixtures, or what its module imports), so that no test can
+# forget its mark: `make test-fast` runs the rest (-m "not (converter or trained or hub or engines)").
+_KINDS = {
+    "converter": {"tiny_checkpoint", "lora_adapter", "target8", "head", "eagle_bundle", "bundle4", "bundle8",
+                  "lora_bundle8"},
+    "hub": {"hub", "online", "ready"},
+}
+_MODULE_KINDS = {"tests.trained": "trained", "tests.trained_eagle": "trained", "tests.models": "converter"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        used = set(getattr(item, "fixturenames", ()))
+        kinds = {kind for kind, names in _KINDS.items() if used & names}
+        module = getattr(item, "module", None)
+        imported = {getattr(value, "__module__", None) for value in vars(module).values()} if module else set()
+        imported |= {getattr(value, "__name__", None) for value in vars(module).values()} if module else set()
+        kinds |= {kind for name, kind in _MODULE_KINDS.items() if name in imported}
+        if module is not None and module.__name__.endswith("test_engines"):
+            kinds.add("engines")
+        for kind in sorted(kinds):
+            item.add_marker(kind)
+
+
 def pytest_sessionfinish() -> None:
     shutil.rmtree(os.environ["PACKAGER_CACHE_DIR"], ignore_errors=True)  # ~100 MB a session, never reused
 
