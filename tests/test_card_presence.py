@@ -10,7 +10,7 @@ import pytest
 
 from packager.spec import model as spec_module
 from packager.card.render import CardError, human_size, render
-from packager.card.measurements import measured_digests
+from packager.measure.digests import measured_digests
 from packager.convert.pipeline import ConvertResult
 from packager.errors import SpecError
 from packager.measure.pair.costs import Costs, Spread

@@ -38,7 +38,7 @@ def verify(ctx: click.Context, bundle: Path, source: Path, prompts_file: Path | 
     Example: packager verify ./bundle --source ./qwen3-draft
     """
     from ..spec import model as spec_module
-    from ..card.measurements import measured_digests
+    from ..measure.digests import measured_digests
     from ..measure.verify import Thresholds, prompts_from_file
     from ..measure.verify import verify as run_verify
 

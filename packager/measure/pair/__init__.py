@@ -9,7 +9,7 @@ from typing import Callable
 
 import numpy as np
 
-from ...card.measurements import measured_digests
+from ..digests import measured_digests
 from ...errors import InvalidOption
 from . import acceptance, costs, memory, targetcache
 from .. import compat, workload
