@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class PackagerError(Exception):
     """Base of every error the CLI turns into one line and an exit code."""
@@ -221,3 +223,181 @@ class CorpusNotText(PackagerError):
 
     exit_code = 81
     hint = "pass UTF-8 text of at most 8 MiB: the text your users' prompts and answers repeat"
+
+
+class ManifestError(BundleError):
+    exit_code = 23
+    hint = "rewrite it with: packager checksum BUNDLE"
+
+
+class CardError(PackagerError):
+    exit_code = 24
+    hint = "fix the template or the spec field it names"
+
+
+class HubError(PackagerError):
+    """A transient failure (5xx, lost connection, exhausted retries): the only kind where rerunning helps."""
+
+    exit_code = 40
+    hint = "rerun the same command; what the Hub already has is not sent again"
+
+
+class HubAuthError(HubError):
+    exit_code = 41
+    hint = "log in with `hf auth login` or set HF_TOKEN to a token with write access"
+
+
+class HubForbidden(HubError):
+    exit_code = 42
+    hint = "use a token with write access to this repo (or a namespace you own)"
+
+
+class HubNotFound(HubError):
+    exit_code = 43
+    hint = "check the repo id and revision (packager creates the repo on upload)"
+
+
+class HubConflict(HubError):
+    exit_code = 44
+    hint = "someone changed the repo meanwhile or the tag exists; check the remote and rerun"
+
+
+class HubVerificationFailed(HubError):
+    exit_code = 45
+    hint = "the remote revision is not what was uploaded; run packager verify-remote and re-upload"
+
+
+class HubRevisionRefused(HubError):
+    exit_code = 46
+    hint = "--revision takes a branch name (new or existing); tags are made with --tag"
+
+
+class HubVisibilityRefused(HubError):
+    exit_code = 47
+    hint = "make it private deliberately with --make-private (or on the Hub's settings page), then upload"
+
+
+class HubBadTarget(HubError):
+    exit_code = 48
+    hint = "fix the repo id or --endpoint (a Hub URL such as https://huggingface.co); rerunning cannot help"
+
+
+class GatingFailed(PackagerError):
+    exit_code = 67
+    hint = "gating needs a token with write access to the repo (and, on the Hub, a plan that allows it); rerun"
+
+
+class HubGated(HubError):
+    exit_code = 68
+    hint = ("the repo is gated: log in (hf auth login, HF_TOKEN or --token-file) as a user who has been granted "
+            "access; ask for it on the repo's page")
+
+
+class CollectionNotUpdated(PackagerError):
+    """The release is on the Hub, its collection is not (yet) as asked."""
+
+    exit_code = 65
+    hint = "rerun the same command to finish: nothing is sent again and the repo is added to the collection once"
+    upload: Any = None  # the verified UploadResult when this is raised after its commit (None: nothing was sent)
+
+
+class CollectionForbidden(CollectionNotUpdated):
+    exit_code = 66
+    hint = ("set [release] collection_owner (upload --collection-owner) to a namespace this token may write, or ask "
+            "the owner for write access, then rerun")
+
+
+class EngineTooOld(PackagerError):
+    exit_code = 79
+    hint = "update the app's MNN engine, or pull a release made for the engine you have (packager convert --engine)"
+
+
+class PairIncompatible(PackagerError):
+    exit_code = 51
+    hint = "a draft must share the target's tokenizer, vocabulary and chat template (same model family)"
+
+
+class SpeculationUnavailable(PackagerError):
+    """The bundle cannot run the speculative mode asked for in upstream MNN."""
+
+    exit_code = 82
+    hint = "convert with --eagle HEAD or --lookahead, or pass --mode lookahead (it needs no weights)"
+
+
+class SpeculationNotLossless(PackagerError):
+    """MNN's speculative generation emitted other tokens than its plain decoding, beyond near-ties."""
+
+    exit_code = 83
+    hint = "the head or the bundle computes something else than the target; do not ship it"
+
+
+class VerifyFailed(PackagerError):
+    exit_code = VERIFY_FAILED
+    hint = "the bundle does not behave like its source; reconvert (8-bit gives more headroom) or check the weights"
+
+
+class SigningKeyInvalid(PackagerError):
+    exit_code = 70
+    hint = "pass an EC private key in PEM (openssl ecparam -name prime256v1 -genkey -noout -out key.pem)"
+
+
+class SigningKeyCurve(PackagerError):
+    exit_code = 71
+    hint = "sign with an EC key on P-256 (prime256v1), P-384 or P-521"
+
+
+class SigningKeyLocked(PackagerError):
+    exit_code = 72
+    hint = "put the key's passphrase in PACKAGER_SIGNING_KEY_PASSPHRASE or a file given with --passphrase-file"
+
+
+class PublicKeyInvalid(SigningKeyInvalid):
+    """A --public-key file that cannot be read or is larger than any key (exit 70, as a bad signing key)."""
+
+    hint = "pass the publisher's key.pub"
+
+
+class PassphraseFileUnusable(SigningKeyInvalid):
+    """--passphrase-file cannot be read, or its first line is longer than any passphrase (exit 70, as a bad key)."""
+
+    hint = "put the key's passphrase on the first line of a small text file"
+
+
+class SignatureMalformed(PackagerError):
+    exit_code = 73
+    hint = "model.sig is not a model-signing signature; sign the bundle again with packager sign"
+
+
+class SigstoreFailed(PackagerError):
+    """Keyless signing or verification could not be done: no OIDC identity, or sigstore's services (Fulcio,
+    Rekor, the TUF trust root) out of reach."""
+
+    exit_code = 74
+    hint = ("keyless signing and verification need sigstore's services on the network (and, to sign, an OIDC "
+            "identity: CI with `permissions: id-token: write`); or sign and verify with a key")
+
+
+class SignatureCoverage(PackagerError):
+    exit_code = 75
+    hint = "the signature is not over this release's files; sign the released folder again with packager sign"
+
+
+class SignatureUnsafePath(PackagerError):
+    exit_code = 76
+    hint = "a signature naming paths outside the bundle folder is refused; do not use this release"
+
+
+class SignatureUntrusted(PackagerError):
+    exit_code = 77
+    hint = "check that you pass the publisher's public key (or sigstore identity and issuer) the card names"
+
+
+class ContentMismatch(PackagerError):
+    exit_code = 78
+    hint = "the files are not the ones the publisher released; do not use them, and tell the publisher"
+
+
+class Unreadable(HubError):
+    """A file that could not be read whole (exit 40, unlike a mismatch: exit 31)."""
+
+    hint = ("rerun later; if it persists, the Hub's copy is damaged: packager upload of the bundle sends it again")

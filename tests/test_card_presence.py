@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from packager.spec import model as spec_module
-from packager.card.render import CardError, human_size, render
+from packager.errors import CardError
+from packager.card.render import human_size, render
 from packager.measure.digests import measured_digests
 from packager.convert.pipeline import ConvertResult
 from packager.errors import SpecError

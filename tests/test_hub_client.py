@@ -6,7 +6,8 @@ import httpx2
 import pytest
 from huggingface_hub.errors import HfHubHTTPError
 
-from packager.hub.client import Hub, HubAuthError, HubError, translate, with_retries
+from packager.hub.client import Hub, translate, with_retries
+from packager.errors import HubAuthError, HubError
 
 HUB = Hub(api=None, endpoint="http://127.0.0.1:1", token="hf_secret_value")
 
@@ -73,7 +74,7 @@ def test_token_is_not_in_reprs(tmp_path) -> None:  # type: ignore[no-untyped-def
 
 
 def test_only_transient_failures_advise_a_rerun() -> None:
-    from packager.hub.client import HubBadTarget
+    from packager.errors import HubBadTarget
 
     assert "rerun" in translate(HUB, httpx2.ConnectError("refused"), "reading").one_line()
     assert "rerun" in translate(HUB, _http_error(503), "reading").one_line()
@@ -87,7 +88,8 @@ def test_only_transient_failures_advise_a_rerun() -> None:
 @pytest.mark.parametrize("endpoint", ["127.0.0.1:8765", "ftp://host", "http://", "http://host:99999",
                                       "http://host/?q=1", "huggingface.co"])
 def test_endpoint_that_is_not_an_http_url_is_refused(endpoint: str) -> None:
-    from packager.hub.client import HubBadTarget, endpoint_url
+    from packager.errors import HubBadTarget
+    from packager.hub.client import endpoint_url
 
     with pytest.raises(HubBadTarget):
         endpoint_url(endpoint)

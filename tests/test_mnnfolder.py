@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from packager.bundle import folder as mnnfolder
+from packager.errors import PairIncompatible
 from packager.measure import compat
 
 HIDDEN, VOCAB = 1024, 151936
@@ -124,6 +125,6 @@ def test_pair_refuses_a_folder_whose_files_disagree_before_loading(tmp_path: Pat
     llm_config = json.loads((folder / "llm_config.json").read_text())
     llm_config["tie_embeddings"][2] += 4
     (folder / "llm_config.json").write_text(json.dumps(llm_config))
-    with pytest.raises(compat.PairIncompatible, match="alpha size .* does not fit") as raised:
+    with pytest.raises(PairIncompatible, match="alpha size .* does not fit") as raised:
         compat.facts(folder)
     assert raised.value.exit_code == 51 and "\n" not in raised.value.one_line()

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from packager.card.render import CardError, gather_measurements, render
+from packager.errors import CardError
+from packager.card.render import gather_measurements, render
 from packager.bundle.kinds import FILES
 from packager.convert.pipeline import ConvertRequest, ConvertResult, convert, convert_many
 from packager.convert.recipe import QuantRecipe

@@ -148,7 +148,7 @@ def test_the_card_of_a_keyless_release_names_the_identity_and_its_commands(ready
 
 
 def test_the_card_command_states_the_spec_s_signing_key(ready: Path, keys: Keys, tmp_path: Path) -> None:
-    from packager.trust.sign import key_id
+    from packager.trust.keys import key_id
 
     spec = spec_signed_with(tmp_path, keys.private)
     result = subprocess.run([sys.executable, "-m", "packager.cli", "card", str(ready), "--spec", str(spec)],
@@ -211,7 +211,7 @@ def test_the_post_upload_check_reads_the_hub_s_small_files_back(hub: LocalHub, r
                                                                  tmp_path: Path, online: None) -> None:
     from packager.spec import model as spec_module
     from packager.release.signing import plan, verify_uploaded
-    from packager.trust.signature import ContentMismatch
+    from packager.errors import ContentMismatch
 
     spec = spec_signed_with(tmp_path, keys.private)
     result = release(hub, spec, ready)

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from packager.bundle.checksum import read_manifest
-from packager.trust.sign import PASSPHRASE_ENV, RELEASE_SET
+from packager.trust.keys import PASSPHRASE_ENV
+from packager.trust.sign import RELEASE_SET
 from tests.conftest import run_cli
 from tests.localhub import ready  # noqa: F401 - fixture
 from tests.signkeys import PASSPHRASE, Keys, forge_signature, keys  # noqa: F401 - fixture

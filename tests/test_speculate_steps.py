@@ -8,7 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from packager.measure.speculate import SpeculationNotLossless, refuse_if_lossy
+from packager.errors import SpeculationNotLossless
+from packager.measure.speculate import refuse_if_lossy
 from packager.measure.speculate.steps import StepsUnreadable, eagle_steps, first_divergence, lookahead_steps
 from packager.measure.speculate.summary import summarize
 

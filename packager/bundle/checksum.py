@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .kinds import MANIFEST, SIGNATURE
-from ..errors import BundleError
+from ..errors import BundleError, ManifestError
 from ..infra.hashing import xxh3_128_file
 from .staging import write_atomic
 from ..infra.userfile import read_text
@@ -35,11 +35,6 @@ class ManifestCheck:
     @property
     def ok(self) -> bool:
         return not (self.mismatched or self.missing or self.extra)
-
-
-class ManifestError(BundleError):
-    exit_code = 23
-    hint = "rewrite it with: packager checksum BUNDLE"
 
 
 def covered_files(bundle: Path) -> list[str]:

@@ -12,7 +12,7 @@ from .. import resources
 from ..bundle.kinds import DRAFT, LOOKUP, BundleKind, kind_of
 from ..infra.jsonfile import read_json
 from ..bundle.engine import EngineRequirement, format_version, parse_version
-from ..errors import PackagerError
+from ..errors import CardError
 from .measurements import (check_pairing, check_same_files, measured_files, parity_from_report, read_report,
                            speculation_from_report)
 from .evalresults import model_index
@@ -22,11 +22,6 @@ from ..spec.model import ReleaseSpec
 DEFAULT_TEMPLATE = "model_card.md.j2"
 TARGET_TEMPLATE = "target_card.md.j2"  # target and target+eagle bundles
 BASE_TAGS = ("mnn", "speculative-decoding", "draft-model", "qwen3", "on-device")
-
-
-class CardError(PackagerError):
-    exit_code = 24
-    hint = "fix the template or the spec field it names"
 
 
 @dataclass(frozen=True)
@@ -94,7 +89,6 @@ def _engine(runtime: dict[str, Any]) -> EngineRequirement:
 def render(bundle: Path, spec: ReleaseSpec, template: Path | None = None,
            measurements: dict[str, Any] | None = None) -> Card:
     """Render the card; a missing fact fails with its name (StrictUndefined), never a placeholder."""
-    import jinja2
 
     kind = kind_of(bundle)
     if kind is not DRAFT:

@@ -169,7 +169,7 @@ def verify_remote(ctx: click.Context, target: str, endpoint: str | None, timeout
     Example: packager verify-remote me/qwen3-draft-mnn@v3
     """
     from ..hub.check import verify_remote as run_verify
-    from ..trust.signature import ContentMismatch
+    from ..errors import ContentMismatch
 
     repo_id, revision = target_revision(target)
     result = run_verify(repo_id, revision, endpoint=endpoint, token=_token(token_file), timeout=timeout,

@@ -35,7 +35,8 @@ def sign(bundle: Path, key: Path | None, passphrase_file: Path | None, keyless: 
     Example: packager sign ./bundle --key release-key.pem
     """
     from ..errors import FileSystemError, InvalidOption
-    from ..trust.sign import KEY_ENV, read_passphrase, sign as run_sign, sign_keyless
+    from ..trust.keys import KEY_ENV, read_passphrase
+    from ..trust.sign import sign as run_sign, sign_keyless
     from ..infra.userfile import TOKEN_BYTES, read_text
 
     if keyless:

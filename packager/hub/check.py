@@ -11,9 +11,10 @@ from typing import Any, Callable
 import xxhash
 
 from ..bundle.checksum import MANIFEST, SIGNATURE, parse_manifest
-from ..errors import shorten
+from ..errors import Unreadable, shorten
 from ..trust.signature import Trust
-from .client import READING_HINTS, Hub, HubBadTarget, HubError, HubVerificationFailed, connect, translate, with_retries
+from .client import READING_HINTS, Hub, connect, translate, with_retries
+from ..errors import HubBadTarget, HubError, HubVerificationFailed
 from .names import repo_id_problem, revision_problem
 from .remote import KEEP, files_at, manifest_size
 
@@ -43,12 +44,6 @@ class RemoteCheck:
     def tampered(self) -> bool:
         """A signed file differs from what the trusted signer signed (whatever the manifest says)."""
         return bool(self.not_as_signed)
-
-
-class Unreadable(HubError):
-    """A file that could not be read whole (exit 40, unlike a mismatch: exit 31)."""
-
-    hint = ("rerun later; if it persists, the Hub's copy is damaged: packager upload of the bundle sends it again")
 
 
 def _stream(hub: Hub, repo_id: str, commit: str, path: str, size: int, timeout: float,

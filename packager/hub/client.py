@@ -12,71 +12,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, TypeVar
 
-from ..errors import PackagerError, shorten
+from ..errors import (HubAuthError, HubBadTarget, HubConflict, HubError, HubForbidden, HubGated, HubNotFound,
+                      PackagerError, shorten)
 
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 PUBLIC_HUB = "https://huggingface.co"
 T = TypeVar("T")
-
-
-class HubError(PackagerError):
-    """A transient failure (5xx, lost connection, exhausted retries): the only kind where rerunning helps."""
-
-    exit_code = 40
-    hint = "rerun the same command; what the Hub already has is not sent again"
-
-
-class HubAuthError(HubError):
-    exit_code = 41
-    hint = "log in with `hf auth login` or set HF_TOKEN to a token with write access"
-
-
-class HubForbidden(HubError):
-    exit_code = 42
-    hint = "use a token with write access to this repo (or a namespace you own)"
-
-
-class HubNotFound(HubError):
-    exit_code = 43
-    hint = "check the repo id and revision (packager creates the repo on upload)"
-
-
-class HubConflict(HubError):
-    exit_code = 44
-    hint = "someone changed the repo meanwhile or the tag exists; check the remote and rerun"
-
-
-class HubVerificationFailed(HubError):
-    exit_code = 45
-    hint = "the remote revision is not what was uploaded; run packager verify-remote and re-upload"
-
-
-class HubRevisionRefused(HubError):
-    exit_code = 46
-    hint = "--revision takes a branch name (new or existing); tags are made with --tag"
-
-
-class HubVisibilityRefused(HubError):
-    exit_code = 47
-    hint = "make it private deliberately with --make-private (or on the Hub's settings page), then upload"
-
-
-class HubBadTarget(HubError):
-    exit_code = 48
-    hint = "fix the repo id or --endpoint (a Hub URL such as https://huggingface.co); rerunning cannot help"
-
-
-class GatingFailed(PackagerError):
-    exit_code = 67
-    hint = "gating needs a token with write access to the repo (and, on the Hub, a plan that allows it); rerun"
-
-
-class HubGated(HubError):
-    exit_code = 68
-    hint = ("the repo is gated: log in (hf auth login, HF_TOKEN or --token-file) as a user who has been granted "
-            "access; ask for it on the repo's page")
 
 
 # What to do when a command that only reads (pull, verify-remote) fails: the classes' own hints speak of uploads.

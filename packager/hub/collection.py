@@ -9,22 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..errors import PackagerError, shorten
-from .client import Hub, HubForbidden, with_retries
-
-
-class CollectionNotUpdated(PackagerError):
-    """The release is on the Hub, its collection is not (yet) as asked."""
-
-    exit_code = 65
-    hint = "rerun the same command to finish: nothing is sent again and the repo is added to the collection once"
-    upload: Any = None  # the verified UploadResult when this is raised after its commit (None: nothing was sent)
-
-
-class CollectionForbidden(CollectionNotUpdated):
-    exit_code = 66
-    hint = ("set [release] collection_owner (upload --collection-owner) to a namespace this token may write, or ask "
-            "the owner for write access, then rerun")
+from ..errors import CollectionForbidden, CollectionNotUpdated, PackagerError, shorten
+from .client import Hub, with_retries
+from ..errors import HubForbidden
 
 
 @dataclass(frozen=True)

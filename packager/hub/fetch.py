@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Callable, Iterator, NoReturn
 
 from ..errors import FileSystemError, OutputExists, PackagerError, from_os_error, shorten
-from .client import Hub, HubConflict, HubVerificationFailed, status_of, with_retries
+from .client import Hub, status_of, with_retries
+from ..errors import HubConflict, HubVerificationFailed
 
 STAGING_NAMES = {"lock", "files", "out"}  # all a staging folder ever holds
 _FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC

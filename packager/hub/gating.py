@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Callable
 
 from ..errors import PackagerError
-from .client import GatingFailed, Hub, with_retries
+from ..errors import GatingFailed
+from .client import Hub, with_retries
 from .remote import Repo, read_repo
 
 

@@ -18,8 +18,9 @@ from ..bundle.kinds import release_names
 from ..bundle.checksum import MANIFEST, SIGNATURE
 from ..errors import BundleError
 from ..validate import validate
-from .client import (Hub, HubBadTarget, HubConflict, HubError, HubRevisionRefused, HubVerificationFailed,
-                     HubVisibilityRefused, configure_xet, connect, with_retries)
+from .client import Hub, configure_xet, connect, with_retries
+from ..errors import (HubBadTarget, HubConflict, HubError, HubRevisionRefused, HubVerificationFailed,
+                      HubVisibilityRefused)
 from .collection import CollectionRequest, CollectionResult, check, place_after_commit
 from .gating import gate
 from .names import ref_problem, repo_id_problem

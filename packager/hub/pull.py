@@ -16,21 +16,16 @@ from typing import TYPE_CHECKING, Callable, Literal
 from ..bundle.kinds import OPTIONAL, kind_from_names
 from ..bundle.checksum import MANIFEST, SIGNATURE, parse_manifest
 from ..bundle.engine import parse_version
-from ..errors import InvalidOption, PackagerError, shorten
+from ..errors import EngineTooOld, InvalidOption, shorten
 from ..infra.hashing import xxh3_128_file
-from ..trust.signature import (MAX_SIGNATURE_BYTES, ContentMismatch, SignatureMalformed, SignatureUntrusted, Signed,
-                               Trust, check_coverage, mismatched, read_signed)
+from ..trust.signature import MAX_SIGNATURE_BYTES, Signed, Trust, check_coverage, mismatched, read_signed
+from ..errors import ContentMismatch, SignatureMalformed, SignatureUntrusted
 
 if TYPE_CHECKING:
     from .fetch import Meter
 
 Progress = Callable[[str], None]
 ENGINE_FILE = "runtime_config.json"  # declares the oldest MNN engine the bundle runs on
-
-
-class EngineTooOld(PackagerError):
-    exit_code = 79
-    hint = "update the app's MNN engine, or pull a release made for the engine you have (packager convert --engine)"
 
 
 @dataclass(frozen=True)
@@ -61,7 +56,7 @@ class PullResult:
 
 def check_request(request: PullRequest) -> None:
     """What no download can fix, refused before the Hub is contacted."""
-    from .client import HubBadTarget
+    from ..errors import HubBadTarget
     from .names import repo_id_problem, revision_problem
 
     if (problem := repo_id_problem(request.repo_id)) is not None:
@@ -92,7 +87,8 @@ def destination(dest: Path) -> Path:
 
 def pull(request: PullRequest, progress: Progress = lambda _: None, meter: Meter | None = None) -> PullResult:
     """`meter` draws a byte progress bar for each large file (None: the stage lines only)."""
-    from .client import READING_HINTS, HubError, HubVerificationFailed, connect, with_retries
+    from .client import READING_HINTS, connect, with_retries
+    from ..errors import HubError, HubVerificationFailed
     from .fetch import Staging, check_dest, download
     from .remote import KEEP, files_at, manifest_size
 
@@ -130,7 +126,7 @@ def pull(request: PullRequest, progress: Progress = lambda _: None, meter: Meter
 
 def _check_listing(held: set[str], files: str, where: str) -> None:
     """Before any download: the revision has what is asked for, and no path a flat bundle cannot hold."""
-    from .client import HubVerificationFailed
+    from ..errors import HubVerificationFailed
 
     if files == "all" and (odd := sorted(n for n in held if "/" in n or "\\" in n)):
         raise ContentMismatch(f"{where} holds {shorten(odd[0], 120)}, which is no file of a flat bundle; "

@@ -8,7 +8,8 @@ from typing import Any
 
 from ..bundle.checksum import MANIFEST, MAX_MANIFEST_BYTES
 from ..errors import InputTooLarge
-from .client import Hub, HubBadTarget, HubForbidden, HubNotFound, translate, with_retries
+from .client import Hub, translate, with_retries
+from ..errors import HubBadTarget, HubForbidden, HubNotFound
 
 KEEP = ".gitattributes"  # every Hub repo has it from its initial commit; packager never adds or deletes it
 

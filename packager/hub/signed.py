@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..bundle.checksum import SIGNATURE
-from ..trust.signature import (MAX_SIGNATURE_BYTES, ContentMismatch, SignatureMalformed, SignatureUntrusted, Signed,
-                               Trust, check_coverage, read_signed)
+from ..trust.signature import MAX_SIGNATURE_BYTES, Signed, Trust, check_coverage, read_signed
+from ..errors import ContentMismatch, SignatureMalformed, SignatureUntrusted
 from .client import Hub
 from .remote import KEEP, RemoteFile
 

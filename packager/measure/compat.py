@@ -11,18 +11,13 @@ from .. import resources
 from ..families.qwen3 import QWEN3_STOP_IDS
 from ..infra.jsonfile import read_json
 from ..bundle.tokenizer_txt import read_header
-from ..errors import PackagerError, from_os_error, shorten
+from ..errors import PairIncompatible, from_os_error, shorten
 from ..bundle import graph
 from ..runtime.models import Model, is_bundle
 
 # Inputs whose ids MNN's runtime and the HF tokenizer disagree on for the same tokenizer (measured by convert):
 # a bundle and a checkpoint are not compared on them.
 RUNTIME_DIFFERENCES = {"nfd", "emoji"}
-
-
-class PairIncompatible(PackagerError):
-    exit_code = 51
-    hint = "a draft must share the target's tokenizer, vocabulary and chat template (same model family)"
 
 
 NEITHER_HINT = ("pass a Hugging Face checkpoint folder (config.json and *.safetensors) or an MNN model folder "

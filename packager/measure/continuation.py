@@ -10,7 +10,6 @@ after the source is freed and the workload's size does not bound memory."""
 
 from __future__ import annotations
 
-import os
 import tempfile
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass

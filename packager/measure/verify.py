@@ -22,7 +22,7 @@ import numpy as np
 from ..infra import heap
 from .continuation import Continued, Spill, continue_all
 from ..families.qwen3 import QWEN3_STOP_IDS
-from ..errors import VERIFY_FAILED, FileSystemError, InvalidOption, PackagerError, shorten
+from ..errors import FileSystemError, InvalidOption, PackagerError, PairIncompatible, shorten
 from ..runtime.imports import without_collection
 from . import compat, workload
 from ..runtime.models import Dtype, HFModel, MNNModel, all_cores
@@ -31,11 +31,6 @@ from ..infra.userfile import PROMPTS_BYTES, read_bytes
 Progress = Callable[[str], None]
 MIN_POSITIONS = 1000  # fewer makes the figures noisy: the report says so
 MIN_DECISIVE = 100  # fewer decisive positions (flat logits, e.g. untrained weights): top-1 is not gated
-
-
-class VerifyFailed(PackagerError):
-    exit_code = VERIFY_FAILED
-    hint = "the bundle does not behave like its source; reconvert (8-bit gives more headroom) or check the weights"
 
 
 @dataclass(frozen=True)
@@ -292,7 +287,7 @@ def _import_source_libraries(source: Path) -> None:
 def _source_facts(source: Path) -> tuple[tuple[int, ...], str]:
     try:
         stop = tuple(sorted(compat.facts(source).stop))
-    except compat.PairIncompatible:  # an unreadable source: loading it below says what is wrong, as verify's error
+    except PairIncompatible:  # an unreadable source: loading it below says what is wrong, as verify's error
         stop = QWEN3_STOP_IDS
     try:
         template = workload.chat_template(source)

@@ -11,7 +11,7 @@ from typing import Any
 
 from .. import resources
 from ..errors import shorten
-from .compat import PairIncompatible
+from ..errors import PairIncompatible
 
 Messages = tuple[tuple[str, str], ...]  # (role, content) turns
 

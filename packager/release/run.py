@@ -82,7 +82,7 @@ def run(request: ReleaseRequest, progress: Progress = lambda _: None) -> Release
 
         pairing_from_report(spec.need("card").pair_report, built)
     for report in spec.need("card").speculate_reports:
-        from ..card.render import CardError
+        from ..errors import CardError
         from ..card.measurements import speculation_from_report
 
         speculation_from_report(report, built, CardError)
@@ -205,7 +205,8 @@ def _validate(bundle: Path) -> str:
 
 
 def _verify(spec: ReleaseSpec, state: dict[str, Any], progress: Progress) -> str:
-    from ..measure.verify import Thresholds, VerifyFailed, verify
+    from ..measure.verify import Thresholds, verify
+    from ..errors import VerifyFailed
 
     assert spec.convert.source is not None
     report = verify(state["bundle"], spec.convert.source, prompts=state.get("prompts"),
@@ -272,7 +273,7 @@ def _upload_request(request: ReleaseRequest, bundle: Path, check: Callable[[str]
 
 
 def _upload(request: ReleaseRequest, state: dict[str, Any], progress: Progress) -> str:
-    from ..hub.collection import CollectionNotUpdated
+    from ..errors import CollectionNotUpdated
     from ..hub.plan import SENT
     from ..hub.publish import upload
 
@@ -319,7 +320,8 @@ def _plan(request: ReleaseRequest, state: dict[str, Any], progress: Progress) ->
 
 def _collection(state: dict[str, Any], dry_run: bool) -> str:
     """What the upload did to the collection (a dry run: would do); a failure after its commit is raised here."""
-    from ..hub.collection import CollectionNotUpdated, describe
+    from ..errors import CollectionNotUpdated
+    from ..hub.collection import describe
 
     found = state["collection"]
     if isinstance(found, CollectionNotUpdated):

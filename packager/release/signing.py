@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import SpecError
-from ..trust.sign import KEY_ENV, key_id, load_key, public_pem, read_passphrase
+from ..trust.keys import KEY_ENV, key_id, load_key, public_pem, read_passphrase
 from ..spec.model import ReleaseSpec
 
 ISSUER_GITHUB = "https://token.actions.githubusercontent.com"

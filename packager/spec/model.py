@@ -9,7 +9,6 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from .. import resources
 from ..bundle.presets import RuntimeOverrides
 from ..errors import SpecError, shorten
 from ..infra.userfile import SPEC_BYTES, read_text

@@ -14,31 +14,12 @@ from pathlib import Path
 
 from ..bundle.kinds import FILES, release_names
 from ..bundle.checksum import MANIFEST, SIGNATURE, check_manifest
-from ..errors import BundleError, PackagerError, shorten
-from .signature import SigstoreFailed
 from ..bundle.staging import write_atomic
+from ..errors import BundleError, PackagerError, SigstoreFailed, shorten
+from .keys import load_key, public_pem
 
 CARD = "README.md"
 RELEASE_SET = (*FILES, CARD, MANIFEST)  # what the signature covers, exactly
-KEY_ENV = "PACKAGER_SIGNING_KEY"  # a path to the PEM private key, for CI
-PASSPHRASE_ENV = "PACKAGER_SIGNING_KEY_PASSPHRASE"  # never a command-line flag: `ps` shows those
-MAX_KEY_BYTES = 64 * 1024
-CURVES = ("secp256r1", "secp384r1", "secp521r1")  # what model-signing (sigstore's protobuf specs) accepts
-
-
-class SigningKeyInvalid(PackagerError):
-    exit_code = 70
-    hint = "pass an EC private key in PEM (openssl ecparam -name prime256v1 -genkey -noout -out key.pem)"
-
-
-class SigningKeyCurve(PackagerError):
-    exit_code = 71
-    hint = "sign with an EC key on P-256 (prime256v1), P-384 or P-521"
-
-
-class SigningKeyLocked(PackagerError):
-    exit_code = 72
-    hint = f"put the key's passphrase in {PASSPHRASE_ENV} or a file given with --passphrase-file"
 
 
 @dataclass(frozen=True)
@@ -47,81 +28,6 @@ class SignResult:
     files: tuple[str, ...]
     key_id: str  # sha256 of the public key (PEM), as model-signing records it in the bundle
     unchanged: bool = False  # the bundle's model.sig was already this key's signature over these very files
-
-
-def load_key(path: Path, passphrase: bytes | None) -> object:
-    """The private key, or the one error that says what is wrong with the file."""
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-
-    from ..infra.userfile import read_bytes
-
-    shown = shorten(str(path), 120)
-    if not path.is_file():  # a folder, or a FIFO that would block the read
-        raise SigningKeyInvalid(f"signing key {shown} is not a file")
-    data = read_bytes(path, MAX_KEY_BYTES, what="signing key", unreadable=SigningKeyInvalid,
-                      too_large=SigningKeyInvalid)
-    try:
-        key = serialization.load_pem_private_key(data, passphrase)
-    except TypeError:  # encrypted without a passphrase, or a passphrase for a key that has none
-        if passphrase is None:
-            raise SigningKeyLocked(f"signing key {shown} is protected by a passphrase and none was given") from None
-        raise SigningKeyInvalid(f"signing key {shown} is not protected, yet a passphrase was given",
-                                f"unset {PASSPHRASE_ENV} or drop --passphrase-file") from None
-    except ValueError:
-        if b"ENCRYPTED" in data and passphrase is not None:
-            raise SigningKeyLocked(f"the passphrase does not unlock signing key {shown}") from None
-        kind = "a public key" if b"PUBLIC KEY-----" in data else "a certificate" if b"CERTIFICATE" in data else \
-            "not a PEM private key"
-        raise SigningKeyInvalid(f"signing key {shown} is {kind}, not a private key") from None
-    except Exception:  # noqa: BLE001 - cryptography's UnsupportedAlgorithm and the like: still not usable
-        raise SigningKeyInvalid(f"signing key {shown} is no private key packager can use") from None
-    if not isinstance(key, ec.EllipticCurvePrivateKey):
-        raise SigningKeyCurve(f"signing key {shown} is {type(key).__name__.removeprefix('_')}, not an EC key")
-    if key.curve.name not in CURVES:
-        raise SigningKeyCurve(f"signing key {shown} is on the curve {key.curve.name}")
-    return key
-
-
-def public_pem(private: object) -> bytes:
-    from cryptography.hazmat.primitives import serialization
-
-    return bytes(private.public_key().public_bytes(  # type: ignore[attr-defined]
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
-
-
-def key_id(pem: bytes) -> str:
-    """The key's fingerprint as model-signing writes it (its hint): sha256 of the public PEM, by cryptography."""
-    from cryptography.hazmat.primitives import hashes
-
-    digest = hashes.Hash(hashes.SHA256())
-    digest.update(pem)
-    return digest.finalize().hex()
-
-
-class PublicKeyInvalid(SigningKeyInvalid):
-    """A --public-key file that cannot be read or is larger than any key (exit 70, as a bad signing key)."""
-
-    hint = "pass the publisher's key.pub"
-
-
-class PassphraseFileUnusable(SigningKeyInvalid):
-    """--passphrase-file cannot be read, or its first line is longer than any passphrase (exit 70, as a bad key)."""
-
-    hint = "put the key's passphrase on the first line of a small text file"
-
-
-def read_passphrase(passphrase_file: Path | None) -> bytes | None:
-    """--passphrase-file (its first line, read up to its newline and never further), else the environment
-    variable, else none."""
-    if passphrase_file is not None:
-        from ..infra.userfile import PASSPHRASE_BYTES, read_bytes
-
-        line = read_bytes(passphrase_file, PASSPHRASE_BYTES, what="--passphrase-file", first_line=True,
-                          unreadable=PassphraseFileUnusable, too_large=PassphraseFileUnusable)
-        return line.removesuffix(b"\r")  # a file saved with Windows line ends
-    value = os.environ.get(PASSPHRASE_ENV)
-    return value.encode("utf-8") if value else None
 
 
 def check_release_set(bundle: Path) -> None:
@@ -167,7 +73,8 @@ def sign(bundle: Path, key: Path, passphrase: bytes | None = None) -> SignResult
 def _still_valid(bundle: Path, private: object) -> SignResult | None:
     """An existing model.sig by this key over exactly these files is kept: ECDSA signatures differ each time,
     and a new one would make an unchanged re-release commit again."""
-    from .signature import Trust, key_hint, read_signature, verify_folder
+    from .signature import Trust, read_signature, verify_folder
+    from .keys import key_hint
 
     if not os.path.lexists(bundle / SIGNATURE):
         return None
@@ -233,7 +140,7 @@ def _hashing(bundle: Path) -> object:
 
 
 def _write(bundle: Path, config: object) -> SignResult:
-    from .signature import key_hint
+    from .keys import key_hint
 
     with tempfile.TemporaryDirectory(prefix="packager-sign-") as work:
         unsigned = Path(work) / SIGNATURE

@@ -17,44 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..bundle.checksum import SIGNATURE
-from ..errors import BundleError, PackagerError, from_os_error, shorten
+from .keys import key_hint
+from ..errors import (BundleError, ContentMismatch, SignatureCoverage, SignatureMalformed,
+                      SignatureUnsafePath, SignatureUntrusted, SigstoreFailed, from_os_error, shorten)
 
 MAX_SIGNATURE_BYTES = 1024 * 1024  # a key-signed bundle of twelve files is ~3 KB, a keyless one ~10 KB
 HASH_TYPES = ("sha256", "blake2", "blake3")
-
-
-class SignatureMalformed(PackagerError):
-    exit_code = 73
-    hint = "model.sig is not a model-signing signature; sign the bundle again with packager sign"
-
-
-class SigstoreFailed(PackagerError):
-    """Keyless signing or verification could not be done: no OIDC identity, or sigstore's services (Fulcio,
-    Rekor, the TUF trust root) out of reach."""
-
-    exit_code = 74
-    hint = ("keyless signing and verification need sigstore's services on the network (and, to sign, an OIDC "
-            "identity: CI with `permissions: id-token: write`); or sign and verify with a key")
-
-
-class SignatureCoverage(PackagerError):
-    exit_code = 75
-    hint = "the signature is not over this release's files; sign the released folder again with packager sign"
-
-
-class SignatureUnsafePath(PackagerError):
-    exit_code = 76
-    hint = "a signature naming paths outside the bundle folder is refused; do not use this release"
-
-
-class SignatureUntrusted(PackagerError):
-    exit_code = 77
-    hint = "check that you pass the publisher's public key (or sigstore identity and issuer) the card names"
-
-
-class ContentMismatch(PackagerError):
-    exit_code = 78
-    hint = "the files are not the ones the publisher released; do not use them, and tell the publisher"
 
 
 @dataclass(frozen=True)
@@ -92,15 +60,6 @@ class Signed:
     digests: dict[str, bytes]
     hash_type: str
     signer: str
-
-
-def key_hint(data: bytes) -> str:
-    """The key id model-signing records in a key-signed bundle (sha256 of the public key's PEM), or ''."""
-    try:
-        material = json.loads(data)["verificationMaterial"]
-        return str((material.get("publicKey") or {}).get("hint") or "")
-    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
-        return ""
 
 
 def read_signature(path: Path) -> bytes:
@@ -185,7 +144,8 @@ def _public_key(path: Path) -> Path:
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import ec
 
-    from .sign import CURVES, MAX_KEY_BYTES, PublicKeyInvalid, SigningKeyCurve, SigningKeyInvalid
+    from .keys import CURVES, MAX_KEY_BYTES
+    from ..errors import PublicKeyInvalid, SigningKeyCurve, SigningKeyInvalid
     from ..infra.userfile import read_bytes
 
     shown = shorten(str(path), 120)

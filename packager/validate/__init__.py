@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-from ..bundle.checksum import MANIFEST, ManifestError, check_manifest
+from ..bundle.checksum import MANIFEST, check_manifest
+from ..errors import ManifestError
 from ..errors import BundleError, shorten
 from ..bundle.kinds import DRAFT, kind_of
 from . import crossfile, speculative, weights

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Literal
 
-from ...errors import InvalidOption, PackagerError, shorten
+from ...errors import InvalidOption, SpeculationNotLossless, SpeculationUnavailable, shorten
 from .. import workload
 from ..compat import facts
 from ..pair.costs import host
@@ -21,20 +21,6 @@ from .summary import Report, summarize
 Mode = Literal["eagle", "lookahead"]
 MODES = ("eagle", "lookahead")
 _VALIDATE = "run packager validate on the bundle"
-
-
-class SpeculationUnavailable(PackagerError):
-    """The bundle cannot run the speculative mode asked for in upstream MNN."""
-
-    exit_code = 82
-    hint = "convert with --eagle HEAD or --lookahead, or pass --mode lookahead (it needs no weights)"
-
-
-class SpeculationNotLossless(PackagerError):
-    """MNN's speculative generation emitted other tokens than its plain decoding, beyond near-ties."""
-
-    exit_code = 83
-    hint = "the head or the bundle computes something else than the target; do not ship it"
 
 
 @dataclass(frozen=True)

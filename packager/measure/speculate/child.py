@@ -14,7 +14,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-from pathlib import Path
 from typing import Any, Callable
 
 from ...errors import RuntimeCrashed, shorten

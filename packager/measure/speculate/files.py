@@ -106,6 +106,6 @@ def _inside(name: str) -> bool:
 
 
 def _unavailable(message: str, hint: str) -> PackagerError:
-    from . import SpeculationUnavailable
+    from ...errors import SpeculationUnavailable
 
     return SpeculationUnavailable(message, hint)
