@@ -153,7 +153,7 @@ def _render_target(bundle: Path, spec: ReleaseSpec, kind: BundleKind, template: 
     """The card of a target or target+eagle bundle: what MNN runs, the head's facts, MNN's own speed-up."""
     from ..bundle.engine import combine, graph_requirement
     from ..bundle.graph import read as read_graph
-    from ..validate.speculative import mode_requirement
+    from ..bundle.modes import mode_requirement
 
     files = _files(bundle, kind)
     config = _json(bundle, "config.json")

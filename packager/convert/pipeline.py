@@ -368,7 +368,7 @@ def _assemble(worker: WorkerResult, info: CheckpointInfo, request: ConvertReques
         engine = EngineRequirement(engine.version, (*engine.reasons, f"built for MNN {goal.text} and later "
                                                     f"(--engine {goal.requested}; {_built_how(goal)})"))
     if mode is not None:
-        from ..validate.speculative import mode_requirement
+        from ..bundle.modes import mode_requirement
 
         engine = combine(engine, *mode_requirement("lookahead"))
         if mode.corpus is not None:

@@ -18,28 +18,10 @@ from typing import Any
 import numpy as np
 
 from ..bundle.kinds import DRAFT, EAGLE_FILES, LOOKUP, TARGET_EAGLE, BundleKind
-from ..bundle.engine import EngineRequirement, parse_version
+from ..bundle.modes import ARGMAX_MODES, EAGLE_KEYS, graph_io
 from ..bundle.lookahead import MAX_CORPUS, MIB, WARN_CORPUS, text_problem
 from ..report.findings import Collector
 from ..bundle.graph import GraphFacts
-
-# The first MNN release that runs each mode (generate.cpp's factory).
-MIN_ENGINE = {"lookahead": "3.2.0", "mtp": "3.2.2", "eagle": "3.2.5", "dflash": "3.6.0"}
-# Modes that verify drafts by argmax, so a sampling sampler changes what they produce.
-ARGMAX_MODES = ("eagle", "mtp", "dflash")
-EAGLE_KEYS = {"eagle_model": "eagle.mnn", "eagle_fc": "eagle_fc.mnn", "eagle_d2t": "eagle_d2t.mnn"}
-
-
-def graph_io(dump: Any) -> tuple[dict[str, list[int]], list[str]]:
-    """The graph's inputs (name -> dims) and its output names, from llm.mnn.json."""
-    inputs = {}
-    for op in (dump.get("oplists") or []) if isinstance(dump, dict) else []:
-        main = op.get("main") if isinstance(op.get("main"), dict) else {}
-        if op.get("type") == "Input" and isinstance(op.get("name"), str):
-            dims = main.get("dims")
-            inputs[op["name"]] = list(dims) if isinstance(dims, list) else []
-    outputs = dump.get("outputName") if isinstance(dump, dict) else None
-    return inputs, [o for o in outputs if isinstance(o, str)] if isinstance(outputs, list) else []
 
 
 def check(bundle: Path, kind: BundleKind, docs: dict[str, Any], facts: GraphFacts | None, usable: list[str],
@@ -66,14 +48,6 @@ def check(bundle: Path, kind: BundleKind, docs: dict[str, Any], facts: GraphFact
                                                   "argmax, so only greedy sampling keeps its output the target's")
     if mode == "eagle":
         _check_eagle(bundle, config, facts, inputs, outputs, dump is not None, usable, out)
-
-
-def mode_requirement(mode: Any) -> tuple[EngineRequirement, ...]:
-    """The engine a speculative_type needs (none for plain decoding or a value MNN does not know)."""
-    if not isinstance(mode, str) or mode not in MIN_ENGINE:
-        return ()
-    return (EngineRequirement(parse_version(MIN_ENGINE[mode]),
-                              (f"speculative_type {mode} first runs in MNN {MIN_ENGINE[mode]}",)),)
 
 
 def _check_lookahead(bundle: Path, config: dict[str, Any], mode: Any, usable: list[str], out: Collector) -> None:

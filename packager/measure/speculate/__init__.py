@@ -13,7 +13,7 @@ from ...errors import InvalidOption, SpeculationNotLossless, SpeculationUnavaila
 from .. import workload
 from ..compat import facts
 from ..pair.costs import host
-from ...validate.speculative import EAGLE_KEYS, graph_io
+from ...bundle.modes import EAGLE_KEYS, graph_io
 from . import files
 from .child import run
 from .summary import Report, summarize

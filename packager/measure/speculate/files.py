@@ -13,7 +13,7 @@ from typing import Any
 
 from ...bundle.kinds import EMBEDDINGS, LOOKUP
 from ...errors import PackagerError, shorten
-from ...validate.speculative import EAGLE_KEYS
+from ...bundle.modes import EAGLE_KEYS
 
 # config.json's keys for the files every mode reads, with the engine's defaults.
 CORE = {"llm_model": "llm.mnn", "llm_weight": "llm.mnn.weight", "llm_config": "llm_config.json",
