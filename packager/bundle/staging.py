@@ -15,17 +15,17 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Callable, Iterable
+from typing import Iterable
 
 from .kinds import ALL_NAMES, RELEASE_EXTRAS
 from ..errors import OutputExists, from_os_error, shorten
+from ..infra.progress import Progress as Report
 
 PARTIAL_MARK = ".packager-partial-"
 # Written first into every stage folder: who made it, so a later run can tell a dead run's leftovers.
 STAGE_MARKER = ".packager-stage.json"
 # What a published bundle folder may hold besides the ten files.
 
-Report = Callable[[str], None]
 
 
 @dataclass(frozen=True)

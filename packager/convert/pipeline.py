@@ -28,7 +28,8 @@ from .stream.weightwriter import StreamingUnsupported
 from .eagle import faithful
 from .inspect.eagle_head import HeadInfo, inspect_head
 from .inspect.checkpoint import CheckpointInfo, inspect_checkpoint
-from .fence.launch import Progress, Runner, WorkerJob, WorkerResult, run_worker
+from ..infra.progress import Progress
+from .fence.launch import Runner, WorkerJob, WorkerResult, run_worker
 from .inspect.lora import AdapterInfo, inspect_adapter, other_base_warning
 from .recipe import QuantRecipe
 from .reproducible import stamp_graph_uuid, stamp_uuid

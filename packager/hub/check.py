@@ -17,9 +17,9 @@ from .client import READING_HINTS, Hub, connect, translate, with_retries
 from ..errors import HubBadTarget, HubError, HubVerificationFailed
 from .names import repo_id_problem, revision_problem
 from .remote import KEEP, files_at, manifest_size
+from ..infra.progress import Progress
 
 MIN_RATE = 1_000_000  # bytes/s: below this average a download is abandoned, however it trickles
-Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True)

@@ -26,10 +26,10 @@ from .gating import gate
 from .names import ref_problem, repo_id_problem
 from .plan import COMMITTED, SENT, LocalFile, PlanRow, differences, lfs_unchanged, local_facts, plan, restore
 from .remote import Repo, check_access, commits_on, files_at, missing_objects, read_repo
+from ..infra.progress import Progress
 
 CARD = "README.md"
 UPLOAD_ID = "packager-upload-id: "
-Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Literal
+from typing import TYPE_CHECKING, Literal
 
 from ..bundle.kinds import OPTIONAL, kind_from_names
 from ..bundle.checksum import MANIFEST, SIGNATURE, parse_manifest
@@ -20,11 +20,11 @@ from ..errors import EngineTooOld, InvalidOption, shorten
 from ..infra.hashing import xxh3_128_file
 from ..trust.signature import MAX_SIGNATURE_BYTES, Signed, Trust, check_coverage, mismatched, read_signed
 from ..errors import ContentMismatch, SignatureMalformed, SignatureUntrusted
+from ..infra.progress import Progress
 
 if TYPE_CHECKING:
     from .fetch import Meter
 
-Progress = Callable[[str], None]
 ENGINE_FILE = "runtime_config.json"  # declares the oldest MNN engine the bundle runs on
 
 

@@ -15,7 +15,7 @@ import gc
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -27,8 +27,8 @@ from ..runtime.imports import without_collection
 from . import compat, workload
 from ..runtime.models import Dtype, HFModel, MNNModel, all_cores
 from ..infra.userfile import PROMPTS_BYTES, read_bytes
+from ..infra.progress import Progress
 
-Progress = Callable[[str], None]
 MIN_POSITIONS = 1000  # fewer makes the figures noisy: the report says so
 MIN_DECISIVE = 100  # fewer decisive positions (flat logits, e.g. untrained weights): top-1 is not gated
 

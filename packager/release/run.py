@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from ..errors import PackagerError, SpecError
 from ..spec.model import ReleaseSpec
+from ..infra.progress import Progress
 
 if TYPE_CHECKING:
     from ..hub.publish import UploadRequest, UploadResult
 
-Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True)

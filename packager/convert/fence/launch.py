@@ -8,12 +8,12 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from ...errors import ConversionFailed, FileSystemError, SandboxViolation
 from ...resources import package_root
+from ...infra.progress import Progress
 
-Progress = Callable[[str], None]
 
 # The worker module, named from this package (it is never imported here: it imports torch and llmexport).
 WORKER = f"{__package__}.worker"

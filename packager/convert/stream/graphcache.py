@@ -15,17 +15,17 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ...bundle.kinds import EAGLE_FILES
 from ...infra.hashing import xxh3_128_bytes, xxh3_128_file
+from ...infra.progress import Progress as Report
 
 FILES = ("llm.mnn", "llm.mnn.json", "llm_config.json", "tokenizer.mtok", "tokenizer-text.txt", "meta.json")
 # Files an entry may hold beside FILES: an EAGLE-3 head's, exported with the target's graph.
 EXTRA = tuple(EAGLE_FILES)
 MANIFEST = "manifest.json"
 MAX_ENTRIES = 16  # a few shapes x quantizations; the oldest-used entries go first
-Report = Callable[[str], None]
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,8 @@ from ...infra.versions import installed
 from . import graphcache, layout, weightwriter
 from ..inspect.checkpoint import DERIVABLE_TOKENIZER_FILES, OPTIONAL_TOKENIZER_FILES, TOKENIZER_FILES, CheckpointInfo
 from ...infra.jsonfile import read_json
-from ..fence.launch import Progress, Runner, WorkerJob, WorkerResult
+from ...infra.progress import Progress
+from ..fence.launch import Runner, WorkerJob, WorkerResult
 from ..inspect.lora import _LORA_KEY, _SAVED_KEY, AdapterInfo
 from .quant import QuantSpec
 from ..inspect.safetensors_header import TensorRef

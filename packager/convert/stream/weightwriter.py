@@ -23,8 +23,8 @@ from .layout import EMBED, Region
 from ...infra.lifeline import die_with
 from .quant import QuantSpec, quantize
 from ..inspect.safetensors_header import TensorRef, tensor_refs
+from ...infra.progress import Progress
 
-Progress = Callable[[str], None]
 # Rows per task: enough work to amortize a task, small enough to balance two cores and bound memory.
 TASK_ELEMENTS = 8 * 1024 * 1024
 _DTYPES = {"BF16": ("bfloat16", np.uint16), "F16": ("float16", np.float16), "F32": ("float32", np.float32)}

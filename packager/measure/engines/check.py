@@ -11,7 +11,7 @@ import sys
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -19,6 +19,7 @@ from ...bundle.engine import PYPI_ENGINES, parse_version
 from ...errors import BundleError, InvalidOption, RuntimeCrashed, shorten
 from ...infra.versions import installed
 from . import venvs
+from ...infra.progress import Progress as Report
 
 PROBE = Path(__file__).with_name("probe.py")
 # Prompts of the check: English, code, Chinese and accented Latin (where the text and PIPELINE tokenizers
@@ -28,7 +29,6 @@ PROMPTS = ("The capital of France is", "def fibonacci(n):\n    return", "今天�
 MIN_COSINE = 0.99
 # A generous guard against an engine that hangs (not a timing assertion: a healthy probe takes seconds).
 CHILD_LIMIT_S = 900
-Report = Callable[[str], None]
 
 
 @dataclass(frozen=True)

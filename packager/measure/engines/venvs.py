@@ -18,12 +18,11 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from ...errors import EngineInstallFailed, shorten
+from ...infra.progress import Progress as Report
 
 MARKER = "packager-engine.json"
-Report = Callable[[str], None]
 
 
 @dataclass(frozen=True)

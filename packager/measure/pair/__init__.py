@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable
+
 
 import numpy as np
 
@@ -19,8 +19,8 @@ from .report import DepthReport, PairReport, depth_report
 from .sampling import Sampling
 from .sampling import acceptance as sampled_acceptance
 from .targetcache import TargetCache, TargetRun
+from ...infra.progress import Progress
 
-Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True)

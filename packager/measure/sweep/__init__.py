@@ -13,15 +13,15 @@ import tempfile
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ...convert import recipe as recipes
 from ...convert.recipe import QuantRecipe
 from ...errors import InvalidOption, shorten
 from .measure import measure
 from .report import Row, SweepReport, pick
+from ...infra.progress import Progress
 
-Progress = Callable[[str], None]
 TOLERANCE = 0.01  # acceptance (alpha) within this of the best counts as "as good"
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -15,8 +14,8 @@ from ..intervals import Interval, ratio
 from ...runtime.models import HFModel, MNNModel, Model, all_cores, load
 from ..pair.targetcache import TargetCache, trim
 from ..verify import MIN_DECISIVE, Thresholds, _plain, compare_positions, margins
+from ...infra.progress import Progress
 
-Progress = Callable[[str], None]
 CONTINUATION = 24  # verify's default: the source's greedy continuation compared after each prompt
 MAX_D = acceptance.MAX_D
 NEW_TOKENS = Options().new_tokens  # pair's default, so the target cache serves both
