@@ -16,7 +16,7 @@ from packager.convert.pipeline import ConvertRequest, ConvertResult, convert
 from packager.bundle.tokenizer_txt import read_header
 from packager.errors import ConversionFailed, OutputExists
 from packager.infra.hashing import xxh3_128_file
-from packager.measure.parity import compare, load_mnn
+from tests.parity import compare, load_mnn
 from tests.conftest import run_cli
 
 PROMPTS = resources.parity_prompts()

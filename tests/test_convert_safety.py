@@ -154,7 +154,7 @@ def test_adapter_that_unties_the_embeddings_is_refused_before_work(modules: list
 def test_adapter_with_saved_norms_is_merged_into_a_valid_bundle(tiny_checkpoint: Path, tmp_path: Path) -> None:
     from packager import resources
     from packager.convert.inspect.lora import merge
-    from packager.measure.parity import compare
+    from tests.parity import compare
 
     adapter = _adapter(tiny_checkpoint, tmp_path / "adapter", ["norm"], train=True)
     out = tmp_path / "bundle"
@@ -205,7 +205,7 @@ def test_block_that_does_not_divide_o_proj_is_refused(three_heads: Path, tmp_pat
 
 def test_block_zero_is_per_channel(three_heads: Path, tmp_path: Path) -> None:
     from packager import resources
-    from packager.measure.parity import compare
+    from tests.parity import compare
 
     out = tmp_path / "bundle"
     result = run_cli("convert", str(three_heads), "--out", str(out), "--quant-block", "0", "--quant-bits", "8",

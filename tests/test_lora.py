@@ -11,7 +11,7 @@ from packager.convert import provenance
 from packager.convert.inspect.checkpoint import inspect_checkpoint
 from packager.convert.inspect.lora import inspect_adapter, merge
 from packager.convert.pipeline import ConvertResult
-from packager.measure.parity import compare
+from tests.parity import compare
 
 
 @pytest.fixture(scope="module")

@@ -50,8 +50,6 @@ CARD = "README.md"
 MANIFEST = "checksums.xxh128"
 SIGNATURE = "model.sig"  # signs the manifest, so the manifest cannot list it
 RELEASE_EXTRAS = (CARD, MANIFEST, SIGNATURE)
-RUNTIME_CONFIGS = ("config.json", "config_cpu.json", "draft_config_cpu.json", "config_opencl.json",
-                   "runtime_config.json")
 DRAFT_ONLY = ("config_cpu.json", "config_opencl.json", "draft_config_cpu.json", "runtime_config.json")
 # What an app downloads to run the draft; the rest are reference files.
 APP_FILES = ("llm.mnn", "llm.mnn.weight", "llm_config.json", "config.json", "config_cpu.json",
@@ -128,22 +126,3 @@ def _speculative_type(config: Path) -> str | None:
         return None
     value = data.get("speculative_type") if isinstance(data, dict) else None
     return value if isinstance(value, str) else None
-
-
-@dataclass(frozen=True)
-class Bundle:
-    path: Path
-
-    @property
-    def kind(self) -> BundleKind:
-        return kind_of(self.path)
-
-    def file(self, name: str) -> Path:
-        return self.path / name
-
-    def missing(self) -> list[str]:
-        return [name for name in self.kind.files if not (self.path / name).is_file()]
-
-    def extra(self) -> list[str]:
-        allowed = self.kind.all_files()
-        return sorted(p.name for p in self.path.iterdir() if p.name not in allowed)

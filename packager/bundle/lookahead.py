@@ -25,7 +25,6 @@ SETTINGS: dict[str, Any] = {"speculative_type": "lookahead", "draft_predict_leng
                             "ngram_match_maxlen": 4, "ngram_update": False}
 TUNABLES = ("draft_predict_length", "draft_match_strictness", "draft_selection_rule", "ngram_match_maxlen",
             "ngram_update")
-MAX_NGRAM = 8  # ngram.hpp's MNN_NGRAM_KEY_MAX
 MAX_CORPUS = 8 << 20  # MNN tokenizes it at every generate(): 8 MiB took 2.4 s, 1 MiB 0.4 s (x86 core, 3.6.1)
 WARN_CORPUS = 1 << 20
 MIB = 1 << 20

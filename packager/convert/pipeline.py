@@ -36,7 +36,6 @@ from .reproducible import stamp_graph_uuid, stamp_uuid
 from ..bundle.tokenizer_txt import MIN_ENGINE
 from .tokenizer import TokenizerChoice, agreement, choose, hf_encodings
 
-QUANT_BITS = (4, 8)
 
 
 @dataclass(frozen=True)

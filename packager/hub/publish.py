@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Literal
 
 from .. import __version__
-from ..bundle.kinds import release_names
+from ..bundle.kinds import CARD, release_names
 from ..bundle.checksum import MANIFEST, SIGNATURE
 from ..errors import BundleError
 from ..validate import validate
@@ -28,7 +28,6 @@ from .plan import COMMITTED, SENT, LocalFile, PlanRow, differences, lfs_unchange
 from .remote import Repo, check_access, commits_on, files_at, missing_objects, read_repo
 from ..infra.progress import Progress
 
-CARD = "README.md"
 UPLOAD_ID = "packager-upload-id: "
 
 

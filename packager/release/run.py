@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
+from ..bundle.kinds import CARD
 from ..errors import PackagerError, SpecError
 from ..spec.model import ReleaseSpec
 from ..infra.progress import Progress
@@ -143,7 +144,7 @@ def _dry_run_copy(bundle: Path) -> Iterator[Path]:
     files are hard links where the folder is on the same file system (no stage writes into a file: the card,
     manifest and signature are new files renamed over the old), else copies; the small ones a stage replaces are
     copies."""
-    from ..bundle.checksum import MANIFEST, SIGNATURE
+    from ..bundle.kinds import RELEASE_EXTRAS
     from ..errors import from_os_error
 
     with tempfile.TemporaryDirectory(prefix="packager-dry-run-") as work:
@@ -151,7 +152,7 @@ def _dry_run_copy(bundle: Path) -> Iterator[Path]:
         try:
             copy.mkdir()
             for source in sorted(bundle.iterdir()):  # validated: regular files only
-                if source.name in ("README.md", MANIFEST, SIGNATURE):
+                if source.name in RELEASE_EXTRAS:
                     shutil.copyfile(source, copy / source.name)
                     continue
                 try:
@@ -246,7 +247,7 @@ def _card(spec: ReleaseSpec, bundle: Path, parity: dict[str, Any] | None = None,
                                                              speculate_reports=spec.need("card").speculate_reports),
                                    signing)
     card = render(bundle, spec, measurements=measurements)
-    write_atomic(bundle / "README.md", card.text.encode("utf-8"))
+    write_atomic(bundle / CARD, card.text.encode("utf-8"))
     return f"README.md ({len(card.text):,} characters)"
 
 

@@ -12,13 +12,12 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..bundle.kinds import FILES, release_names
+from ..bundle.kinds import CARD, FILES, release_names
 from ..bundle.checksum import MANIFEST, SIGNATURE, check_manifest
 from ..bundle.staging import write_atomic
 from ..errors import BundleError, PackagerError, SigstoreFailed, shorten
 from .keys import load_key, public_pem
 
-CARD = "README.md"
 RELEASE_SET = (*FILES, CARD, MANIFEST)  # what the signature covers, exactly
 
 

@@ -1,4 +1,5 @@
-"""Next-token logits of a bundle (MNN runtime) against its source checkpoint (transformers), last position."""
+"""Test helper: next-token logits of a bundle (MNN runtime) against its source checkpoint (transformers), last
+position. Not part of packager: verify is the command that judges a bundle against its source."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..runtime.models import HFModel, MNNModel
+from packager.runtime.models import HFModel, MNNModel
 
 
 @dataclass(frozen=True)
@@ -41,14 +42,14 @@ class ParityReport:
 def load_mnn(bundle: Path) -> Any:
     """The bundle's MNN.llm object in THIS process, loaded with the C-level result checked (the wrapper's
     load() hides it). For tests that need the raw object; commands use the child process (MNNModel)."""
-    from ..runtime.mnn import MNNRuntime
+    from packager.runtime.mnn import MNNRuntime
 
     return MNNRuntime(bundle).llm
 
 
 def compare(bundle: Path, checkpoint: Path, prompts: tuple[str, ...]) -> ParityReport:
     """Cosine and top-1 of the last position's logits, MNN vs transformers (float32), per prompt."""
-    from .verify import compare_positions
+    from packager.measure.verify import compare_positions
 
     ours, theirs = MNNModel(bundle), HFModel(checkpoint)
     rows = []
