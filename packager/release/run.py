@@ -10,16 +10,18 @@ import time
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator, TypeVar
 
 from ..bundle.kinds import CARD
-from ..errors import PackagerError, SpecError
-from ..spec.model import ReleaseSpec
+from ..convert.provenance import provenance_path
+from ..errors import CardError, PackagerError, SpecError
 from ..infra.progress import Progress
+from ..spec.model import ReleaseSpec
+from .signing import SigningPlan, sign_stage
+from .signing import plan as plan_signing
 
 if TYPE_CHECKING:
     from ..hub.publish import UploadRequest, UploadResult
-
 
 
 @dataclass(frozen=True)
@@ -63,79 +65,133 @@ def _default_out(spec: ReleaseSpec) -> Path:
     return base / "dist" / f"{release.repo_id.split('/')[-1]}-{release.version}"
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """What a release checks before any work: who signs, the verify prompts; the reports are checked, not kept."""
+
+    signing: SigningPlan | None
+    prompts: tuple[str, ...] | None
+
+
+@dataclass(frozen=True)
+class Done:
+    """A stage that leaves nothing for the next one but its line in the summary."""
+
+    detail: str
+
+
+@dataclass(frozen=True)
+class Built:
+    bundle: Path
+    detail: str
+
+
+@dataclass(frozen=True)
+class Verified:
+    parity: dict[str, Any]  # the figures the card states
+    detail: str
+
+
+@dataclass(frozen=True)
+class Published:
+    """The upload (a dry run: its plan), and what it did to the collection: a result, or the failure after the
+    verified commit (raised by the collection stage)."""
+
+    upload: UploadResult
+    collection: Any
+    detail: str
+
+
+Outcome = TypeVar("Outcome", Done, Built, Verified, Published)
+
+
+class _Stages:
+    """Runs stages in order, each timed and said; the first failure stops the release with its line kept."""
+
+    def __init__(self, progress: Progress) -> None:
+        self.progress = progress
+        self.done: list[Stage] = []
+
+    def run(self, name: str, action: Callable[[], Outcome]) -> Outcome:
+        self.progress(f"release: {name}")
+        start = time.monotonic()
+        try:
+            outcome = action()
+        except PackagerError as exc:
+            self.done.append(Stage(name, False, time.monotonic() - start, exc.one_line()))
+            raise
+        self.done.append(Stage(name, True, time.monotonic() - start, outcome.detail))
+        return outcome
+
+
 def run(request: ReleaseRequest, progress: Progress = lambda _: None) -> ReleaseResult:
     spec = request.spec
     release = spec.need("release")
+    prepared = _prepare(request)
+    stages = _Stages(progress)
+    built, published, error = request.bundle, None, None
+    with ExitStack() as workspace:  # a dry run's copy of --bundle, removed when the release ends, however it ends
+        try:
+            bundle = built = stages.run("convert", lambda: _convert(request, progress)).bundle
+            stages.run("validate", lambda: _validate(bundle))
+            parity = None
+            if spec.convert.source is not None:
+                parity = stages.run("verify", lambda: _verify(spec, bundle, prepared.prompts, progress)).parity
+            if request.dry_run and request.bundle is not None:
+                # The card is the first stage that writes: a dry run of --bundle writes into a copy, so the user's
+                # folder (and a signature they made) stay as they are; the card still states the provenance
+                # beside the user's folder.
+                users = request.bundle
+                bundle = stages.run("card", lambda: _card_in_copy(spec, users, workspace, parity,
+                                                                  prepared.signing)).bundle
+            else:
+                stages.run("card", lambda: _card(spec, bundle, parity, prepared.signing))
+            stages.run("checksum", lambda: _checksum(bundle))
+            if prepared.signing is not None:
+                signing = prepared.signing
+                stages.run("sign", lambda: Done(sign_stage(signing, bundle)))
+            if request.dry_run:
+                published = stages.run("upload plan (dry run)", lambda: _plan(request, bundle, progress))
+            else:
+                published = stages.run("upload, verify, tag",
+                                       lambda: _upload(request, bundle, prepared.signing, progress))
+            if release.collection is not None:
+                found = published.collection
+                stages.run("collection (dry run)" if request.dry_run else "collection",
+                           lambda: _collection(found, request.dry_run))
+        except PackagerError as exc:
+            error = exc
+    upload = published.upload if published is not None else None
+    return ReleaseResult(tuple(stages.done), built,
+                         release.repo_id, upload.commit if upload and not request.dry_run else None,
+                         upload.tag if upload and not request.dry_run else None, error=error,
+                         dry_run=request.dry_run, upload=upload)
+
+
+def _prepare(request: ReleaseRequest) -> Prepared:
+    """Everything a release can refuse before any work: a bad key, a missing source, a bad prompts file, a
+    missing, foreign or lossy report, or (--bundle) a report of other files. A bundle this release converts is
+    compared with the reports' digests at the card stage, still before anything is sent."""
+    spec = request.spec
     spec.need("model")
-    spec.need("card")
-    stages: list[Stage] = []
-    state: dict[str, Any] = {"bundle": request.bundle, "signing": _signing_plan(spec)}  # a bad key: refused now
-    _check_source(spec)  # converted or verified against: a source that is not there is refused before any work
+    card = spec.need("card")
+    signing = plan_signing(spec)
+    _check_source(spec)
+    prompts = None
     if spec.verify_prompts is not None and spec.convert.source is not None:
         from ..measure.verify import prompts_from_file
 
-        state["prompts"] = prompts_from_file(spec.verify_prompts)  # a bad file is refused before any work
-    # A missing, foreign or lossy report, or (--bundle) one of other files, is refused before any work; a bundle
-    # this release converts is compared with the reports' digests at the card stage, still before anything is sent.
+        prompts = prompts_from_file(spec.verify_prompts)
     built = request.bundle if request.bundle is not None and request.bundle.is_dir() else None  # else: validate says
-    if spec.need("card").pair_report is not None:
+    if card.pair_report is not None:
         from ..card.render import pairing_from_report
 
-        pairing_from_report(spec.need("card").pair_report, built)
-    for report in spec.need("card").speculate_reports:
-        from ..errors import CardError
+        pairing_from_report(card.pair_report, built)
+    for report in card.speculate_reports:
         from ..card.measurements import speculation_from_report
 
         speculation_from_report(report, built, CardError)
-
-    def stage(name: str, action: Callable[[], str]) -> None:
-        progress(f"release: {name}")
-        start = time.monotonic()
-        try:
-            detail = action()
-        except PackagerError as exc:
-            stages.append(Stage(name, False, time.monotonic() - start, exc.one_line()))
-            raise
-        stages.append(Stage(name, True, time.monotonic() - start, detail))
-
-    workspace = ExitStack()  # a dry run's copy of --bundle, removed when the release ends, however it ends
-
-    def card() -> str:
-        if not (request.dry_run and request.bundle is not None):
-            return _card(spec, state["bundle"], state.get("parity"), state["signing"])
-        # The first stage that writes: the user's folder (and the signature they made) stay as they are. The
-        # card still states the provenance beside the user's folder.
-        from ..convert.pipeline import provenance_path
-
-        state["bundle"] = workspace.enter_context(_dry_run_copy(request.bundle))
-        detail = _card(spec, state["bundle"], state.get("parity"), state["signing"],
-                       provenance_path(request.bundle.absolute()))
-        return f"{detail} in a copy (a dry run writes nothing in --bundle)"
-
-    try:
-        stage("convert", lambda: _convert(request, state, progress))
-        stage("validate", lambda: _validate(state["bundle"]))
-        if spec.convert.source is not None:
-            stage("verify", lambda: _verify(spec, state, progress))
-        stage("card", card)
-        stage("checksum", lambda: _checksum(state["bundle"]))
-        if state["signing"] is not None:
-            stage("sign", lambda: _sign(state["signing"], state["bundle"]))
-        if request.dry_run:
-            stage("upload plan (dry run)", lambda: _plan(request, state, progress))
-        else:
-            stage("upload, verify, tag", lambda: _upload(request, state, progress))
-        if release.collection is not None:
-            stage("collection (dry run)" if request.dry_run else "collection",
-                  lambda: _collection(state, request.dry_run))
-        error = None
-    except PackagerError as exc:
-        error = exc
-    finally:
-        workspace.close()
-    return ReleaseResult(tuple(stages), request.bundle if request.dry_run and request.bundle else state["bundle"],
-                         release.repo_id, state.get("commit"), state.get("tag"), error=error,
-                         dry_run=request.dry_run, upload=state.get("upload"))
+    return Prepared(signing, prompts)
 
 
 @contextmanager
@@ -177,9 +233,9 @@ def _check_source(spec: ReleaseSpec) -> None:
                              "to release a --bundle without verifying it")
 
 
-def _convert(request: ReleaseRequest, state: dict[str, Any], progress: Progress) -> str:
+def _convert(request: ReleaseRequest, progress: Progress) -> Built:
     if request.bundle is not None:
-        return f"using the built bundle {request.bundle}"
+        return Built(request.bundle, f"using the built bundle {request.bundle}")
     from ..convert.pipeline import ConvertRequest, convert
 
     settings = request.spec.convert
@@ -189,11 +245,10 @@ def _convert(request: ReleaseRequest, state: dict[str, Any], progress: Progress)
     out = request.out or _default_out(request.spec)
     result = convert(ConvertRequest(checkpoint=settings.source, out=out, adapter=settings.lora, spec=request.spec,
                                     force=True), progress=progress)
-    state["bundle"] = result.out
-    return f"{result.out} ({result.recipe.name}, MNN >= {result.engine.text})"
+    return Built(result.out, f"{result.out} ({result.recipe.name}, MNN >= {result.engine.text})")
 
 
-def _validate(bundle: Path) -> str:
+def _validate(bundle: Path) -> Done:
     from ..errors import BundleError
     from ..validate import validate
 
@@ -202,42 +257,37 @@ def _validate(bundle: Path) -> str:
         first = report.errors[0]
         raise BundleError(f"validation found {len(report.errors)} errors, first {first.location}: {first.message}",
                           "run packager validate for all of them")
-    return f"ok ({len(report.warnings)} warnings)"
+    return Done(f"ok ({len(report.warnings)} warnings)")
 
 
-def _verify(spec: ReleaseSpec, state: dict[str, Any], progress: Progress) -> str:
+def _verify(spec: ReleaseSpec, bundle: Path, prompts: tuple[str, ...] | None, progress: Progress) -> Verified:
     from ..measure.verify import Thresholds, verify
     from ..errors import VerifyFailed
 
     assert spec.convert.source is not None
-    report = verify(state["bundle"], spec.convert.source, prompts=state.get("prompts"),
+    report = verify(bundle, spec.convert.source, prompts=prompts,
                     thresholds=Thresholds.from_spec(spec.verify), progress=progress)
     decisive = "n/a" if report.top1_decisive is None else f"{report.top1_decisive:.3f}"
     figures = (f"tokenizer {report.tokenizer_matched}/{report.tokenizer_total}, KL {report.mean_kl:.4f}, "
                f"decisive top-1 {decisive}, top-1 {report.top1_agreement:.3f}, greedy {report.greedy_agreement:.3f}")
     if not report.ok:
         raise VerifyFailed(f"verify failed ({'; '.join(report.failures)}); measured {figures}")
-    state["parity"] = {"prompts": report.prompts, "positions": report.positions, "min_cosine": report.min_cosine,
-                       "mean_cosine": report.mean_cosine, "top1_agreement": report.top1_agreement,
-                       "greedy_agreement": report.greedy_agreement, "mean_kl": report.mean_kl,
-                       "decisive_positions": report.decisive_positions, "top1_decisive": report.top1_decisive}
-    return figures
+    parity = {"prompts": report.prompts, "positions": report.positions, "min_cosine": report.min_cosine,
+              "mean_cosine": report.mean_cosine, "top1_agreement": report.top1_agreement,
+              "greedy_agreement": report.greedy_agreement, "mean_kl": report.mean_kl,
+              "decisive_positions": report.decisive_positions, "top1_decisive": report.top1_decisive}
+    return Verified(parity, figures)
 
 
-def _signing_plan(spec: ReleaseSpec) -> Any:
-    from .signing import plan
-
-    return plan(spec)
-
-
-def _sign(signing: Any, bundle: Path) -> str:
-    from .signing import sign_stage
-
-    return sign_stage(signing, bundle)
+def _card_in_copy(spec: ReleaseSpec, users: Path, workspace: ExitStack, parity: dict[str, Any] | None,
+                  signing: SigningPlan | None) -> Built:
+    copy = workspace.enter_context(_dry_run_copy(users))
+    done = _card(spec, copy, parity, signing, provenance_path(users.absolute()))
+    return Built(copy, f"{done.detail} in a copy (a dry run writes nothing in --bundle)")
 
 
-def _card(spec: ReleaseSpec, bundle: Path, parity: dict[str, Any] | None = None, signing: Any = None,
-          provenance: Path | None = None) -> str:
+def _card(spec: ReleaseSpec, bundle: Path, parity: dict[str, Any] | None, signing: SigningPlan | None,
+          provenance: Path | None = None) -> Done:
     from ..card.render import gather_measurements, render
     from .signing import with_card_facts
     from ..bundle.staging import write_atomic
@@ -248,14 +298,14 @@ def _card(spec: ReleaseSpec, bundle: Path, parity: dict[str, Any] | None = None,
                                    signing)
     card = render(bundle, spec, measurements=measurements)
     write_atomic(bundle / CARD, card.text.encode("utf-8"))
-    return f"README.md ({len(card.text):,} characters)"
+    return Done(f"{CARD} ({len(card.text):,} characters)")
 
 
-def _checksum(bundle: Path) -> str:
+def _checksum(bundle: Path) -> Done:
     from ..bundle.checksum import write_manifest
 
     manifest = write_manifest(bundle)
-    return f"{manifest.path.name} ({len(manifest.digests)} files)"
+    return Done(f"{manifest.path.name} ({len(manifest.digests)} files)")
 
 
 def _upload_request(request: ReleaseRequest, bundle: Path, check: Callable[[str], None] | None = None
@@ -273,7 +323,7 @@ def _upload_request(request: ReleaseRequest, bundle: Path, check: Callable[[str]
                          collection=collection, gated=release.gated, check=check)
 
 
-def _upload(request: ReleaseRequest, state: dict[str, Any], progress: Progress) -> str:
+def _upload(request: ReleaseRequest, bundle: Path, signing: SigningPlan | None, progress: Progress) -> Published:
     from ..errors import CollectionNotUpdated
     from ..hub.plan import SENT
     from ..hub.publish import upload
@@ -285,46 +335,46 @@ def _upload(request: ReleaseRequest, state: dict[str, Any], progress: Progress) 
         from .signing import verify_uploaded
 
         progress(f"verifying model.sig against {release.repo_id}@{commit[:12]}")
-        signed.append(verify_uploaded(state["signing"], request.endpoint, request.token, release.repo_id, commit))
+        assert signing is not None
+        signed.append(verify_uploaded(signing, request.endpoint, request.token, release.repo_id, commit))
 
-    check = check_signature if state["signing"] is not None else None
+    check = check_signature if signing is not None else None
+    collection: Any
     try:
-        result = upload(_upload_request(request, state["bundle"], check), progress=progress)
+        result = upload(_upload_request(request, bundle, check), progress=progress)
+        collection = result.collection
     except CollectionNotUpdated as exc:
         if exc.upload is None:  # refused before anything was sent
             raise
         # The commit is verified and tagged: this stage passed, the collection stage did not.
-        result, state["collection"] = exc.upload, exc
-    else:
-        state["collection"] = result.collection
-    state["commit"], state["tag"], state["upload"] = result.commit, result.tag, result
+        result, collection = exc.upload, exc
     sent = sum(r.action in SENT for r in result.plan)
     what = f"committed {sent} file(s)" if result.committed else "unchanged, no commit"
     if result.repaired:
         what += f", repaired {', '.join(result.repaired)}"
     what += "".join(f"; {line}" for line in signed)
     gated = f", gated ({result.gated})" if result.gated else ""
-    return f"{what}; {release.repo_id}@{(result.commit or '')[:12]} verified, tagged {release.version}{gated}"
+    return Published(result, collection, f"{what}; {release.repo_id}@{(result.commit or '')[:12]} verified, tagged "
+                                         f"{release.version}{gated}")
 
 
-def _plan(request: ReleaseRequest, state: dict[str, Any], progress: Progress) -> str:
+def _plan(request: ReleaseRequest, bundle: Path, progress: Progress) -> Published:
     from ..hub.publish import upload
 
     release = request.spec.need("release")
-    result = upload(_upload_request(request, state["bundle"]), progress=progress)
-    state["upload"], state["collection"] = result, result.collection
+    result = upload(_upload_request(request, bundle), progress=progress)
     changes = sum(r.action != "unchanged" for r in result.plan)
     gated = f", gated ({result.gated}) once released" if result.gated else ""
-    return (f"{changes} of {len(result.plan)} file(s) would change, {result.bytes_to_send:,} bytes sent, tag "
-            f"{release.version}{gated}; nothing changed on {result.endpoint}")
+    return Published(result, result.collection, f"{changes} of {len(result.plan)} file(s) would change, "
+                     f"{result.bytes_to_send:,} bytes sent, tag {release.version}{gated}; nothing changed on "
+                     f"{result.endpoint}")
 
 
-def _collection(state: dict[str, Any], dry_run: bool) -> str:
+def _collection(found: Any, dry_run: bool) -> Done:
     """What the upload did to the collection (a dry run: would do); a failure after its commit is raised here."""
     from ..errors import CollectionNotUpdated
     from ..hub.collection import describe
 
-    found = state["collection"]
     if isinstance(found, CollectionNotUpdated):
         raise found
-    return describe(found, dry_run) + ("; nothing changed on the Hub" if dry_run else "")
+    return Done(describe(found, dry_run) + ("; nothing changed on the Hub" if dry_run else ""))
