@@ -286,4 +286,4 @@ def test_a_token_file_that_never_ends_is_one_line_under_a_memory_cap(tmp_path: P
                              "--endpoint", NOWHERE, "--token-file", str(path)], capture_output=True, text=True,
                             env=env, timeout=120)
     assert result.returncode == 26, result.stderr
-    assert f"--token-file {path} is larger than 64 KiB" in _one_line(result)
+    assert f"--token-file {path} is over 64 KiB" in _one_line(result)

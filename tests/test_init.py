@@ -292,9 +292,11 @@ def test_a_folder_name_with_line_breaks_adds_no_line_of_code(name: str, tmp_path
     folder = tmp_path / name
     result = run_cli("init", str(folder))
     assert result.returncode == 0, result.stderr
-    dry = subprocess.run(["make", "-n", "check"], cwd=folder, capture_output=True, text=True, timeout=60)
+    # A make of its own, not a sub-make of `make test` (which would print the folder's name on entering it).
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    dry = subprocess.run(["make", "-n", "check"], cwd=folder, capture_output=True, text=True, timeout=60, env=env)
     assert dry.returncode == 0 and dry.stdout.strip() == "packager check-spec release.toml", dry.stdout + dry.stderr
-    assert "PWNED" not in subprocess.run(["make", "-n"], cwd=folder, capture_output=True, text=True).stdout
+    assert "PWNED" not in subprocess.run(["make", "-n"], cwd=folder, capture_output=True, text=True, env=env).stdout
     assert tomllib.loads((folder / "release.toml").read_text()).keys() == \
         tomllib.loads((tmp_path / "plain" / "release.toml").read_text()).keys()
     for name_ in (".github/workflows/release.yml", ".gitlab-ci.yml", ".pre-commit-config.yaml"):
