@@ -6,8 +6,8 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 REPO = Path(__file__).resolve().parents[1]
 WORK = REPO / "bench" / "work"
@@ -24,7 +24,7 @@ def bundle_06b() -> Path:
     return copy
 
 
-def tree_peak(proc: "psutil.Popen") -> int:
+def tree_peak(proc: psutil.Popen) -> int:  # noqa: F821 - psutil is imported where the function runs
     """Wait for `proc`, sampling the summed RSS of its process tree every 20 ms; returns the peak in bytes."""
     import psutil
 

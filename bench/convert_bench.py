@@ -47,8 +47,12 @@ sys.path.insert(0, str(folder))
 exec(compile(open(script).read(), script, "exec"), {"__name__": "__main__", "__file__": script})
 """
 # Output folders (bench/common.py and hub_bench.py take the warm-cache bundle from out-packager).
-OUT = {"llmexport": "out-llmexport", "packager warm cache": "out-packager", "packager cold cache": "out-packager-cold",
-       "packager --reference": "out-packager-reference"}
+OUT = {
+    "llmexport": "out-llmexport",
+    "packager warm cache": "out-packager",
+    "packager cold cache": "out-packager-cold",
+    "packager --reference": "out-packager-reference",
+}
 GRAPH_FILES = ("llm.mnn", "llm.mnn.json", "llm.mnn.weight", "llm_config.json", "tokenizer.txt")
 
 
@@ -113,12 +117,21 @@ def write_shaped(out: Path, *, hidden: int, layers: int, heads: int, kv: int, in
         shapes["lm_head.weight"] = (vocab, hidden)
     for i in range(layers):
         p = f"model.layers.{i}."
-        shapes.update({p + "input_layernorm.weight": (hidden,), p + "post_attention_layernorm.weight": (hidden,),
-                       p + "self_attn.q_proj.weight": (heads * head, hidden), p + "self_attn.k_proj.weight": (kv * head, hidden),
-                       p + "self_attn.v_proj.weight": (kv * head, hidden), p + "self_attn.o_proj.weight": (hidden, heads * head),
-                       p + "self_attn.q_norm.weight": (head,), p + "self_attn.k_norm.weight": (head,),
-                       p + "mlp.gate_proj.weight": (inter, hidden), p + "mlp.up_proj.weight": (inter, hidden),
-                       p + "mlp.down_proj.weight": (hidden, inter)})
+        shapes.update(
+            {
+                p + "input_layernorm.weight": (hidden,),
+                p + "post_attention_layernorm.weight": (hidden,),
+                p + "self_attn.q_proj.weight": (heads * head, hidden),
+                p + "self_attn.k_proj.weight": (kv * head, hidden),
+                p + "self_attn.v_proj.weight": (kv * head, hidden),
+                p + "self_attn.o_proj.weight": (hidden, heads * head),
+                p + "self_attn.q_norm.weight": (head,),
+                p + "self_attn.k_norm.weight": (head,),
+                p + "mlp.gate_proj.weight": (inter, hidden),
+                p + "mlp.up_proj.weight": (inter, hidden),
+                p + "mlp.down_proj.weight": (hidden, inter),
+            }
+        )
     header, offset = {}, 0
     for name, shape in shapes.items():
         size = int(np.prod(shape)) * 2
@@ -133,16 +146,33 @@ def write_shaped(out: Path, *, hidden: int, layers: int, heads: int, kv: int, in
             rows = shape[0]
             step = max(1, (1 << 22) // (int(np.prod(shape)) // rows))
             for start in range(0, rows, step):
-                part = (rng.standard_normal((min(step, rows - start), *shape[1:]), dtype=np.float32) * 0.02)
+                part = rng.standard_normal((min(step, rows - start), *shape[1:]), dtype=np.float32) * 0.02
                 if name.endswith("norm.weight"):
                     part = 1.0 + part
                 handle.write((part.view(np.uint32) >> 16).astype(np.uint16).tobytes())
-    config = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": hidden,
-              "num_hidden_layers": layers, "num_attention_heads": heads, "num_key_value_heads": kv, "head_dim": head,
-              "intermediate_size": inter, "vocab_size": vocab, "tie_word_embeddings": tied, "dtype": "bfloat16",
-              "max_position_embeddings": 40960, "rms_norm_eps": 1e-6, "rope_theta": 1000000, "hidden_act": "silu",
-              "bos_token_id": 151643, "eos_token_id": 151645, "attention_bias": False, "attention_dropout": 0.0,
-              "initializer_range": 0.02, "use_cache": True}
+    config = {
+        "architectures": ["Qwen3ForCausalLM"],
+        "model_type": "qwen3",
+        "hidden_size": hidden,
+        "num_hidden_layers": layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv,
+        "head_dim": head,
+        "intermediate_size": inter,
+        "vocab_size": vocab,
+        "tie_word_embeddings": tied,
+        "dtype": "bfloat16",
+        "max_position_embeddings": 40960,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 1000000,
+        "hidden_act": "silu",
+        "bos_token_id": 151643,
+        "eos_token_id": 151645,
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "initializer_range": 0.02,
+        "use_cache": True,
+    }
     (out / "config.json").write_text(json.dumps(config))
     for item in qwen3_tokenizer_dir().iterdir():
         shutil.copy(item, out / item.name)
@@ -161,19 +191,31 @@ def quant_throughput(ckpt: Path) -> dict[str, float]:
         _read(ref)
     read_s = time.perf_counter() - start
     start = time.perf_counter()
-    for name, ref in refs.items():
+    for _name, ref in refs.items():
         if len(ref.shape) == 2:
             quantize(_read(ref), "bfloat16", QuantSpec(4, 128), lambda x: _as_float32(x, "BF16"))
     quant_s = time.perf_counter() - start
-    return {"source_mb": round(total / 1e6), "plain_read_mb_s": round(total / 1e6 / read_s),
-            "quantize_mb_s_per_core": round(total / 1e6 / quant_s)}
+    return {
+        "source_mb": round(total / 1e6),
+        "plain_read_mb_s": round(total / 1e6 / read_s),
+        "quantize_mb_s_per_core": round(total / 1e6 / quant_s),
+    }
 
 
-def shape_4b(work: Path, env: dict[str, str], small: dict[str, list[dict[str, float]]],
-             runs: int) -> dict[str, object]:
+def shape_4b(work: Path, env: dict[str, str], small: dict[str, list[dict[str, float]]], runs: int) -> dict[str, object]:
     """Peak RSS of a 4B-shaped conversion, cold and warm cache, against the 0.6B's of the same kind."""
     big = write_4b_shaped(work / "qwen3-4b-shaped")
-    cmd = [sys.executable, "-m", "packager.cli", "convert", str(big), "--quiet", "--force", "--out", str(work / "out-4b")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "packager.cli",
+        "convert",
+        str(big),
+        "--quiet",
+        "--force",
+        "--out",
+        str(work / "out-4b"),
+    ]
     found: dict[str, list[dict[str, float]]] = {"packager cold cache": [], "packager warm cache": []}
     for run in range(runs):
         run_env = {**env, "PACKAGER_CACHE_DIR": str(work / "cold-cache-4b")}
@@ -181,10 +223,15 @@ def shape_4b(work: Path, env: dict[str, str], small: dict[str, list[dict[str, fl
         for name in found:  # the cold run fills the cache the warm run uses
             found[name].append(measure(cmd, work, run_env))
             print("4B-shaped", name, run, found[name][-1], flush=True)
-    return {name: {"runs": found[name],
-                   "peak_rss_ratio_to_0.6b": round(max(r["peak_rss_mb"] for r in found[name])
-                                                   / max(r["peak_rss_mb"] for r in small[name]), 3)}
-            for name in found}
+    return {
+        name: {
+            "runs": found[name],
+            "peak_rss_ratio_to_0.6b": round(
+                max(r["peak_rss_mb"] for r in found[name]) / max(r["peak_rss_mb"] for r in small[name]), 3
+            ),
+        }
+        for name in found
+    }
 
 
 def main() -> None:
@@ -202,8 +249,21 @@ def main() -> None:
     env = {**os.environ, "PACKAGER_CACHE_DIR": str(cache)}
     packager = [sys.executable, "-m", "packager.cli", "convert", str(ckpt), "--quiet", "--force", "--out"]
     commands = {
-        "llmexport": lambda out: [sys.executable, "-c", BASELINE, "--path", str(ckpt), "--export", "mnn",
-                                  "--quant_bit", "4", "--quant_block", "128", "--dst_path", str(out)],
+        "llmexport": lambda out: [
+            sys.executable,
+            "-c",
+            BASELINE,
+            "--path",
+            str(ckpt),
+            "--export",
+            "mnn",
+            "--quant_bit",
+            "4",
+            "--quant_block",
+            "128",
+            "--dst_path",
+            str(out),
+        ],
         "packager warm cache": lambda out: [*packager, str(out)],
         "packager cold cache": lambda out: [*packager, str(out)],
         "packager --reference": lambda out: [*packager, str(out), "--reference"],
@@ -227,17 +287,24 @@ def main() -> None:
             print(name, run, results[name][-1], flush=True)
     base = [r["wall_s"] for r in results["llmexport"]]
     base_rss = max(r["peak_rss_mb"] for r in results["llmexport"])
-    report: dict[str, object] = {"runs": results, "cpu_count": os.cpu_count(), "load_average_before": load_before,
-                                 "load_average_after_0.6b": [round(x, 2) for x in os.getloadavg()]}
+    report: dict[str, object] = {
+        "runs": results,
+        "cpu_count": os.cpu_count(),
+        "load_average_before": load_before,
+        "load_average_after_0.6b": [round(x, 2) for x in os.getloadavg()],
+    }
     for name in commands:
         if name == "llmexport":
             continue
         walls = [r["wall_s"] for r in results[name]]
-        report[name] = {"time_ratio_per_run": spread([w / b for w, b in zip(walls, base)]),
-                        "peak_rss_ratio": round(max(r["peak_rss_mb"] for r in results[name]) / base_rss, 3)}
+        report[name] = {
+            "time_ratio_per_run": spread([w / b for w, b in zip(walls, base)]),
+            "peak_rss_ratio": round(max(r["peak_rss_mb"] for r in results[name]) / base_rss, 3),
+        }
     streamed, reference = work / OUT["packager warm cache"], work / OUT["packager --reference"]
-    report["streamed_equals_reference"] = {n: (streamed / n).read_bytes() == (reference / n).read_bytes()
-                                           for n in GRAPH_FILES}
+    report["streamed_equals_reference"] = {
+        n: (streamed / n).read_bytes() == (reference / n).read_bytes() for n in GRAPH_FILES
+    }
     report["quantizer"] = quant_throughput(ckpt)
     if args.shape_4b:
         report["shape_4b"] = shape_4b(work, env, results, max(1, args.runs - 1))

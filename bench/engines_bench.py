@@ -29,14 +29,35 @@ BUNDLES = {"default (newest)": None, "--engine 3.5.0": "3.5.0", "--engine 3.4.0"
 
 
 def convert(ckpt: Path, out: Path, engine: str | None) -> dict:
-    command = [sys.executable, "-m", "packager.cli", "convert", str(ckpt), "--out", str(out), "--force", "--quiet",
-               "--json", *(["--engine", engine] if engine else [])]
+    command = [
+        sys.executable,
+        "-m",
+        "packager.cli",
+        "convert",
+        str(ckpt),
+        "--out",
+        str(out),
+        "--force",
+        "--quiet",
+        "--json",
+        *(["--engine", engine] if engine else []),
+    ]
     return json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout)
 
 
 def check(bundle: Path) -> dict:
-    command = [sys.executable, "-m", "packager.cli", "engines", "check", str(bundle), "--versions", "all",
-               "--record", "--json"]
+    command = [
+        sys.executable,
+        "-m",
+        "packager.cli",
+        "engines",
+        "check",
+        str(bundle),
+        "--versions",
+        "all",
+        "--record",
+        "--json",
+    ]
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode not in (0, 32):
         raise SystemExit(done.stderr)
@@ -58,8 +79,11 @@ def against_default(report: dict) -> dict:
             if row["loads"]:
                 probe = run_probe(venvs.ensure(row["version"]).python, Path(bundle["path"]), reference["ids"])
                 result = compare(row["version"], probe, reference["ids"], reference["logits"])
-                found.setdefault(label, {})[row["version"]] = {"min_cosine": result.min_cosine, "top1": result.top1,
-                                                               "prompts": result.prompts}
+                found.setdefault(label, {})[row["version"]] = {
+                    "min_cosine": result.min_cosine,
+                    "top1": result.top1,
+                    "prompts": result.prompts,
+                }
     return found
 
 
@@ -98,19 +122,33 @@ def markdown(report: dict) -> str:
         cells = []
         for label in labels:
             r = rows[label][version]
-            cells.append(f"loads, agrees (cos {r['min_cosine']:.4f}, top-1 {r['top1']}/{r['prompts']}, ids "
-                         f"{r['same_ids']}/{r['prompts']})" if r["loads"] and r["agrees"] else r["verdict"])
+            cells.append(
+                f"loads, agrees (cos {r['min_cosine']:.4f}, top-1 {r['top1']}/{r['prompts']}, ids "
+                f"{r['same_ids']}/{r['prompts']})"
+                if r["loads"] and r["agrees"]
+                else r["verdict"]
+            )
         lines.append(f"| {version} | {' | '.join(cells)} |")
-    lines += ["", "| bundle | declares | llm.mnn | tokenizer.txt | format | HF agreement (text / pipeline) | total |",
-              "|---|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "| bundle | declares | llm.mnn | tokenizer.txt | format | HF agreement (text / pipeline) | total |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for label, b in report["bundles"].items():
         s = b["summary"]
         agree = s["tokenizer"]["agreement"]
-        lines.append(f"| {label} | {s['min_mnn_engine']} | {s['files']['llm.mnn']:,} B | "
-                     f"{s['files']['tokenizer.txt']:,} B | {s['tokenizer']['format']} | "
-                     f"{agree['text']} / {agree['pipeline']} | {sum(s['files'].values()):,} B |")
-    lines += ["", "Against the default bundle in the current engine (same token ids):", "",
-              "| bundle | MNN | min cosine | top-1 |", "|---|---|---|---|"]
+        lines.append(
+            f"| {label} | {s['min_mnn_engine']} | {s['files']['llm.mnn']:,} B | "
+            f"{s['files']['tokenizer.txt']:,} B | {s['tokenizer']['format']} | "
+            f"{agree['text']} / {agree['pipeline']} | {sum(s['files'].values()):,} B |"
+        )
+    lines += [
+        "",
+        "Against the default bundle in the current engine (same token ids):",
+        "",
+        "| bundle | MNN | min cosine | top-1 |",
+        "|---|---|---|---|",
+    ]
     for label, rows in report["against_default"].items():
         for version, r in rows.items():
             lines.append(f"| {label} | {version} | {r['min_cosine']:.4f} | {r['top1']}/{r['prompts']} |")

@@ -28,13 +28,12 @@ import time
 import urllib.request
 
 import psutil
-
 from common import REPO, WORK
 
 sys.path.insert(0, str(REPO))
-from packager.spec import model as spec_module  # noqa: E402
-from packager.card.render import render  # noqa: E402
-from packager.bundle.checksum import write_manifest  # noqa: E402
+from packager.bundle.checksum import write_manifest
+from packager.card.render import render
+from packager.spec import model as spec_module
 
 TOKEN = "bench-token"
 PLAIN = """
@@ -117,9 +116,12 @@ def idle_connections(url: str, path: str, count: int = 100) -> dict[str, float]:
     quiet = latency_ms(url, path)
     idle = [socket.create_connection((host, int(port))) for _ in range(count)]
     for n, sock in enumerate(idle):
-        sock.sendall(b"GET /api/models/bench/ours-0 HT" if n % 2 else
-                     f"POST /api/repos/create HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
-                     "Content-Length: 1000\r\n\r\n".encode())
+        sock.sendall(
+            b"GET /api/models/bench/ours-0 HT"
+            if n % 2
+            else f"POST /api/repos/create HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
+            "Content-Length: 1000\r\n\r\n".encode()
+        )
     busy = latency_ms(url, path)
     for sock in idle:
         sock.close()
@@ -127,9 +129,13 @@ def idle_connections(url: str, path: str, count: int = 100) -> dict[str, float]:
     def p90(values: list[float]) -> float:
         return sorted(values)[int(len(values) * 0.9)]
 
-    return {"median_ms_without": statistics.median(quiet), "median_ms_with": statistics.median(busy),
-            "p90_ms_without": p90(quiet), "p90_ms_with": p90(busy),
-            "median_delta_ms": statistics.median(busy) - statistics.median(quiet)}
+    return {
+        "median_ms_without": statistics.median(quiet),
+        "median_ms_with": statistics.median(busy),
+        "p90_ms_without": p90(quiet),
+        "p90_ms_with": p90(busy),
+        "median_delta_ms": statistics.median(busy) - statistics.median(quiet),
+    }
 
 
 def main() -> None:
@@ -146,24 +152,66 @@ def main() -> None:
     root = WORK / "hub-bench"
     shutil.rmtree(root, ignore_errors=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
-    env.update(HF_HUB_DISABLE_TELEMETRY="1", HF_HUB_DISABLE_XET="1", HF_HUB_DISABLE_PROGRESS_BARS="1",
-               HF_HOME=str(root / "hf-home"), HF_TOKEN=TOKEN, PYTHONPATH=str(REPO))
-    server = subprocess.Popen([sys.executable, "-m", "packager.cli", "hub", "serve", "--root", str(root / "data"),
-                               "--port", "0", "--test-hooks"], stdout=subprocess.PIPE, text=True,
-                              env={**env, "PACKAGER_HUB_TOKEN": TOKEN})
+    env.update(
+        HF_HUB_DISABLE_TELEMETRY="1",
+        HF_HUB_DISABLE_XET="1",
+        HF_HUB_DISABLE_PROGRESS_BARS="1",
+        HF_HOME=str(root / "hf-home"),
+        HF_TOKEN=TOKEN,
+        PYTHONPATH=str(REPO),
+    )
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "packager.cli",
+            "hub",
+            "serve",
+            "--root",
+            str(root / "data"),
+            "--port",
+            "0",
+            "--test-hooks",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**env, "PACKAGER_HUB_TOKEN": TOKEN},
+    )
     try:
         url = server.stdout.readline().split("serving ")[1].split(" ")[0]  # type: ignore[union-attr]
         env["HF_ENDPOINT"] = url
         ours, plain = [], []
         for run in range(args.runs):
-            jobs = [("plain", [sys.executable, "-c", PLAIN, url, TOKEN, str(bundle), f"bench/plain-{run}"]),
-                    ("ours", [sys.executable, "-m", "packager.cli", "upload", str(bundle), f"bench/ours-{run}",
-                              "--tag", "v1", "--quiet"])]
+            jobs = [
+                ("plain", [sys.executable, "-c", PLAIN, url, TOKEN, str(bundle), f"bench/plain-{run}"]),
+                (
+                    "ours",
+                    [
+                        sys.executable,
+                        "-m",
+                        "packager.cli",
+                        "upload",
+                        str(bundle),
+                        f"bench/ours-{run}",
+                        "--tag",
+                        "v1",
+                        "--quiet",
+                    ],
+                ),
+            ]
             for name, cmd in jobs if run % 2 == 0 else reversed(jobs):
                 (ours if name == "ours" else plain).append(timed(cmd, env, cpu=name))
                 print(name, run, round((ours if name == "ours" else plain)[-1], 3), flush=True)
-        release = [sys.executable, "-m", "packager.cli", "release", str(REPO / "examples" / "release.toml"),
-                   "--bundle", str(bundle), "--quiet"]
+        release = [
+            sys.executable,
+            "-m",
+            "packager.cli",
+            "release",
+            str(REPO / "examples" / "release.toml"),
+            "--bundle",
+            str(bundle),
+            "--quiet",
+        ]
         first = timed(release, env)
         before = stats(url)
         again = [timed(release, env, cpu="unchanged") for _ in range(args.runs)]
@@ -175,16 +223,20 @@ def main() -> None:
         server.wait()
     result = {
         "bundle_bytes": sum(p.stat().st_size for p in bundle.iterdir()),
-        "plain_upload_folder_s": plain, "packager_upload_s": ours,
-        "ratio_best": min(ours) / min(plain), "ratio_mean": (sum(ours) / len(ours)) / (sum(plain) / len(plain)),
-        "release_first_s": first, "release_unchanged_s": again,
+        "plain_upload_folder_s": plain,
+        "packager_upload_s": ours,
+        "ratio_best": min(ours) / min(plain),
+        "ratio_mean": (sum(ours) / len(ours)) / (sum(plain) / len(plain)),
+        "release_first_s": first,
+        "release_unchanged_s": again,
         "unchanged_lfs_bytes_sent": after["lfs_bytes_received"] - before["lfs_bytes_received"],
         "unchanged_commits": after["commits_received"] - before["commits_received"],
         "ratio_per_pair": [o / p for o, p in zip(ours, plain)],
         "ratio_median_of_pairs": statistics.median(o / p for o, p in zip(ours, plain)),
         "load_average_1min_at_end": os.getloadavg()[0],
         # CPU seconds of the client processes: what contention from other work on the machine cannot inflate.
-        "cpu_s": CPU, "cpu_ratio_per_pair": [o / p for o, p in zip(CPU["ours"], CPU["plain"])],
+        "cpu_s": CPU,
+        "cpu_ratio_per_pair": [o / p for o, p in zip(CPU["ours"], CPU["plain"])],
         "unauthenticated_300mb_body": hostile,
         "idle_100_connections": idle,
     }

@@ -27,12 +27,12 @@ from common import WORK
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from packager.convert.pipeline import ConvertRequest, convert  # noqa: E402
+from packager.convert.pipeline import ConvertRequest, convert
+from packager.measure import workload
 from packager.measure.pair import Options, pair
-from packager.measure import workload  # noqa: E402
-from packager.measure.pair.acceptance import MAX_D  # noqa: E402
-from packager.runtime.child import MNNModel  # noqa: E402
-from tests.trained import fixture  # noqa: E402
+from packager.measure.pair.acceptance import MAX_D
+from packager.runtime.child import MNNModel
+from tests.trained import fixture
 
 STOP = (151645, 151643)
 
@@ -52,24 +52,28 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--recipe", default="full")
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--prompts", type=int, default=54, help="the first N built-in prompts (54: pair's own workload)")
+    parser.add_argument(
+        "--prompts", type=int, default=54, help="the first N built-in prompts (54: pair's own workload)"
+    )
     parser.add_argument("--tokens", type=int, default=48)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=15, help="pair's cost repeats (one sample per d each)")
     args = parser.parse_args()
     teacher, target_path, draft_path = bundles(args.recipe)
-    report = pair(draft_path, target_path, options=Options(new_tokens=args.tokens, repeats=args.repeats, threads=args.threads))
+    report = pair(
+        draft_path, target_path, options=Options(new_tokens=args.tokens, repeats=args.repeats, threads=args.threads)
+    )
     target = MNNModel(target_path, args.threads)
     template = workload.chat_template(teacher)
-    prompts = [target.encode(workload.render(template, item)) for item in workload.builtin()[:args.prompts]]
-    depths = list(range(0, MAX_D + 1))
+    prompts = [target.encode(workload.render(template, item)) for item in workload.builtin()[: args.prompts]]
+    depths = list(range(MAX_D + 1))
     seconds: dict[int, list[float]] = {d: [] for d in depths}
     steps: dict[int, list[int]] = {d: [] for d in depths}
     made: dict[int, list[int]] = {d: [] for d in depths}  # tokens emitted per round
     differing: dict[int, int] = dict.fromkeys(depths, 0)  # most prompts whose tokens differ from d = 0's
     reference: list[list[int]] | None = None
     for round_ in range(args.rounds):
-        order = depths[round_ % len(depths):] + depths[:round_ % len(depths)]
+        order = depths[round_ % len(depths) :] + depths[: round_ % len(depths)]
         for d in order:
             total, outputs, taken = 0.0, [], []
             for ids in prompts:
@@ -84,8 +88,11 @@ def main() -> None:
             seconds[d].append(total)
             steps[d].append(len(taken))
             made[d].append(sum(len(t) for t in outputs))
-        print(f"round {round_ + 1}/{args.rounds}: " + ", ".join(f"d={d} {seconds[d][-1]:.2f}s" for d in depths),
-              file=sys.stderr, flush=True)
+        print(
+            f"round {round_ + 1}/{args.rounds}: " + ", ".join(f"d={d} {seconds[d][-1]:.2f}s" for d in depths),
+            file=sys.stderr,
+            flush=True,
+        )
     assert reference is not None
     produced = sum(len(t) for t in reference)
     rows = []
@@ -94,27 +101,48 @@ def main() -> None:
         real = [alone / spec for alone, spec in zip(seconds[0], seconds[d])]
         estimate = depth.speedup_from_measured_tau.median if depth.speedup_from_measured_tau else None
         median = statistics.median(real)
-        rows.append({"d": d, "estimate": estimate,
-                     "real_median": median, "real_min": min(real), "real_max": max(real),
-                     "estimate_over_real": estimate / median if estimate else None,
-                     "pair_tokens_per_step": depth.tokens_per_step.value if depth.tokens_per_step else None,
-                     "loop_tokens_per_step": statistics.median(m / k for m, k in zip(made[d], steps[d])),
-                     "prompts_differing_from_d0": differing[d]})
-    result = {"recipe": args.recipe, "rounds": args.rounds, "repeats": args.repeats, "prompts": len(prompts), "tokens": args.tokens,
-              "threads": args.threads, "produced_tokens": produced, "alpha": report.alpha.value,
-              "costs": report.costs.source, "load": os.getloadavg(), "cpu": platform.processor() or "?",
-              "rows": rows}
+        rows.append(
+            {
+                "d": d,
+                "estimate": estimate,
+                "real_median": median,
+                "real_min": min(real),
+                "real_max": max(real),
+                "estimate_over_real": estimate / median if estimate else None,
+                "pair_tokens_per_step": depth.tokens_per_step.value if depth.tokens_per_step else None,
+                "loop_tokens_per_step": statistics.median(m / k for m, k in zip(made[d], steps[d])),
+                "prompts_differing_from_d0": differing[d],
+            }
+        )
+    result = {
+        "recipe": args.recipe,
+        "rounds": args.rounds,
+        "repeats": args.repeats,
+        "prompts": len(prompts),
+        "tokens": args.tokens,
+        "threads": args.threads,
+        "produced_tokens": produced,
+        "alpha": report.alpha.value,
+        "costs": report.costs.source,
+        "load": os.getloadavg(),
+        "cpu": platform.processor() or "?",
+        "rows": rows,
+    }
     (WORK / "mnn_loop_bench.json").write_text(json.dumps(result, indent=2))
-    print(f"alpha {report.alpha.value:.3f} ({report.alpha.low:.3f}-{report.alpha.high:.3f}); {len(prompts)} prompts, "
-          f"{produced} tokens, {args.rounds} rounds, {args.threads} thread(s), load {os.getloadavg()[0]:.1f}")
+    print(
+        f"alpha {report.alpha.value:.3f} ({report.alpha.low:.3f}-{report.alpha.high:.3f}); {len(prompts)} prompts, "
+        f"{produced} tokens, {args.rounds} rounds, {args.threads} thread(s), load {os.getloadavg()[0]:.1f}"
+    )
     print("| d | estimate | real (median, min-max) | estimate / real | tau pair | tau loop | prompts differing |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
         est = f"{r['estimate']:.2f}x" if r["estimate"] else "-"
         ratio = f"{r['estimate_over_real']:.2f}" if r["estimate_over_real"] else "-"
         tau = f"{r['pair_tokens_per_step']:.2f}" if r["pair_tokens_per_step"] else "-"
-        print(f"| {r['d']} | {est} | {r['real_median']:.2f}x ({r['real_min']:.2f}-{r['real_max']:.2f}) | {ratio} "
-              f"| {tau} | {r['loop_tokens_per_step']:.2f} | {r['prompts_differing_from_d0']} |")
+        print(
+            f"| {r['d']} | {est} | {r['real_median']:.2f}x ({r['real_min']:.2f}-{r['real_max']:.2f}) | {ratio} "
+            f"| {tau} | {r['loop_tokens_per_step']:.2f} | {r['prompts_differing_from_d0']} |"
+        )
 
 
 if __name__ == "__main__":

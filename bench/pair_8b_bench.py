@@ -32,8 +32,8 @@ from convert_bench import write_8b_shaped, write_shaped
 
 sys.path.insert(0, str(REPO))
 
-from packager.bundle.kinds import TARGET  # noqa: E402
-from packager.measure.pair import memory  # noqa: E402
+from packager.bundle.kinds import TARGET
+from packager.measure.pair import memory
 
 
 def convert(checkpoint: Path, out: Path, *extra: str) -> dict[str, float]:
@@ -41,18 +41,38 @@ def convert(checkpoint: Path, out: Path, *extra: str) -> dict[str, float]:
     cache = Path(tempfile.mkdtemp(prefix="pair-8b-cache-"))
     try:
         began = time.perf_counter()
-        proc = psutil.Popen([sys.executable, "-m", "packager.cli", "convert", str(checkpoint), "--out", str(out),
-                             "--force", "--json", *extra], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                            cwd=REPO, env={**os.environ, "PACKAGER_CACHE_DIR": str(cache)})
+        proc = psutil.Popen(
+            [
+                sys.executable,
+                "-m",
+                "packager.cli",
+                "convert",
+                str(checkpoint),
+                "--out",
+                str(out),
+                "--force",
+                "--json",
+                *extra,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            cwd=REPO,
+            env={**os.environ, "PACKAGER_CACHE_DIR": str(cache)},
+        )
         peak = tree_peak(proc)
         wall = time.perf_counter() - began
         out_text = proc.stdout.read() if proc.stdout else b""
         if proc.returncode != 0:
             raise SystemExit(f"convert {checkpoint.name} failed ({proc.returncode})")
         summary = json.loads(out_text)
-        return {"wall_s": round(wall, 1), "peak_rss_mb": round(peak / 1e6), "weights": summary.get("weights"),
-                "sizes_mb": {k: round(v / 1e6, 1) for k, v in summary.get("files", {}).items()}
-                if isinstance(summary.get("files"), dict) else None}
+        return {
+            "wall_s": round(wall, 1),
+            "peak_rss_mb": round(peak / 1e6),
+            "weights": summary.get("weights"),
+            "sizes_mb": {k: round(v / 1e6, 1) for k, v in summary.get("files", {}).items()}
+            if isinstance(summary.get("files"), dict)
+            else None,
+        }
     finally:
         shutil.rmtree(cache, ignore_errors=True)
 
@@ -91,23 +111,43 @@ def main() -> None:
     print("convert", result["convert_target"], flush=True)
     draft = WORK / "draft-0.6b-4bit"
     if not (draft / "llm.mnn.weight").is_file():
-        small = write_shaped(WORK / "qwen3-0.6b-shaped-tied", hidden=1024, layers=28, heads=16, kv=8, inter=3072,
-                             tied=True)
+        small = write_shaped(
+            WORK / "qwen3-0.6b-shaped-tied", hidden=1024, layers=28, heads=16, kv=8, inter=3072, tied=True
+        )
         convert(small, draft)
     app = app_folder(target)
     estimates = [memory.estimate(app, mnn=True), memory.estimate(draft, mnn=True)]
-    result["memory_check"] = {"target_gib": round(estimates[0].total / memory.GIB, 2),
-                              "draft_gib": round(estimates[1].total / memory.GIB, 2),
-                              "available_gib": round(memory.available() / memory.GIB, 2)}
+    result["memory_check"] = {
+        "target_gib": round(estimates[0].total / memory.GIB, 2),
+        "draft_gib": round(estimates[1].total / memory.GIB, 2),
+        "available_gib": round(memory.available() / memory.GIB, 2),
+    }
     cache = Path(tempfile.mkdtemp(prefix="pair-8b-target-cache-"))
-    command = [sys.executable, "-m", "packager.cli", "pair", str(draft), str(app), "--json", "--quiet",
-               "--tokens", str(args.tokens), "--repeats", str(args.repeats)]
+    command = [
+        sys.executable,
+        "-m",
+        "packager.cli",
+        "pair",
+        str(draft),
+        str(app),
+        "--json",
+        "--quiet",
+        "--tokens",
+        str(args.tokens),
+        "--repeats",
+        str(args.repeats),
+    ]
     if args.prompts != 54:
         command += ["--prompts", str(prompts_file(args.prompts))]
     try:
         began = time.perf_counter()
-        proc = psutil.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO,
-                            env={**os.environ, "PACKAGER_CACHE_DIR": str(cache)})
+        proc = psutil.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=REPO,
+            env={**os.environ, "PACKAGER_CACHE_DIR": str(cache)},
+        )
         peak = tree_peak(proc)
         wall = time.perf_counter() - began
         out, err = proc.communicate()
@@ -117,12 +157,18 @@ def main() -> None:
         result["pair"] = {"exit": proc.returncode, "stderr": err.decode()[-1500:], "wall_s": round(wall, 1)}
     else:
         report = json.loads(out)
-        result["pair"] = {"exit": 0, "wall_s": round(wall, 1), "peak_rss_mb": round(peak / 1e6),
-                          "prompts": args.prompts, "tokens": args.tokens, "repeats": args.repeats,
-                          "positions": report["positions"],
-                          "target_step_ms": round(report["costs"]["target_step_s"]["median"] * 1e3, 1),
-                          "draft_step_ms": round(report["costs"]["draft_step_s"]["median"] * 1e3, 2),
-                          "alpha": report["alpha"]["value"]}
+        result["pair"] = {
+            "exit": 0,
+            "wall_s": round(wall, 1),
+            "peak_rss_mb": round(peak / 1e6),
+            "prompts": args.prompts,
+            "tokens": args.tokens,
+            "repeats": args.repeats,
+            "positions": report["positions"],
+            "target_step_ms": round(report["costs"]["target_step_s"]["median"] * 1e3, 1),
+            "draft_step_ms": round(report["costs"]["draft_step_s"]["median"] * 1e3, 2),
+            "alpha": report["alpha"]["value"],
+        }
     result["load_average_at_end"] = os.getloadavg()
     (WORK / "pair_8b_bench.json").write_text(json.dumps(result, indent=2))
     print(json.dumps(result, indent=2))

@@ -48,8 +48,10 @@ def complete(checkpoint: Path) -> bool:
 
 def bundle_of(checkpoint: Path, out: Path) -> Path:
     if not is_bundle(out):
-        subprocess.run([sys.executable, "-m", "packager.cli", "convert", str(checkpoint), "--out", str(out),
-                        "--force", "--quiet"], check=True)
+        subprocess.run(
+            [sys.executable, "-m", "packager.cli", "convert", str(checkpoint), "--out", str(out), "--force", "--quiet"],
+            check=True,
+        )
     return out
 
 
@@ -70,8 +72,12 @@ def peak_rss(cmd: list[str], cwd: Path, limit_s: float) -> dict[str, object]:
             stopped = True
         time.sleep(0.02)
     error = "" if stopped or proc.returncode == 0 else proc.stderr.read().decode()[-500:]
-    return {"wall_s": round(time.monotonic() - start, 1), "peak_rss_gib": round(peak / memory.GIB, 2),
-            "stopped_after_s": limit_s if stopped else None, "error": error}
+    return {
+        "wall_s": round(time.monotonic() - start, 1),
+        "peak_rss_gib": round(peak / memory.GIB, 2),
+        "stopped_after_s": limit_s if stopped else None,
+        "error": error,
+    }
 
 
 def main() -> None:
@@ -94,17 +100,40 @@ def main() -> None:
     prompts = work / "pair-prompts.txt"
     prompts.write_text("\n".join(PROMPTS), encoding="utf-8")
     routes = {"4-bit MNN bundles": (draft_bundle, target_bundle), "checkpoints (bf16)": (draft_ckpt, target_ckpt)}
-    report: dict[str, object] = {"mem_available_gib_at_start": round(memory.available() / memory.GIB, 2),
-                                 "cpu_count": os.cpu_count(), "threads": args.threads}
+    report: dict[str, object] = {
+        "mem_available_gib_at_start": round(memory.available() / memory.GIB, 2),
+        "cpu_count": os.cpu_count(),
+        "threads": args.threads,
+    }
     for name, (draft, target) in routes.items():
         estimate = sum(memory.estimate(p, mnn=is_bundle(p)).total for p in (draft, target))
-        cmd = [sys.executable, "-m", "packager.cli", "pair", str(draft), str(target), "--prompts", str(prompts),
-               "--tokens", "8", "--repeats", "1", "--threads", str(args.threads), "--quiet"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "packager.cli",
+            "pair",
+            str(draft),
+            str(target),
+            "--prompts",
+            str(prompts),
+            "--tokens",
+            "8",
+            "--repeats",
+            "1",
+            "--threads",
+            str(args.threads),
+            "--quiet",
+        ]
         result = peak_rss(cmd, work, args.limit)
-        report[name] = {**result, "draft": draft.name, "target": target.name,
-                        "pair_estimate_gib": round(estimate / memory.GIB, 2),
-                        "weights_gib": round(sum(memory.estimate(p, mnn=is_bundle(p)).weight_bytes
-                                                 for p in (draft, target)) / memory.GIB, 2)}
+        report[name] = {
+            **result,
+            "draft": draft.name,
+            "target": target.name,
+            "pair_estimate_gib": round(estimate / memory.GIB, 2),
+            "weights_gib": round(
+                sum(memory.estimate(p, mnn=is_bundle(p)).weight_bytes for p in (draft, target)) / memory.GIB, 2
+            ),
+        }
         print(name, report[name], flush=True)
     (work / "pair_bench.json").write_text(json.dumps(report, indent=2))
     print(json.dumps(report, indent=2))

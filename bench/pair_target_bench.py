@@ -29,7 +29,7 @@ from common import REPO, WORK, tree_peak
 
 sys.path.insert(0, str(REPO))
 
-from packager.bundle.kinds import APP_FILES  # noqa: E402
+from packager.bundle.kinds import APP_FILES
 
 
 def app_folder(bundle: Path) -> Path:
@@ -44,18 +44,28 @@ def app_folder(bundle: Path) -> Path:
 def run_pair(draft: Path, target: Path, cache: Path) -> dict[str, object]:
     env = {**os.environ, "PACKAGER_CACHE_DIR": str(cache)}
     began = time.perf_counter()
-    proc = psutil.Popen([sys.executable, "-m", "packager.cli", "pair", str(draft), str(target), "--json", "--quiet"],
-                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO, env=env)
+    proc = psutil.Popen(
+        [sys.executable, "-m", "packager.cli", "pair", str(draft), str(target), "--json", "--quiet"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=REPO,
+        env=env,
+    )
     peak = tree_peak(proc)
     wall = time.perf_counter() - began
     out, err = proc.communicate()
     if proc.returncode != 0:
         raise SystemExit(f"pair failed ({proc.returncode}): {err.decode()[-2000:]}")
     report = json.loads(out)
-    return {"wall_s": round(wall, 1), "peak_rss_mb": round(peak / 1e6), "alpha": report["alpha"]["value"],
-            "positions": report["positions"], "target_cached_prompts": report["target_cached_prompts"],
-            "target_step_ms": round(report["costs"]["target_step_s"]["median"] * 1e3, 1),
-            "draft_step_ms": round(report["costs"]["draft_step_s"]["median"] * 1e3, 2)}
+    return {
+        "wall_s": round(wall, 1),
+        "peak_rss_mb": round(peak / 1e6),
+        "alpha": report["alpha"]["value"],
+        "positions": report["positions"],
+        "target_cached_prompts": report["target_cached_prompts"],
+        "target_step_ms": round(report["costs"]["target_step_s"]["median"] * 1e3, 1),
+        "draft_step_ms": round(report["costs"]["draft_step_s"]["median"] * 1e3, 2),
+    }
 
 
 def main() -> None:
@@ -75,9 +85,12 @@ def main() -> None:
         rounds.append({"cold": cold, "warm": warm, "warm_over_cold": round(warm["wall_s"] / cold["wall_s"], 3)})
         print(number, rounds[-1], flush=True)
     ratios = [r["warm_over_cold"] for r in rounds]
-    result = {"target": str(target), "rounds": rounds,
-              "warm_over_cold": {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)},
-              "load_average_at_end": os.getloadavg()}
+    result = {
+        "target": str(target),
+        "rounds": rounds,
+        "warm_over_cold": {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)},
+        "load_average_at_end": os.getloadavg(),
+    }
     (WORK / "pair_target_bench.json").write_text(json.dumps(result, indent=2))
     print(json.dumps(result, indent=2))
 

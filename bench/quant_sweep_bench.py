@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import REPO, WORK  # noqa: E402
+from bench.common import REPO, WORK
 
 
 def _trained(name: str, root: Path | None, wait: float) -> object:
@@ -50,11 +50,33 @@ def _sweep_run(fx: object, out: Path, run: int) -> dict:  # type: ignore[type-ar
     json_out = out / f"sweep-{run}.json"
     load = _uptime()
     start = time.monotonic()
-    subprocess.run([sys.executable, "-m", "packager.cli", "quant-sweep", str(fx.student), "--lora",  # type: ignore[attr-defined]
-                    str(fx.adapter), "--target", str(fx.teacher), "--out", str(out / f"run-{run}"),  # type: ignore[attr-defined]
-                    "--json", str(json_out), "--quiet"], check=True, env=env, cwd=REPO)
-    return {"seconds": time.monotonic() - start, "uptime_before": load, "uptime_after": _uptime(),
-            "json": str(json_out)}
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "packager.cli",
+            "quant-sweep",
+            str(fx.student),
+            "--lora",  # type: ignore[attr-defined]
+            str(fx.adapter),
+            "--target",
+            str(fx.teacher),
+            "--out",
+            str(out / f"run-{run}"),  # type: ignore[attr-defined]
+            "--json",
+            str(json_out),
+            "--quiet",
+        ],
+        check=True,
+        env=env,
+        cwd=REPO,
+    )
+    return {
+        "seconds": time.monotonic() - start,
+        "uptime_before": load,
+        "uptime_after": _uptime(),
+        "json": str(json_out),
+    }
 
 
 def _separate(fx: object, out: Path, measure: bool = True) -> dict:  # type: ignore[type-arg]
@@ -67,25 +89,75 @@ def _separate(fx: object, out: Path, measure: bool = True) -> dict:  # type: ign
         flags = []
         for key, value in _flags(recipe).items():
             flag = "--" + key.replace("_", "-")
-            flags += ([("--sym" if value else "--asym")] if key == "symmetric" else [flag, str(value)])
+            flags += [("--sym" if value else "--asym")] if key == "symmetric" else [flag, str(value)]
         start = time.monotonic()
-        subprocess.run([sys.executable, "-m", "packager.cli", "convert", str(fx.student), "--lora",  # type: ignore[attr-defined]
-                        str(fx.adapter), "--out", str(out / "separate" / recipe.name), "--force", "--quiet",  # type: ignore[attr-defined]
-                        *flags], check=True, env=env, cwd=REPO, stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "packager.cli",
+                "convert",
+                str(fx.student),
+                "--lora",  # type: ignore[attr-defined]
+                str(fx.adapter),
+                "--out",
+                str(out / "separate" / recipe.name),
+                "--force",
+                "--quiet",  # type: ignore[attr-defined]
+                *flags,
+            ],
+            check=True,
+            env=env,
+            cwd=REPO,
+            stdout=subprocess.DEVNULL,
+        )
         each[recipe.name] = time.monotonic() - start
     if not measure:
         return {"convert_seconds": each, "convert_total": sum(each.values())}
     base = out / "separate" / "4bit-b128"
     start = time.monotonic()
-    subprocess.run([sys.executable, "-m", "packager.cli", "verify", str(base), "--source", str(fx.draft),  # type: ignore[attr-defined]
-                    "--quiet", "--json"], env=env, cwd=REPO, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "packager.cli",
+            "verify",
+            str(base),
+            "--source",
+            str(fx.draft),  # type: ignore[attr-defined]
+            "--quiet",
+            "--json",
+        ],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+    )
     verify_seconds = time.monotonic() - start
     start = time.monotonic()
-    subprocess.run([sys.executable, "-m", "packager.cli", "pair", str(base), str(fx.teacher), "--quiet",  # type: ignore[attr-defined]
-                    "--json"], env=env, cwd=REPO, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "packager.cli",
+            "pair",
+            str(base),
+            str(fx.teacher),
+            "--quiet",  # type: ignore[attr-defined]
+            "--json",
+        ],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+    )
     pair_seconds = time.monotonic() - start
-    return {"convert_seconds": each, "convert_total": sum(each.values()), "verify_one": verify_seconds,
-            "pair_one": pair_seconds, "uptime_before": load, "uptime_after": _uptime()}
+    return {
+        "convert_seconds": each,
+        "convert_total": sum(each.values()),
+        "verify_one": verify_seconds,
+        "pair_one": pair_seconds,
+        "uptime_before": load,
+        "uptime_after": _uptime(),
+    }
 
 
 _SWEEP_CONVERSION = """
@@ -106,12 +178,23 @@ def _conversions(fx: object, out: Path, runs: int) -> dict:  # type: ignore[type
     """The sweep's conversion phase against separate conversions, interleaved."""
     found: dict[str, list[float]] = {"sweep": [], "separate": []}
     for run in range(runs):
-        for name in (("sweep", "separate") if run % 2 == 0 else ("separate", "sweep")):
+        for name in ("sweep", "separate") if run % 2 == 0 else ("separate", "sweep"):
             start = time.monotonic()
             if name == "sweep":
                 env = {**os.environ, "PACKAGER_CACHE_DIR": tempfile.mkdtemp(prefix="qsweep-cache-")}
-                subprocess.run([sys.executable, "-c", _SWEEP_CONVERSION, str(fx.student), str(fx.adapter),  # type: ignore[attr-defined]
-                                str(out / "phase")], check=True, env=env, cwd=REPO)
+                subprocess.run(
+                    [
+                        sys.executable,
+                        "-c",
+                        _SWEEP_CONVERSION,
+                        str(fx.student),
+                        str(fx.adapter),  # type: ignore[attr-defined]
+                        str(out / "phase"),
+                    ],
+                    check=True,
+                    env=env,
+                    cwd=REPO,
+                )
             else:
                 _separate(fx, out, measure=False)
             found[name].append(time.monotonic() - start)

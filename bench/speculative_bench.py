@@ -23,11 +23,11 @@ from common import WORK
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from packager.measure import workload
 from packager.measure.pair import Options, pair
-from packager.measure import workload  # noqa: E402
-from packager.runtime.models import HFModel  # noqa: E402
-from packager.runtime.speculative import autoregressive, speculative, timed  # noqa: E402
-from tests.models import build_deep_target, build_qwen3  # noqa: E402
+from packager.runtime.models import HFModel
+from packager.runtime.speculative import autoregressive, speculative, timed
+from tests.models import build_deep_target, build_qwen3
 
 PROMPTS = ("The capital of France is", "def fibonacci(n):")
 NEW_TOKENS = 60  # a whole number of steps for every d <= 5 when all is accepted
@@ -46,8 +46,12 @@ def models() -> tuple[Path, dict[str, Path]]:
 
 
 def measure(draft_path: Path, target_path: Path, rounds: int) -> dict[str, object]:
-    report = pair(draft_path, target_path, PROMPTS, Options(new_tokens=NEW_TOKENS, repeats=5, dtype="float32",
-                                                            threads=HFModel.threads))
+    report = pair(
+        draft_path,
+        target_path,
+        PROMPTS,
+        Options(new_tokens=NEW_TOKENS, repeats=5, dtype="float32", threads=HFModel.threads),
+    )
     # The loop runs at the best d, or at d = 1 when no d gains beyond the noise.
     d = report.best_d or 1
     speedup = report.depths[d - 1].speedup_from_measured_tau
@@ -65,10 +69,18 @@ def measure(draft_path: Path, target_path: Path, rounds: int) -> dict[str, objec
         assert all(tokens == ar[0][1] for _, tokens in ar + spec)  # lossless
         real.append(min(t for t, _ in ar) / min(t for t, _ in spec))
     real.sort()
-    return {"alpha": report.alpha.value, "best_d": report.best_d, "loop_d": d, "estimate": estimate, "real_per_round": real,
-            "real_min": real[0], "real_median": statistics.median(real), "real_max": real[-1],
-            "estimate_vs_real_median": estimate / statistics.median(real),
-            "estimate_vs_real_range": [estimate / real[-1], estimate / real[0]]}
+    return {
+        "alpha": report.alpha.value,
+        "best_d": report.best_d,
+        "loop_d": d,
+        "estimate": estimate,
+        "real_per_round": real,
+        "real_min": real[0],
+        "real_median": statistics.median(real),
+        "real_max": real[-1],
+        "estimate_vs_real_median": estimate / statistics.median(real),
+        "estimate_vs_real_range": [estimate / real[-1], estimate / real[0]],
+    }
 
 
 def main() -> None:

@@ -29,13 +29,13 @@ from common import WORK
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from packager.convert.pipeline import ConvertRequest, convert  # noqa: E402
-from packager.measure import workload  # noqa: E402
-from packager.runtime.child import MNNModel  # noqa: E402
-from packager.measure.intervals import ratio  # noqa: E402
-from packager.measure.speculate import Request, speculate  # noqa: E402
-from tests import trained  # noqa: E402
-from tests.trained_eagle import RECIPE, fixture  # noqa: E402
+from packager.convert.pipeline import ConvertRequest, convert
+from packager.measure import workload
+from packager.measure.intervals import ratio
+from packager.measure.speculate import Request, speculate
+from packager.runtime.child import MNNModel
+from tests import trained
+from tests.trained_eagle import RECIPE, fixture
 
 STOP = (151645, 151643)
 
@@ -53,8 +53,9 @@ def draft_from_core(target: Path, out: Path) -> Path:
     state = {k: v for k, v in big.state_dict().items() if not k.startswith("model.layers.")}
     for new, old in enumerate(RECIPE.core_places):
         prefix = f"model.layers.{old}."
-        state.update({f"model.layers.{new}.{k[len(prefix):]}": v for k, v in big.state_dict().items()
-                      if k.startswith(prefix)})
+        state.update(
+            {f"model.layers.{new}.{k[len(prefix) :]}": v for k, v in big.state_dict().items() if k.startswith(prefix)}
+        )
     small.load_state_dict(state)
     small.to(torch.bfloat16).save_pretrained(out, safe_serialization=True)
     for item in target.iterdir():
@@ -69,14 +70,20 @@ def bundles(work: Path) -> dict[str, Path]:
     if not corpus.is_file():
         docs = trained._stdlib_documents(RECIPE.target.corpus_chars)
         corpus.write_text("\n\n".join(text for _, _, text in docs), encoding="utf-8")
-    made = {"eagle": work / "target-eagle", "lookahead": work / "target-lookahead", "target": work / "target",
-            "draft": work / "draft"}
-    requests = {"eagle": ConvertRequest(checkpoint=found.target, out=made["eagle"], eagle=found.head),
-                "lookahead": ConvertRequest(checkpoint=found.target, out=made["lookahead"], kind="target",
-                                            lookahead=corpus),
-                "target": ConvertRequest(checkpoint=found.target, out=made["target"], kind="target"),
-                "draft": ConvertRequest(checkpoint=draft_from_core(found.target, work / "draft-checkpoint"),
-                                        out=made["draft"], kind="target")}
+    made = {
+        "eagle": work / "target-eagle",
+        "lookahead": work / "target-lookahead",
+        "target": work / "target",
+        "draft": work / "draft",
+    }
+    requests = {
+        "eagle": ConvertRequest(checkpoint=found.target, out=made["eagle"], eagle=found.head),
+        "lookahead": ConvertRequest(checkpoint=found.target, out=made["lookahead"], kind="target", lookahead=corpus),
+        "target": ConvertRequest(checkpoint=found.target, out=made["target"], kind="target"),
+        "draft": ConvertRequest(
+            checkpoint=draft_from_core(found.target, work / "draft-checkpoint"), out=made["draft"], kind="target"
+        ),
+    }
     for name, request in requests.items():
         if not made[name].is_dir():
             print(f"converting {name}", file=sys.stderr, flush=True)
@@ -85,13 +92,26 @@ def bundles(work: Path) -> dict[str, Path]:
 
 
 def mnn_mode(bundle: Path, mode: str, args: argparse.Namespace) -> dict[str, object]:
-    report = speculate(Request(bundle=bundle, mode=mode, max_new_tokens=args.tokens, repeats=args.repeats,  # type: ignore[arg-type]
-                               threads=args.threads), progress=lambda line: print(line, file=sys.stderr, flush=True))
+    report = speculate(
+        Request(
+            bundle=bundle,
+            mode=mode,
+            max_new_tokens=args.tokens,
+            repeats=args.repeats,  # type: ignore[arg-type]
+            threads=args.threads,
+        ),
+        progress=lambda line: print(line, file=sys.stderr, flush=True),
+    )
     a = report.accepted_per_step
-    return {"tokens_per_step": None if a is None else [a.value, a.low, a.high], "counted": report.steps_counted,
-            "speedup": [report.speedup.median, report.speedup.low, report.speedup.high],
-            "plain_tps": report.plain_tokens_per_second.median, "mode_tps": report.speculative_tokens_per_second.median,
-            "near_ties": sum(p.verdict == "near-tie" for p in report.per_prompt), "mismatches": len(report.mismatches)}
+    return {
+        "tokens_per_step": None if a is None else [a.value, a.low, a.high],
+        "counted": report.steps_counted,
+        "speedup": [report.speedup.median, report.speedup.low, report.speedup.high],
+        "plain_tps": report.plain_tokens_per_second.median,
+        "mode_tps": report.speculative_tokens_per_second.median,
+        "near_ties": sum(p.verdict == "near-tie" for p in report.per_prompt),
+        "mismatches": len(report.mismatches),
+    }
 
 
 def draft_loop(made: dict[str, Path], args: argparse.Namespace, d: int = 3) -> dict[str, object]:
@@ -107,8 +127,9 @@ def draft_loop(made: dict[str, Path], args: argparse.Namespace, d: int = 3) -> d
                 order = (0, d) if (round_ + index) % 2 == 0 else (d, 0)
                 outs = {}
                 for depth in order:
-                    tokens, accepted, spent = target.decode(made["draft"] if depth else None, ids, args.tokens,
-                                                            depth, STOP)
+                    tokens, accepted, spent = target.decode(
+                        made["draft"] if depth else None, ids, args.tokens, depth, STOP
+                    )
                     totals[depth] += spent
                     outs[depth] = tokens
                     if depth and round_ == 0:
@@ -120,9 +141,13 @@ def draft_loop(made: dict[str, Path], args: argparse.Namespace, d: int = 3) -> d
         target.close()
     speedups = [a / b for a, b in zip(alone, with_draft)]
     tau = ratio([float(e) for e in emitted], [float(s) for s in steps])
-    return {"tokens_per_step": None if tau is None else [tau.value, tau.low, tau.high], "counted": len(prompts),
-            "speedup": [statistics.median(speedups), min(speedups), max(speedups)], "d": d,
-            "prompts_differing": differing}
+    return {
+        "tokens_per_step": None if tau is None else [tau.value, tau.low, tau.high],
+        "counted": len(prompts),
+        "speedup": [statistics.median(speedups), min(speedups), max(speedups)],
+        "d": d,
+        "prompts_differing": differing,
+    }
 
 
 def main() -> None:
@@ -134,27 +159,39 @@ def main() -> None:
     work = WORK / "modes"
     work.mkdir(parents=True, exist_ok=True)
     made = bundles(work)
-    plan = {"EAGLE-3 (MNN eagle)": lambda: mnn_mode(made["eagle"], "eagle", args),
-            "lookahead, prompt n-grams (MNN)": lambda: mnn_mode(made["eagle"], "lookahead", args),
-            "lookahead, training-text corpus (MNN)": lambda: mnn_mode(made["lookahead"], "lookahead", args),
-            "draft model d=3 (packager's loop)": lambda: draft_loop(made, args)}
+    plan = {
+        "EAGLE-3 (MNN eagle)": lambda: mnn_mode(made["eagle"], "eagle", args),
+        "lookahead, prompt n-grams (MNN)": lambda: mnn_mode(made["eagle"], "lookahead", args),
+        "lookahead, training-text corpus (MNN)": lambda: mnn_mode(made["lookahead"], "lookahead", args),
+        "draft model d=3 (packager's loop)": lambda: draft_loop(made, args),
+    }
     rows = {}
     for name, measure in plan.items():
         rows[name] = measure()
         print(f"{name}: {json.dumps(rows[name])}", file=sys.stderr, flush=True)
-    result = {"repeats": args.repeats, "tokens": args.tokens, "threads": args.threads, "load": os.getloadavg(),
-              "rows": rows}
+    result = {
+        "repeats": args.repeats,
+        "tokens": args.tokens,
+        "threads": args.threads,
+        "load": os.getloadavg(),
+        "rows": rows,
+    }
     (WORK / "speculative_modes_bench.json").write_text(json.dumps(result, indent=2))
-    print(f"54 prompts, up to {args.tokens} tokens, {args.repeats} repeats, {args.threads} thread(s), "
-          f"load {os.getloadavg()[0]:.1f}")
+    print(
+        f"54 prompts, up to {args.tokens} tokens, {args.repeats} repeats, {args.threads} thread(s), "
+        f"load {os.getloadavg()[0]:.1f}"
+    )
     print("| mode | tokens per step (95% interval) | speedup (median, min-max) | output |")
     print("|---|---|---|---|")
     for name, row in rows.items():
         tau = row["tokens_per_step"]
         tau_text = "-" if tau is None else f"{tau[0]:.2f} ({tau[1]:.2f}-{tau[2]:.2f})"  # type: ignore[index]
         s = row["speedup"]
-        out = (f"{row['mismatches']} mismatches, {row['near_ties']} near-ties" if "mismatches" in row
-               else f"{row['prompts_differing']} prompts differ from the target alone")
+        out = (
+            f"{row['mismatches']} mismatches, {row['near_ties']} near-ties"
+            if "mismatches" in row
+            else f"{row['prompts_differing']} prompts differ from the target alone"
+        )
         print(f"| {name} | {tau_text} | {s[0]:.2f}x ({s[1]:.2f}-{s[2]:.2f}) | {out} |")  # type: ignore[index]
 
 

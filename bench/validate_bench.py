@@ -33,19 +33,27 @@ def main() -> None:
     t_read, t_validate = min(r for r, _ in pairs), min(v for _, v in pairs)
     py = sys.executable
     click_only = best_of(7, lambda: subprocess.run([py, "-c", "import click"], check=True))
-    help_top = best_of(7, lambda: subprocess.run([py, "-m", "packager.cli", "--help"], check=True,
-                                                 capture_output=True))
-    help_validate = best_of(7, lambda: subprocess.run([py, "-m", "packager.cli", "validate", "--help"], check=True,
-                                                      capture_output=True))
-    whole = best_of(3, lambda: subprocess.run([py, "-m", "packager.cli", "validate", str(bundle)], check=True,
-                                              capture_output=True))
+    help_top = best_of(7, lambda: subprocess.run([py, "-m", "packager.cli", "--help"], check=True, capture_output=True))
+    help_validate = best_of(
+        7, lambda: subprocess.run([py, "-m", "packager.cli", "validate", "--help"], check=True, capture_output=True)
+    )
+    whole = best_of(
+        3, lambda: subprocess.run([py, "-m", "packager.cli", "validate", str(bundle)], check=True, capture_output=True)
+    )
     result = {
         "bundle_bytes": sum(p.stat().st_size for p in bundle.iterdir()),
-        "read_once_s": t_read, "validate_s": t_validate, "validate_vs_read": t_validate / t_read,
-        "ratio_per_round": ratios, "ratio_min": ratios[0], "ratio_median": statistics.median(ratios),
+        "read_once_s": t_read,
+        "validate_s": t_validate,
+        "validate_vs_read": t_validate / t_read,
+        "ratio_per_round": ratios,
+        "ratio_min": ratios[0],
+        "ratio_median": statistics.median(ratios),
         "ratio_max": ratios[-1],
-        "import_click_s": click_only, "help_s": help_top, "validate_help_s": help_validate,
-        "help_vs_click": help_top / click_only, "validate_help_vs_click": help_validate / click_only,
+        "import_click_s": click_only,
+        "help_s": help_top,
+        "validate_help_s": help_validate,
+        "help_vs_click": help_top / click_only,
+        "validate_help_vs_click": help_validate / click_only,
         "cli_validate_whole_s": whole,
     }
     (WORK / "validate_bench.json").write_text(json.dumps(result, indent=2))

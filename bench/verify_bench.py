@@ -48,20 +48,31 @@ print(time.perf_counter() - began)
 
 
 def baseline(source: Path) -> float:
-    out = subprocess.run([sys.executable, "-c", BASELINE, str(REPO), str(source)], check=True,
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-c", BASELINE, str(REPO), str(source)], check=True, capture_output=True, text=True
+    )
     return float(out.stdout.strip().splitlines()[-1])
 
 
 def run_verify(bundle: Path, source: Path) -> dict[str, object]:
     began = time.perf_counter()
-    proc = psutil.Popen([sys.executable, "-m", "packager.cli", "verify", str(bundle), "--source", str(source),
-                         "--json", "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)
+    proc = psutil.Popen(
+        [sys.executable, "-m", "packager.cli", "verify", str(bundle), "--source", str(source), "--json", "--quiet"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=REPO,
+    )
     peak = tree_peak(proc)
     wall = time.perf_counter() - began
     report = json.loads(proc.stdout.read() or b"{}")
-    return {"wall_s": round(wall, 1), "peak_rss_mb": round(peak / 1e6), "ok": report.get("ok"),
-            "mean_kl": report.get("mean_kl"), "exit": proc.returncode, "positions": report.get("positions")}
+    return {
+        "wall_s": round(wall, 1),
+        "peak_rss_mb": round(peak / 1e6),
+        "ok": report.get("ok"),
+        "mean_kl": report.get("mean_kl"),
+        "exit": proc.returncode,
+        "positions": report.get("positions"),
+    }
 
 
 def cases(names: list[str]) -> dict[str, tuple[Path, Path]]:
@@ -99,9 +110,11 @@ def main() -> None:
             rows.append({"baseline_s": round(base, 1), **mine, "ratio": round(float(mine["wall_s"]) / base, 3)})
             print(name, run, rows[-1], flush=True)
         ratios = [float(r["ratio"]) for r in rows]
-        results[name] = {"runs": rows, "ratio": {"median": statistics.median(ratios), "min": min(ratios),
-                                                  "max": max(ratios)},
-                         "peak_rss_mb_max": max(int(r["peak_rss_mb"]) for r in rows)}
+        results[name] = {
+            "runs": rows,
+            "ratio": {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)},
+            "peak_rss_mb_max": max(int(r["peak_rss_mb"]) for r in rows),
+        }
     results["load_average_at_end"] = os.getloadavg()
     (WORK / "verify_bench.json").write_text(json.dumps(results, indent=2))
     print(json.dumps(results, indent=2))

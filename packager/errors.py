@@ -42,9 +42,11 @@ class UnsupportedModel(PackagerError):
 
 class UntiedEmbeddings(PackagerError):
     exit_code = 13
-    hint = ("the ten-file draft bundle has no embeddings file, so its embeddings must be tied to lm_head "
-            "(tie_word_embeddings: true, as in Qwen3-0.6B/1.7B/4B); convert an untied model as a target bundle "
-            "with --kind target (or --eagle HEAD), which ships embeddings_bf16.bin")
+    hint = (
+        "the ten-file draft bundle has no embeddings file, so its embeddings must be tied to lm_head "
+        "(tie_word_embeddings: true, as in Qwen3-0.6B/1.7B/4B); convert an untied model as a target bundle "
+        "with --kind target (or --eagle HEAD), which ships embeddings_bf16.bin"
+    )
 
 
 class CorruptWeights(PackagerError):
@@ -54,7 +56,10 @@ class CorruptWeights(PackagerError):
 
 class MissingTokenizer(PackagerError):
     exit_code = 15
-    hint = "copy the tokenizer files of the base model (tokenizer.json, tokenizer_config.json, vocab.json, merges.txt) into the checkpoint"
+    hint = (
+        "copy the tokenizer files of the base model (tokenizer.json, tokenizer_config.json, vocab.json, merges.txt) "
+        "into the checkpoint"
+    )
 
 
 class AdapterMismatch(PackagerError):
@@ -83,7 +88,10 @@ class ConversionFailed(PackagerError):
 
 class SandboxViolation(ConversionFailed):
     exit_code = 21
-    hint = "the converter tried to reach the network, start a process or write outside its work folder; nothing was installed or sent"
+    hint = (
+        "the converter tried to reach the network, start a process or write outside its work folder; nothing was "
+        "installed or sent"
+    )
 
 
 class BundleError(PackagerError):
@@ -122,8 +130,10 @@ class NotEnoughMemory(PackagerError):
     """`pair` would need more memory than is available (checked before loading)."""
 
     exit_code = 52
-    hint = ("convert the target to a 4-bit MNN bundle with `packager convert TARGET --out TARGET-4bit` "
-            "(or pass an MNN folder llmexport made) and pair against that")
+    hint = (
+        "convert the target to a 4-bit MNN bundle with `packager convert TARGET --out TARGET-4bit` "
+        "(or pass an MNN folder llmexport made) and pair against that"
+    )
 
 
 class InitFileExists(PackagerError):
@@ -157,8 +167,10 @@ def printable(value: object) -> str:
     shown on a terminal or written into a one-line comment can neither move the cursor nor start a new line."""
     import unicodedata
 
-    return "".join(char.encode("unicode_escape").decode("ascii") if unicodedata.category(char) in ("Cc", "Zl", "Zp")
-                   else char for char in str(value))
+    return "".join(
+        char.encode("unicode_escape").decode("ascii") if unicodedata.category(char) in ("Cc", "Zl", "Zp") else char
+        for char in str(value)
+    )
 
 
 def from_os_error(exc: OSError, doing: str = "") -> FileSystemError:
@@ -179,8 +191,10 @@ ENGINES_CHECK_FAILED = 32
 # EAGLE-3 heads (convert --eagle): each refusal happens before any conversion work.
 class EagleHeadLayout(PackagerError):
     exit_code = 53
-    hint = ("pass an EAGLE-3 head in the SpecForge / AngelSlim layout (config.json and model.safetensors with fc, "
-            "midlayer.*, norm, lm_head and d2t); a tensor llmexport does not find stays random without a word")
+    hint = (
+        "pass an EAGLE-3 head in the SpecForge / AngelSlim layout (config.json and model.safetensors with fc, "
+        "midlayer.*, norm, lm_head and d2t); a tensor llmexport does not find stays random without a word"
+    )
 
 
 class EagleHeadMismatch(PackagerError):
@@ -190,8 +204,10 @@ class EagleHeadMismatch(PackagerError):
 
 class TargetTooShallow(PackagerError):
     exit_code = 55
-    hint = ("EAGLE-3 reads the inputs of target layers 2, N/2 and N-3, three distinct layers only when the "
-            "target has at least 7 layers")
+    hint = (
+        "EAGLE-3 reads the inputs of target layers 2, N/2 and N-3, three distinct layers only when the "
+        "target has at least 7 layers"
+    )
 
 
 class EagleVocabularyMap(PackagerError):
@@ -201,13 +217,18 @@ class EagleVocabularyMap(PackagerError):
 
 class PickleHeadRefused(PackagerError):
     exit_code = 57
-    hint = ("pytorch_model.bin is a pickle, which can run code when loaded; convert it to model.safetensors, or "
-            "pass --allow-pickle-head if you trust where it came from")
+    hint = (
+        "pytorch_model.bin is a pickle, which can run code when loaded; convert it to model.safetensors, or "
+        "pass --allow-pickle-head if you trust where it came from"
+    )
 
 
 class EagleHeadUnfaithful(PackagerError):
     exit_code = 58
-    hint = "the exported head does not compute what the checkpoint computes; nothing was written (report this with --debug)"
+    hint = (
+        "the exported head does not compute what the checkpoint computes; nothing was written (report this with "
+        "--debug)"
+    )
 
 
 # Lookahead corpora (convert --lookahead CORPUS): each refusal happens before any conversion work.
@@ -289,8 +310,10 @@ class GatingFailed(PackagerError):
 
 class HubGated(HubError):
     exit_code = 68
-    hint = ("the repo is gated: log in (hf auth login, HF_TOKEN or --token-file) as a user who has been granted "
-            "access; ask for it on the repo's page")
+    hint = (
+        "the repo is gated: log in (hf auth login, HF_TOKEN or --token-file) as a user who has been granted "
+        "access; ask for it on the repo's page"
+    )
 
 
 class CollectionNotUpdated(PackagerError):
@@ -303,8 +326,10 @@ class CollectionNotUpdated(PackagerError):
 
 class CollectionForbidden(CollectionNotUpdated):
     exit_code = 66
-    hint = ("set [release] collection_owner (upload --collection-owner) to a namespace this token may write, or ask "
-            "the owner for write access, then rerun")
+    hint = (
+        "set [release] collection_owner (upload --collection-owner) to a namespace this token may write, or ask "
+        "the owner for write access, then rerun"
+    )
 
 
 class EngineTooOld(PackagerError):
@@ -373,8 +398,10 @@ class SigstoreFailed(PackagerError):
     Rekor, the TUF trust root) out of reach."""
 
     exit_code = 74
-    hint = ("keyless signing and verification need sigstore's services on the network (and, to sign, an OIDC "
-            "identity: CI with `permissions: id-token: write`); or sign and verify with a key")
+    hint = (
+        "keyless signing and verification need sigstore's services on the network (and, to sign, an OIDC "
+        "identity: CI with `permissions: id-token: write`); or sign and verify with a key"
+    )
 
 
 class SignatureCoverage(PackagerError):
@@ -400,4 +427,4 @@ class ContentMismatch(PackagerError):
 class Unreadable(HubError):
     """A file that could not be read whole (exit 40, unlike a mismatch: exit 31)."""
 
-    hint = ("rerun later; if it persists, the Hub's copy is damaged: packager upload of the bundle sends it again")
+    hint = "rerun later; if it persists, the Hub's copy is damaged: packager upload of the bundle sends it again"

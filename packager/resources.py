@@ -25,8 +25,17 @@ def schema(name: str) -> dict[str, Any]:
     return json.loads(_read_text("packager.schemas", f"{name}.schema.json"))
 
 
-SCHEMA_NAMES = ("mnn_runtime", "config", "draft_config", "config_opencl", "runtime_config", "llm_config",
-                "provenance", "release", "release_summary")
+SCHEMA_NAMES = (
+    "mnn_runtime",
+    "config",
+    "draft_config",
+    "config_opencl",
+    "runtime_config",
+    "llm_config",
+    "provenance",
+    "release",
+    "release_summary",
+)
 
 
 @cache
@@ -35,7 +44,8 @@ def registry() -> Any:
     from referencing import Registry, Resource
 
     return Registry().with_resources(
-        (schema(name)["$id"], Resource.from_contents(schema(name))) for name in SCHEMA_NAMES)
+        (schema(name)["$id"], Resource.from_contents(schema(name))) for name in SCHEMA_NAMES
+    )
 
 
 @cache

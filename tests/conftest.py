@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import tempfile
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -19,7 +19,7 @@ from tests.models import build_eagle_head, build_lora, build_qwen3
 # processes the hub tests start), nothing may reach a hub, and no real token may travel.
 os.environ.setdefault("PACKAGER_NETGUARD_LOG", os.devnull)
 sys.path.insert(0, str(Path(__file__).parent / "netguard"))
-import sitecustomize as _netguard  # noqa: E402,F401  (installs the loopback-only audit hook)
+import sitecustomize as _netguard
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # MNN engines from PyPI for `engines check` tests: one folder reused by every test session of this user (an
@@ -38,8 +38,16 @@ def pytest_configure() -> None:
 # The slow kinds, marked from what a test uses (its fixtures, or what its module imports), so that no test can
 # forget its mark: `make test-fast` runs the rest (-m "not (converter or trained or hub or engines)").
 _KINDS = {
-    "converter": {"tiny_checkpoint", "lora_adapter", "target8", "head", "eagle_bundle", "bundle4", "bundle8",
-                  "lora_bundle8"},
+    "converter": {
+        "tiny_checkpoint",
+        "lora_adapter",
+        "target8",
+        "head",
+        "eagle_bundle",
+        "bundle4",
+        "bundle8",
+        "lora_bundle8",
+    },
     "hub": {"hub", "online", "ready"},
 }
 _MODULE_KINDS = {"tests.trained": "trained", "tests.trained_eagle": "trained", "tests.models": "converter"}
@@ -107,16 +115,22 @@ def bundle8(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> 
 
 
 @pytest.fixture(scope="session")
-def lora_bundle8(tiny_checkpoint: Path, lora_adapter: Path,
-                 tmp_path_factory: pytest.TempPathFactory) -> ConvertResult:
+def lora_bundle8(tiny_checkpoint: Path, lora_adapter: Path, tmp_path_factory: pytest.TempPathFactory) -> ConvertResult:
     return _convert(tmp_path_factory, "bl8", tiny_checkpoint, adapter=lora_adapter, quant_bits=8)
 
 
-def run_cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
-            prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, prefix: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess[str]:
     """The real `packager` command in its own process."""
-    return subprocess.run([*prefix, sys.executable, "-m", "packager.cli", *args], capture_output=True, text=True,
-                          cwd=cwd, env=env, timeout=600)
+    return subprocess.run(
+        [*prefix, sys.executable, "-m", "packager.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=600,
+    )
 
 
 def start_cli(*args: str) -> subprocess.Popen[str]:
@@ -127,9 +141,13 @@ def start_cli(*args: str) -> subprocess.Popen[str]:
     Ctrl-C would be lost for a reason that is not packager's."""
     import signal
 
-    return subprocess.Popen([sys.executable, "-m", "packager.cli", *args], stderr=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    return subprocess.Popen(
+        [sys.executable, "-m", "packager.cli", *args],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
 
 
 @pytest.fixture()

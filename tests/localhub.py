@@ -10,8 +10,9 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -37,9 +38,26 @@ class LocalHub:
         tokens.write_text(f"# write tokens\n{WRITE_TOKEN}\n{OTHER_USER}:{OTHER_TOKEN}\n")
         env = {**self.env(token=None), "PACKAGER_HUB_READ_TOKEN": READ_TOKEN}
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "packager.cli", "hub", "serve", "--root", str(self.root), "--port", "0",
-             "--token-file", str(tokens), "--test-hooks", *self.extra],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+            [
+                sys.executable,
+                "-m",
+                "packager.cli",
+                "hub",
+                "serve",
+                "--root",
+                str(self.root),
+                "--port",
+                "0",
+                "--token-file",
+                str(tokens),
+                "--test-hooks",
+                *self.extra,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         line = self.process.stdout.readline()  # type: ignore[union-attr]
         assert "serving http://" in line, line + self.process.stderr.read()  # type: ignore[union-attr]
         self.url, self.announce = line.split("serving ")[1].split(" ")[0], line
@@ -57,9 +75,12 @@ class LocalHub:
 
     def env(self, token: str | None = WRITE_TOKEN) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
-        env.update(PYTHONPATH=os.pathsep.join([str(TESTS / "netguard"), str(TESTS.parent)]),
-                   PACKAGER_NETGUARD_LOG=str(self.guard_log), HF_HOME=str(self.root.parent / "hf-home"),
-                   HF_HUB_DISABLE_TELEMETRY="1")
+        env.update(
+            PYTHONPATH=os.pathsep.join([str(TESTS / "netguard"), str(TESTS.parent)]),
+            PACKAGER_NETGUARD_LOG=str(self.guard_log),
+            HF_HOME=str(self.root.parent / "hf-home"),
+            HF_HUB_DISABLE_TELEMETRY="1",
+        )
         if self.url:
             env["HF_ENDPOINT"] = self.url
         if token is not None:
@@ -67,8 +88,13 @@ class LocalHub:
         return env
 
     def cli(self, *args: str, token: str | None = WRITE_TOKEN, timeout: int = 180) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "packager.cli", *args], capture_output=True, text=True,
-                              env=self.env(token), timeout=timeout)
+        return subprocess.run(
+            [sys.executable, "-m", "packager.cli", *args],
+            capture_output=True,
+            text=True,
+            env=self.env(token),
+            timeout=timeout,
+        )
 
     def _call(self, method: str, path: str, data: Any = None) -> Any:
         body = json.dumps(data).encode() if data is not None else None
@@ -82,8 +108,14 @@ class LocalHub:
     def stats(self) -> dict[str, int]:
         return self._call("GET", "/_stats")
 
-    def raw(self, method: str, path: str, body: bytes = b"", headers: dict[str, str] | None = None,
-            token: str | None = WRITE_TOKEN) -> tuple[int, dict[str, str], bytes]:
+    def raw(
+        self,
+        method: str,
+        path: str,
+        body: bytes = b"",
+        headers: dict[str, str] | None = None,
+        token: str | None = WRITE_TOKEN,
+    ) -> tuple[int, dict[str, str], bytes]:
         """One request through http.client (no client library in between): status, headers, body."""
         host, port = self.url.removeprefix("http://").split(":")
         connection = http.client.HTTPConnection(host, int(port), timeout=30)

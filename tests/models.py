@@ -17,23 +17,44 @@ def qwen3_tokenizer_dir() -> Path:
     return Path(spec.origin).parent / "tokenizer_files"
 
 
-def build_qwen3(out: Path, *, seed: int = 0, hidden: int = 256, layers: int = 2, heads: int = 2,
-                kv_heads: int = 1, intermediate: int = 512, tie: bool = True, dtype: str = "bfloat16",
-                **config: Any) -> Path:
+def build_qwen3(
+    out: Path,
+    *,
+    seed: int = 0,
+    hidden: int = 256,
+    layers: int = 2,
+    heads: int = 2,
+    kv_heads: int = 1,
+    intermediate: int = 512,
+    tie: bool = True,
+    dtype: str = "bfloat16",
+    **config: Any,
+) -> Path:
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     torch.manual_seed(seed)
-    cfg = Qwen3Config(vocab_size=151936, hidden_size=hidden, intermediate_size=intermediate,
-                      num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
-                      head_dim=128, tie_word_embeddings=tie, max_position_embeddings=4096,
-                      bos_token_id=151643, eos_token_id=151645, **config)
+    cfg = Qwen3Config(
+        vocab_size=151936,
+        hidden_size=hidden,
+        intermediate_size=intermediate,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        head_dim=128,
+        tie_word_embeddings=tie,
+        max_position_embeddings=4096,
+        bos_token_id=151643,
+        eos_token_id=151645,
+        **config,
+    )
     model = Qwen3ForCausalLM(cfg).to(getattr(torch, dtype))
     model.save_pretrained(out, safe_serialization=True)
     for item in qwen3_tokenizer_dir().iterdir():
         shutil.copy(item, out / item.name)
-    (out / "generation_config.json").write_text(json.dumps(
-        {"bos_token_id": 151643, "eos_token_id": [151645, 151643], "pad_token_id": 151643}), encoding="utf-8")
+    (out / "generation_config.json").write_text(
+        json.dumps({"bos_token_id": 151643, "eos_token_id": [151645, 151643], "pad_token_id": 151643}), encoding="utf-8"
+    )
     return out
 
 
@@ -45,8 +66,12 @@ def build_lora(base: Path, out: Path, *, seed: int = 1, rank: int = 16, alpha: i
 
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
-    config = LoraConfig(r=rank, lora_alpha=alpha, target_modules=["q_proj", "k_proj", "v_proj", "o_proj",
-                        "gate_proj", "up_proj", "down_proj"], init_lora_weights=False)
+    config = LoraConfig(
+        r=rank,
+        lora_alpha=alpha,
+        target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        init_lora_weights=False,
+    )
     peft_model = get_peft_model(model, config)
     with torch.no_grad():
         for name, param in peft_model.named_parameters():
@@ -92,8 +117,13 @@ def build_deep_target(draft: Path, out: Path, *, extra_layers: int = 10, noise: 
 
     torch.manual_seed(seed)
     small = AutoModelForCausalLM.from_pretrained(draft, dtype=torch.float32)
-    config = Qwen3Config(**{**small.config.to_dict(), "num_hidden_layers": small.config.num_hidden_layers + extra_layers,
-                            "layer_types": None})
+    config = Qwen3Config(
+        **{
+            **small.config.to_dict(),
+            "num_hidden_layers": small.config.num_hidden_layers + extra_layers,
+            "layer_types": None,
+        }
+    )
     big = Qwen3ForCausalLM(config)
     state = big.state_dict()
     state.update(small.state_dict())
@@ -132,9 +162,14 @@ def llmexport_raw(checkpoint: Path, out: Path, bits: int = 4, eagle: Path | None
     import sys
 
     out.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run([sys.executable, "-c", _RAW_LLMEXPORT, str(checkpoint), str(out), str(bits)]
-                   + ([str(eagle)] if eagle is not None else []),
-                   cwd=out.parent, check=True, capture_output=True, timeout=600)
+    subprocess.run(
+        [sys.executable, "-c", _RAW_LLMEXPORT, str(checkpoint), str(out), str(bits)]
+        + ([str(eagle)] if eagle is not None else []),
+        cwd=out.parent,
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
     return out
 
 
@@ -157,8 +192,16 @@ def save_eagle_head(head, out: Path, dtype: str = "float32", draft_ids=None) -> 
     return out
 
 
-def build_eagle_head(target: Path, out: Path, *, seed: int = 0, draft_vocab: int = 4096, intermediate: int = 512,
-                     rope_theta: float = 1_000_000.0, scale: float = 1.0) -> Path:
+def build_eagle_head(
+    target: Path,
+    out: Path,
+    *,
+    seed: int = 0,
+    draft_vocab: int = 4096,
+    intermediate: int = 512,
+    rope_theta: float = 1_000_000.0,
+    scale: float = 1.0,
+) -> Path:
     """A random EAGLE-3 head for the checkpoint `target` (its width, heads and head_dim): a draft vocabulary of
     `draft_vocab` random target ids (sorted), d2t mapping them; weights `scale` times torch's default init."""
     import torch
@@ -167,11 +210,19 @@ def build_eagle_head(target: Path, out: Path, *, seed: int = 0, draft_vocab: int
 
     cfg = json.loads((target / "config.json").read_text(encoding="utf-8"))
     torch.manual_seed(seed)
-    config = HeadConfig(hidden_size=cfg["hidden_size"], target_hidden_size=cfg["hidden_size"],
-                        vocab_size=cfg["vocab_size"], draft_vocab_size=draft_vocab, intermediate_size=intermediate,
-                        rms_norm_eps=cfg.get("rms_norm_eps", 1e-6), hidden_act="silu",
-                        num_attention_heads=cfg["num_attention_heads"], num_key_value_heads=cfg["num_key_value_heads"],
-                        head_dim=cfg["head_dim"], rope_theta=rope_theta)
+    config = HeadConfig(
+        hidden_size=cfg["hidden_size"],
+        target_hidden_size=cfg["hidden_size"],
+        vocab_size=cfg["vocab_size"],
+        draft_vocab_size=draft_vocab,
+        intermediate_size=intermediate,
+        rms_norm_eps=cfg.get("rms_norm_eps", 1e-6),
+        hidden_act="silu",
+        num_attention_heads=cfg["num_attention_heads"],
+        num_key_value_heads=cfg["num_key_value_heads"],
+        head_dim=cfg["head_dim"],
+        rope_theta=rope_theta,
+    )
     head = EagleHead(config)
     with torch.no_grad():
         for name, param in head.named_parameters():

@@ -57,6 +57,7 @@ def compare(bundle: Path, checkpoint: Path, prompts: tuple[str, ...]) -> ParityR
         ids = theirs.encode(prompt)
         a, b = ours.logits_all(ids)[-1:], theirs.logits_all(ids)[-1:]
         _, (cosine,), _ = compare_positions(a, b)
-        rows.append(PromptParity(prompt=prompt, cosine=cosine, top1_mnn=int(a[0].argmax()),
-                                 top1_source=int(b[0].argmax())))
+        rows.append(
+            PromptParity(prompt=prompt, cosine=cosine, top1_mnn=int(a[0].argmax()), top1_source=int(b[0].argmax()))
+        )
     return ParityReport(tuple(rows))

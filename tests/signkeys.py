@@ -26,12 +26,17 @@ def _write(folder: Path, name: str, key: object, encryption: object = None) -> t
     from cryptography.hazmat.primitives import serialization
 
     private = folder / f"{name}.pem"
-    private.write_bytes(key.private_bytes(  # type: ignore[attr-defined]
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-        encryption or serialization.NoEncryption()))
+    private.write_bytes(
+        key.private_bytes(  # type: ignore[attr-defined]
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, encryption or serialization.NoEncryption()
+        )
+    )
     public = folder / f"{name}.pub"
-    public.write_bytes(key.public_key().public_bytes(  # type: ignore[attr-defined]
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    public.write_bytes(
+        key.public_key().public_bytes(  # type: ignore[attr-defined]
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
     return private, public
 
 
@@ -44,8 +49,9 @@ def keys(tmp_path_factory: pytest.TempPathFactory) -> Keys:
     private, public = _write(folder, "publisher", ec.generate_private_key(ec.SECP256R1()))
     other_private, other_public = _write(folder, "other", ec.generate_private_key(ec.SECP256R1()))
     wrong_curve, _ = _write(folder, "k1", ec.generate_private_key(ec.SECP256K1()))
-    locked, _ = _write(folder, "locked", ec.generate_private_key(ec.SECP256R1()),
-                       serialization.BestAvailableEncryption(PASSPHRASE))
+    locked, _ = _write(
+        folder, "locked", ec.generate_private_key(ec.SECP256R1()), serialization.BestAvailableEncryption(PASSPHRASE)
+    )
     rsa_key, _ = _write(folder, "rsa", rsa.generate_private_key(public_exponent=65537, key_size=2048))
     return Keys(private, public, other_private, other_public, wrong_curve, locked, rsa_key)
 
@@ -59,9 +65,13 @@ def forge_signature(bundle: Path, key: Path, extra: dict[str, bytes]) -> None:
     from model_signing._signing import sign_ec_key, signing
 
     real = hashing.Config().use_file_serialization(ignore_paths=[Path("model.sig")]).hash(bundle)
-    items = [manifest.FileManifestItem(path=PurePosixPath(d.identifier), digest=d.digest)
-             for d in real.resource_descriptors()]
-    items += [manifest.FileManifestItem(path=PurePosixPath(name), digest=Digest("sha256", digest))
-              for name, digest in extra.items()]
-    forged = manifest.Manifest(bundle.name, items, real._serialization_type)  # noqa: SLF001 - test forgery
+    items = [
+        manifest.FileManifestItem(path=PurePosixPath(d.identifier), digest=d.digest)
+        for d in real.resource_descriptors()
+    ]
+    items += [
+        manifest.FileManifestItem(path=PurePosixPath(name), digest=Digest("sha256", digest))
+        for name, digest in extra.items()
+    ]
+    forged = manifest.Manifest(bundle.name, items, real._serialization_type)
     sign_ec_key.Signer(key).sign(signing.Payload(forged)).write(bundle / "model.sig")

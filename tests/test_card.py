@@ -8,12 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from packager.spec import model as spec_module
-from packager.errors import CardError
 from packager.card.render import human_size, render
 from packager.convert import provenance
 from packager.convert.pipeline import ConvertResult
-from packager.errors import SpecError
+from packager.errors import CardError, SpecError
+from packager.spec import model as spec_module
 from packager.validate import validate
 from tests.conftest import run_cli
 
@@ -42,8 +41,17 @@ def test_card_renders_with_hub_front_matter(bundle4: ConvertResult, example: spe
     assert data["base_model"] == ["Qwen/Qwen3-0.6B"] and data["base_model_relation"] == "finetune"
     assert data["pipeline_tag"] == "text-generation"
     assert {"speculative-decoding", "draft-model", "4-bit"} <= set(data["tags"])
-    for section in ("## Files", "## Which targets it pairs with", "## Recommended settings", "## How it was made",
-                    "## Benchmark", "## Measured by packager", "## Limitations", "## License", "## Credits"):
+    for section in (
+        "## Files",
+        "## Which targets it pairs with",
+        "## Recommended settings",
+        "## How it was made",
+        "## Benchmark",
+        "## Measured by packager",
+        "## Limitations",
+        "## License",
+        "## Credits",
+    ):
         assert section in card.text
 
 
@@ -57,8 +65,7 @@ def test_card_states_the_files_as_they_are(bundle4: ConvertResult, example: spec
     assert "Minimum MNN engine | 3.6.1" in text
 
 
-def test_card_follows_a_changed_file(bundle4: ConvertResult, example: spec_module.ReleaseSpec,
-                                     tmp_path: Path) -> None:
+def test_card_follows_a_changed_file(bundle4: ConvertResult, example: spec_module.ReleaseSpec, tmp_path: Path) -> None:
     bundle = tmp_path / "b"
     shutil.copytree(bundle4.out, bundle)
     for name in ("config_cpu.json", "draft_config_cpu.json"):
@@ -122,8 +129,9 @@ def test_card_needs_its_tables(bundle4: ConvertResult, tmp_path: Path) -> None:
         render(bundle4.out, spec_module.load(path))
 
 
-def test_own_template_and_strict_undefined(bundle4: ConvertResult, example: spec_module.ReleaseSpec,
-                                           tmp_path: Path) -> None:
+def test_own_template_and_strict_undefined(
+    bundle4: ConvertResult, example: spec_module.ReleaseSpec, tmp_path: Path
+) -> None:
     own = tmp_path / "card.j2"
     own.write_text("---\n{{ front_matter }}\n---\n# {{ release.title }} ({{ bits }}-bit)\n")
     assert render(bundle4.out, example, template=own).text.endswith("(4-bit)\n")
@@ -132,8 +140,9 @@ def test_own_template_and_strict_undefined(bundle4: ConvertResult, example: spec
         render(bundle4.out, example, template=own)
 
 
-def test_broken_front_matter_is_refused(bundle4: ConvertResult, example: spec_module.ReleaseSpec,
-                                        tmp_path: Path) -> None:
+def test_broken_front_matter_is_refused(
+    bundle4: ConvertResult, example: spec_module.ReleaseSpec, tmp_path: Path
+) -> None:
     own = tmp_path / "card.j2"
     own.write_text("---\nlicense: [unclosed\n---\n# x\n")
     with pytest.raises(CardError, match="front matter"):
@@ -161,8 +170,19 @@ def test_card_states_a_pair_report(bundle4: ConvertResult, tmp_path: Path) -> No
     report = tmp_path / "pair.json"
     prompts = tmp_path / "prompts.txt"  # a few prompts: the card's wiring is under test, not the figures
     prompts.write_text("The capital of France is\ndef fibonacci(n):\nQ: Why is the sky blue?\n", encoding="utf-8")
-    pair = run_cli("pair", str(bundle4.out), str(bundle4.out), "--tokens", "12", "--repeats", "1", "--prompts",
-                   str(prompts), "--json", "--quiet")
+    pair = run_cli(
+        "pair",
+        str(bundle4.out),
+        str(bundle4.out),
+        "--tokens",
+        "12",
+        "--repeats",
+        "1",
+        "--prompts",
+        str(prompts),
+        "--json",
+        "--quiet",
+    )
     assert pair.returncode == 0, pair.stderr
     report.write_text(pair.stdout)
     bundle = tmp_path / "b"
@@ -172,8 +192,9 @@ def test_card_states_a_pair_report(bundle4: ConvertResult, tmp_path: Path) -> No
     assert "- alpha (per-token acceptance): 1.000 (1.000-1.000)" in result.stdout
     assert "| 3 | 1.000 (1.000-1.000) | 4.00 (4.00-4.00) |" in result.stdout
     cpu = "With the costs of this CPU ("
-    assert (f"{cpu}" in result.stdout and ("no speedup at any d" in result.stdout
-                                            or "measured on that CPU, not a phone" in result.stdout))
+    assert f"{cpu}" in result.stdout and (
+        "no speedup at any d" in result.stdout or "measured on that CPU, not a phone" in result.stdout
+    )
     assert "draft_predict_length` for that device" not in result.stdout  # only device costs may recommend it
     (tmp_path / "bad.json").write_text("{}")
     bad = run_cli("card", str(bundle), "--spec", str(EXAMPLE), "--pair", str(tmp_path / "bad.json"))
@@ -186,8 +207,9 @@ CAPPED = ("bash", "-c", 'ulimit -v 4000000; exec "$0" "$@"')  # a read that woul
 def _one_line(result, code: int, *words: str) -> None:  # type: ignore[no-untyped-def]
     assert result.returncode == code, result.stdout + result.stderr
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("packager: error:") and "Traceback" not in result.stderr, \
+    assert len(lines) == 1 and lines[0].startswith("packager: error:") and "Traceback" not in result.stderr, (
         result.stderr
+    )
     for word in words:
         assert word in lines[0], lines[0]
 
@@ -200,34 +222,65 @@ def _measured(tmp_path: Path, name: str, *command: str) -> Path:
 
 
 def test_pair_and_verify_reports_are_stated_only_on_the_card_of_the_bundle_they_measured(
-        bundle4: ConvertResult, bundle8: ConvertResult, tiny_checkpoint: Path, tmp_path: Path) -> None:
+    bundle4: ConvertResult, bundle8: ConvertResult, tiny_checkpoint: Path, tmp_path: Path
+) -> None:
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("The capital of France is\nQ: Why is the sky blue?\n", encoding="utf-8")
-    pair8 = _measured(tmp_path, "pair8.json", "pair", str(bundle8.out), str(bundle4.out), "--tokens", "12",
-                      "--repeats", "1", "--prompts", str(prompts))
-    verify8 = _measured(tmp_path, "verify8.json", "verify", str(bundle8.out), "--source", str(tiny_checkpoint),
-                        "--prompts", str(prompts))
+    pair8 = _measured(
+        tmp_path,
+        "pair8.json",
+        "pair",
+        str(bundle8.out),
+        str(bundle4.out),
+        "--tokens",
+        "12",
+        "--repeats",
+        "1",
+        "--prompts",
+        str(prompts),
+    )
+    verify8 = _measured(
+        tmp_path,
+        "verify8.json",
+        "verify",
+        str(bundle8.out),
+        "--source",
+        str(tiny_checkpoint),
+        "--prompts",
+        str(prompts),
+    )
     for option, report, command in (("--pair", pair8, "pair"), ("--verify", verify8, "verify")):
         refused = run_cli("card", str(bundle4.out), "--spec", str(EXAMPLE), option, str(report), "-o", "-")
-        _one_line(refused, 24, "measured another bundle: llm.mnn differs here",
-                  f"run packager {command} on this bundle again")
-    stated = run_cli("card", str(bundle8.out), "--spec", str(EXAMPLE), "--pair", str(pair8), "--verify",
-                     str(verify8), "-o", "-")
+        _one_line(
+            refused, 24, "measured another bundle: llm.mnn differs here", f"run packager {command} on this bundle again"
+        )
+    stated = run_cli(
+        "card", str(bundle8.out), "--spec", str(EXAMPLE), "--pair", str(pair8), "--verify", str(verify8), "-o", "-"
+    )
     assert stated.returncode == 0, stated.stderr
     assert "greedy_acceptance_alpha" in stated.stdout and "mean_kl" in stated.stdout
     for report, key in ((pair8, "draft_files_xxh3_128"), (verify8, "files_xxh3_128")):  # an older packager's
         data = json.loads(report.read_text())
         del data[key]
         report.write_text(json.dumps(data))
-        old = run_cli("card", str(bundle8.out), "--spec", str(EXAMPLE), "--pair" if report == pair8 else "--verify",
-                      str(report), "-o", "-")
+        old = run_cli(
+            "card",
+            str(bundle8.out),
+            "--spec",
+            str(EXAMPLE),
+            "--pair" if report == pair8 else "--verify",
+            str(report),
+            "-o",
+            "-",
+        )
         _one_line(old, 24, "names no files it measured", key)
 
 
 @pytest.mark.parametrize("source", ["/dev/zero", "sparse"])
 @pytest.mark.parametrize("given", ["--pair", "--verify", "--speculate", "spec pair_report"])
-def test_a_report_larger_than_any_is_one_line_under_a_memory_cap(bundle4: ConvertResult, tmp_path: Path,
-                                                                 given: str, source: str) -> None:
+def test_a_report_larger_than_any_is_one_line_under_a_memory_cap(
+    bundle4: ConvertResult, tmp_path: Path, given: str, source: str
+) -> None:
     path = tmp_path / "report.json"
     if source == "sparse":
         with open(path, "wb") as handle:  # 3 GB that hold no memory

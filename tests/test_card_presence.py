@@ -8,16 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from packager.spec import model as spec_module
-from packager.errors import CardError
 from packager.card.render import human_size, render
-from packager.measure.digests import measured_digests
 from packager.convert.pipeline import ConvertResult
-from packager.errors import SpecError
-from packager.measure.pair.costs import Costs, Spread
+from packager.errors import CardError, SpecError
+from packager.measure.digests import measured_digests
 from packager.measure.intervals import Interval
+from packager.measure.pair.costs import Costs, Spread
 from packager.measure.pair.report import DepthReport, PairReport, as_dict
 from packager.measure.pair.sampling import Sampling
+from packager.spec import model as spec_module
 from tests.conftest import run_cli
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "release.toml"
@@ -47,39 +46,84 @@ def _spec(tmp_path: Path, card_extra: str = PRESENCE, release_extra: str = "") -
     return path
 
 
-def _pair_report(path: Path, draft: Path, alpha: float = 0.62, tau3: float = 2.31, sampled: float | None = 0.71,
-                 recommended: int | None = None) -> Path:
+def _pair_report(
+    path: Path,
+    draft: Path,
+    alpha: float = 0.62,
+    tau3: float = 2.31,
+    sampled: float | None = 0.71,
+    recommended: int | None = None,
+) -> Path:
     """A pair report written by pair's own serializer (so its format is the real one), with chosen figures, whose
     draft was the bundle `draft` (its files' digests)."""
     spread = Spread.exact(0.01)
     taus = {d: 1 + (tau3 - 1) * d / 3 for d in range(1, 7)}  # tau grows with d, tau3 at d=3
-    depths = tuple(DepthReport(d=d, steps=100, acceptance_rate=Interval(alpha, alpha - 0.05, alpha + 0.05),
-                               tokens_per_step=Interval(taus[d], taus[d] - 0.1, taus[d] + 0.1),
-                               tokens_per_step_formula=2.0, tokens_per_step_sampled=None, verify_seconds=spread,
-                               speedup_from_measured_tau=Spread(1.2, 1.1, 1.3), speedup_from_alpha_formula=1.2)
-                   for d in range(1, 7))
-    costs = Costs(source="--costs phone.json" if recommended else "this CPU (test, 2 threads)",
-                  device=recommended is not None, draft_step=spread, target_step=spread,
-                  verify={d: spread for d in range(1, 7)}, repeats=((0.01, 0.01, {d: 0.01 for d in range(1, 7)}, 0.01),),
-                  draft_catchup=spread)
-    report = PairReport(draft=Path("/x/draft"), target=Path("/x/Qwen3-8B-MNN"), prompts=54, positions=1728,
-                        new_tokens=32, threads=2, dtype="stored", tokenizer_strings_compared=100,
-                        alpha=Interval(alpha, alpha - 0.03, alpha + 0.03),
-                        sampling=Sampling(0.7, 20, 0.8) if sampled is not None else None,
-                        sampled_acceptance=Interval(sampled, sampled - 0.04, sampled + 0.04) if sampled else None,
-                        costs=costs, depths=depths, best_d=recommended,
-                        draft_files=measured_digests(draft))
+    depths = tuple(
+        DepthReport(
+            d=d,
+            steps=100,
+            acceptance_rate=Interval(alpha, alpha - 0.05, alpha + 0.05),
+            tokens_per_step=Interval(taus[d], taus[d] - 0.1, taus[d] + 0.1),
+            tokens_per_step_formula=2.0,
+            tokens_per_step_sampled=None,
+            verify_seconds=spread,
+            speedup_from_measured_tau=Spread(1.2, 1.1, 1.3),
+            speedup_from_alpha_formula=1.2,
+        )
+        for d in range(1, 7)
+    )
+    costs = Costs(
+        source="--costs phone.json" if recommended else "this CPU (test, 2 threads)",
+        device=recommended is not None,
+        draft_step=spread,
+        target_step=spread,
+        verify=dict.fromkeys(range(1, 7), spread),
+        repeats=((0.01, 0.01, dict.fromkeys(range(1, 7), 0.01), 0.01),),
+        draft_catchup=spread,
+    )
+    report = PairReport(
+        draft=Path("/x/draft"),
+        target=Path("/x/Qwen3-8B-MNN"),
+        prompts=54,
+        positions=1728,
+        new_tokens=32,
+        threads=2,
+        dtype="stored",
+        tokenizer_strings_compared=100,
+        alpha=Interval(alpha, alpha - 0.03, alpha + 0.03),
+        sampling=Sampling(0.7, 20, 0.8) if sampled is not None else None,
+        sampled_acceptance=Interval(sampled, sampled - 0.04, sampled + 0.04) if sampled else None,
+        costs=costs,
+        depths=depths,
+        best_d=recommended,
+        draft_files=measured_digests(draft),
+    )
     path.write_text(json.dumps(as_dict(report)))
     return path
 
 
 def _verify_report(path: Path, bundle: Path, ok: bool = True) -> Path:
     """A verify report with chosen figures of the bundle `bundle` (its files' digests)."""
-    path.write_text(json.dumps({
-        "files_xxh3_128": measured_digests(bundle),
-        "ok": ok, "prompts": 54, "positions": 2400, "decisive_positions": 1900, "top1_decisive": 0.991,
-        "top1_agreement": 0.962, "mean_kl": 0.0123, "p99_kl": 0.2, "mean_cosine": 0.995, "min_cosine": 0.97,
-        "greedy_agreement": 0.8, "failures": [] if ok else ["mean KL 0.2 > 0.05"], "notes": []}))
+    path.write_text(
+        json.dumps(
+            {
+                "files_xxh3_128": measured_digests(bundle),
+                "ok": ok,
+                "prompts": 54,
+                "positions": 2400,
+                "decisive_positions": 1900,
+                "top1_decisive": 0.991,
+                "top1_agreement": 0.962,
+                "mean_kl": 0.0123,
+                "p99_kl": 0.2,
+                "mean_cosine": 0.995,
+                "min_cosine": 0.97,
+                "greedy_agreement": 0.8,
+                "failures": [] if ok else ["mean KL 0.2 > 0.05"],
+                "notes": [],
+            }
+        )
+    )
     return path
 
 
@@ -95,8 +139,10 @@ def test_usage_links_and_app_render_only_when_given(bundle4: ConvertResult, tmp_
     assert "## Use it in TokForge\n\n1. Install TokForge from Google Play.\n2. On Android, open Settings > " in text
     assert "3. Load a Qwen3 MNN chat model and chat as usual." in text
     assert "## Links\n\n- Website: https://tokforge.ai\n- Discord: https://discord.gg/Acv3CBtfVm\n" in text
-    assert ('TokForge calls this download "Acceleration Pack: Qwen3-0.6B 40k". This bundle is for TokForge on '
-            "Android. TokForge for iOS does not download it.") in text
+    assert (
+        'TokForge calls this download "Acceleration Pack: Qwen3-0.6B 40k". This bundle is for TokForge on '
+        "Android. TokForge for iOS does not download it."
+    ) in text
     assert "TokForge downloads `config.json`" in text
     plain = render(bundle4.out, spec_module.load(EXAMPLE)).text
     assert "## Links" not in plain and "## Use it in" not in plain and "## How to use it" not in plain
@@ -112,10 +158,14 @@ def test_download_line_gives_the_app_files_and_the_whole_repo(bundle4: ConvertRe
     whole = sum(bundle4.sizes.values())
     assert len(APP_FILES) == 7
     text = render(bundle4.out, spec_module.load(_spec(tmp_path))).text
-    assert (f"| Download | {human_size(app)} for TokForge (7 runtime files); {human_size(whole)} (10 files) for the "
-            "whole repo, with this card and `checksums.xxh128` |") in text
-    assert f"| Download | {human_size(app)} for the app (7 runtime files)" in render(
-        bundle4.out, spec_module.load(EXAMPLE)).text
+    assert (
+        f"| Download | {human_size(app)} for TokForge (7 runtime files); {human_size(whole)} (10 files) for the "
+        "whole repo, with this card and `checksums.xxh128` |"
+    ) in text
+    assert (
+        f"| Download | {human_size(app)} for the app (7 runtime files)"
+        in render(bundle4.out, spec_module.load(EXAMPLE)).text
+    )
 
 
 def test_pair_report_becomes_hub_eval_results(bundle4: ConvertResult, tmp_path: Path) -> None:
@@ -148,8 +198,7 @@ def _measured(bundle4: ConvertResult, pair: Path | None = None, verify: Path | N
     return found
 
 
-def test_verify_figures_become_eval_results_and_a_failed_one_is_refused(bundle4: ConvertResult,
-                                                                         tmp_path: Path) -> None:
+def test_verify_figures_become_eval_results_and_a_failed_one_is_refused(bundle4: ConvertResult, tmp_path: Path) -> None:
     measured = _measured(bundle4, verify=_verify_report(tmp_path / "v.json", bundle4.out))
     results = _results(render(bundle4.out, spec_module.load(EXAMPLE), measurements=measured).text)
     assert results["mean_kl"].metric_value == 0.0123 and results["top1_agreement"].metric_value == 0.962
@@ -170,41 +219,70 @@ def test_no_measurement_no_model_index(bundle4: ConvertResult) -> None:
 def test_card_cli_takes_the_spec_pair_report_and_verify(bundle4: ConvertResult, tmp_path: Path) -> None:
     _pair_report(tmp_path / "pair.json", bundle4.out, alpha=0.55)
     spec = _spec(tmp_path, PRESENCE.replace("\n[card.links]", 'pair_report = "pair.json"\n\n[card.links]', 1))
-    result = run_cli("card", str(bundle4.out), "--spec", str(spec), "--verify",
-                     str(_verify_report(tmp_path / "v.json", bundle4.out)), "-o", "-")
+    result = run_cli(
+        "card",
+        str(bundle4.out),
+        "--spec",
+        str(spec),
+        "--verify",
+        str(_verify_report(tmp_path / "v.json", bundle4.out)),
+        "-o",
+        "-",
+    )
     assert result.returncode == 0, result.stderr
     results = _results(result.stdout)
     assert results["greedy_acceptance_alpha"].metric_value == 0.55 and results["mean_kl"].metric_value == 0.0123
-    override = run_cli("card", str(bundle4.out), "--spec", str(spec), "--pair",
-                       str(_pair_report(tmp_path / "other.json", bundle4.out, alpha=0.8)), "-o", "-")
+    override = run_cli(
+        "card",
+        str(bundle4.out),
+        "--spec",
+        str(spec),
+        "--pair",
+        str(_pair_report(tmp_path / "other.json", bundle4.out, alpha=0.8)),
+        "-o",
+        "-",
+    )
     assert _results(override.stdout)["greedy_acceptance_alpha"].metric_value == 0.8
     (tmp_path / "pair.json").unlink()
     missing = run_cli("card", str(bundle4.out), "--spec", str(spec), "-o", "-")
     assert missing.returncode == 24 and "pair.json" in missing.stderr and missing.stderr.count("\n") == 1
 
 
-@pytest.mark.parametrize(("card_extra", "release_extra", "path", "says"), [
-    ("", 'collection = ""', "release.collection", "should be non-empty"),
-    ("", f'collection = "{"x" * 61}"', "release.collection", "is longer than 60 characters"),
-    ("", 'collection = "  padded"', "release.collection", "must be one line"),
-    ("", 'collection_note = "a note"', "release", "'collection' is a dependency of 'collection_note'"),
-    ("", 'gated = "yes"', "release.gated", "is not one of"),
-    ('[card.links]\nWebsite = "ftp://tokforge.ai"', "", "card.links.Website", "is not an http:// or https:// URL"),
-    ('[card.links]\nWebsite = "javascript:alert(1)"', "", "card.links.Website", "is not an http:// or https:// URL"),
-    ('[card.links]\nWebsite = "https:///path"', "", "card.links.Website", "with a host"),
-    ('[card.links]\nWebsite = "https://me:secret@tokforge.ai"', "", "card.links.Website", "user name or password"),
-    ('[card.links]\n"Web|site" = "https://tokforge.ai"', "", "card.links", "is not a usable link name"),
-    ('usage = ["Install it.", "Open | Settings"]', "", "card.usage.1", "must be one line without |"),
-    ('usage = ["Install it.\\n---\\nlicense: mit"]', "", "card.usage.0", "must be one line"),
-    ('usage = ["# Big heading"]', "", "card.usage.0", "not starting with #"),
-    ('usage = ["<script>x</script>"]', "", "card.usage.0", "without | or <"),
-    ('usage = []', "", "card.usage", "should be non-empty"),
-    ('[card.app]\nname = "TokForge"\ndownload_name = "Pack | 40k"\nplatforms = ["Android"]', "",
-     "card.app.download_name", "without | or <"),
-    ('[card.app]\nname = "TokForge"\ndownload_name = "Pack"', "", "card.app", "'platforms' is a required property"),
-])
-def test_bad_presence_input_is_refused_at_spec_check_with_its_path(tmp_path: Path, card_extra: str,
-                                                                   release_extra: str, path: str, says: str) -> None:
+@pytest.mark.parametrize(
+    ("card_extra", "release_extra", "path", "says"),
+    [
+        ("", 'collection = ""', "release.collection", "should be non-empty"),
+        ("", f'collection = "{"x" * 61}"', "release.collection", "is longer than 60 characters"),
+        ("", 'collection = "  padded"', "release.collection", "must be one line"),
+        ("", 'collection_note = "a note"', "release", "'collection' is a dependency of 'collection_note'"),
+        ("", 'gated = "yes"', "release.gated", "is not one of"),
+        ('[card.links]\nWebsite = "ftp://tokforge.ai"', "", "card.links.Website", "is not an http:// or https:// URL"),
+        (
+            '[card.links]\nWebsite = "javascript:alert(1)"',
+            "",
+            "card.links.Website",
+            "is not an http:// or https:// URL",
+        ),
+        ('[card.links]\nWebsite = "https:///path"', "", "card.links.Website", "with a host"),
+        ('[card.links]\nWebsite = "https://me:secret@tokforge.ai"', "", "card.links.Website", "user name or password"),
+        ('[card.links]\n"Web|site" = "https://tokforge.ai"', "", "card.links", "is not a usable link name"),
+        ('usage = ["Install it.", "Open | Settings"]', "", "card.usage.1", "must be one line without |"),
+        ('usage = ["Install it.\\n---\\nlicense: mit"]', "", "card.usage.0", "must be one line"),
+        ('usage = ["# Big heading"]', "", "card.usage.0", "not starting with #"),
+        ('usage = ["<script>x</script>"]', "", "card.usage.0", "without | or <"),
+        ("usage = []", "", "card.usage", "should be non-empty"),
+        (
+            '[card.app]\nname = "TokForge"\ndownload_name = "Pack | 40k"\nplatforms = ["Android"]',
+            "",
+            "card.app.download_name",
+            "without | or <",
+        ),
+        ('[card.app]\nname = "TokForge"\ndownload_name = "Pack"', "", "card.app", "'platforms' is a required property"),
+    ],
+)
+def test_bad_presence_input_is_refused_at_spec_check_with_its_path(
+    tmp_path: Path, card_extra: str, release_extra: str, path: str, says: str
+) -> None:
     with pytest.raises(SpecError) as caught:
         spec_module.load(_spec(tmp_path, card_extra, release_extra))
     message = caught.value.message
@@ -213,21 +291,38 @@ def test_bad_presence_input_is_refused_at_spec_check_with_its_path(tmp_path: Pat
 
 
 def test_a_good_presence_spec_loads_into_typed_fields(tmp_path: Path) -> None:
-    spec = spec_module.load(_spec(tmp_path, release_extra='collection = "TokForge Draft Models"\n'
-                                                          'collection_note = "v3, 10,000 samples"\ngated = "manual"'))
+    spec = spec_module.load(
+        _spec(
+            tmp_path,
+            release_extra='collection = "TokForge Draft Models"\n'
+            'collection_note = "v3, 10,000 samples"\ngated = "manual"',
+        )
+    )
     release, card = spec.need("release"), spec.need("card")
-    assert (release.collection, release.collection_note, release.gated) == ("TokForge Draft Models",
-                                                                            "v3, 10,000 samples", "manual")
+    assert (release.collection, release.collection_note, release.gated) == (
+        "TokForge Draft Models",
+        "v3, 10,000 samples",
+        "manual",
+    )
     assert release.owner == "your-name"  # the repo's namespace unless collection_owner says otherwise
     assert card.links == (("Website", "https://tokforge.ai"), ("Discord", "https://discord.gg/Acv3CBtfVm"))
     assert card.app is not None and card.app.platforms == ("Android",) and card.app.not_downloaded_on == ("iOS",)
     assert len(card.usage) == 3
 
 
-@pytest.mark.parametrize(("field", "value"), [("alpha", "0.62"), ("alpha", float("nan")), ("alpha", 1.5),
-                                              ("recommended_draft_predict_length", "3"), ("prompts", True)])
-def test_a_tampered_pair_report_is_refused_naming_the_figure(bundle4: ConvertResult, tmp_path: Path, field: str,
-                                                            value: object) -> None:
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("alpha", "0.62"),
+        ("alpha", float("nan")),
+        ("alpha", 1.5),
+        ("recommended_draft_predict_length", "3"),
+        ("prompts", True),
+    ],
+)
+def test_a_tampered_pair_report_is_refused_naming_the_figure(
+    bundle4: ConvertResult, tmp_path: Path, field: str, value: object
+) -> None:
     path = _pair_report(tmp_path / "p.json", bundle4.out)
     data = json.loads(path.read_text())
     if field == "alpha":

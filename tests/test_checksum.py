@@ -67,8 +67,7 @@ def test_check_names_mismatching_missing_and_extra_files(bundle: Path) -> None:
     (bundle / "tokenizer.txt").unlink()
     (bundle / "README.md").write_text("# new\n")
     result = check_manifest(bundle)
-    assert (result.mismatched, result.missing, result.extra) == (("config.json",), ("tokenizer.txt",),
-                                                                  ("README.md",))
+    assert (result.mismatched, result.missing, result.extra) == (("config.json",), ("tokenizer.txt",), ("README.md",))
     cli = run_cli("checksum", "--check", str(bundle))
     assert cli.returncode == 31
     assert set(cli.stdout.split("\n")[:3]) == {"MISMATCH config.json", "MISSING  tokenizer.txt", "EXTRA    README.md"}

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from packager.convert.pipeline import ConvertResult
 from packager.report import Checked, Report
+from packager.report.findings import Finding
 from packager.report.formats import render
 from packager.report.github import command
-from packager.convert.pipeline import ConvertResult
-from packager.report.findings import Finding
 from tests.conftest import run_cli
 
 JUNIT_XSD = Path(__file__).parent / "data" / "junit.xsd"
@@ -46,16 +46,20 @@ def test_github_format_annotates_file_and_pointer(bundle: Path) -> None:
     result = run_cli("validate", str(bundle), "--format", "github")
     assert result.returncode == 30
     lines = result.stdout.splitlines()
-    assert f"::error file={bundle}/config_cpu.json,title=packager%3A config_cpu.json /thread_num::'2' is not of " \
-           "type 'integer'" in result.stdout
+    assert (
+        f"::error file={bundle}/config_cpu.json,title=packager%3A config_cpu.json /thread_num::'2' is not of "
+        "type 'integer'" in result.stdout
+    )
     assert all(COMMAND.match(line) for line in lines[:-1]) and lines[-1].startswith("packager validate: 1 checked")
 
 
 def test_github_format_gives_line_and_column_of_a_syntax_error(bundle: Path) -> None:
     (bundle / "config_opencl.json").write_text('{\n  "backend_type": "opencl"\n  "thread_num": 4\n}\n')
     result = run_cli("validate", str(bundle), "--format", "github")
-    assert f"::error file={bundle}/config_opencl.json,line=3,col=3,title=packager%3A config_opencl.json::" \
-           "invalid JSON" in result.stdout
+    assert (
+        f"::error file={bundle}/config_opencl.json,line=3,col=3,title=packager%3A config_opencl.json::"
+        "invalid JSON" in result.stdout
+    )
 
 
 def test_a_warning_is_a_github_warning(bundle: Path) -> None:
@@ -79,8 +83,10 @@ def test_a_hostile_file_name_cannot_forge_a_second_annotation(bundle: Path) -> N
 
 
 def test_github_escaping_follows_the_toolkit_rules() -> None:
-    assert command("error", "100% sure\r\nnext", file="a:b,c.json", line=3) == \
-        "::error file=a%3Ab%2Cc.json,line=3::100%25 sure%0D%0Anext"
+    assert (
+        command("error", "100% sure\r\nnext", file="a:b,c.json", line=3)
+        == "::error file=a%3Ab%2Cc.json,line=3::100%25 sure%0D%0Anext"
+    )
     assert command("warning", "a\x1b[31mred\x00", title=None) == "::warning::a\\x1b[31mred\\x00"
 
 
@@ -97,8 +103,9 @@ def test_junit_report_is_valid_and_has_one_case_per_file(bundle: Path) -> None:
     cases = {case.get("name"): case for case in suite.iter("testcase")}
     assert len(cases) == 11 and int(suite.get("tests", 0)) == 11  # the ten files and the unexpected one
     failed = {name for name, case in cases.items() if case.find("failure") is not None}
-    assert failed == {f"{bundle}/{n}" for n in ("config_cpu.json", "draft_config_cpu.json", "runtime_config.json",
-                                                 "notes.txt")}
+    assert failed == {
+        f"{bundle}/{n}" for n in ("config_cpu.json", "draft_config_cpu.json", "runtime_config.json", "notes.txt")
+    }
     assert suite.get("failures") == "4"
     assert "/thread_num" in cases[f"{bundle}/config_cpu.json"].find("failure").get("message")  # type: ignore[union-attr]
 
@@ -129,8 +136,17 @@ def test_json_format_keeps_the_old_keys_and_adds_paths(bundle: Path) -> None:
     assert old["bundle"] == str(bundle) and old["ok"] is False and old["errors"] == 3
     first = next(f for f in old["findings"] if f["file"] == "config_cpu.json")
     assert first["pointer"] == "/thread_num" and first["path"] == f"{bundle}/config_cpu.json"
-    assert old["checked"] == [{"kind": "bundle", "path": str(bundle), "ok": False, "errors": 3, "warnings": 0,
-                               "files": old["checked"][0]["files"], "bundle_kind": "draft"}]
+    assert old["checked"] == [
+        {
+            "kind": "bundle",
+            "path": str(bundle),
+            "ok": False,
+            "errors": 3,
+            "warnings": 0,
+            "files": old["checked"][0]["files"],
+            "bundle_kind": "draft",
+        }
+    ]
     assert len(old["checked"][0]["files"]) == 10
 
 
@@ -154,8 +170,11 @@ def test_validate_several_bundles_reports_all(bundle: Path, bundle4: ConvertResu
 
 def test_check_spec_formats_name_field_and_line(tmp_path: Path) -> None:
     spec = tmp_path / "release.toml"
-    spec.write_text(EXAMPLE.read_text().replace('title = "Qwen3 0.6B draft (MNN), KL-distilled from Qwen3 8B"',
-                                                'title = "TODO: the title"'))
+    spec.write_text(
+        EXAMPLE.read_text().replace(
+            'title = "Qwen3 0.6B draft (MNN), KL-distilled from Qwen3 8B"', 'title = "TODO: the title"'
+        )
+    )
     text = run_cli("check-spec", str(spec))
     assert text.returncode == 17
     assert f"ERROR   {spec}:7:1: release.title: still the placeholder 'TODO: the title'" in text.stdout
@@ -170,9 +189,12 @@ def test_check_spec_formats_name_field_and_line(tmp_path: Path) -> None:
 
 def test_check_spec_reports_every_problem_at_once(tmp_path: Path) -> None:
     spec = tmp_path / "release.toml"
-    spec.write_text(EXAMPLE.read_text().replace("ar_tok_s = 13.9", 'ar_tok_s = "13.9"')
-                    .replace('license = "apache-2.0"', 'license = "TODO"').replace("optimizer_steps = 1875",
-                                                                                  "optimizer_steps = 1800"))
+    spec.write_text(
+        EXAMPLE.read_text()
+        .replace("ar_tok_s = 13.9", 'ar_tok_s = "13.9"')
+        .replace('license = "apache-2.0"', 'license = "TODO"')
+        .replace("optimizer_steps = 1875", "optimizer_steps = 1800")
+    )
     result = run_cli("check-spec", str(spec))
     found = [line for line in result.stdout.splitlines() if line.startswith("ERROR")]
     assert len(found) == 3, result.stdout
@@ -183,11 +205,16 @@ def test_check_spec_reports_every_problem_at_once(tmp_path: Path) -> None:
 
 def test_check_spec_reports_the_presence_checks_with_path_and_line(tmp_path: Path) -> None:
     spec = tmp_path / "release.toml"
-    text = EXAMPLE.read_text().replace('publisher = "your-name"\n', 'publisher = "your-name"\ncollection = "  padded"\n'
-                                       'gated = "yes"\n', 1)
-    text = text.replace("\n[[credits]]", '\nusage = ["Install it.", "Open | Settings"]\n\n[card.links]\n'
-                        'Website = "https://me:secret@tokforge.ai"\nStore = "ftp://store.example"\n'
-                        'Discord = "https://discord.gg/x"\n\n[[credits]]', 1)
+    text = EXAMPLE.read_text().replace(
+        'publisher = "your-name"\n', 'publisher = "your-name"\ncollection = "  padded"\ngated = "yes"\n', 1
+    )
+    text = text.replace(
+        "\n[[credits]]",
+        '\nusage = ["Install it.", "Open | Settings"]\n\n[card.links]\n'
+        'Website = "https://me:secret@tokforge.ai"\nStore = "ftp://store.example"\n'
+        'Discord = "https://discord.gg/x"\n\n[[credits]]',
+        1,
+    )
     spec.write_text(text)
     lines = text.splitlines()
 
@@ -197,11 +224,13 @@ def test_check_spec_reports_the_presence_checks_with_path_and_line(tmp_path: Pat
     result = run_cli("check-spec", str(spec))
     assert result.returncode == 17, result.stdout
     found = [line for line in result.stdout.splitlines() if line.startswith("ERROR")]
-    expected = [(line_of("collection = "), "release.collection: '  padded' must be one line"),
-                (line_of("gated = "), "release.gated: 'yes' is not one of"),
-                (line_of("usage = "), "card.usage.1: 'Open | Settings' must be one line without |"),
-                (line_of("Website = "), "card.links.Website: the URL carries a user name or password"),
-                (line_of("Store = "), "card.links.Store: 'ftp://store.example' is not an http:// or https:// URL")]
+    expected = [
+        (line_of("collection = "), "release.collection: '  padded' must be one line"),
+        (line_of("gated = "), "release.gated: 'yes' is not one of"),
+        (line_of("usage = "), "card.usage.1: 'Open | Settings' must be one line without |"),
+        (line_of("Website = "), "card.links.Website: the URL carries a user name or password"),
+        (line_of("Store = "), "card.links.Store: 'ftp://store.example' is not an http:// or https:// URL"),
+    ]
     assert len(found) == len(expected), result.stdout
     for (line, says), got in zip(expected, found):
         assert f"{spec}:{line}:1: {says}" in got, (line, says, got)
@@ -218,11 +247,14 @@ def test_check_spec_passes_the_example_and_finds_release_toml_itself(tmp_path: P
     assert none.returncode == 17 and none.stderr.count("\n") == 1 and "no release.toml here" in none.stderr
 
 
-@pytest.mark.parametrize("content, expect", [
-    (b'[release\nrepo_id = "a/b"\n', r":1:\d+: is not valid TOML"),
-    (b"\xff\xfe", "cannot be read"),
-    (b"x = [" + b"[" * 3000 + b"]" * 3000 + b"]\n", "nested too deeply|is not valid TOML"),
-])
+@pytest.mark.parametrize(
+    "content, expect",
+    [
+        (b'[release\nrepo_id = "a/b"\n', r":1:\d+: is not valid TOML"),
+        (b"\xff\xfe", "cannot be read"),
+        (b"x = [" + b"[" * 3000 + b"]" * 3000 + b"]\n", "nested too deeply|is not valid TOML"),
+    ],
+)
 def test_a_broken_spec_file_is_a_finding_not_a_traceback(tmp_path: Path, content: bytes, expect: str) -> None:
     spec = tmp_path / "release.toml"
     spec.write_bytes(content)

@@ -12,8 +12,20 @@ import pytest
 
 from tests.conftest import run_cli
 
-COMMANDS = ("convert", "validate", "checksum", "card", "upload", "verify-remote", "release", "hub", "verify", "pair",
-            "check-spec", "init")
+COMMANDS = (
+    "convert",
+    "validate",
+    "checksum",
+    "card",
+    "upload",
+    "verify-remote",
+    "release",
+    "hub",
+    "verify",
+    "pair",
+    "check-spec",
+    "init",
+)
 
 
 def test_every_command_has_help_with_an_example() -> None:
@@ -24,9 +36,11 @@ def test_every_command_has_help_with_an_example() -> None:
 
 
 def test_help_imports_neither_torch_nor_transformers() -> None:
-    code = ("import sys; from packager.cli import cli\n"
-            "try:\n    cli(['--help'], standalone_mode=False)\nexcept SystemExit:\n    pass\n"
-            "print(sorted(m for m in ('torch', 'transformers', 'MNN') if m in sys.modules))")
+    code = (
+        "import sys; from packager.cli import cli\n"
+        "try:\n    cli(['--help'], standalone_mode=False)\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in ('torch', 'transformers', 'MNN') if m in sys.modules))"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip().splitlines()[-1] == "[]"
 
@@ -51,8 +65,9 @@ def _commands_with_json_output():  # type: ignore[no-untyped-def]
     return [(path, [p for p in command.params if isinstance(p, click.Argument)]) for path, command in walk(cli)]
 
 
-@pytest.mark.parametrize(("path", "arguments"), [pytest.param(p, a, id=" ".join(p))
-                                                 for p, a in _commands_with_json_output() if a])
+@pytest.mark.parametrize(
+    ("path", "arguments"), [pytest.param(p, a, id=" ".join(p)) for p, a in _commands_with_json_output() if a]
+)
 def test_a_failure_under_json_prints_a_json_error_object(path: tuple[str, ...], arguments: list) -> None:  # type: ignore[type-arg]
     """Every command that prints JSON prints a JSON error object on failure too, usage errors included, with the
     exit code it exits with; the one line still goes to stderr. (A findings report, as check-spec's for a
@@ -66,12 +81,18 @@ def test_a_failure_under_json_prints_a_json_error_object(path: tuple[str, ...], 
         assert "Traceback" not in result.stderr and result.stderr.strip()
 
 
-@pytest.mark.parametrize("args", [
-    ("verify-remote", "me/x", "--timeout", "nan"), ("verify-remote", "me/x", "--timeout", "inf"),
-    ("verify-remote", "me/x", "--timeout", "1e300"), ("pull", "me/x", "DIR", "--timeout", "nan"),
-    ("pull", "me/x", "DIR", "--timeout", "-inf"), ("hub", "serve", "--body-timeout", "nan"),
-    ("hub", "serve", "--body-timeout", "inf"),
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("verify-remote", "me/x", "--timeout", "nan"),
+        ("verify-remote", "me/x", "--timeout", "inf"),
+        ("verify-remote", "me/x", "--timeout", "1e300"),
+        ("pull", "me/x", "DIR", "--timeout", "nan"),
+        ("pull", "me/x", "DIR", "--timeout", "-inf"),
+        ("hub", "serve", "--body-timeout", "nan"),
+        ("hub", "serve", "--body-timeout", "inf"),
+    ],
+)
 def test_a_seconds_option_that_is_no_finite_number_is_a_usage_error(args: tuple[str, ...], tmp_path: Path) -> None:
     # Were it taken, each would go on: to a Hub nobody serves, or to a server root that cannot exist.
     env = {**os.environ, "PACKAGER_HUB_TOKEN": "hf_test_SECRET", "HF_ENDPOINT": "http://127.0.0.1:9"}

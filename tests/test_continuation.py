@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from packager.measure.continuation import MAX_BATCH, MAX_BATCH_TOKENS, Spill, batches, continue_all
 from packager.measure import workload
+from packager.measure.continuation import MAX_BATCH, MAX_BATCH_TOKENS, Spill, batches, continue_all
 from packager.runtime.models import HFModel
 
 STOP = (151643, 151645)
@@ -33,7 +33,8 @@ def source(tiny_checkpoint: Path) -> HFModel:
 
 @pytest.mark.parametrize("n", [0, 1, 12])
 def test_batched_continuations_are_greedy_in_their_own_rows_which_match_one_prompt_alone(
-        source: HFModel, tiny_checkpoint: Path, tmp_path: Path, n: int) -> None:
+    source: HFModel, tiny_checkpoint: Path, tmp_path: Path, n: int
+) -> None:
     template = workload.chat_template(tiny_checkpoint)
     prompts = [source.encode(workload.render(template, item)) for item in workload.builtin()[:5]]
     prompts.append(source.encode("Hi"))  # much shorter than the rest: most of its batch row is padding
@@ -49,7 +50,7 @@ def test_batched_continuations_are_greedy_in_their_own_rows_which_match_one_prom
             start = len(item.ids) - 1
             assert [int(rows[start + j].argmax()) for j in range(len(item.tokens))] == list(item.tokens)
             assert all(t not in STOP for t in item.tokens[:-1])
-            alone = source.logits_all([*item.ids, *item.tokens]).astype(np.float32)[:item.positions]
+            alone = source.logits_all([*item.ids, *item.tokens]).astype(np.float32)[: item.positions]
             cosine = (rows * alone).sum(-1) / (np.linalg.norm(rows, axis=-1) * np.linalg.norm(alone, axis=-1))
             assert cosine.min(initial=1.0) > 0.999  # bf16 rounding, not another computation
     finally:
@@ -110,8 +111,8 @@ def test_a_spill_file_cut_short_under_verify_is_one_line_not_garbage_rows(tmp_pa
 
     import torch
 
-    from packager.measure.continuation import Continued
     from packager.errors import FileSystemError
+    from packager.measure.continuation import Continued
 
     spill = Spill(11, tmp_path)
     try:

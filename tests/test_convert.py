@@ -10,14 +10,14 @@ import pytest
 
 from packager import resources
 from packager.bundle.kinds import FILES
+from packager.bundle.tokenizer_txt import read_header
 from packager.convert import provenance
 from packager.convert.fence.launch import WorkerJob, WorkerResult, run_worker
 from packager.convert.pipeline import ConvertRequest, ConvertResult, convert
-from packager.bundle.tokenizer_txt import read_header
 from packager.errors import ConversionFailed, OutputExists
 from packager.infra.hashing import xxh3_128_file
-from tests.parity import compare, load_mnn
 from tests.conftest import run_cli
+from tests.parity import compare, load_mnn
 
 PROMPTS = resources.parity_prompts()
 
@@ -45,8 +45,10 @@ def test_4bit_logits_stay_close_to_transformers(bundle4: ConvertResult, tiny_che
     # 4-bit figures are reported (README "Parity"); on random weights the logits are nearly flat, so top-1
     # is fragile and the bar is the cosine only.
     report = compare(bundle4.out, tiny_checkpoint, PROMPTS)
-    print(f"4-bit parity: min cosine {report.min_cosine:.4f}, mean {report.mean_cosine:.4f}, "
-          f"top-1 agreement {report.top1_agreement:.2f}")
+    print(
+        f"4-bit parity: min cosine {report.min_cosine:.4f}, mean {report.mean_cosine:.4f}, "
+        f"top-1 agreement {report.top1_agreement:.2f}"
+    )
     assert report.min_cosine >= 0.9
 
 
@@ -57,7 +59,7 @@ def test_tampered_weights_break_parity(bundle8: ConvertResult, tiny_checkpoint: 
     shutil.copytree(bundle8.out, tampered)
     weights = bytearray((tampered / "llm.mnn.weight").read_bytes())
     start = len(weights) // 3
-    weights[start:start + 2_000_000] = bytes(2_000_000)
+    weights[start : start + 2_000_000] = bytes(2_000_000)
     (tampered / "llm.mnn.weight").write_bytes(bytes(weights))
     assert compare(tampered, tiny_checkpoint, PROMPTS[:4]).min_cosine < 0.99
 
@@ -67,8 +69,11 @@ def test_quantization_is_what_was_asked(bundle4: ConvertResult, bundle8: Convert
         llm_config = json.loads((result.out / "llm_config.json").read_text())
         assert llm_config["tie_embeddings"][3:5] == [bits, 128]
         graph = json.loads((result.out / "llm.mnn.json").read_text())
-        quant = [op["main"]["quanParameter"] for op in graph["oplists"]
-                 if op["type"] == "Convolution" and "quanParameter" in op.get("main", {})]
+        quant = [
+            op["main"]["quanParameter"]
+            for op in graph["oplists"]
+            if op["type"] == "Convolution" and "quanParameter" in op.get("main", {})
+        ]
         assert quant and all(q["aMaxOrBits"] == bits for q in quant)
 
 
@@ -83,8 +88,14 @@ def test_configs_name_tokenizer_txt_with_relative_paths(bundle4: ConvertResult) 
                 assert (bundle4.out / data[key]).is_file()
     assert (bundle4.out / "config_cpu.json").read_bytes() == (bundle4.out / "draft_config_cpu.json").read_bytes()
     draft = json.loads((bundle4.out / "config_cpu.json").read_text())
-    assert draft == {"backend_type": "cpu", "thread_num": 2, "precision": "low", "memory": "low",
-                     "sampler_type": "greedy", "power": "high"}
+    assert draft == {
+        "backend_type": "cpu",
+        "thread_num": 2,
+        "precision": "low",
+        "memory": "low",
+        "sampler_type": "greedy",
+        "power": "high",
+    }
 
 
 def test_runtime_config_agrees_with_the_draft_and_opencl_configs(bundle4: ConvertResult) -> None:
@@ -93,15 +104,25 @@ def test_runtime_config_agrees_with_the_draft_and_opencl_configs(bundle4: Conver
     opencl = json.loads((bundle4.out / "config_opencl.json").read_text())
     rec = runtime["recommended"]
     assert (rec["draft_backend"], rec["draft_thread_num"], rec["draft_power"], rec["draft_sampler_type"]) == (
-        draft["backend_type"], draft["thread_num"], draft["power"], draft["sampler_type"])
-    assert (rec["target_backend"], rec["draft_predict_length"]) == (opencl["backend_type"],
-                                                                    opencl["draft_predict_length"])
+        draft["backend_type"],
+        draft["thread_num"],
+        draft["power"],
+        draft["sampler_type"],
+    )
+    assert (rec["target_backend"], rec["draft_predict_length"]) == (
+        opencl["backend_type"],
+        opencl["draft_predict_length"],
+    )
     assert runtime["min_mnn_engine"]["version"] == bundle4.engine.text
 
 
 def test_generated_configs_pass_their_schemas(bundle4: ConvertResult) -> None:
-    for name, schema in (("config.json", "config"), ("config_cpu.json", "draft_config"),
-                         ("config_opencl.json", "config_opencl"), ("runtime_config.json", "runtime_config")):
+    for name, schema in (
+        ("config.json", "config"),
+        ("config_cpu.json", "draft_config"),
+        ("config_opencl.json", "config_opencl"),
+        ("runtime_config.json", "runtime_config"),
+    ):
         errors = list(resources.validator(schema).iter_errors(json.loads((bundle4.out / name).read_text())))
         assert not errors, (name, [e.message for e in errors])
 
@@ -123,8 +144,7 @@ def test_tokenizer_choice_is_measured_and_recorded(bundle4: ConvertResult) -> No
 
     corpus = resources.tokenizer_corpus()
     llm = load_mnn(bundle4.out)
-    reference = hf_encodings(Path(provenance.read(bundle4.provenance)["source"]["path"]) / "tokenizer.json",
-                             corpus)
+    reference = hf_encodings(Path(provenance.read(bundle4.provenance)["source"]["path"]) / "tokenizer.json", corpus)
     matched = sum(list(llm.tokenizer_encode(t)) == ref for t, ref in zip(corpus, reference))
     assert matched == by_format[choice.format].matched
     recorded = provenance.read(bundle4.provenance)["tokenizer"]["agreement"]
@@ -152,10 +172,22 @@ def test_provenance_lives_outside_the_bundle(bundle4: ConvertResult, tiny_checkp
     assert bundle4.provenance.parent == bundle4.out.parent
     assert set(record["versions"]) >= {"mnn", "llmexport", "torch", "transformers"}
     assert record["source"]["files_xxh3_128"]["model.safetensors"] == xxh3_128_file(
-        tiny_checkpoint / "model.safetensors")
-    assert record["options"] == {"quant_bits": 4, "quant_block": 128, "spec": None, "weights": "streamed",
-                                 "quant_recipe": {"bits": 4, "block": 128, "symmetric": False, "algorithm": "plain",
-                                                  "lm_bits": 4, "lm_block": 128}}
+        tiny_checkpoint / "model.safetensors"
+    )
+    assert record["options"] == {
+        "quant_bits": 4,
+        "quant_block": 128,
+        "spec": None,
+        "weights": "streamed",
+        "quant_recipe": {
+            "bits": 4,
+            "block": 128,
+            "symmetric": False,
+            "algorithm": "plain",
+            "lm_bits": 4,
+            "lm_block": 128,
+        },
+    }
     assert record["bundle_xxh3_128"] == bundle4.digests
     assert record["sandbox_blocked"] == []
     assert not list(resources.validator("provenance").iter_errors(record))
@@ -163,8 +195,9 @@ def test_provenance_lives_outside_the_bundle(bundle4: ConvertResult, tiny_checkp
 
 def test_spec_overrides_reach_the_configs(tiny_checkpoint: Path, tmp_path: Path) -> None:
     spec = tmp_path / "release.toml"
-    spec.write_text("[convert]\nquant_bits = 8\n[runtime.draft]\nthread_num = 3\n"
-                    "[runtime.opencl]\ndraft_predict_length = 4\n")
+    spec.write_text(
+        "[convert]\nquant_bits = 8\n[runtime.draft]\nthread_num = 3\n[runtime.opencl]\ndraft_predict_length = 4\n"
+    )
     result = run_cli("convert", str(tiny_checkpoint), "--out", str(tmp_path / "b"), "--spec", str(spec), "--quiet")
     assert result.returncode == 0, result.stderr
     assert json.loads((tmp_path / "b" / "config_cpu.json").read_text())["thread_num"] == 3
@@ -174,8 +207,9 @@ def test_spec_overrides_reach_the_configs(tiny_checkpoint: Path, tmp_path: Path)
     assert "quantization: 8-bit" in result.stdout
 
 
-def test_force_replaces_an_existing_bundle_and_nothing_else(bundle4: ConvertResult, tiny_checkpoint: Path,
-                                                            tmp_path: Path) -> None:
+def test_force_replaces_an_existing_bundle_and_nothing_else(
+    bundle4: ConvertResult, tiny_checkpoint: Path, tmp_path: Path
+) -> None:
     out = tmp_path / "b"
     shutil.copytree(bundle4.out, out)
     (out / "README.md").write_text("an old card")
@@ -207,6 +241,7 @@ def _failing_runner(exc: BaseException):  # type: ignore[no-untyped-def]
         (job.workdir.parent / "bundle").mkdir(exist_ok=True)
         (job.workdir.parent / "bundle" / "llm.mnn").write_bytes(b"half")
         raise exc
+
     return runner
 
 
@@ -218,14 +253,17 @@ def test_failure_or_ctrl_c_leaves_nothing_behind(exc: BaseException, tiny_checkp
     assert list(tmp_path.iterdir()) == []
 
 
-def test_failure_keeps_the_bundle_it_would_replace(bundle4: ConvertResult, tiny_checkpoint: Path,
-                                                   tmp_path: Path) -> None:
+def test_failure_keeps_the_bundle_it_would_replace(
+    bundle4: ConvertResult, tiny_checkpoint: Path, tmp_path: Path
+) -> None:
     out = tmp_path / "b"
     shutil.copytree(bundle4.out, out)
     (out / "llm.mnn.weight").write_bytes(b"the old bundle")
     with pytest.raises(ConversionFailed):
-        convert(ConvertRequest(checkpoint=tiny_checkpoint, out=out, force=True, reference=True),
-                runner=_failing_runner(ConversionFailed("boom")))
+        convert(
+            ConvertRequest(checkpoint=tiny_checkpoint, out=out, force=True, reference=True),
+            runner=_failing_runner(ConversionFailed("boom")),
+        )
     assert sorted(p.name for p in out.iterdir()) == sorted(FILES)
     assert (out / "llm.mnn.weight").read_bytes() == b"the old bundle"
     assert [p.name for p in tmp_path.iterdir()] == ["b"]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
@@ -47,15 +47,21 @@ MUTATIONS: dict[str, tuple[Callable[[Path], None], int, str]] = {
     "llama": (lambda f: _edit_config(f, model_type="llama"), 12, "model_type 'llama'"),
     "qwen3_moe": (lambda f: _edit_config(f, model_type="qwen3_moe"), 12, "mixture-of-experts"),
     "qwen3_5 linear attention": (lambda f: _edit_config(f, model_type="qwen3_5"), 12, "linear attention"),
-    "sliding layers": (lambda f: _edit_config(f, layer_types=["full_attention", "sliding_attention"]), 12,
-                       "layer_types"),
+    "sliding layers": (
+        lambda f: _edit_config(f, layer_types=["full_attention", "sliding_attention"]),
+        12,
+        "layer_types",
+    ),
     "untied embeddings": (lambda f: _edit_config(f, tie_word_embeddings=False), 13, "untied embeddings"),
     "truncated safetensors": (_truncate_weights, 14, "is truncated"),
     "corrupt safetensors header": (_corrupt_header, 14, "safetensors"),
     "no safetensors": (lambda f: (f / "model.safetensors").unlink(), 14, "no *.safetensors"),
     "weights of another shape": (lambda f: _edit_config(f, hidden_size=512), 14, "do not belong"),
-    "not a BPE tokenizer.json": (lambda f: (f / "tokenizer.json").write_text('{"model": {"type": "WordPiece"}}'), 15,
-                                 "does not hold a BPE model"),
+    "not a BPE tokenizer.json": (
+        lambda f: (f / "tokenizer.json").write_text('{"model": {"type": "WordPiece"}}'),
+        15,
+        "does not hold a BPE model",
+    ),
     "missing tokenizer.json": (lambda f: (f / "tokenizer.json").unlink(), 15, "tokenizer.json"),
 }
 
@@ -95,8 +101,12 @@ def other_base(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_adapter_for_another_base_is_refused(tiny_checkpoint: Path, other_base: Path, tmp_path: Path) -> None:
     adapter = build_lora(other_base, tmp_path / "adapter")
     out = tmp_path / "bundle"
-    assert_refused(run_cli("convert", str(tiny_checkpoint), "--lora", str(adapter), "--out", str(out)), 16,
-                   "do not fit the base weight", out)
+    assert_refused(
+        run_cli("convert", str(tiny_checkpoint), "--lora", str(adapter), "--out", str(out)),
+        16,
+        "do not fit the base weight",
+        out,
+    )
 
 
 def test_adapter_with_a_wrong_shape_is_refused(tiny_checkpoint: Path, lora_adapter: Path, tmp_path: Path) -> None:
@@ -110,23 +120,30 @@ def test_adapter_with_a_wrong_shape_is_refused(tiny_checkpoint: Path, lora_adapt
     tensors[key] = torch.zeros(tensors[key].shape[0], 100)
     save_file(tensors, adapter / "adapter_model.safetensors")
     out = tmp_path / "bundle"
-    assert_refused(run_cli("convert", str(tiny_checkpoint), "--lora", str(adapter), "--out", str(out)), 16,
-                   "q_proj", out)
+    assert_refused(
+        run_cli("convert", str(tiny_checkpoint), "--lora", str(adapter), "--out", str(out)), 16, "q_proj", out
+    )
 
 
 def test_adapter_folder_without_config_is_refused(tiny_checkpoint: Path, tmp_path: Path) -> None:
     (tmp_path / "adapter").mkdir()
     out = tmp_path / "bundle"
-    assert_refused(run_cli("convert", str(tiny_checkpoint), "--lora", str(tmp_path / "adapter"), "--out",
-                           str(out)), 16, "adapter_config.json", out)
+    assert_refused(
+        run_cli("convert", str(tiny_checkpoint), "--lora", str(tmp_path / "adapter"), "--out", str(out)),
+        16,
+        "adapter_config.json",
+        out,
+    )
 
 
 def test_bad_quantization_options_are_refused(tiny_checkpoint: Path, tmp_path: Path) -> None:
     out = tmp_path / "bundle"
-    assert_refused(run_cli("convert", str(tiny_checkpoint), "--out", str(out), "--quant-bits", "3"), 19,
-                   "--quant-bits 3", out)
-    assert_refused(run_cli("convert", str(tiny_checkpoint), "--out", str(out), "--quant-block", "100"), 19,
-                   "does not divide", out)
+    assert_refused(
+        run_cli("convert", str(tiny_checkpoint), "--out", str(out), "--quant-bits", "3"), 19, "--quant-bits 3", out
+    )
+    assert_refused(
+        run_cli("convert", str(tiny_checkpoint), "--out", str(out), "--quant-block", "100"), 19, "does not divide", out
+    )
 
 
 def test_existing_out_is_refused_without_force(tiny_checkpoint: Path, tmp_path: Path) -> None:
@@ -138,18 +155,25 @@ def test_existing_out_is_refused_without_force(tiny_checkpoint: Path, tmp_path: 
     assert (out / "keep.txt").read_text() == "mine"
 
 
-@pytest.mark.parametrize("spec, text", [
-    ("[convert\nquant_bits = 4", "is not valid TOML"),
-    ("[runtime.draft]\nthread_num = \"2\"\n", "runtime.draft.thread_num: '2' is not of type 'integer'"),
-    ("[runtime.draft]\nsampler_type = \"top_k\"\n", "runtime.draft.sampler_type"),
-    ("[runtime.main]\ntokenizer_file = \"/abs/tokenizer.txt\"\n", "runtime.main.tokenizer_file"),
-    ("[convert]\nquant_block = 100\n", "convert.quant_block"),
-])
+@pytest.mark.parametrize(
+    "spec, text",
+    [
+        ("[convert\nquant_bits = 4", "is not valid TOML"),
+        ('[runtime.draft]\nthread_num = "2"\n', "runtime.draft.thread_num: '2' is not of type 'integer'"),
+        ('[runtime.draft]\nsampler_type = "top_k"\n', "runtime.draft.sampler_type"),
+        ('[runtime.main]\ntokenizer_file = "/abs/tokenizer.txt"\n', "runtime.main.tokenizer_file"),
+        ("[convert]\nquant_block = 100\n", "convert.quant_block"),
+    ],
+)
 def test_bad_spec_is_refused_with_its_path(spec: str, text: str, tiny_checkpoint: Path, tmp_path: Path) -> None:
     (tmp_path / "release.toml").write_text(spec)
     out = tmp_path / "bundle"
-    assert_refused(run_cli("convert", str(tiny_checkpoint), "--out", str(out), "--spec",
-                           str(tmp_path / "release.toml")), 17, text, out)
+    assert_refused(
+        run_cli("convert", str(tiny_checkpoint), "--out", str(out), "--spec", str(tmp_path / "release.toml")),
+        17,
+        text,
+        out,
+    )
 
 
 def test_debug_shows_the_traceback(tmp_path: Path) -> None:

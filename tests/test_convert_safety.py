@@ -1,4 +1,5 @@
-"""`convert` never destroys what it did not make, survives signals and full or read-only disks, and fails in one line."""
+"""`convert` never destroys what it did not make, survives signals and full or read-only disks, and fails in one
+line."""
 
 from __future__ import annotations
 
@@ -26,19 +27,25 @@ def _listing(folder: Path) -> dict[str, int]:
 
 # --- --force replaces only a packager bundle, never an input or the user's places -----------------------------
 
+
 @pytest.fixture()
 def checkpoint(tiny_checkpoint: Path, tmp_path: Path) -> Path:
     return copy_checkpoint(tiny_checkpoint, tmp_path / "work" / "ckpt")
 
 
-@pytest.mark.parametrize("where", ["the checkpoint", "the checkpoint's parent", "the current directory",
-                                   "an unrelated folder"])
+@pytest.mark.parametrize(
+    "where", ["the checkpoint", "the checkpoint's parent", "the current directory", "an unrelated folder"]
+)
 def test_force_refuses_to_replace_what_packager_did_not_make(where: str, checkpoint: Path, tmp_path: Path) -> None:
     unrelated = tmp_path / "work" / "photos"
     unrelated.mkdir()
     (unrelated / "holiday.jpg").write_bytes(b"\xff\xd8 not a bundle")
-    out = {"the checkpoint": checkpoint, "the checkpoint's parent": checkpoint.parent,
-           "the current directory": Path("."), "an unrelated folder": unrelated}[where]
+    out = {
+        "the checkpoint": checkpoint,
+        "the checkpoint's parent": checkpoint.parent,
+        "the current directory": Path("."),
+        "an unrelated folder": unrelated,
+    }[where]
     before = _listing(tmp_path)
     result = run_cli("convert", str(checkpoint), "--out", str(out), "--force", "--quiet", cwd=unrelated)
     assert result.returncode == 18, result.stderr
@@ -47,8 +54,9 @@ def test_force_refuses_to_replace_what_packager_did_not_make(where: str, checkpo
     assert _listing(tmp_path) == before  # nothing deleted, nothing left behind
 
 
-def test_force_refuses_the_adapter_and_a_folder_inside_the_checkpoint(checkpoint: Path, lora_adapter: Path,
-                                                                      tmp_path: Path) -> None:
+def test_force_refuses_the_adapter_and_a_folder_inside_the_checkpoint(
+    checkpoint: Path, lora_adapter: Path, tmp_path: Path
+) -> None:
     adapter = tmp_path / "adapter"
     shutil.copytree(lora_adapter, adapter)
     inside = checkpoint / "old-bundle"
@@ -87,6 +95,7 @@ def test_help_says_what_force_replaces() -> None:
 
 # --- what training scripts save ---------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def saved_by_transformers(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A checkpoint exactly as transformers 5 `save_pretrained` writes it (no vocab.json, no merges.txt)."""
@@ -100,8 +109,11 @@ def saved_by_transformers(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPa
     return out
 
 
-def test_checkpoint_saved_by_transformers_converts_to_the_same_bytes(saved_by_transformers: Path, bundle4,  # type: ignore[no-untyped-def]
-                                                                     tmp_path: Path) -> None:
+def test_checkpoint_saved_by_transformers_converts_to_the_same_bytes(
+    saved_by_transformers: Path,
+    bundle4,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
+) -> None:
     assert not (saved_by_transformers / "vocab.json").exists() and not (saved_by_transformers / "merges.txt").exists()
     before = _listing(saved_by_transformers)
     out = tmp_path / "bundle"
@@ -123,6 +135,7 @@ def test_tokenizer_without_bpe_merges_is_refused(saved_by_transformers: Path, tm
 
 # --- LoRA adapters ------------------------------------------------------------------------------------------
 
+
 def _adapter(base: Path, out: Path, modules_to_save: list[str], train: bool) -> Path:
     import torch
     from peft import LoraConfig, get_peft_model
@@ -130,8 +143,12 @@ def _adapter(base: Path, out: Path, modules_to_save: list[str], train: bool) -> 
 
     torch.manual_seed(5)
     model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
-    peft_model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj"],
-                                                  modules_to_save=modules_to_save, init_lora_weights=False))
+    peft_model = get_peft_model(
+        model,
+        LoraConfig(
+            r=4, lora_alpha=8, target_modules=["q_proj"], modules_to_save=modules_to_save, init_lora_weights=False
+        ),
+    )
     if train:  # what training does to a saved module: its values change
         with torch.no_grad():
             for name, param in peft_model.named_parameters():
@@ -142,8 +159,9 @@ def _adapter(base: Path, out: Path, modules_to_save: list[str], train: bool) -> 
 
 
 @pytest.mark.parametrize("modules", [["lm_head"], ["embed_tokens"], ["embed_tokens", "lm_head"]])
-def test_adapter_that_unties_the_embeddings_is_refused_before_work(modules: list[str], tiny_checkpoint: Path,
-                                                                   tmp_path: Path) -> None:
+def test_adapter_that_unties_the_embeddings_is_refused_before_work(
+    modules: list[str], tiny_checkpoint: Path, tmp_path: Path
+) -> None:
     adapter = _adapter(tiny_checkpoint, tmp_path / "adapter", modules, train=True)
     out = tmp_path / "bundle"
     result = run_cli("convert", str(tiny_checkpoint), "--lora", str(adapter), "--out", str(out), "--quiet")
@@ -158,8 +176,9 @@ def test_adapter_with_saved_norms_is_merged_into_a_valid_bundle(tiny_checkpoint:
 
     adapter = _adapter(tiny_checkpoint, tmp_path / "adapter", ["norm"], train=True)
     out = tmp_path / "bundle"
-    result = run_cli("convert", str(tiny_checkpoint), "--lora", str(adapter), "--out", str(out), "--quant-bits",
-                     "8", "--quiet")
+    result = run_cli(
+        "convert", str(tiny_checkpoint), "--lora", str(adapter), "--out", str(out), "--quant-bits", "8", "--quiet"
+    )
     assert result.returncode == 0, result.stderr
     assert run_cli("validate", str(out), "--strict").returncode == 0
     merged = tmp_path / "merged"
@@ -168,24 +187,28 @@ def test_adapter_with_saved_norms_is_merged_into_a_valid_bundle(tiny_checkpoint:
     assert report.min_cosine >= 0.99  # the bundle is the adapted model, saved norms included
 
 
-def test_adapter_naming_another_base_model_converts_with_a_warning(tiny_checkpoint: Path, lora_adapter: Path,
-                                                                   tmp_path: Path) -> None:
+def test_adapter_naming_another_base_model_converts_with_a_warning(
+    tiny_checkpoint: Path, lora_adapter: Path, tmp_path: Path
+) -> None:
     adapter = tmp_path / "adapter"
     shutil.copytree(lora_adapter, adapter)
     config = json.loads((adapter / "adapter_config.json").read_text())
     config["base_model_name_or_path"] = "Qwen/Qwen3-8B"
     (adapter / "adapter_config.json").write_text(json.dumps(config))
-    result = run_cli("convert", str(tiny_checkpoint), "--lora", str(adapter), "--out", str(tmp_path / "b"),
-                     "--quiet", "--json")
+    result = run_cli(
+        "convert", str(tiny_checkpoint), "--lora", str(adapter), "--out", str(tmp_path / "b"), "--quiet", "--json"
+    )
     assert result.returncode == 0, result.stderr
     assert "packager: warning: the adapter says it was trained on 'Qwen/Qwen3-8B'" in result.stderr
     assert json.loads(result.stdout)["warnings"]
-    plain = run_cli("convert", str(tiny_checkpoint), "--lora", str(lora_adapter), "--out", str(tmp_path / "c"),
-                    "--quiet")
+    plain = run_cli(
+        "convert", str(tiny_checkpoint), "--lora", str(lora_adapter), "--out", str(tmp_path / "c"), "--quiet"
+    )
     assert plain.returncode == 0 and "warning" not in plain.stderr
 
 
 # --- quantization blocks ------------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def three_heads(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -197,10 +220,18 @@ def three_heads(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_block_that_does_not_divide_o_proj_is_refused(three_heads: Path, tmp_path: Path) -> None:
     out = tmp_path / "bundle"
-    assert_refused(run_cli("convert", str(three_heads), "--out", str(out), "--quant-block", "256", "--quiet"),
-                   19, "input size 384 of o_proj", out)
-    assert_refused(run_cli("convert", str(three_heads), "--out", str(out), "--quant-block", "-1", "--quiet"),
-                   19, "is negative", out)
+    assert_refused(
+        run_cli("convert", str(three_heads), "--out", str(out), "--quant-block", "256", "--quiet"),
+        19,
+        "input size 384 of o_proj",
+        out,
+    )
+    assert_refused(
+        run_cli("convert", str(three_heads), "--out", str(out), "--quant-block", "-1", "--quiet"),
+        19,
+        "is negative",
+        out,
+    )
 
 
 def test_block_zero_is_per_channel(three_heads: Path, tmp_path: Path) -> None:
@@ -208,8 +239,9 @@ def test_block_zero_is_per_channel(three_heads: Path, tmp_path: Path) -> None:
     from tests.parity import compare
 
     out = tmp_path / "bundle"
-    result = run_cli("convert", str(three_heads), "--out", str(out), "--quant-block", "0", "--quant-bits", "8",
-                     "--quiet", "--json")
+    result = run_cli(
+        "convert", str(three_heads), "--out", str(out), "--quant-block", "0", "--quant-bits", "8", "--quiet", "--json"
+    )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["quant"]["block"] == 0
     assert json.loads((out / "llm_config.json").read_text())["tie_embeddings"][4] == 0
@@ -218,6 +250,7 @@ def test_block_zero_is_per_channel(three_heads: Path, tmp_path: Path) -> None:
 
 
 # --- OS errors: one line with the OS's reason ----------------------------------------------------------------
+
 
 def test_full_disk_is_one_line_naming_it(tiny_checkpoint: Path, small_disk: Path) -> None:
     out = small_disk / "bundle"
@@ -232,9 +265,14 @@ def test_read_only_output_is_one_line_naming_it(tiny_checkpoint: Path, small_dis
     assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
 
 
-@pytest.mark.parametrize("out, reason", [("under-a-file/bundle", "File exists"),
-                                         ("/proc/packager-bundle", "No such file or directory"),
-                                         ("x" * 300, "File name too long")])
+@pytest.mark.parametrize(
+    "out, reason",
+    [
+        ("under-a-file/bundle", "File exists"),
+        ("/proc/packager-bundle", "No such file or directory"),
+        ("x" * 300, "File name too long"),
+    ],
+)
 def test_impossible_out_is_one_line(out: str, reason: str, tiny_checkpoint: Path, tmp_path: Path) -> None:
     (tmp_path / "under-a-file").write_text("a file")
     result = run_cli("convert", str(tiny_checkpoint), "--out", out, "--quiet", cwd=tmp_path)
@@ -262,6 +300,7 @@ def test_huge_config_value_is_shown_shortened(tiny_checkpoint: Path, tmp_path: P
 
 # --- signals and killed runs ---------------------------------------------------------------------------------
 
+
 def _start(checkpoint: Path, out: Path) -> subprocess.Popen[str]:
     # The reference path: its worker reports "loading the checkpoint" long before it can finish.
     return start_cli("convert", str(checkpoint), "--out", str(out), "--reference")
@@ -276,10 +315,10 @@ def _wait_for_stage(process: subprocess.Popen[str], stage: str) -> None:
     raise AssertionError(f"the converter ended before reporting {stage!r}")
 
 
-@pytest.mark.parametrize("sig, code, word", [(signal.SIGINT, 130, "interrupted"),
-                                             (signal.SIGTERM, 143, "terminated")])
-def test_signal_exits_cleanly_and_leaves_nothing(sig: signal.Signals, code: int, word: str, tiny_checkpoint: Path,
-                                                 tmp_path: Path) -> None:
+@pytest.mark.parametrize("sig, code, word", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")])
+def test_signal_exits_cleanly_and_leaves_nothing(
+    sig: signal.Signals, code: int, word: str, tiny_checkpoint: Path, tmp_path: Path
+) -> None:
     import psutil
 
     out = tmp_path / "out" / "bundle"
@@ -337,14 +376,21 @@ def test_a_live_runs_stage_is_not_removed(tiny_checkpoint: Path, tmp_path: Path)
 
 # --- provenance, version ------------------------------------------------------------------------------------
 
+
 def test_provenance_hashes_only_model_and_tokenizer_files(checkpoint: Path) -> None:
     (checkpoint / "notes.txt").write_text("training log")
     first = run_cli("convert", str(checkpoint), "--out", str(checkpoint / "bundle"), "--quiet")
     assert first.returncode == 0, first.stderr
     record = json.loads((checkpoint / "bundle.provenance.json").read_text())
     assert set(record["source"]["files_xxh3_128"]) == {
-        "config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
-        "vocab.json", "merges.txt"}
+        "config.json",
+        "generation_config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "vocab.json",
+        "merges.txt",
+    }
     second = run_cli("convert", str(checkpoint), "--out", str(checkpoint / "bundle2"), "--quiet")
     assert second.returncode == 0
     again = json.loads((checkpoint / "bundle2.provenance.json").read_text())

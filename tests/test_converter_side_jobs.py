@@ -64,8 +64,7 @@ def test_the_stand_in_answers_from_the_facts_without_loading_the_tokenizer() -> 
     stand_in = FactsTokenizer(_Real, lambda: facts)
     stand_in.stop_ids = [151645]
     assert hasattr(stand_in, "get_chat_template")
-    assert (stand_in.get_chat_template(), stand_in.bos_token, stand_in.eos_token) == ("{{ sent }}", None,
-                                                                                      "<|im_end|>")
+    assert (stand_in.get_chat_template(), stand_in.bos_token, stand_in.eos_token) == ("{{ sent }}", None, "<|im_end|>")
     assert _Real.loads == 0
 
 
@@ -73,8 +72,7 @@ def test_the_stand_in_loads_the_tokenizer_when_the_facts_are_missing_or_more_is_
     _Real.loads = 0
     without = FactsTokenizer(_Real, lambda: None)
     without.stop_ids = [151645]
-    assert (without.get_chat_template(), without.bos_token, without.eos_token) == ("{{ real }}", None,
-                                                                                   "<|im_end|>")
+    assert (without.get_chat_template(), without.bos_token, without.eos_token) == ("{{ real }}", None, "<|im_end|>")
     assert _Real.loads == 1 and without._loaded().stop_ids == [151645]
     without.stop_ids = [151643, 151645]
     assert without._loaded().stop_ids == [151643, 151645] and _Real.loads == 1
@@ -108,7 +106,8 @@ def test_the_cli_gives_back_the_memory_of_the_tokenizer_it_read(tiny_checkpoint:
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-c", _HEAP_PROBE, str(tiny_checkpoint)], capture_output=True, text=True,
-                         check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", _HEAP_PROBE, str(tiny_checkpoint)], capture_output=True, text=True, check=True
+    )
     inspect_growth, reference_growth = (int(x) for x in out.stdout.split())
     assert inspect_growth < 16 * 2**20 and reference_growth < 32 * 2**20, out.stdout

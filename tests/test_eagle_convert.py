@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import torch
@@ -16,8 +17,8 @@ from safetensors.torch import load_file, save_file
 
 from packager.bundle.kinds import DRAFT, TARGET, TARGET_EAGLE, kind_of
 from packager.convert.inspect.checkpoint import inspect_checkpoint
-from packager.convert.pipeline import ConvertRequest, convert
 from packager.convert.inspect.eagle_head import aux_layers, inspect_head
+from packager.convert.pipeline import ConvertRequest, convert
 from packager.validate import validate
 from tests.conftest import run_cli
 from tests.models import build_qwen3
@@ -55,16 +56,26 @@ def _pickle(folder: Path) -> None:
 
 
 HEADS: dict[str, tuple[Callable[[Path], None], int, str]] = {
-    "a tensor missing": (lambda f: _tensors(f, lambda s: s.pop("midlayer.hidden_norm.weight")), 53,
-                         "missing midlayer.hidden_norm.weight"),
-    "a tensor misnamed": (lambda f: _tensors(f, _rename("midlayer.self_attn.q_proj.weight",
-                                                        "layers.0.self_attn.q_proj.weight")), 53,
-                          "unexpected layers.0.self_attn.q_proj.weight (did you mean midlayer.self_attn.q_proj.weight?)"),
-    "an unexpected tensor": (lambda f: _tensors(f, lambda s: s.__setitem__("midlayer.self_attn.q_norm.weight",
-                                                                           torch.ones(128))), 53,
-                             "unexpected midlayer.self_attn.q_norm.weight"),
-    "a wrong shape": (lambda f: _tensors(f, lambda s: s.__setitem__("fc.weight", torch.zeros(256, 512))), 54,
-                      "fc.weight is [256, 512], expected [256, 768]"),
+    "a tensor missing": (
+        lambda f: _tensors(f, lambda s: s.pop("midlayer.hidden_norm.weight")),
+        53,
+        "missing midlayer.hidden_norm.weight",
+    ),
+    "a tensor misnamed": (
+        lambda f: _tensors(f, _rename("midlayer.self_attn.q_proj.weight", "layers.0.self_attn.q_proj.weight")),
+        53,
+        "unexpected layers.0.self_attn.q_proj.weight (did you mean midlayer.self_attn.q_proj.weight?)",
+    ),
+    "an unexpected tensor": (
+        lambda f: _tensors(f, lambda s: s.__setitem__("midlayer.self_attn.q_norm.weight", torch.ones(128))),
+        53,
+        "unexpected midlayer.self_attn.q_norm.weight",
+    ),
+    "a wrong shape": (
+        lambda f: _tensors(f, lambda s: s.__setitem__("fc.weight", torch.zeros(256, 512))),
+        54,
+        "fc.weight is [256, 512], expected [256, 768]",
+    ),
     "another hidden size": (lambda f: _config(f, hidden_size=512), 54, "hidden_size 512 differs from the target's 256"),
     "other head counts": (lambda f: _config(f, num_key_value_heads=2), 54, "num_key_value_heads 2 differs"),
     "another head_dim": (lambda f: _config(f, head_dim=64), 54, "head_dim 64 differs"),
@@ -81,7 +92,8 @@ HEADS: dict[str, tuple[Callable[[Path], None], int, str]] = {
 
 @pytest.mark.parametrize("case", sorted(HEADS))
 def test_a_head_that_would_not_compute_the_checkpoints_is_refused_before_any_work(
-        case: str, target8: Path, head: Path, tmp_path: Path) -> None:
+    case: str, target8: Path, head: Path, tmp_path: Path
+) -> None:
     mutate, code, text = HEADS[case]
     broken = _copy_head(head, tmp_path / "head")
     mutate(broken)
@@ -117,7 +129,7 @@ def test_the_head_is_exported_with_its_own_rope_theta_and_checked_against_the_ch
     # the exported head matches the head at 1e6 within the weights' rounding, and is far from llmexport's 10000
     assert checked.hidden_error < 0.05 and checked.logprob_error < 0.05
     assert checked.other_theta_error > 3 * checked.hidden_error
-    names = set(p.name for p in result.out.iterdir())
+    names = {p.name for p in result.out.iterdir()}
     assert names == set(TARGET_EAGLE.files) | {"embeddings_bf16.bin"}
     config = json.loads((result.out / "config.json").read_text())
     assert config["speculative_type"] == "eagle" and config["hidden_states"] is True
@@ -180,8 +192,8 @@ def test_a_draft_bundle_is_still_judged_a_draft(bundle4: Any) -> None:
 
 
 def test_the_card_of_an_eagle_bundle_says_its_kind_its_head_and_its_files(eagle_bundle: Any) -> None:
-    from packager.spec import model as spec_module
     from packager.card.render import gather_measurements, render
+    from packager.spec import model as spec_module
     from tests.test_card import EXAMPLE
 
     text = render(eagle_bundle.out, spec_module.load(EXAMPLE), measurements=gather_measurements(eagle_bundle.out)).text

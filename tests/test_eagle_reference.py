@@ -12,8 +12,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from packager.errors import InvalidCheckpointConfig
 from packager.convert.eagle.reference import aux_hidden_states, aux_layers, eagle_decode, greedy, load_head
+from packager.errors import InvalidCheckpointConfig
 from tests.models import build_eagle_head, build_qwen3, llmexport_raw
 
 LLMEXPORT_THETA = 10000.0
@@ -91,9 +91,13 @@ def test_aux_hidden_states_are_the_inputs_of_layers_2_half_and_n_minus_3(target_
     with pytest.raises(InvalidCheckpointConfig):
         aux_layers(6)
     seen: dict[int, torch.Tensor] = {}
-    hooks = [layer.register_forward_pre_hook(lambda _m, args, kwargs, i=i: seen.__setitem__(i, kwargs.get(
-        "hidden_states", args[0] if args else None)), with_kwargs=True)
-        for i, layer in enumerate(target_model.model.layers)]
+    hooks = [
+        layer.register_forward_pre_hook(
+            lambda _m, args, kwargs, i=i: seen.__setitem__(i, kwargs.get("hidden_states", args[0] if args else None)),
+            with_kwargs=True,
+        )
+        for i, layer in enumerate(target_model.model.layers)
+    ]
     ids = [151644, 872, 198, 9707, 11, 1879, 0]
     try:
         aux = aux_hidden_states(target_model, ids)
@@ -116,8 +120,10 @@ def test_d2t_maps_the_draft_vocabulary_onto_its_target_ids(head_folder: Path) ->
 
 def test_a_head_folder_without_a_tensor_or_with_a_wrong_shape_is_refused(head_folder: Path, tmp_path: Path) -> None:
     state = load_file(str(head_folder / "model.safetensors"))
-    for name, edit in (("missing", lambda s: s.pop("midlayer.hidden_norm.weight")),
-                       ("shape", lambda s: s.__setitem__("lm_head.weight", s["lm_head.weight"][:-1]))):
+    for name, edit in (
+        ("missing", lambda s: s.pop("midlayer.hidden_norm.weight")),
+        ("shape", lambda s: s.__setitem__("lm_head.weight", s["lm_head.weight"][:-1])),
+    ):
         folder = tmp_path / name
         folder.mkdir()
         shutil.copy(head_folder / "config.json", folder / "config.json")
@@ -156,8 +162,9 @@ def test_llmexport_writes_the_eagle_graphs_and_config(exported: Path, head_folde
 
 
 @pytest.mark.slow
-def test_the_exported_head_computes_the_reference_at_llmexports_theta(exported: Path, head_folder: Path,
-                                                                       target_model) -> None:  # type: ignore[no-untyped-def]
+def test_the_exported_head_computes_the_reference_at_llmexports_theta(
+    exported: Path, head_folder: Path, target_model
+) -> None:  # type: ignore[no-untyped-def]
     from packager.runtime.eagle_head import MNNHead
 
     mnn = MNNHead(exported)
@@ -179,8 +186,9 @@ def test_the_exported_head_computes_the_reference_at_llmexports_theta(exported: 
 
 
 @pytest.mark.slow
-def test_the_exported_head_follows_the_engines_draft_tree_mask_and_positions(exported: Path, head_folder: Path,
-                                                                            target_model) -> None:  # type: ignore[no-untyped-def]
+def test_the_exported_head_follows_the_engines_draft_tree_mask_and_positions(
+    exported: Path, head_folder: Path, target_model
+) -> None:  # type: ignore[no-untyped-def]
     """A deeper draft step as the engine runs it with eagle_topk 2: two sibling nodes, each its own out_hidden with
     a drafted token, both one position further, each attending over the prefill and itself only. (MNN from Python
     keeps no KV cache between calls, so the step goes in one call with the prefill, under the tree's mask.)"""
@@ -200,13 +208,17 @@ def test_the_exported_head_follows_the_engines_draft_tree_mask_and_positions(exp
     mask[length:, :length] = 0.0
     mask[length, length] = mask[length + 1, length + 1] = 0.0
     positions = np.concatenate([np.arange(length), [length, length]])
-    step_lp, step_h = mnn.forward(np.concatenate([embeds.numpy(), step_embeds]),
-                                  np.concatenate([fc, out_hidden, out_hidden]), positions, mask)
+    step_lp, step_h = mnn.forward(
+        np.concatenate([embeds.numpy(), step_embeds]), np.concatenate([fc, out_hidden, out_hidden]), positions, mask
+    )
     with torch.no_grad():
         _, ref_h, past = head(embeds, torch.from_numpy(fc), torch.arange(length))
-        ref_lp, ref_step_h, _ = head(torch.from_numpy(step_embeds)[:, None], ref_h[-1:].expand(2, 1, -1),
-                                     torch.tensor([[length], [length]]), (past[0].expand(2, -1, -1, -1),
-                                                                          past[1].expand(2, -1, -1, -1)))
+        ref_lp, ref_step_h, _ = head(
+            torch.from_numpy(step_embeds)[:, None],
+            ref_h[-1:].expand(2, 1, -1),
+            torch.tensor([[length], [length]]),
+            (past[0].expand(2, -1, -1, -1), past[1].expand(2, -1, -1, -1)),
+        )
     np.testing.assert_allclose(out_hidden[0], ref_h[-1].numpy(), atol=0.03)
     # 8-bit weights: the errors are ~0.013 and ~0.0036; a sibling seeing the other (a causal mask) is ~4x that
     np.testing.assert_allclose(step_h[-2:], ref_step_h[:, 0].numpy(), atol=0.025)
@@ -217,8 +229,8 @@ def test_the_heads_activations_are_transformers_own() -> None:
     import torch
     from transformers.activations import ACT2FN
 
-    from packager.convert.inspect.eagle_head import ACTIVATIONS
     from packager.convert.eagle.reference import _ACTIVATIONS
+    from packager.convert.inspect.eagle_head import ACTIVATIONS
 
     x = torch.linspace(-8, 8, 20001)
     for name in ACTIVATIONS:  # every activation a head may name is computed as transformers computes it

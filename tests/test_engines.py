@@ -14,13 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from packager.bundle.kinds import FILES
-from packager.convert.stream import graphcache, run as stream
-from packager.convert.pipeline import ConvertRequest, ConvertResult, convert
 from packager.bundle.engine import NEWEST, OLDEST, UnservedEngine, format_version, target
+from packager.bundle.kinds import FILES
+from packager.convert.pipeline import ConvertRequest, ConvertResult, convert
+from packager.convert.stream import graphcache
+from packager.convert.stream import run as stream
+from packager.errors import InvalidOption
 from packager.measure.engines import venvs
 from packager.measure.engines.check import check, compare, run_probe
-from packager.errors import InvalidOption
 from packager.validate import validate
 from tests.conftest import run_cli
 
@@ -37,19 +38,29 @@ def oldest(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> C
 
 # --- choosing and refusing engines -----------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("text", [None, "newest", " Newest "])
 def test_newest_is_the_default(text: str | None) -> None:
     goal = target(text)
     assert goal.default and goal.version == NEWEST and goal.fuse_c4 and goal.converter_flags == ()
 
 
-@pytest.mark.parametrize("text, reason", [
-    ("3.6", "not an MNN version"), ("abc", "not an MNN version"), ("3.4.1.0", "not an MNN version"),
-    ("-3.4.1", "not an MNN version"), ("3.4.x", "not an MNN version"), ("", "not an MNN version"),
-    ("99.0.0", "cannot know what MNN 99.0.0 reads"), ("3.6.2", "cannot know"),
-    ("3.2.0", "no LLM runtime"), ("3.0.0", "older than the oldest engine packager builds for"),
-    ("0000003.0004.0000001", "not an MNN version"),
-])
+@pytest.mark.parametrize(
+    "text, reason",
+    [
+        ("3.6", "not an MNN version"),
+        ("abc", "not an MNN version"),
+        ("3.4.1.0", "not an MNN version"),
+        ("-3.4.1", "not an MNN version"),
+        ("3.4.x", "not an MNN version"),
+        ("", "not an MNN version"),
+        ("99.0.0", "cannot know what MNN 99.0.0 reads"),
+        ("3.6.2", "cannot know"),
+        ("3.2.0", "no LLM runtime"),
+        ("3.0.0", "older than the oldest engine packager builds for"),
+        ("0000003.0004.0000001", "not an MNN version"),
+    ],
+)
 def test_unserved_engines_are_refused_with_the_reason(text: str, reason: str) -> None:
     with pytest.raises(UnservedEngine, match=reason):
         target(text)
@@ -77,15 +88,18 @@ def test_spec_engine_is_checked(tiny_checkpoint: Path, tmp_path: Path, value: st
     if reason == "does not match":
         return  # the schema refuses the spec before any flag is read
     # The flag wins over the spec.
-    flagged = run_cli("convert", str(tiny_checkpoint), "--out", str(tmp_path / "b"), "--spec", str(spec),
-                      "--engine", "99.0.0")
+    flagged = run_cli(
+        "convert", str(tiny_checkpoint), "--out", str(tmp_path / "b"), "--spec", str(spec), "--engine", "99.0.0"
+    )
     assert flagged.returncode == InvalidOption.exit_code and "--engine 99.0.0" in flagged.stderr
 
 
 # --- what the oldest-engine bundle is -------------------------------------------------------------------
 
-def test_oldest_engine_bundle_has_no_c4_attention_and_a_text_tokenizer(oldest: ConvertResult,
-                                                                        bundle4: ConvertResult) -> None:
+
+def test_oldest_engine_bundle_has_no_c4_attention_and_a_text_tokenizer(
+    oldest: ConvertResult, bundle4: ConvertResult
+) -> None:
     graph = (oldest.out / "llm.mnn.json").read_text(encoding="utf-8")
     assert '"output_c4": true' not in graph and '"output_c4": true' in (bundle4.out / "llm.mnn.json").read_text()
     assert (oldest.out / "tokenizer.txt").read_bytes().startswith(b"430 3\n")
@@ -94,33 +108,40 @@ def test_oldest_engine_bundle_has_no_c4_attention_and_a_text_tokenizer(oldest: C
     assert (oldest.out / "llm.mnn.weight").read_bytes() == (bundle4.out / "llm.mnn.weight").read_bytes()
     runtime = json.loads((oldest.out / "runtime_config.json").read_text(encoding="utf-8"))
     assert runtime["min_mnn_engine"]["version"] == OLDEST_TEXT
-    assert any(f"built for MNN {OLDEST_TEXT}" in r and "--transformerFuseC4=0" in r
-               for r in runtime["min_mnn_engine"]["because"])
+    assert any(
+        f"built for MNN {OLDEST_TEXT}" in r and "--transformerFuseC4=0" in r
+        for r in runtime["min_mnn_engine"]["because"]
+    )
     record = json.loads(oldest.provenance.read_text(encoding="utf-8"))
-    assert record["options"]["engine"] == {"requested": OLDEST_TEXT, "version": OLDEST_TEXT,
-                                           "converter_flags": ["--transformerFuseC4=0"]}
+    assert record["options"]["engine"] == {
+        "requested": OLDEST_TEXT,
+        "version": OLDEST_TEXT,
+        "converter_flags": ["--transformerFuseC4=0"],
+    }
     assert record["min_mnn_engine"]["version"] == OLDEST_TEXT
     report = validate(oldest.out)
     assert not report.errors and not report.warnings, (report.errors, report.warnings)
 
 
-def test_streaming_and_reference_paths_agree_with_the_option(oldest: ConvertResult, tiny_checkpoint: Path,
-                                                             tmp_path: Path) -> None:
-    reference = convert(ConvertRequest(checkpoint=tiny_checkpoint, out=tmp_path / "ref", reference=True,
-                                       engine=OLDEST_TEXT))
+def test_streaming_and_reference_paths_agree_with_the_option(
+    oldest: ConvertResult, tiny_checkpoint: Path, tmp_path: Path
+) -> None:
+    reference = convert(
+        ConvertRequest(checkpoint=tiny_checkpoint, out=tmp_path / "ref", reference=True, engine=OLDEST_TEXT)
+    )
     assert reference.path == "reference"
     for name in FILES:
         assert (reference.out / name).read_bytes() == (oldest.out / name).read_bytes(), name
 
 
-def test_newest_spelled_out_gives_the_default_bytes(bundle4: ConvertResult, tiny_checkpoint: Path,
-                                                   tmp_path: Path) -> None:
+def test_newest_spelled_out_gives_the_default_bytes(
+    bundle4: ConvertResult, tiny_checkpoint: Path, tmp_path: Path
+) -> None:
     spec = tmp_path / "release.toml"
     spec.write_text('[convert]\nengine = "newest"\n', encoding="utf-8")
     from packager.spec import model as spec_module
 
-    result = convert(ConvertRequest(checkpoint=tiny_checkpoint, out=tmp_path / "b",
-                                    spec=spec_module.load(spec)))
+    result = convert(ConvertRequest(checkpoint=tiny_checkpoint, out=tmp_path / "b", spec=spec_module.load(spec)))
     for name in FILES:
         assert (result.out / name).read_bytes() == (bundle4.out / name).read_bytes(), name
     runtime = json.loads((result.out / "runtime_config.json").read_text(encoding="utf-8"))
@@ -142,14 +163,16 @@ def test_the_option_is_part_of_the_graph_cache_key(tiny_checkpoint: Path, oldest
 def test_spec_engine_builds_for_that_engine(tiny_checkpoint: Path, oldest: ConvertResult, tmp_path: Path) -> None:
     spec = tmp_path / "release.toml"
     spec.write_text(f'[convert]\nengine = "{OLDEST_TEXT}"\n', encoding="utf-8")
-    result = run_cli("convert", str(tiny_checkpoint), "--out", str(tmp_path / "b"), "--spec", str(spec),
-                     "--json", "--quiet")
+    result = run_cli(
+        "convert", str(tiny_checkpoint), "--out", str(tmp_path / "b"), "--spec", str(spec), "--json", "--quiet"
+    )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["engine_target"]["version"] == OLDEST_TEXT
     assert (tmp_path / "b" / "llm.mnn").read_bytes() == (oldest.out / "llm.mnn").read_bytes()
 
 
 # --- validate: the declared engine against every option ------------------------------------------------
+
 
 def _copy(bundle: Path, to: Path) -> Path:
     shutil.copytree(bundle, to)
@@ -163,8 +186,9 @@ def _declare(bundle: Path, version: str) -> None:
     path.write_text(json.dumps(data, indent=2), encoding="utf-8")
 
 
-def test_validate_checks_the_declared_engine_of_every_option(oldest: ConvertResult, bundle4: ConvertResult,
-                                                            tmp_path: Path) -> None:
+def test_validate_checks_the_declared_engine_of_every_option(
+    oldest: ConvertResult, bundle4: ConvertResult, tmp_path: Path
+) -> None:
     older = _copy(oldest.out, tmp_path / "older")
     _declare(older, "3.2.0")  # below any proven engine: a warning naming why
     report = validate(older)
@@ -180,6 +204,7 @@ def test_validate_checks_the_declared_engine_of_every_option(oldest: ConvertResu
 
 
 # --- the real engines ------------------------------------------------------------------------------------
+
 
 def test_oldest_engine_bundle_loads_and_agrees_in_the_oldest_engine_and_in_3_6_1(oldest: ConvertResult) -> None:
     report = check(oldest.out, (OLDEST_TEXT, "3.6.1"))
@@ -211,19 +236,20 @@ def test_the_check_tells_disagreeing_logits_from_agreeing_ones(oldest: ConvertRe
     assert not compare("x", {**found, "logits": nan}, ids, logits).agrees
 
 
-def test_engine_3_5_keeps_the_pipeline_tokenizer_without_c4(tiny_checkpoint: Path, oldest: ConvertResult,
-                                                            tmp_path: Path) -> None:
+def test_engine_3_5_keeps_the_pipeline_tokenizer_without_c4(
+    tiny_checkpoint: Path, oldest: ConvertResult, tmp_path: Path
+) -> None:
     result = convert(ConvertRequest(checkpoint=tiny_checkpoint, out=tmp_path / "b", engine="3.5.0"))
     assert result.tokenizer.format == "pipeline" and result.engine.text == "3.5.0"
     assert (result.out / "llm.mnn").read_bytes() == (oldest.out / "llm.mnn").read_bytes()
 
 
-def test_default_bundle_crashes_the_oldest_engine_and_the_check_says_so(bundle4: ConvertResult,
-                                                                        tmp_path: Path) -> None:
+def test_default_bundle_crashes_the_oldest_engine_and_the_check_says_so(bundle4: ConvertResult, tmp_path: Path) -> None:
     bundle = _copy(bundle4.out, tmp_path / "bundle")
     shutil.copyfile(bundle4.provenance, tmp_path / "bundle.provenance.json")
-    result = run_cli("engines", "check", str(bundle), "--versions", f"3.6.1,{OLDEST_TEXT}", "--record",
-                     "--json", "--quiet")
+    result = run_cli(
+        "engines", "check", str(bundle), "--versions", f"3.6.1,{OLDEST_TEXT}", "--record", "--json", "--quiet"
+    )
     assert result.returncode == 0, result.stderr  # 3.4.0 is below the declared 3.6.1: expected, not a failure
     rows = {r["version"]: r for r in json.loads(result.stdout)["results"]}
     # Measured: MNN 3.4.x has no PIPELINE tokenizer (createTokenizer returns null) and dies tokenizing.
@@ -235,8 +261,9 @@ def test_default_bundle_crashes_the_oldest_engine_and_the_check_says_so(bundle4:
     from packager.resources import validator
 
     assert list(validator("provenance").iter_errors(record)) == []
-    card = run_cli("card", str(bundle), "--spec", str(Path(__file__).parents[1] / "examples" / "release.toml"),
-                   "-o", "-")
+    card = run_cli(
+        "card", str(bundle), "--spec", str(Path(__file__).parents[1] / "examples" / "release.toml"), "-o", "-"
+    )
     assert card.returncode == 0, card.stderr
     assert f"| {OLDEST_TEXT} | no: SIGSEGV while tokenizing with tokenizer.txt |" in card.stdout
 
@@ -265,7 +292,8 @@ def test_engines_check_refuses_versions_not_on_pypi(bundle4: ConvertResult, vers
 
 
 def test_damaged_engine_environment_is_rebuilt_and_two_checks_can_install_at_once(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # A real environment whose marker and files look right but whose engine library is gone.
     good = venvs.ensure(OLDEST_TEXT)
     monkeypatch.setenv("PACKAGER_ENGINES_DIR", str(tmp_path / "engines"))
@@ -280,7 +308,7 @@ def test_damaged_engine_environment_is_rebuilt_and_two_checks_can_install_at_onc
     def install() -> None:
         try:
             found.append(venvs.ensure(OLDEST_TEXT))
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=install) for _ in range(2)]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.localhub import READ_TOKEN, WRITE_TOKEN, LocalHub, hub, online, ready  # noqa: F401 - fixtures
+from tests.localhub import READ_TOKEN, WRITE_TOKEN, LocalHub, hub, online, ready
 from tests.localhub import change_weights as _change_weights
 from tests.localhub import history as _history
 from tests.localhub import upload as _upload
@@ -61,8 +61,11 @@ def test_download_round_trip_is_byte_for_byte(hub: LocalHub, ready: Path, tmp_pa
     assert json.loads(check.stdout)["checked"] == 11
     from huggingface_hub import snapshot_download
 
-    folder = Path(snapshot_download("me/draft", revision="v1", endpoint=hub.url, token=WRITE_TOKEN,
-                                    cache_dir=str(tmp_path / "cache")))
+    folder = Path(
+        snapshot_download(
+            "me/draft", revision="v1", endpoint=hub.url, token=WRITE_TOKEN, cache_dir=str(tmp_path / "cache")
+        )
+    )
     for path in ready.iterdir():
         assert (folder / path.name).read_bytes() == path.read_bytes(), path.name
 
@@ -74,8 +77,9 @@ def test_verify_remote_catches_a_changed_file(hub: LocalHub, ready: Path, online
 
     data = bytearray((ready / "llm.mnn.weight").read_bytes())
     data[100] ^= 1
-    HfApi(endpoint=hub.url, token=WRITE_TOKEN).upload_file(path_or_fileobj=bytes(data), path_in_repo="llm.mnn.weight",
-                                                          repo_id="me/draft")
+    HfApi(endpoint=hub.url, token=WRITE_TOKEN).upload_file(
+        path_or_fileobj=bytes(data), path_in_repo="llm.mnn.weight", repo_id="me/draft"
+    )
     check = hub.cli("verify-remote", "me/draft")
     assert check.returncode == 31 and "MISMATCH llm.mnn.weight" in check.stdout
 
@@ -140,10 +144,13 @@ def test_preupload_429_with_retry_after_is_honoured(hub: LocalHub, ready: Path) 
     assert hub.stats()["faults_left"] == 0
 
 
-@pytest.mark.parametrize("token, code, text", [
-    ("hf_wrong_token_SECRET", 41, "rejected the credentials (401)"),
-    (READ_TOKEN, 42, "is read-only; nothing was sent"),
-])
+@pytest.mark.parametrize(
+    "token, code, text",
+    [
+        ("hf_wrong_token_SECRET", 41, "rejected the credentials (401)"),
+        (READ_TOKEN, 42, "is read-only; nothing was sent"),
+    ],
+)
 def test_auth_failures_are_one_line(hub: LocalHub, ready: Path, token: str, code: int, text: str) -> None:
     result = _upload(hub, ready, "me/draft", token=token)
     assert result.returncode == code and text in result.stderr
@@ -164,8 +171,11 @@ def test_tag_pointing_elsewhere_is_a_409_conflict(hub: LocalHub, ready: Path) ->
 
 def test_token_never_appears_in_output_or_files(hub: LocalHub, ready: Path, tmp_path: Path) -> None:
     outputs = []
-    for args in (("release", str(EXAMPLE), "--bundle", str(ready)), ("verify-remote", SPEC_REPO + "@v3"),
-                 ("upload", str(ready), "me/other", "--dry-run")):
+    for args in (
+        ("release", str(EXAMPLE), "--bundle", str(ready)),
+        ("verify-remote", SPEC_REPO + "@v3"),
+        ("upload", str(ready), "me/other", "--dry-run"),
+    ):
         result = hub.cli(*args)
         assert result.returncode == 0, result.stderr
         outputs.append(result.stdout + result.stderr)
@@ -193,8 +203,9 @@ def test_server_keeps_its_repos_across_a_restart(hub: LocalHub, ready: Path) -> 
 def _spec_with_source(tmp_path: Path, source: Path, extra: str) -> Path:
     """A spec whose release verifies against `source` on three prompts of its own (the gate's wiring is what these
     tests check; the built-in 54-prompt workload is tests/test_verify.py's)."""
-    text = EXAMPLE.read_text().replace("[convert]\nquant_bits = 4\nquant_block = 128\n",
-                                       f'[convert]\nsource = "{source}"\n{extra}')
+    text = EXAMPLE.read_text().replace(
+        "[convert]\nquant_bits = 4\nquant_block = 128\n", f'[convert]\nsource = "{source}"\n{extra}'
+    )
     (tmp_path / "prompts.txt").write_text("The capital of France is\ndef fibonacci(n):\nQ: Why is the sky blue?\n")
     path = tmp_path / "release.toml"
     path.write_text(text + '\n[verify]\nprompts = "prompts.txt"\n')
@@ -212,8 +223,9 @@ def test_release_converts_verifies_and_states_parity(hub: LocalHub, tiny_checkpo
     assert "8-bit weights" in card
 
 
-def test_release_refuses_a_missing_verify_prompts_file_before_any_work(hub: LocalHub, tiny_checkpoint: Path,
-                                                                      tmp_path: Path) -> None:
+def test_release_refuses_a_missing_verify_prompts_file_before_any_work(
+    hub: LocalHub, tiny_checkpoint: Path, tmp_path: Path
+) -> None:
     spec = _spec_with_source(tmp_path, tiny_checkpoint, "quant_bits = 8\n")
     (tmp_path / "prompts.txt").unlink()
     result = hub.cli("release", str(spec), "--out", str(tmp_path / "dist" / "b"), "--quiet", timeout=600)
@@ -221,8 +233,9 @@ def test_release_refuses_a_missing_verify_prompts_file_before_any_work(hub: Loca
     assert not (tmp_path / "dist").exists()  # nothing converted
 
 
-def test_release_stops_at_a_failed_verify_and_publishes_nothing(hub: LocalHub, tiny_checkpoint: Path,
-                                                               tmp_path: Path) -> None:
+def test_release_stops_at_a_failed_verify_and_publishes_nothing(
+    hub: LocalHub, tiny_checkpoint: Path, tmp_path: Path
+) -> None:
     spec = _spec_with_source(tmp_path, tiny_checkpoint, "quant_bits = 4\n")
     # A gate no 4-bit bundle of random weights meets (their logits are flat, so KL cannot tell; cosine can).
     spec.write_text(spec.read_text() + "mean_cosine = 0.9999\n")

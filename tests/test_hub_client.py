@@ -6,8 +6,8 @@ import httpx2
 import pytest
 from huggingface_hub.errors import HfHubHTTPError
 
-from packager.hub.client import Hub, translate, with_retries
 from packager.errors import HubAuthError, HubError
+from packager.hub.client import Hub, translate, with_retries
 
 HUB = Hub(api=None, endpoint="http://127.0.0.1:1", token="hf_secret_value")
 
@@ -78,15 +78,19 @@ def test_only_transient_failures_advise_a_rerun() -> None:
 
     assert "rerun" in translate(HUB, httpx2.ConnectError("refused"), "reading").one_line()
     assert "rerun" in translate(HUB, _http_error(503), "reading").one_line()
-    for permanent in (_http_error(400, message="a file path must be relative"), _http_error(422),
-                      ValueError("Malformed response from server")):
+    for permanent in (
+        _http_error(400, message="a file path must be relative"),
+        _http_error(422),
+        ValueError("Malformed response from server"),
+    ):
         error = translate(HUB, permanent, "committing")
         assert isinstance(error, HubBadTarget) and error.exit_code == 48
         assert "rerun the same" not in error.one_line()
 
 
-@pytest.mark.parametrize("endpoint", ["127.0.0.1:8765", "ftp://host", "http://", "http://host:99999",
-                                      "http://host/?q=1", "huggingface.co"])
+@pytest.mark.parametrize(
+    "endpoint", ["127.0.0.1:8765", "ftp://host", "http://", "http://host:99999", "http://host/?q=1", "huggingface.co"]
+)
 def test_endpoint_that_is_not_an_http_url_is_refused(endpoint: str) -> None:
     from packager.errors import HubBadTarget
     from packager.hub.client import endpoint_url
@@ -102,19 +106,42 @@ def test_endpoint_url_keeps_a_valid_one() -> None:
     assert endpoint_url("https://huggingface.co") == "https://huggingface.co"
 
 
-@pytest.mark.parametrize("name, refused", [("main", False), ("release/v3", False), ("v1.0", False),
-                                           ("a..b", True), ("-x", True), ("x.lock", True), ("a b", True),
-                                           ("refs/heads/x", True), ("x/", True), ("", True), ("a~1", True),
-                                           ("0123456789abcdef0123456789abcdef01234567", True)])
+@pytest.mark.parametrize(
+    "name, refused",
+    [
+        ("main", False),
+        ("release/v3", False),
+        ("v1.0", False),
+        ("a..b", True),
+        ("-x", True),
+        ("x.lock", True),
+        ("a b", True),
+        ("refs/heads/x", True),
+        ("x/", True),
+        ("", True),
+        ("a~1", True),
+        ("0123456789abcdef0123456789abcdef01234567", True),
+    ],
+)
 def test_ref_names_follow_git_rules_and_exclude_commit_ids(name: str, refused: bool) -> None:
     from packager.hub.names import ref_problem
 
     assert (ref_problem(name) is not None) == refused
 
 
-@pytest.mark.parametrize("repo_id, refused", [("me/draft", False), ("me/Qwen3-0.6B.mnn", False), ("draft", True),
-                                              ("a/b/c", True), ("a/../b", True), ("me/a--b", True),
-                                              ("me/x.git", True), (".me/x", True)])
+@pytest.mark.parametrize(
+    "repo_id, refused",
+    [
+        ("me/draft", False),
+        ("me/Qwen3-0.6B.mnn", False),
+        ("draft", True),
+        ("a/b/c", True),
+        ("a/../b", True),
+        ("me/a--b", True),
+        ("me/x.git", True),
+        (".me/x", True),
+    ],
+)
 def test_repo_ids_follow_the_hub_rules(repo_id: str, refused: bool) -> None:
     from packager.hub.names import repo_id_problem
 

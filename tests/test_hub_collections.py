@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.localhub import OTHER_TOKEN, OTHER_USER, READ_TOKEN, WRITE_TOKEN, LocalHub, hub, online  # noqa: F401
+from tests.localhub import OTHER_TOKEN, OTHER_USER, READ_TOKEN, WRITE_TOKEN, LocalHub, hub, online
 
 
 def _api(hub: LocalHub, token: str | None = WRITE_TOKEN) -> Any:
@@ -45,7 +45,8 @@ def test_items_add_once_update_and_delete(hub: LocalHub, online: None) -> None:
     slug = api.create_collection("Drafts", namespace="tokforge").slug
     added = api.add_collection_item(slug, "tokforge/draft-a", "model", note="v3, 10,000 samples")
     assert [(i.item_id, i.item_type, i.note, i.position) for i in added.items] == [
-        ("tokforge/draft-a", "model", "v3, 10,000 samples", 0)]
+        ("tokforge/draft-a", "model", "v3, 10,000 samples", 0)
+    ]
     with pytest.raises(Exception) as twice:
         api.add_collection_item(slug, "tokforge/draft-a", "model")
     assert _status(twice) == 409
@@ -85,12 +86,24 @@ def test_collection_writes_follow_the_hub_auth_rules(hub: LocalHub, online: None
         (lambda: mine.create_collection("", namespace="tokforge"), 400),
         (lambda: mine.create_collection("x" * 61, namespace="tokforge"), 400),
         (lambda: mine.create_collection("Long", namespace="tokforge", description="d" * 151), 400),
-        (lambda: mine.add_collection_item(mine.create_collection("Mine", namespace="tokforge").slug,
-                                          "tokforge/draft", "model", note="n" * 501), 400),
-        (lambda: mine.add_collection_item(mine.create_collection("Mine", namespace="tokforge", exists_ok=True).slug,
-                                          "tokforge/absent", "model"), 404),
-        (lambda: mine.add_collection_item(mine.create_collection("Mine", namespace="tokforge", exists_ok=True).slug,
-                                          "squad", "dataset"), 400),
+        (
+            lambda: mine.add_collection_item(
+                mine.create_collection("Mine", namespace="tokforge").slug, "tokforge/draft", "model", note="n" * 501
+            ),
+            400,
+        ),
+        (
+            lambda: mine.add_collection_item(
+                mine.create_collection("Mine", namespace="tokforge", exists_ok=True).slug, "tokforge/absent", "model"
+            ),
+            404,
+        ),
+        (
+            lambda: mine.add_collection_item(
+                mine.create_collection("Mine", namespace="tokforge", exists_ok=True).slug, "squad", "dataset"
+            ),
+            400,
+        ),
         (lambda: mine.get_collection("tokforge/no-such-0123456789abcdef01234567"), 404),
     ]
     for call, status in cases:
@@ -126,15 +139,17 @@ def test_gated_repo_downloads_need_the_owner(hub: LocalHub, online: None, tmp_pa
             hf_hub_download("tokforge/gated", "a.txt", endpoint=hub.url, token=token, cache_dir=tmp_path / "c")
         assert refused.value.response.status_code == status
     for token in (WRITE_TOKEN, READ_TOKEN):  # the owner's tokens, read-only included
-        path = hf_hub_download("tokforge/gated", "a.txt", endpoint=hub.url, token=token,
-                               cache_dir=tmp_path / f"c-{token[8:12]}")
+        path = hf_hub_download(
+            "tokforge/gated", "a.txt", endpoint=hub.url, token=token, cache_dir=tmp_path / f"c-{token[8:12]}"
+        )
         assert open(path, "rb").read() == b"hello"
     api.update_repo_settings("tokforge/gated", gated="manual")
     assert api.model_info("tokforge/gated").gated == "manual"
     api.update_repo_settings("tokforge/gated", gated=False)
     assert hf_hub_download("tokforge/gated", "a.txt", endpoint=hub.url, token=False, cache_dir=tmp_path / "open")
-    status, _, body = hub.raw("PUT", "/api/models/tokforge/gated/settings", b'{"gated": 0}',
-                              {"Content-Type": "application/json"})
+    status, _, body = hub.raw(
+        "PUT", "/api/models/tokforge/gated/settings", b'{"gated": 0}', {"Content-Type": "application/json"}
+    )
     assert status == 400 and b"gated is" in body
     with pytest.raises(Exception) as foreign:
         _api(hub, OTHER_TOKEN).update_repo_settings("tokforge/gated", gated="auto")

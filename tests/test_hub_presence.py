@@ -10,7 +10,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 
 from packager import resources
-from tests.localhub import OTHER_TOKEN, OTHER_USER, WRITE_TOKEN, LocalHub, hub, online, ready  # noqa: F401
+from tests.localhub import OTHER_TOKEN, OTHER_USER, WRITE_TOKEN, LocalHub, hub, online, ready
 from tests.localhub import history as _history
 from tests.localhub import upload as _upload
 
@@ -44,8 +44,9 @@ def _release(hub: LocalHub, spec: Path, bundle: Path, *flags: str) -> tuple[Any,
     return result, summary
 
 
-def test_release_adds_the_repo_to_its_collection_once_however_often_it_runs(hub: LocalHub, ready: Path,
-                                                                            tmp_path: Path, online: None) -> None:
+def test_release_adds_the_repo_to_its_collection_once_however_often_it_runs(
+    hub: LocalHub, ready: Path, tmp_path: Path, online: None
+) -> None:
     spec = _spec(tmp_path, f'collection = "{TITLE}"\ncollection_note = "The v3 draft"\ngated = "auto"')
     for run in range(2):
         result, summary = _release(hub, spec, ready)
@@ -69,7 +70,8 @@ def test_release_adds_the_repo_to_its_collection_once_however_often_it_runs(hub:
 
 
 def test_a_failing_collection_call_after_the_commit_says_what_is_done_and_a_rerun_finishes(
-        hub: LocalHub, ready: Path, tmp_path: Path, online: None) -> None:
+    hub: LocalHub, ready: Path, tmp_path: Path, online: None
+) -> None:
     spec = _spec(tmp_path, f'collection = "{TITLE}"')
     hub.faults({"method": "POST", "path": "/api/collections", "status": 422})
     result, summary = _release(hub, spec, ready)
@@ -88,8 +90,9 @@ def test_a_failing_collection_call_after_the_commit_says_what_is_done_and_a_reru
     assert [i.item_id for c in _collections(hub) for i in c.items] == [REPO] and len(_history(hub, REPO)) == 1
 
 
-def test_another_users_collection_is_refused_before_anything_is_sent(hub: LocalHub, ready: Path,
-                                                                     tmp_path: Path, online: None) -> None:
+def test_another_users_collection_is_refused_before_anything_is_sent(
+    hub: LocalHub, ready: Path, tmp_path: Path, online: None
+) -> None:
     _api(hub, OTHER_TOKEN).create_collection(TITLE)
     spec = _spec(tmp_path, f'collection = "{TITLE}"\ncollection_owner = "{OTHER_USER}"')
     result, summary = _release(hub, spec, ready)
@@ -99,24 +102,30 @@ def test_another_users_collection_is_refused_before_anything_is_sent(hub: LocalH
     assert summary["stages"][-1]["name"] == "upload, verify, tag" and not summary["stages"][-1]["ok"]
 
 
-def test_a_refused_collection_after_the_commit_is_its_own_exit_code(hub: LocalHub, ready: Path,
-                                                                    tmp_path: Path, online: None) -> None:
+def test_a_refused_collection_after_the_commit_is_its_own_exit_code(
+    hub: LocalHub, ready: Path, tmp_path: Path, online: None
+) -> None:
     # The owner is the token's own namespace, but the Hub refuses the collection once the release is committed.
     hub.faults({"method": "POST", "path": "/api/collections", "status": 403})
     spec = _spec(tmp_path, f'collection = "{TITLE}"')
     result = hub.cli("release", str(spec), "--bundle", str(ready), "--quiet")
     assert result.returncode == 66, result.stdout + result.stderr
-    assert "is committed, verified and tagged v3; the collection 'TokForge Draft Models' of your-name was NOT " \
-        "updated" in result.stdout and "(403)" in result.stdout
+    assert (
+        "is committed, verified and tagged v3; the collection 'TokForge Draft Models' of your-name was NOT updated"
+        in result.stdout
+        and "(403)" in result.stdout
+    )
     assert "committed and tagged, but its collection is NOT updated; rerun the same command to finish" in result.stdout
     assert len(_history(hub, REPO)) == 1 and _collections(hub) == []
 
 
 def test_a_collection_owner_the_token_cannot_write_is_refused_before_anything_is_sent(
-        hub: LocalHub, ready: Path, tmp_path: Path, online: None) -> None:
+    hub: LocalHub, ready: Path, tmp_path: Path, online: None
+) -> None:
     # alice has no collection of this title yet: her namespace alone says that the token's user (local) cannot.
-    result = hub.cli("upload", str(ready), "tokforge/draft", "--collection", TITLE, "--collection-owner", OTHER_USER,
-                     "--quiet")
+    result = hub.cli(
+        "upload", str(ready), "tokforge/draft", "--collection", TITLE, "--collection-owner", OTHER_USER, "--quiet"
+    )
     assert result.returncode == 66 and result.stderr.count("\n") == 1, result.stdout + result.stderr
     assert f"the collection owner {OTHER_USER} is not a namespace local may write" in result.stderr
     assert "nothing was sent" in result.stderr and "collection_owner" in result.stderr
@@ -128,7 +137,8 @@ def test_a_collection_owner_the_token_cannot_write_is_refused_before_anything_is
 
 
 def test_release_dry_run_says_what_it_would_do_to_the_collection_and_gating_and_does_none_of_it(
-        hub: LocalHub, ready: Path, tmp_path: Path, online: None) -> None:
+    hub: LocalHub, ready: Path, tmp_path: Path, online: None
+) -> None:
     spec = _spec(tmp_path, f'collection = "{TITLE}"\ncollection_note = "The v3 draft"\ngated = "manual"')
     result, summary = _release(hub, spec, ready, "--dry-run")
     assert result.returncode == 0, result.stdout + result.stderr
@@ -136,8 +146,14 @@ def test_release_dry_run_says_what_it_would_do_to_the_collection_and_gating_and_
     assert (plan["name"], collection["name"]) == ("upload plan (dry run)", "collection (dry run)")
     assert "gated (manual) once released" in plan["detail"] and summary["gated"] == "manual"
     assert collection["ok"] and f"would create the collection {TITLE!r} and add the repo" in collection["detail"]
-    assert summary["collection"] == {"title": TITLE, "slug": None, "url": None, "created": True, "added": True,
-                                     "note_updated": False}
+    assert summary["collection"] == {
+        "title": TITLE,
+        "slug": None,
+        "url": None,
+        "created": True,
+        "added": True,
+        "note_updated": False,
+    }
     assert _collections(hub) == [] and hub.stats()["commits_received"] == 0
     assert hub.cli("verify-remote", REPO).returncode == 43  # not even the repo was made
     assert hub.cli("release", str(spec), "--bundle", str(ready), "--quiet").returncode == 0
@@ -152,8 +168,9 @@ def test_release_dry_run_says_what_it_would_do_to_the_collection_and_gating_and_
     assert [(i.item_id, i.note) for c in _collections(hub) for i in c.items] == [(REPO, "The v3 draft")]
 
 
-def test_release_dry_run_refuses_another_users_collection_like_a_release(hub: LocalHub, ready: Path,
-                                                                        tmp_path: Path, online: None) -> None:
+def test_release_dry_run_refuses_another_users_collection_like_a_release(
+    hub: LocalHub, ready: Path, tmp_path: Path, online: None
+) -> None:
     _api(hub, OTHER_TOKEN).create_collection(TITLE)
     spec = _spec(tmp_path, f'collection = "{TITLE}"\ncollection_owner = "{OTHER_USER}"')
     result, summary = _release(hub, spec, ready, "--dry-run")
@@ -172,7 +189,9 @@ def test_upload_collection_flags_dry_run_changes_nothing(hub: LocalHub, ready: P
     assert done.returncode == 0, done.stderr
     placed = json.loads(done.stdout)["collection"]
     assert placed["added"] and placed["slug"].startswith("tokforge/tokforge-draft-models-")
-    assert [(i.item_id, i.note) for c in _collections(hub, "tokforge") for i in c.items] == [("tokforge/draft", "first")]
+    assert [(i.item_id, i.note) for c in _collections(hub, "tokforge") for i in c.items] == [
+        ("tokforge/draft", "first")
+    ]
     bad = hub.cli("upload", str(ready), "tokforge/draft", "--collection", "", "--quiet")
     assert bad.returncode == 19 and "error: --collection: " in bad.stderr and bad.stderr.count("\n") == 1
     assert "release" not in bad.stderr and "spec" not in bad.stderr  # a flag, not the release spec, is wrong
@@ -192,7 +211,8 @@ def test_gated_release_refuses_downloads_without_access(hub: LocalHub, ready: Pa
 
 
 def test_a_wrong_token_on_a_gated_repo_is_a_credentials_error_for_verify_remote_as_for_pull(
-        hub: LocalHub, ready: Path, tmp_path: Path) -> None:
+    hub: LocalHub, ready: Path, tmp_path: Path
+) -> None:
     result = hub.cli("release", str(_spec(tmp_path, 'gated = "manual"')), "--bundle", str(ready), "--quiet")
     assert result.returncode == 0, result.stdout + result.stderr
     for args in (("verify-remote", f"{REPO}@v3"), ("pull", f"{REPO}@v3", str(tmp_path / "draft"), "--quiet")):

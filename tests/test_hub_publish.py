@@ -10,12 +10,12 @@ import shutil
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
-from tests.localhub import READ_TOKEN, WRITE_TOKEN, LocalHub, change_weights, history, hub, online, ready, upload  # noqa: F401
+from tests.localhub import READ_TOKEN, WRITE_TOKEN, LocalHub, change_weights, history, hub, online, ready, upload
 
 
 def _same_size_other_bytes(path: Path) -> bytes:
@@ -41,8 +41,11 @@ def test_upload_repairs_a_file_changed_behind_an_unchanged_manifest(hub: LocalHu
 
     assert upload(hub, ready, "me/draft", "--tag", "v1").returncode == 0
     HfApi(endpoint=hub.url, token=WRITE_TOKEN).upload_file(
-        path_or_fileobj=_same_size_other_bytes(ready / "llm.mnn.weight"), path_in_repo="llm.mnn.weight",
-        repo_id="me/draft", commit_message="someone else")
+        path_or_fileobj=_same_size_other_bytes(ready / "llm.mnn.weight"),
+        path_in_repo="llm.mnn.weight",
+        repo_id="me/draft",
+        commit_message="someone else",
+    )
     assert hub.cli("verify-remote", "me/draft").returncode == 31
     result = upload(hub, ready, "me/draft", "--tag", "v9")
     assert result.returncode == 0, result.stderr
@@ -60,8 +63,10 @@ def test_upload_summary_names_what_it_repaired(hub: LocalHub, ready: Path, onlin
 
     assert upload(hub, ready, "me/draft").returncode == 0
     HfApi(endpoint=hub.url, token=WRITE_TOKEN).upload_file(
-        path_or_fileobj=_same_size_other_bytes(ready / "llm.mnn.weight"), path_in_repo="llm.mnn.weight",
-        repo_id="me/draft")
+        path_or_fileobj=_same_size_other_bytes(ready / "llm.mnn.weight"),
+        path_in_repo="llm.mnn.weight",
+        repo_id="me/draft",
+    )
     result = hub.cli("upload", str(ready), "me/draft", "--quiet")
     assert result.returncode == 0 and "repaired on the Hub: llm.mnn.weight" in result.stdout
 
@@ -86,8 +91,9 @@ def test_damaged_stored_object_is_found_and_replaced_without_a_commit(hub: Local
 
 # 2. --revision takes branch names only; every commit is pinned -------------------------------------------------
 @pytest.mark.parametrize("revision", ["v1", "COMMIT", "bad..name", "refs/heads/x", "-x"])
-def test_revision_that_is_not_a_branch_name_is_refused_before_sending(hub: LocalHub, ready: Path,
-                                                                        revision: str) -> None:
+def test_revision_that_is_not_a_branch_name_is_refused_before_sending(
+    hub: LocalHub, ready: Path, revision: str
+) -> None:
     assert upload(hub, ready, "me/draft", "--tag", "v1").returncode == 0
     if revision == "COMMIT":
         revision = hub.api("/api/models/me/draft/refs")["tags"][0]["targetCommit"]
@@ -115,9 +121,16 @@ def test_two_concurrent_first_uploads_cannot_both_land(hub: LocalHub, ready: Pat
     change_weights(other)
     # Both commits are held until both arrived: both uploads read the repo before either committed.
     hub.faults({"method": "POST", "path": "/commit/", "barrier": 2, "times": 2})
-    runs = [subprocess.Popen([sys.executable, "-m", "packager.cli", "upload", str(b), "me/race", "--json", "--quiet"],
-                             env=hub.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            for b in (ready, other)]
+    runs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "packager.cli", "upload", str(b), "me/race", "--json", "--quiet"],
+            env=hub.env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for b in (ready, other)
+    ]
     outcomes = [(run.wait(timeout=300), *run.communicate()) for run in runs]
     assert sorted(code for code, _, _ in outcomes) == [0, 44], outcomes
     winner = json.loads(next(out for code, out, _ in outcomes if code == 0))
@@ -184,7 +197,9 @@ def test_read_only_token_on_an_existing_repo_is_42(hub: LocalHub, ready: Path) -
 @pytest.mark.parametrize("repo_id", ["a/../../b", "noslash", "a/b/c", "me/bad--name", ".hidden/x", "me/x.git"])
 def test_invalid_repo_id_is_a_usage_error(hub: LocalHub, ready: Path, repo_id: str) -> None:
     for result in (upload(hub, ready, repo_id), hub.cli("verify-remote", repo_id)):
-        assert result.returncode == 48 and "invalid repo id" in _one_line(result) and "rerun the same" not in result.stderr
+        assert (
+            result.returncode == 48 and "invalid repo id" in _one_line(result) and "rerun the same" not in result.stderr
+        )
 
 
 def test_endpoint_without_a_scheme_is_a_usage_error(hub: LocalHub, ready: Path) -> None:
@@ -219,7 +234,8 @@ def test_verify_remote_names_a_truncated_stored_file(hub: LocalHub, ready: Path)
     assert str(hub.root) not in result.stderr + result.stdout  # the Hub does not show its paths
     again = upload(hub, ready, "me/draft")  # the next upload sends it again
     assert again.returncode == 0 and "llm.mnn.weight" in json.loads(again.stdout)["repaired"] + [
-        r["path"] for r in json.loads(again.stdout)["plan"] if r["action"] == "restore"]
+        r["path"] for r in json.loads(again.stdout)["plan"] if r["action"] == "restore"
+    ]
     assert hub.cli("verify-remote", "me/draft").returncode == 0
 
 
@@ -244,15 +260,18 @@ NOWHERE = "http://127.0.0.1:9"  # nothing listens there: a request would end in 
 
 
 def _command(name: str, ready: Path, tmp_path: Path) -> list[str]:
-    return {"pull": ["pull", "me/draft", str(tmp_path / "draft"), "--quiet"],
-            "verify-remote": ["verify-remote", "me/draft"],
-            "upload": ["upload", str(ready), "me/draft", "--quiet"]}[name] + ["--endpoint", NOWHERE]
+    return {
+        "pull": ["pull", "me/draft", str(tmp_path / "draft"), "--quiet"],
+        "verify-remote": ["verify-remote", "me/draft"],
+        "upload": ["upload", str(ready), "me/draft", "--quiet"],
+    }[name] + ["--endpoint", NOWHERE]
 
 
 @pytest.mark.parametrize("command", ["pull", "verify-remote", "upload"])
 @pytest.mark.parametrize("source", ["--token-file", "$HF_TOKEN", "the huggingface login"])
 def test_an_unprintable_token_is_refused_before_any_request_naming_where_it_came_from(
-        ready: Path, tmp_path: Path, command: str, source: str) -> None:
+    ready: Path, tmp_path: Path, command: str, source: str
+) -> None:
     local = LocalHub(tmp_path / "hub", tmp_path / "netguard.log")
     env = local.env(token=None)
     args = _command(command, ready, tmp_path)
@@ -264,8 +283,9 @@ def test_an_unprintable_token_is_refused_before_any_request_naming_where_it_came
     else:
         Path(env["HF_HOME"]).mkdir(parents=True)
         (Path(env["HF_HOME"]) / "token").write_bytes(b"hf_SECRET\x01x\n")
-    result = subprocess.run([sys.executable, "-m", "packager.cli", *args], capture_output=True, text=True, env=env,
-                            timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "packager.cli", *args], capture_output=True, text=True, env=env, timeout=120
+    )
     assert result.returncode == 41, result.stdout + result.stderr
     line = _one_line(result)
     assert f"the token from {source}" in line and "holds a control character" in line and "nothing was sent" in line
@@ -282,8 +302,24 @@ def test_a_token_file_that_never_ends_is_one_line_under_a_memory_cap(tmp_path: P
             handle.truncate(3 * 1024**3)
     env = LocalHub(tmp_path / "hub", tmp_path / "netguard.log").env(token=None)
     cap = ("bash", "-c", 'ulimit -v 4000000; exec "$0" "$@"')
-    result = subprocess.run([*cap, sys.executable, "-m", "packager.cli", "pull", "me/draft", str(tmp_path / "draft"),
-                             "--endpoint", NOWHERE, "--token-file", str(path)], capture_output=True, text=True,
-                            env=env, timeout=120)
+    result = subprocess.run(
+        [
+            *cap,
+            sys.executable,
+            "-m",
+            "packager.cli",
+            "pull",
+            "me/draft",
+            str(tmp_path / "draft"),
+            "--endpoint",
+            NOWHERE,
+            "--token-file",
+            str(path),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert result.returncode == 26, result.stderr
     assert f"--token-file {path} is over 64 KiB" in _one_line(result)

@@ -13,10 +13,9 @@ from packager.runtime.imports import without_collection
 def test_the_collector_is_paused_inside_and_restored_after_even_on_an_error(enabled: bool) -> None:
     (gc.enable if enabled else gc.disable)()
     try:
-        with pytest.raises(ValueError):
-            with without_collection():
-                assert not gc.isenabled()
-                raise ValueError("an import that fails")
+        with pytest.raises(ValueError), without_collection():
+            assert not gc.isenabled()
+            raise ValueError("an import that fails")
         assert gc.isenabled() == enabled
     finally:
         gc.enable()

@@ -12,31 +12,55 @@ from pathlib import Path
 
 import pytest
 
-from packager.spec import model as spec_module
 from packager.release.init.facts import say_parameters
+from packager.spec import model as spec_module
 from tests.conftest import run_cli
 
-WRITTEN = ("release.toml", "Makefile", ".pre-commit-config.yaml", ".github/workflows/release.yml", ".gitlab-ci.yml",
-           ".gitignore")
+WRITTEN = (
+    "release.toml",
+    "Makefile",
+    ".pre-commit-config.yaml",
+    ".github/workflows/release.yml",
+    ".gitlab-ci.yml",
+    ".gitignore",
+)
 
 
 @pytest.fixture()
 def repo(tiny_checkpoint: Path, lora_adapter: Path, tmp_path: Path) -> Path:
     folder = tmp_path / "draft-release"
-    result = run_cli("init", str(folder), "--from", str(tiny_checkpoint), "--lora", str(lora_adapter),
-                     "--repo-id", "me/tiny-draft-mnn")
+    result = run_cli(
+        "init",
+        str(folder),
+        "--from",
+        str(tiny_checkpoint),
+        "--lora",
+        str(lora_adapter),
+        "--repo-id",
+        "me/tiny-draft-mnn",
+    )
     assert result.returncode == 0, result.stderr
     return folder
 
 
 def _fill_todos(text: str) -> str:
     """What a person writes where init left TODOs."""
-    return re.sub(r'"TODO: [^"]*"', lambda m: '"Qwen/Qwen3-0.6B"' if "Hub id" in m.group() else
-                  '"apache-2.0"' if "license" in m.group() else '"a true sentence"', text)
+    return re.sub(
+        r'"TODO: [^"]*"',
+        lambda m: (
+            '"Qwen/Qwen3-0.6B"'
+            if "Hub id" in m.group()
+            else '"apache-2.0"'
+            if "license" in m.group()
+            else '"a true sentence"'
+        ),
+        text,
+    )
 
 
-def test_init_writes_every_file_and_states_the_checkpoint_facts(repo: Path, tiny_checkpoint: Path,
-                                                                lora_adapter: Path) -> None:
+def test_init_writes_every_file_and_states_the_checkpoint_facts(
+    repo: Path, tiny_checkpoint: Path, lora_adapter: Path
+) -> None:
     assert all((repo / name).is_file() for name in WRITTEN)
     data = tomllib.loads((repo / "release.toml").read_text())
     assert data["release"]["repo_id"] == "me/tiny-draft-mnn"
@@ -54,8 +78,16 @@ def test_the_spec_refuses_each_todo_by_name_and_passes_once_filled(repo: Path) -
     assert result.returncode == 17
     named = set(re.findall(r"\d+:1: ([a-z_.0-9]+): still the placeholder", result.stdout))
     # The adapter names a local base folder, not a Hub id: base_model is left for the person too.
-    assert named == {"release.title", "release.license", "release.summary", "model.base_model", "model.teacher",
-                     "training.method", "card.runs_on", "card.limitations.0"}
+    assert named == {
+        "release.title",
+        "release.license",
+        "release.summary",
+        "model.base_model",
+        "model.teacher",
+        "training.method",
+        "card.runs_on",
+        "card.limitations.0",
+    }
     spec.write_text(_fill_todos(spec.read_text()))
     assert run_cli("check-spec", str(spec)).returncode == 0
     loaded = spec_module.load(spec)  # what release reads: paths resolve beside the spec
@@ -64,10 +96,13 @@ def test_the_spec_refuses_each_todo_by_name_and_passes_once_filled(repo: Path) -
 
 def test_the_workflows_pass_check_jsonschemas_builtin_schemas(repo: Path) -> None:
     tool = Path(sys.executable).parent / "check-jsonschema"
-    for schema, name in (("vendor.github-workflows", ".github/workflows/release.yml"),
-                         ("vendor.gitlab-ci", ".gitlab-ci.yml")):
-        result = subprocess.run([str(tool), "--builtin-schema", schema, str(repo / name)], capture_output=True,
-                                text=True, timeout=120)
+    for schema, name in (
+        ("vendor.github-workflows", ".github/workflows/release.yml"),
+        ("vendor.gitlab-ci", ".gitlab-ci.yml"),
+    ):
+        result = subprocess.run(
+            [str(tool), "--builtin-schema", schema, str(repo / name)], capture_output=True, text=True, timeout=120
+        )
         assert result.returncode == 0, (name, result.stdout, result.stderr)
 
 
@@ -85,7 +120,9 @@ def test_the_workflow_releases_on_tags_with_the_secret_and_caches_by_version(rep
     for steps in (plan, release):
         cache = next(s for s in steps if s.get("uses", "").startswith("actions/cache@"))
         assert cache["with"]["path"] == "~/.cache/packager" and "steps.packager.outputs.version" in cache["with"]["key"]
-        assert any(s.get("uses", "").startswith("actions/upload-artifact@") and s.get("if") == "always()" for s in steps)
+        assert any(
+            s.get("uses", "").startswith("actions/upload-artifact@") and s.get("if") == "always()" for s in steps
+        )
     gitlab = yaml.safe_load((repo / ".gitlab-ci.yml").read_text())
     assert gitlab[".packager"]["cache"]["key"] == "packager-$PACKAGER_VERSION"
     assert gitlab["plan"]["artifacts"]["reports"]["junit"] == ["spec-report.xml", "validate-report.xml"]
@@ -93,12 +130,15 @@ def test_the_workflow_releases_on_tags_with_the_secret_and_caches_by_version(rep
 
 def test_the_makefile_has_the_release_targets(repo: Path) -> None:
     for target in ("validate", "card", "dry-run", "release", "check"):
-        result = subprocess.run(["make", "-n", target, "PACKAGER=packager"], cwd=repo, capture_output=True,
-                                text=True, timeout=60)
+        result = subprocess.run(
+            ["make", "-n", target, "PACKAGER=packager"], cwd=repo, capture_output=True, text=True, timeout=60
+        )
         assert result.returncode == 0, (target, result.stderr)
         assert "packager check-spec release.toml" in result.stdout
-    assert "packager release release.toml --out dist/bundle --dry-run --summary dist/release-summary.json" in \
-        subprocess.run(["make", "-n", "dry-run"], cwd=repo, capture_output=True, text=True).stdout
+    assert (
+        "packager release release.toml --out dist/bundle --dry-run --summary dist/release-summary.json"
+        in subprocess.run(["make", "-n", "dry-run"], cwd=repo, capture_output=True, text=True).stdout
+    )
 
 
 def test_init_never_overwrites_a_file_and_writes_nothing_then(repo: Path, tmp_path: Path) -> None:
@@ -150,14 +190,23 @@ def test_files_are_written_with_the_users_umask(tmp_path: Path) -> None:
     old = os.umask(0)
     os.umask(old)
     assert mode == 0o666 & ~old
-    assert sorted(p.name for p in (tmp_path / "r").iterdir()) == [".github", ".gitignore", ".gitlab-ci.yml",
-                                                                  ".pre-commit-config.yaml", "Makefile",
-                                                                  "release.toml"]  # no temporary left
+    assert sorted(p.name for p in (tmp_path / "r").iterdir()) == [
+        ".github",
+        ".gitignore",
+        ".gitlab-ci.yml",
+        ".pre-commit-config.yaml",
+        "Makefile",
+        "release.toml",
+    ]  # no temporary left
 
 
 def test_parameters_are_said_as_people_say_them() -> None:
-    assert [say_parameters(n) for n in (596_049_920, 1_720_574_976, 4_022_468_096, 40_077_056)] == \
-        ["0.6B", "1.7B", "4B", "40M"]
+    assert [say_parameters(n) for n in (596_049_920, 1_720_574_976, 4_022_468_096, 40_077_056)] == [
+        "0.6B",
+        "1.7B",
+        "4B",
+        "40M",
+    ]
 
 
 def test_convert_takes_the_checkpoint_from_the_spec_when_none_is_given(tmp_path: Path) -> None:
@@ -168,8 +217,9 @@ def test_convert_takes_the_checkpoint_from_the_spec_when_none_is_given(tmp_path:
     assert run_cli("convert", "--out", str(tmp_path / "b")).returncode == 2
 
 
-def test_a_file_that_appears_while_writing_is_kept_and_the_rest_undone(tmp_path: Path,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_file_that_appears_while_writing_is_kept_and_the_rest_undone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from packager.errors import InitFileExists
     from packager.release.init import scaffold
 
@@ -239,8 +289,9 @@ def test_the_ci_files_install_packager_only_from_an_exact_source(source: str | N
         assert "left for you in the CI files: PACKAGER_REQUIREMENT" in result.stdout
 
 
-def test_packager_installed_from_git_pins_ci_and_hooks_to_that_commit(tmp_path: Path,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_packager_installed_from_git_pins_ci_and_hooks_to_that_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from packager.release.init import scaffold
 
     commit = "fe" * 20
@@ -254,18 +305,20 @@ def test_packager_installed_from_git_pins_ci_and_hooks_to_that_commit(tmp_path: 
     assert (hooks["repo"], hooks["rev"]) == ("https://example.invalid/team/packager", commit)
 
 
-@pytest.mark.parametrize(("source", "says"), [
-    ("packager", "neither git+URL@COMMIT nor a .whl file"),
-    ("packager[convert]==0.1.0", "neither git+URL@COMMIT nor a .whl file"),
-    ("git+https://example.invalid/packager@main", "not pinned to a full commit id"),
-    ("git+https://example.invalid/packager@v0.1.0", "not pinned to a full commit id"),
-    ("git+https://example.invalid/packager", "not pinned to a full commit id"),
-    ("git+https://example.invalid/p@" + "a" * 40 + " evil", "holds spaces or control characters"),
-    ("/elsewhere/mnn_packager-0.1.0-py3-none-any.whl", "is not inside"),
-    ("packager-0.2.0.whl", "is not a wheel of mnn-packager"),
-])
-def test_an_install_source_anyone_could_move_is_refused_before_writing(source: str, says: str,
-                                                                        tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("source", "says"),
+    [
+        ("packager", "neither git+URL@COMMIT nor a .whl file"),
+        ("packager[convert]==0.1.0", "neither git+URL@COMMIT nor a .whl file"),
+        ("git+https://example.invalid/packager@main", "not pinned to a full commit id"),
+        ("git+https://example.invalid/packager@v0.1.0", "not pinned to a full commit id"),
+        ("git+https://example.invalid/packager", "not pinned to a full commit id"),
+        ("git+https://example.invalid/p@" + "a" * 40 + " evil", "holds spaces or control characters"),
+        ("/elsewhere/mnn_packager-0.1.0-py3-none-any.whl", "is not inside"),
+        ("packager-0.2.0.whl", "is not a wheel of mnn-packager"),
+    ],
+)
+def test_an_install_source_anyone_could_move_is_refused_before_writing(source: str, says: str, tmp_path: Path) -> None:
     result = run_cli("init", str(tmp_path / "r"), "--packager-source", source)
     assert result.returncode == 19 and result.stderr.count("\n") == 1, result.stderr
     assert says in result.stderr and not (tmp_path / "r").exists()
@@ -297,8 +350,10 @@ def test_a_folder_name_with_line_breaks_adds_no_line_of_code(name: str, tmp_path
     dry = subprocess.run(["make", "-n", "check"], cwd=folder, capture_output=True, text=True, timeout=60, env=env)
     assert dry.returncode == 0 and dry.stdout.strip() == "packager check-spec release.toml", dry.stdout + dry.stderr
     assert "PWNED" not in subprocess.run(["make", "-n"], cwd=folder, capture_output=True, text=True, env=env).stdout
-    assert tomllib.loads((folder / "release.toml").read_text()).keys() == \
-        tomllib.loads((tmp_path / "plain" / "release.toml").read_text()).keys()
+    assert (
+        tomllib.loads((folder / "release.toml").read_text()).keys()
+        == tomllib.loads((tmp_path / "plain" / "release.toml").read_text()).keys()
+    )
     for name_ in (".github/workflows/release.yml", ".gitlab-ci.yml", ".pre-commit-config.yaml"):
         assert yaml.safe_load((folder / name_).read_text()) == yaml.safe_load((tmp_path / "plain" / name_).read_text())
     first = (folder / "Makefile").read_text().splitlines()[0]

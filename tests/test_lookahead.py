@@ -14,17 +14,18 @@ from typing import Any
 
 import pytest
 
-from packager.spec import model as spec_module
 from packager.bundle.kinds import FILES, LOOKUP, TARGET, release_names
-from packager.convert.pipeline import ConvertRequest, ConvertResult, convert, lookahead_plan
 from packager.bundle.lookahead import MAX_CORPUS, SETTINGS, read_corpus
+from packager.convert.pipeline import ConvertRequest, ConvertResult, convert, lookahead_plan
+from packager.spec import model as spec_module
 from packager.validate import validate
 from tests.conftest import run_cli
 from tests.models import build_qwen3
-from tests.signkeys import Keys, keys  # noqa: F401 - fixture
+from tests.signkeys import Keys, keys
 
-TEXT = ("Lookahead drafts the tokens that followed the same words before.\n"
-        "The quick brown fox jumps over the lazy dog.\n")
+TEXT = (
+    "Lookahead drafts the tokens that followed the same words before.\nThe quick brown fox jumps over the lazy dog.\n"
+)
 PROMPTS = ("The capital of France is", "def fibonacci(n):\n", "Hello world, hello world, hello")
 
 
@@ -92,8 +93,9 @@ def bare_draft(sharp_tied: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
 def target(sharp_untied: Path, corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> ConvertResult:
     """An untied two-layer target with a corpus and --lookahead-length 4, through the library."""
     out = tmp_path_factory.mktemp("la-target") / "bundle"
-    return convert(ConvertRequest(checkpoint=sharp_untied, out=out, kind="target", lookahead=corpus,
-                                  lookahead_length=4))
+    return convert(
+        ConvertRequest(checkpoint=sharp_untied, out=out, kind="target", lookahead=corpus, lookahead_length=4)
+    )
 
 
 def _config(bundle: Path) -> dict[str, Any]:
@@ -102,14 +104,20 @@ def _config(bundle: Path) -> dict[str, Any]:
 
 # --- what a lookahead bundle is ---------------------------------------------------------------------------------
 
+
 def test_a_draft_with_a_corpus_writes_mnn_s_defaults_and_ships_the_corpus(draft: dict[str, Any], corpus: Path) -> None:
     bundle, summary = draft["out"], draft["summary"]
     assert sorted(p.name for p in bundle.iterdir()) == sorted([*FILES, LOOKUP])
     assert (bundle / LOOKUP).read_bytes() == corpus.read_bytes() and not (bundle / LOOKUP).is_symlink()
     config = _config(bundle)
-    assert {k: config[k] for k in SETTINGS} == {"speculative_type": "lookahead", "draft_predict_length": 3,
-                                                "draft_match_strictness": "low", "draft_selection_rule": "freqxlen",
-                                                "ngram_match_maxlen": 4, "ngram_update": False}
+    assert {k: config[k] for k in SETTINGS} == {
+        "speculative_type": "lookahead",
+        "draft_predict_length": 3,
+        "draft_match_strictness": "low",
+        "draft_selection_rule": "freqxlen",
+        "ngram_match_maxlen": 4,
+        "ngram_update": False,
+    }
     assert config["lookup_file"] == LOOKUP
     # config.json is what MNN loads by default; the app's draftmodel recipe and the draft's own configs stay
     assert json.loads((bundle / "config_opencl.json").read_text())["speculative_type"] == "draftmodel"
@@ -124,8 +132,12 @@ def test_provenance_records_the_settings_and_the_corpus_digest(draft: dict[str, 
 
     record = json.loads(Path(draft["summary"]["provenance"]).read_text())
     assert record["lookahead"]["settings"]["ngram_match_maxlen"] == 4
-    assert record["lookahead"]["corpus"] == {"path": str(corpus), "file": LOOKUP, "bytes": corpus.stat().st_size,
-                                             "xxh3_128": xxh3_128_file(corpus)}
+    assert record["lookahead"]["corpus"] == {
+        "path": str(corpus),
+        "file": LOOKUP,
+        "bytes": corpus.stat().st_size,
+        "xxh3_128": xxh3_128_file(corpus),
+    }
     assert record["bundle_xxh3_128"][LOOKUP] == xxh3_128_file(corpus)
     done = run_cli("validate", str(draft["out"]), "--json")  # the record is checked against its schema too
     assert done.returncode == 0, done.stdout
@@ -157,6 +169,7 @@ def test_lookahead_alone_ships_no_corpus_and_names_none(bare_draft: Path) -> Non
 
 # --- the spec's [convert] lookahead -----------------------------------------------------------------------------
 
+
 def _spec(folder: Path, text: str) -> spec_module.ReleaseSpec:
     path = folder / "release.toml"
     path.write_text(text, encoding="utf-8")
@@ -169,12 +182,13 @@ def test_the_spec_names_a_corpus_relative_to_itself_and_the_flag_wins(tmp_path: 
     plan = lookahead_plan(ConvertRequest(checkpoint=tmp_path, out=tmp_path / "out", spec=spec), TARGET)
     assert plan is not None and plan.corpus is not None and plan.corpus.data == TEXT.encode()
     assert plan.keys()["draft_predict_length"] == 6 and plan.keys()["lookup_file"] == LOOKUP
-    flagged = lookahead_plan(ConvertRequest(checkpoint=tmp_path, out=tmp_path / "out", spec=spec, lookahead=True,
-                                            lookahead_length=2), TARGET)
+    flagged = lookahead_plan(
+        ConvertRequest(checkpoint=tmp_path, out=tmp_path / "out", spec=spec, lookahead=True, lookahead_length=2), TARGET
+    )
     assert flagged is not None and flagged.corpus is None and flagged.keys()["draft_predict_length"] == 2
     plain = _spec(tmp_path, "[convert]\nlookahead = true\n")
     plan = lookahead_plan(ConvertRequest(checkpoint=tmp_path, out=tmp_path / "out", spec=plain), TARGET)
-    assert plan is not None and plan.corpus is None and "lookup_file" not in plan.keys()
+    assert plan is not None and plan.corpus is None and "lookup_file" not in plan
     off = _spec(tmp_path, "[convert]\nlookahead = false\n")
     assert lookahead_plan(ConvertRequest(checkpoint=tmp_path, out=tmp_path / "out", spec=off), TARGET) is None
 
@@ -192,6 +206,7 @@ def test_a_link_to_a_corpus_is_followed_and_its_bytes_shipped(tmp_path: Path) ->
 
 
 # --- refusals ---------------------------------------------------------------------------------------------------
+
 
 def _pipe(folder: Path) -> Path:
     os.mkfifo(folder / "pipe")
@@ -228,8 +243,7 @@ def _one_line(done: Any, code: int, text: str) -> None:
 
 
 @pytest.mark.parametrize("case", sorted(CORPORA))
-def test_a_corpus_mnn_could_not_use_is_refused_before_any_work(case: str, sharp_tied: Path,
-                                                               tmp_path: Path) -> None:
+def test_a_corpus_mnn_could_not_use_is_refused_before_any_work(case: str, sharp_tied: Path, tmp_path: Path) -> None:
     make, code, text = CORPORA[case]
     folder = tmp_path / "inputs"
     folder.mkdir()
@@ -244,8 +258,7 @@ def test_a_corpus_mnn_could_not_use_is_refused_before_any_work(case: str, sharp_
 
 def test_lookahead_with_an_eagle_head_is_refused_before_the_head_is_read(sharp_tied: Path, tmp_path: Path) -> None:
     out = tmp_path / "bundle"
-    done = run_cli("convert", str(sharp_tied), "--eagle", str(tmp_path / "no-head"), "--lookahead",
-                   "--out", str(out))
+    done = run_cli("convert", str(sharp_tied), "--eagle", str(tmp_path / "no-head"), "--lookahead", "--out", str(out))
     _one_line(done, 19, "a bundle has one speculative_type")
     assert not out.exists()
 
@@ -270,6 +283,7 @@ def test_lookahead_before_the_checkpoint_says_it_took_the_checkpoint(sharp_tied:
 
 # --- validate ---------------------------------------------------------------------------------------------------
 
+
 def _broken(bundle: Path, folder: Path, **config: Any) -> Path:
     copy = folder / "broken"
     if copy.exists():
@@ -288,8 +302,9 @@ def _findings(bundle: Path) -> list[str]:
 def test_validate_finds_a_lookup_file_outside_the_bundle(draft: dict[str, Any], tmp_path: Path) -> None:
     for value in ("/etc/hostname", "../lookup_file.txt", "sub/../../lookup_file.txt"):
         found = _findings(_broken(draft["out"], tmp_path, lookup_file=value))
-        assert any(f.startswith("error config.json/lookup_file:") and "not a path inside the bundle" in f
-                   for f in found), found
+        assert any(
+            f.startswith("error config.json/lookup_file:") and "not a path inside the bundle" in f for f in found
+        ), found
 
 
 def test_validate_finds_a_missing_corpus_mnn_would_skip_without_a_word(draft: dict[str, Any], tmp_path: Path) -> None:
@@ -302,10 +317,10 @@ def test_validate_finds_a_missing_corpus_mnn_would_skip_without_a_word(draft: di
     assert any(f.startswith("error config.json/lookup_file:") and "lookup_file.txt" in f for f in found), found
 
 
-@pytest.mark.parametrize("data, text", [(b"\xff\xfe text", "not UTF-8 text"), (b"", "is empty"),
-                                        (b"a\0b", "NUL byte")])
-def test_validate_finds_a_corpus_that_is_not_text(draft: dict[str, Any], tmp_path: Path, data: bytes,
-                                                  text: str) -> None:
+@pytest.mark.parametrize("data, text", [(b"\xff\xfe text", "not UTF-8 text"), (b"", "is empty"), (b"a\0b", "NUL byte")])
+def test_validate_finds_a_corpus_that_is_not_text(
+    draft: dict[str, Any], tmp_path: Path, data: bytes, text: str
+) -> None:
     broken = _broken(draft["out"], tmp_path)
     (broken / LOOKUP).write_bytes(data)
     found = _findings(broken)
@@ -314,29 +329,38 @@ def test_validate_finds_a_corpus_that_is_not_text(draft: dict[str, Any], tmp_pat
 
 def test_validate_warns_of_a_corpus_no_mode_reads(draft: dict[str, Any], tmp_path: Path) -> None:
     found = _findings(_broken(draft["out"], tmp_path, speculative_type=""))
-    assert [f for f in found if f.startswith("warning")] == [f"warning {LOOKUP}: unused: MNN reads a lookahead corpus "
-                                                             "only with speculative_type \"lookahead\" (config.json "
-                                                             "has '')"], found
+    assert [f for f in found if f.startswith("warning")] == [
+        f"warning {LOOKUP}: unused: MNN reads a lookahead corpus "
+        'only with speculative_type "lookahead" (config.json '
+        "has '')"
+    ], found
     assert not [f for f in found if f.startswith("error")], found
 
 
-@pytest.mark.parametrize("key, value, text", [("ngram_match_maxlen", 12, "greater than the maximum of 8"),
-                                              ("ngram_match_maxlen", "4", "is not of type 'integer'"),
-                                              ("draft_match_strictness", "hgh", "did you mean 'high'?"),
-                                              ("draft_selection_rule", "fifo", "allowed: 'freqxlen', 'fcfs'"),
-                                              ("ngram_update", "yes", "is not of type 'boolean'"),
-                                              ("draft_predict_length", 0, "less than the minimum of 1")])
-def test_validate_checks_the_lookahead_keys_against_the_schema(draft: dict[str, Any], tmp_path: Path, key: str,
-                                                               value: Any, text: str) -> None:
+@pytest.mark.parametrize(
+    "key, value, text",
+    [
+        ("ngram_match_maxlen", 12, "greater than the maximum of 8"),
+        ("ngram_match_maxlen", "4", "is not of type 'integer'"),
+        ("draft_match_strictness", "hgh", "did you mean 'high'?"),
+        ("draft_selection_rule", "fifo", "allowed: 'freqxlen', 'fcfs'"),
+        ("ngram_update", "yes", "is not of type 'boolean'"),
+        ("draft_predict_length", 0, "less than the minimum of 1"),
+    ],
+)
+def test_validate_checks_the_lookahead_keys_against_the_schema(
+    draft: dict[str, Any], tmp_path: Path, key: str, value: Any, text: str
+) -> None:
     found = _findings(_broken(draft["out"], tmp_path, **{key: value}))
     assert any(f.startswith(f"error config.json/{key}:") and text in f for f in found), found
 
 
 # --- checksum, sign, card, upload and pull carry the corpus -----------------------------------------------------------
 
+
 def test_checksum_sign_card_upload_and_pull_carry_the_corpus(draft: dict[str, Any], tmp_path: Path, keys: Keys) -> None:
-    from packager.card.render import render
     from packager.bundle.checksum import read_manifest, write_manifest
+    from packager.card.render import render
     from packager.trust.sign import sign
     from tests.localhub import LocalHub, upload
     from tests.test_card import EXAMPLE
@@ -354,8 +378,9 @@ def test_checksum_sign_card_upload_and_pull_carry_the_corpus(draft: dict[str, An
         done = upload(hub, bundle, "me/lookahead")
         assert done.returncode == 0, done.stderr
         stored = {e["path"] for e in hub.api("/api/models/me/lookahead/tree/main")}
-        pulled = hub.cli("pull", "me/lookahead", str(tmp_path / "app"), "--public-key", str(keys.public), "--quiet",
-                         token=None)  # --files app: what an app downloads to run it
+        pulled = hub.cli(
+            "pull", "me/lookahead", str(tmp_path / "app"), "--public-key", str(keys.public), "--quiet", token=None
+        )  # --files app: what an app downloads to run it
     finally:
         hub.stop()
     assert {LOOKUP, "README.md", "checksums.xxh128", "model.sig"} <= stored
@@ -363,15 +388,18 @@ def test_checksum_sign_card_upload_and_pull_carry_the_corpus(draft: dict[str, An
     assert (tmp_path / "app" / LOOKUP).read_bytes() == (bundle / LOOKUP).read_bytes()
 
 
-def test_the_card_of_a_target_says_lookahead_and_a_draft_without_a_corpus_says_so(target: ConvertResult,
-                                                                                 sharp_tied: Path,
-                                                                                 tmp_path: Path) -> None:
+def test_the_card_of_a_target_says_lookahead_and_a_draft_without_a_corpus_says_so(
+    target: ConvertResult, sharp_tied: Path, tmp_path: Path
+) -> None:
     from packager.card.render import render
     from tests.test_card import EXAMPLE
 
     text = render(target.out, spec_module.load(EXAMPLE)).text
-    assert "decodes with lookahead" in text and "| Lookahead | `config.json` runs MNN's lookahead (draft length 4)" \
-        in text and f"`{LOOKUP}`" in text
+    assert (
+        "decodes with lookahead" in text
+        and "| Lookahead | `config.json` runs MNN's lookahead (draft length 4)" in text
+        and f"`{LOOKUP}`" in text
+    )
     bare = tmp_path / "bare"
     shutil.copytree(target.out, bare)
     (bare / LOOKUP).unlink()
@@ -382,6 +410,7 @@ def test_the_card_of_a_target_says_lookahead_and_a_draft_without_a_corpus_says_s
 
 
 # --- MNN ------------------------------------------------------------------------------------------------------
+
 
 def _mnn(bundle: Path, **config: Any) -> Any:
     import MNN.llm as mnn_llm
@@ -401,8 +430,9 @@ def _generate(bundle: Path, prompt: str, n: int, **config: Any) -> list[int]:
 
 
 @pytest.mark.parametrize("which", ["draft", "target"])
-def test_mnn_decodes_a_lookahead_bundle_to_the_greedy_tokens_of_plain_decoding(which: str, draft: dict[str, Any],
-                                                                             target: ConvertResult) -> None:
+def test_mnn_decodes_a_lookahead_bundle_to_the_greedy_tokens_of_plain_decoding(
+    which: str, draft: dict[str, Any], target: ConvertResult
+) -> None:
     bundle = draft["out"] if which == "draft" else target.out
     assert json.loads(_mnn(bundle)._c_obj.dump_config())["speculative_type"] == "lookahead"
     for prompt in PROMPTS:
@@ -418,8 +448,9 @@ def test_mnn_drafts_from_the_prompt_without_a_corpus(bare_draft: Path) -> None:
     assert _generate(bare_draft, "go go go go go", 1) == [728] * 6
 
 
-def test_mnn_drafts_from_the_corpus_the_bundle_carries(target: ConvertResult, sharp_untied: Path,
-                                                       tmp_path: Path) -> None:
+def test_mnn_drafts_from_the_corpus_the_bundle_carries(
+    target: ConvertResult, sharp_untied: Path, tmp_path: Path
+) -> None:
     from transformers import AutoTokenizer
 
     prompt = PROMPTS[2]

@@ -28,8 +28,7 @@ def test_adapter_is_described(tiny_checkpoint: Path, lora_adapter: Path) -> None
     assert "q_proj" in info.target_modules
 
 
-def test_merged_model_gives_the_unmerged_peft_logits(tiny_checkpoint: Path, lora_adapter: Path,
-                                                     merged: Path) -> None:
+def test_merged_model_gives_the_unmerged_peft_logits(tiny_checkpoint: Path, lora_adapter: Path, merged: Path) -> None:
     import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
@@ -44,8 +43,7 @@ def test_merged_model_gives_the_unmerged_peft_logits(tiny_checkpoint: Path, lora
     assert not torch.allclose(plain, unmerged, atol=1e-2)  # the adapter really changes the model
 
 
-def test_lora_bundle_matches_the_merged_model(lora_bundle8: ConvertResult, merged: Path,
-                                              tiny_checkpoint: Path) -> None:
+def test_lora_bundle_matches_the_merged_model(lora_bundle8: ConvertResult, merged: Path, tiny_checkpoint: Path) -> None:
     report = compare(lora_bundle8.out, merged, resources.parity_prompts())
     assert report.min_cosine >= 0.99
     assert all(p.same_top1 for p in report.prompts)

@@ -16,14 +16,15 @@ from packager.measure import compat
 HIDDEN, VOCAB = 1024, 151936
 
 
-def _tie_numbers(bits: int, block: int, asymmetric: bool = True, alpha_bytes: int = 4, offset: int = 4096,
-                 vocab: int = VOCAB) -> tuple[int, int, int, int, int]:
+def _tie_numbers(
+    bits: int, block: int, asymmetric: bool = True, alpha_bytes: int = 4, offset: int = 4096, vocab: int = VOCAB
+) -> tuple[int, int, int, int, int]:
     weight = vocab * HIDDEN * bits // 8
     alpha = vocab * (HIDDEN // block if block else 1) * (2 if asymmetric else 1) * alpha_bytes
     return offset, offset + weight, alpha, bits, block
 
 
-def _folder(root: Path, tie: object | None, files: dict[str, int] = {}, config: dict | None = None) -> Path:
+def _folder(root: Path, tie: object | None, files: dict[str, int] | None = None, config: dict | None = None) -> Path:
     """An MNN folder as an app stores it: no llm.mnn.json; files of the given sizes (sparse, never written)."""
     root.mkdir()
     (root / "llm.mnn").write_bytes(b"\0" * 16)
@@ -34,7 +35,7 @@ def _folder(root: Path, tie: object | None, files: dict[str, int] = {}, config: 
     (root / "llm_config.json").write_text(json.dumps(llm_config))
     if config is not None:
         (root / "config.json").write_text(json.dumps(config))
-    for name, size in files.items():
+    for name, size in (files or {}).items():
         with open(root / name, "wb") as handle:
             handle.truncate(size)
     return root
@@ -46,8 +47,9 @@ def _read(folder: Path) -> int:
 
 
 @pytest.mark.parametrize("bits,block", [(4, 128), (8, 64), (4, 0), (8, 0)])
-def test_list_of_five_gives_the_rows_of_its_weight_span_not_its_alpha_offset(bits: int, block: int,
-                                                                             tmp_path: Path) -> None:
+def test_list_of_five_gives_the_rows_of_its_weight_span_not_its_alpha_offset(
+    bits: int, block: int, tmp_path: Path
+) -> None:
     assert _read(_folder(tmp_path / "m", list(_tie_numbers(bits, block)))) == VOCAB
 
 
@@ -71,10 +73,16 @@ def test_untied_bf16_embeddings_file_gives_its_rows(tmp_path: Path) -> None:
 @pytest.mark.parametrize("bits", [4, 8])
 def test_quantized_embeddings_file_is_read_through_its_offset_zero_declaration(bits: int, tmp_path: Path) -> None:
     tie = _tie_numbers(bits, 128, offset=0)
-    folder = _folder(tmp_path / "m", list(tie), {f"embeddings_int{bits}.bin": tie[1] + tie[2]},
-                     config={"llm_model": "llm.mnn", "embedding_file": f"embeddings_int{bits}.bin"})
+    folder = _folder(
+        tmp_path / "m",
+        list(tie),
+        {f"embeddings_int{bits}.bin": tie[1] + tie[2]},
+        config={"llm_model": "llm.mnn", "embedding_file": f"embeddings_int{bits}.bin"},
+    )
     assert _read(folder) == VOCAB
-    assert mnnfolder.embeddings_file(folder, {}, mnnfolder.tied_embedding(list(tie))).name == f"embeddings_int{bits}.bin"
+    assert (
+        mnnfolder.embeddings_file(folder, {}, mnnfolder.tied_embedding(list(tie))).name == f"embeddings_int{bits}.bin"
+    )
 
 
 def test_quantized_embeddings_file_shorter_than_its_declaration_is_a_conflict(tmp_path: Path) -> None:
@@ -89,26 +97,35 @@ def test_a_folder_that_states_nothing_reads_zero(tmp_path: Path) -> None:
 
 
 def test_tie_and_embeddings_file_that_disagree_are_named_both(tmp_path: Path) -> None:
-    folder = _folder(tmp_path / "m", list(_tie_numbers(4, 128, offset=0, vocab=VOCAB)),
-                     {"embeddings_int4.bin": 10**9}, config={"embedding_file": "embeddings_int4.bin"})
+    folder = _folder(
+        tmp_path / "m",
+        list(_tie_numbers(4, 128, offset=0, vocab=VOCAB)),
+        {"embeddings_int4.bin": 10**9},
+        config={"embedding_file": "embeddings_int4.bin"},
+    )
     assert _read(folder) == VOCAB  # the file holds the declared table (and more): consistent
     graph_says = 151669
-    with pytest.raises(mnnfolder.FolderConflict, match=f"llm.mnn.json \\(lm_head\\) says {graph_says}, "
-                                                       f"llm_config.json tie_embeddings says {VOCAB}"):
+    with pytest.raises(
+        mnnfolder.FolderConflict,
+        match=f"llm.mnn.json \\(lm_head\\) says {graph_says}, llm_config.json tie_embeddings says {VOCAB}",
+    ):
         mnnfolder.vocabulary(folder, json.loads((folder / "llm_config.json").read_text()), {}, graph_says)
 
 
-@pytest.mark.parametrize("tie,message", [
-    ([1, 2, 3], "list of 3 entries"),
-    ([4096, 4096 + 77, 10, 4, 128], "not a whole number of 1024-wide 4-bit rows"),
-    ([4096, 4096 + VOCAB * 512, 12345, 4, 128], "alpha size 12345 does not fit its 151936 rows"),
-    ([4096, 100, 10, 4, 128], "is impossible"),
-    ([4096, 8192, 10, 3, 128], "is impossible"),
-    ({"weight_offset": 1}, "lacks integer alpha_offset"),
-    ({**dict(zip(mnnfolder.TIE_KEYS, (1, 2, 3, 4, 128))), "alpha_dtype": "int8"}, "has alpha_dtype 'int8'"),
-    ("4096", "is a str"),
-    ([True, 2, 3, 4, 5], "list of 5 entries"),
-])
+@pytest.mark.parametrize(
+    "tie,message",
+    [
+        ([1, 2, 3], "list of 3 entries"),
+        ([4096, 4096 + 77, 10, 4, 128], "not a whole number of 1024-wide 4-bit rows"),
+        ([4096, 4096 + VOCAB * 512, 12345, 4, 128], "alpha size 12345 does not fit its 151936 rows"),
+        ([4096, 100, 10, 4, 128], "is impossible"),
+        ([4096, 8192, 10, 3, 128], "is impossible"),
+        ({"weight_offset": 1}, "lacks integer alpha_offset"),
+        ({**dict(zip(mnnfolder.TIE_KEYS, (1, 2, 3, 4, 128))), "alpha_dtype": "int8"}, "has alpha_dtype 'int8'"),
+        ("4096", "is a str"),
+        ([True, 2, 3, 4, 5], "list of 5 entries"),
+    ],
+)
 def test_malformed_tie_embeddings_is_one_reason(tie: object, message: str, tmp_path: Path) -> None:
     with pytest.raises(mnnfolder.FolderConflict, match=message):
         _read(_folder(tmp_path / "m", tie))

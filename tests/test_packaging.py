@@ -14,8 +14,12 @@ def _clean_copy(target: Path) -> Path:
     """The tracked files only: a stale build/ folder must not fill in for a missing package entry."""
     import shutil
 
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
-                            capture_output=True, check=True).stdout
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO,
+        capture_output=True,
+        check=True,
+    ).stdout
     for name in filter(None, listed.decode().split("\0")):
         source, dest = REPO / name, target / name
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -28,8 +32,23 @@ def _clean_copy(target: Path) -> Path:
 
 def test_wheel_contains_package_data(tmp_path: Path) -> None:
     source = _clean_copy(tmp_path / "src")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
-                    str(tmp_path / "dist"), str(source)], check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path / "dist"),
+            str(source),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     # The distribution is mnn-packager (PyPI's `packager` is another project); the import package is packager.
     wheel = next((tmp_path / "dist").glob("mnn_packager-*.whl"))
     names = set(zipfile.ZipFile(wheel).namelist())

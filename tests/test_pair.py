@@ -14,15 +14,19 @@ import pytest
 
 from packager.bundle.kinds import APP_FILES
 from packager.convert.pipeline import ConvertResult
-from packager.measure.pair import Options, acceptance, pair, runs_for
 from packager.measure import compat, workload
+from packager.measure.pair import Options, acceptance, pair, runs_for
 from packager.runtime.models import HFModel, MNNModel
 from packager.runtime.speculative import autoregressive, speculative
 from tests.conftest import run_cli
 from tests.models import build_deep_target, build_qwen3, copy_checkpoint, llmexport_raw
 
-PROMPTS = ("The capital of France is", "def fibonacci(n):", "Q: What is the boiling point of water?\nA:",
-           "Once upon a time, in a small village,")
+PROMPTS = (
+    "The capital of France is",
+    "def fibonacci(n):",
+    "Q: What is the boiling point of water?\nA:",
+    "Once upon a time, in a small village,",
+)
 QUICK = Options(new_tokens=12, repeats=1)
 
 
@@ -53,8 +57,9 @@ def test_builtin_workload_is_rendered_with_the_checkpoints_own_template(tiny_che
     tokenizer, template = AutoTokenizer.from_pretrained(tiny_checkpoint), workload.chat_template(tiny_checkpoint)
     for item in items:
         messages = [{"role": role, "content": content} for role, content in item.messages]
-        expected = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
-                                                 enable_thinking=False)
+        expected = tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=True, enable_thinking=False
+        )
         assert workload.render(template, item) == expected
     assert workload.render(template, items[0]).endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
 
@@ -64,7 +69,7 @@ def test_generation_stops_at_a_stop_id_in_both_runtimes(tiny_checkpoint: Path, b
         ids = model.encode("Hello there")
         free = model.greedy(ids, 8)
         assert len(free) == 8
-        assert model.greedy(ids, 8, stop=(free[2],)) == free[:free.index(free[2]) + 1]
+        assert model.greedy(ids, 8, stop=(free[2],)) == free[: free.index(free[2]) + 1]
 
 
 def test_checkpoints_load_in_their_stored_dtype_with_the_threads_asked(tiny_checkpoint: Path) -> None:
@@ -89,8 +94,15 @@ def test_draft_paired_with_itself_accepts_everything(bundle4: ConvertResult) -> 
 
 
 def _costs(path: Path, draft: float, target: float, verify: list[float]) -> Path:
-    path.write_text(json.dumps({"draft_step_seconds": draft, "target_step_seconds": target,
-                                "verify_seconds": {str(d): v for d, v in enumerate(verify, 1)}}))
+    path.write_text(
+        json.dumps(
+            {
+                "draft_step_seconds": draft,
+                "target_step_seconds": target,
+                "verify_seconds": {str(d): v for d, v in enumerate(verify, 1)},
+            }
+        )
+    )
     return path
 
 
@@ -102,25 +114,41 @@ def test_device_costs_decide_the_recommendation(bundle4: ConvertResult, tmp_path
     assert report.best_d is None and report.recommended_draft_predict_length is None
     assert report.verdict == "no speedup at any d on the device (--costs same.json)"
     cheap = _costs(tmp_path / "cheap.json", 0.005, 0.05, [0.05 + 0.002 * d for d in range(1, 7)])
-    result = run_cli("pair", str(bundle4.out), str(bundle4.out), "--prompts", str(_prompts(tmp_path)),
-                     "--tokens", "24", "--costs", str(cheap), "--json", "--quiet")
+    result = run_cli(
+        "pair",
+        str(bundle4.out),
+        str(bundle4.out),
+        "--prompts",
+        str(_prompts(tmp_path)),
+        "--tokens",
+        "24",
+        "--costs",
+        str(cheap),
+        "--json",
+        "--quiet",
+    )
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     speedups = {d["d"]: d["speedup_from_measured_tau"]["median"] for d in data["depths"]}
     best = max(speedups, key=speedups.__getitem__)
     assert data["best_d"] == data["recommended_draft_predict_length"] == best and speedups[best] > 1
-    assert data["costs"] == {"source": "--costs cheap.json", "device": True, "repeats": 1,
-                             "draft_step_s": {"median": 0.005, "low": 0.005, "high": 0.005},
-                             "target_step_s": {"median": 0.05, "low": 0.05, "high": 0.05},
-                             "draft_catchup_s": {"median": 0.005, "low": 0.005, "high": 0.005}}
+    assert data["costs"] == {
+        "source": "--costs cheap.json",
+        "device": True,
+        "repeats": 1,
+        "draft_step_s": {"median": 0.005, "low": 0.005, "high": 0.005},
+        "target_step_s": {"median": 0.05, "low": 0.05, "high": 0.05},
+        "draft_catchup_s": {"median": 0.005, "low": 0.005, "high": 0.005},
+    }
     # A draft paired with itself accepts everything, so every step pays the catch-up the file names.
     costly = json.loads(cheap.read_text()) | {"draft_catchup_seconds": 0.02}
     (tmp_path / "costly.json").write_text(json.dumps(costly))
     slower = pair(bundle4.out, bundle4.out, PROMPTS, Options(new_tokens=24, costs_file=tmp_path / "costly.json"))
     for depth in slower.depths:
         assert depth.speedup_from_measured_tau is not None and depth.tokens_per_step is not None
-        expected = acceptance.speedup(depth.tokens_per_step.value, depth.d, 0.005, 0.05 + 0.002 * depth.d, 0.05,
-                                      full=1.0, catchup=0.02)
+        expected = acceptance.speedup(
+            depth.tokens_per_step.value, depth.d, 0.005, 0.05 + 0.002 * depth.d, 0.05, full=1.0, catchup=0.02
+        )
         assert abs(depth.speedup_from_measured_tau.median - expected) < 1e-9
         assert expected < speedups[depth.d]
 
@@ -130,11 +158,17 @@ def _prompts(tmp_path: Path) -> Path:
     return tmp_path / "prompts.txt"
 
 
-@pytest.mark.parametrize("content", ["[1, 2", '{"draft_step_seconds": 0.1, "target_step_seconds": 0.1}',
-                                     '{"draft_step_seconds": -1, "target_step_seconds": 0.1, "verify_seconds": [1]}',
-                                     '{"draft_step_seconds": 1e999, "target_step_seconds": 0.1, "verify_seconds": [1]}',
-                                     '{"draft_step_seconds": 0.1, "target_step_seconds": 0.1, "verify_seconds": '
-                                     '[1, 1, 1, 1, 1, 1], "draft_catchup_seconds": 0}'])
+@pytest.mark.parametrize(
+    "content",
+    [
+        "[1, 2",
+        '{"draft_step_seconds": 0.1, "target_step_seconds": 0.1}',
+        '{"draft_step_seconds": -1, "target_step_seconds": 0.1, "verify_seconds": [1]}',
+        '{"draft_step_seconds": 1e999, "target_step_seconds": 0.1, "verify_seconds": [1]}',
+        '{"draft_step_seconds": 0.1, "target_step_seconds": 0.1, "verify_seconds": '
+        '[1, 1, 1, 1, 1, 1], "draft_catchup_seconds": 0}',
+    ],
+)
 def test_bad_costs_file_is_one_line_before_anything_loads(content: str, tmp_path: Path) -> None:
     (tmp_path / "costs.json").write_text(content)
     result = run_cli("pair", str(tmp_path), str(tmp_path), "--costs", str(tmp_path / "costs.json"))
@@ -143,9 +177,22 @@ def test_bad_costs_file_is_one_line_before_anything_loads(content: str, tmp_path
 
 
 def test_sampling_acceptance_is_one_for_identical_models_and_drops_for_a_perturbed_pair(
-        bundle4: ConvertResult, bundle8: ConvertResult, tmp_path: Path) -> None:
-    args = ("--prompts", str(_prompts(tmp_path)), "--tokens", "12", "--temperature", "0.7", "--top-k", "20",
-            "--top-p", "0.8", "--json", "--quiet")
+    bundle4: ConvertResult, bundle8: ConvertResult, tmp_path: Path
+) -> None:
+    args = (
+        "--prompts",
+        str(_prompts(tmp_path)),
+        "--tokens",
+        "12",
+        "--temperature",
+        "0.7",
+        "--top-k",
+        "20",
+        "--top-p",
+        "0.8",
+        "--json",
+        "--quiet",
+    )
     same = run_cli("pair", str(bundle4.out), str(bundle4.out), *args)
     assert same.returncode == 0, same.stderr
     data = json.loads(same.stdout)
@@ -223,8 +270,9 @@ def _huge_safetensors(path: Path, rows: int, cols: int) -> None:
 
 
 @pytest.mark.parametrize("kind", ["checkpoint", "bundle"])
-def test_pair_that_cannot_fit_in_memory_is_refused_before_loading(kind: str, tiny_checkpoint: Path,
-                                                                  bundle4: ConvertResult, tmp_path: Path) -> None:
+def test_pair_that_cannot_fit_in_memory_is_refused_before_loading(
+    kind: str, tiny_checkpoint: Path, bundle4: ConvertResult, tmp_path: Path
+) -> None:
     if kind == "checkpoint":  # a header saying 2 TiB of bf16 parameters; nothing is read past it
         target = copy_checkpoint(tiny_checkpoint, tmp_path / "huge")
         _huge_safetensors(target / "model-00002.safetensors", 1 << 20, 1 << 20)
@@ -262,13 +310,16 @@ def test_other_chat_template_is_refused(tiny_checkpoint: Path, tmp_path: Path) -
 @pytest.fixture(scope="module")
 def deep_targets(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("deep")
-    return {"same": build_deep_target(tiny_checkpoint, root / "same", extra_layers=30, noise=0.0),
-            "noisy": build_deep_target(tiny_checkpoint, root / "noisy", extra_layers=30, noise=0.02)}
+    return {
+        "same": build_deep_target(tiny_checkpoint, root / "same", extra_layers=30, noise=0.0),
+        "noisy": build_deep_target(tiny_checkpoint, root / "noisy", extra_layers=30, noise=0.02),
+    }
 
 
 @pytest.mark.parametrize("kind", ["same", "noisy"])
 def test_real_speculative_loop_is_lossless_and_accepts_what_the_estimate_counts(
-        kind: str, tiny_checkpoint: Path, deep_targets: dict[str, Path]) -> None:
+    kind: str, tiny_checkpoint: Path, deep_targets: dict[str, Path]
+) -> None:
     # Timing-free: the loop's tokens equal the target's greedy ones, and each of its steps accepts exactly the
     # tokens the estimate's arithmetic (one teacher-forced draft pass) predicts. Wall time: bench/.
     target_path = deep_targets[kind]
@@ -288,7 +339,7 @@ def test_real_speculative_loop_is_lossless_and_accepts_what_the_estimate_counts(
             if d in (1, acceptance.MAX_D):
                 taken: list[int] = []
                 assert speculative(draft, target, ids, 60, d, accepted=taken) == reference  # lossless
-                assert taken[:len(predicted)] == predicted, (kind, d)
+                assert taken[: len(predicted)] == predicted, (kind, d)
     for depth in report.depths:
         assert depth.tokens_per_step is not None
         assert abs(tokens[depth.d] / steps[depth.d] - depth.tokens_per_step.value) < 1e-12
@@ -301,8 +352,9 @@ def test_runtime_crash_while_pairing_is_one_line_and_exit_27(bundle4: ConvertRes
     (draft / "llm.mnn.weight").write_bytes(bytes((draft / "llm.mnn.weight").stat().st_size))
     result = run_cli("pair", str(draft), str(bundle4.out), "--quiet")
     assert result.returncode == 27 and result.stderr.count("\n") == 1 and result.stdout == ""
-    assert result.stderr.startswith(f"packager: error: the MNN runtime crashed (SIGSEGV, signal 11) while loading "
-                                    f"the bundle {draft}")
+    assert result.stderr.startswith(
+        f"packager: error: the MNN runtime crashed (SIGSEGV, signal 11) while loading the bundle {draft}"
+    )
 
 
 def test_malformed_bundle_files_in_pair_are_one_line(bundle4: ConvertResult, tmp_path: Path) -> None:

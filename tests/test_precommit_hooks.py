@@ -22,8 +22,15 @@ HEAVY = ("torch", "transformers", "MNN", "peft", "safetensors", "tokenizers", "l
 
 
 def _git(cwd: Path, *args: str) -> None:
-    env = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1", "GIT_AUTHOR_NAME": "t",
-           "GIT_AUTHOR_EMAIL": "t@example.invalid", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid"}
+    env = {
+        **os.environ,
+        "GIT_CONFIG_GLOBAL": os.devnull,
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@example.invalid",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@example.invalid",
+    }
     subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, timeout=120)
 
 
@@ -56,8 +63,9 @@ def publisher(bundle4: ConvertResult, tmp_path: Path) -> Path:
     (repo / "dist" / "broken" / "config_cpu.json").write_text(json.dumps(config))
     shutil.copy(EXAMPLE, repo / "release.toml")
     (repo / "old").mkdir()
-    (repo / "old" / "release.toml").write_text(EXAMPLE.read_text().replace('license = "apache-2.0"',
-                                                                         'license = "TODO: the license"'))
+    (repo / "old" / "release.toml").write_text(
+        EXAMPLE.read_text().replace('license = "apache-2.0"', 'license = "TODO: the license"')
+    )
     (repo / "notes.md").write_text("not part of any bundle\n")
     _git(repo, "init", "-q")
     _git(repo, "add", "-A")
@@ -68,11 +76,22 @@ def _try_repo(hook_repo: Path, publisher: Path, *files: str, verbose: bool = Fal
     tool = Path(sys.executable).parent / "pre-commit"
     selection = ["--files", *files] if files else ["--all-files"]
     selection += ["--verbose"] if verbose else []  # a passing hook's output too
-    env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_COMPILE": "1", "NO_COLOR": "1",
-           "GIT_CONFIG_GLOBAL": os.devnull}
+    env = {
+        **os.environ,
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+        "PIP_NO_COMPILE": "1",
+        "NO_COLOR": "1",
+        "GIT_CONFIG_GLOBAL": os.devnull,
+    }
     env.pop("PYTHONPATH", None)  # the hooks run packager from their own environment, nothing from here
-    return subprocess.run([str(tool), "try-repo", str(hook_repo), *selection, "--color", "never"], cwd=publisher,
-                          env=env, capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [str(tool), "try-repo", str(hook_repo), *selection, "--color", "never"],
+        cwd=publisher,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def test_try_repo_passes_a_good_bundle_and_spec(hook_repo: Path, publisher: Path) -> None:
@@ -94,9 +113,9 @@ def test_try_repo_fails_a_broken_bundle_and_spec_naming_each(hook_repo: Path, pu
     assert "Traceback" not in out + result.stderr
 
 
-def test_try_repo_notes_the_eagle_engine_check_it_skips_on_base_dependencies(hook_repo: Path,
-                                                                            eagle_bundle: ConvertResult,
-                                                                            tmp_path: Path) -> None:
+def test_try_repo_notes_the_eagle_engine_check_it_skips_on_base_dependencies(
+    hook_repo: Path, eagle_bundle: ConvertResult, tmp_path: Path
+) -> None:
     repo = tmp_path / "publisher"
     shutil.copytree(eagle_bundle.out, repo / "dist" / "eagle")
     _git(repo, "init", "-q")
@@ -111,26 +130,41 @@ def test_try_repo_notes_the_eagle_engine_check_it_skips_on_base_dependencies(hoo
 NO_MNN = "import sys; sys.modules['MNN'] = None; from packager.cli import main; sys.argv[0] = 'packager'; main()"
 
 
-@pytest.mark.parametrize("fmt, line", [
-    ("text", "NOTE    eagle.mnn: the engine check was skipped: MNN is not installed here"),
-    ("github", "::notice file="),
-])
-def test_validate_without_mnn_notes_the_skipped_head_check_and_passes_strict(eagle_bundle: ConvertResult,
-                                                                            fmt: str, line: str) -> None:
-    result = subprocess.run([sys.executable, "-c", NO_MNN, "validate", str(eagle_bundle.out), "--strict",
-                             "--format", fmt], capture_output=True, text=True, timeout=300)
+@pytest.mark.parametrize(
+    "fmt, line",
+    [
+        ("text", "NOTE    eagle.mnn: the engine check was skipped: MNN is not installed here"),
+        ("github", "::notice file="),
+    ],
+)
+def test_validate_without_mnn_notes_the_skipped_head_check_and_passes_strict(
+    eagle_bundle: ConvertResult, fmt: str, line: str
+) -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", NO_MNN, "validate", str(eagle_bundle.out), "--strict", "--format", fmt],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert any(row.startswith(line) for row in result.stdout.splitlines()), result.stdout
-    data = json.loads(subprocess.run([sys.executable, "-c", NO_MNN, "validate", str(eagle_bundle.out), "--json"],
-                                     capture_output=True, text=True, timeout=300).stdout)
+    data = json.loads(
+        subprocess.run(
+            [sys.executable, "-c", NO_MNN, "validate", str(eagle_bundle.out), "--json"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        ).stdout
+    )
     assert (data["ok"], data["errors"], data["warnings"]) == (True, 0, 0)
     assert [f["severity"] for f in data["findings"]] == ["note"]
     with_mnn = run_cli("validate", str(eagle_bundle.out), "--json")
     assert json.loads(with_mnn.stdout)["findings"] == []  # where MNN is installed the head is run, nothing noted
 
 
-def test_the_hook_code_paths_import_neither_torch_nor_mnn(bundle4: ConvertResult, tiny_checkpoint: Path,
-                                                          lora_adapter: Path, tmp_path: Path) -> None:
+def test_the_hook_code_paths_import_neither_torch_nor_mnn(
+    bundle4: ConvertResult, tiny_checkpoint: Path, lora_adapter: Path, tmp_path: Path
+) -> None:
     code = f"""
 import sys
 class Blocked:
@@ -140,9 +174,14 @@ class Blocked:
 sys.meta_path.insert(0, Blocked())
 from packager.cli import cli
 codes = []
-for args in {[["validate", "--files", "--format", "junit", str(bundle4.out / "config.json"), str(tmp_path / "x")],
-              ["validate", str(bundle4.out), "--format", "github"], ["check-spec", str(EXAMPLE), "--format", "json"],
-              ["init", str(tmp_path / "r"), "--from", str(tiny_checkpoint), "--lora", str(lora_adapter)]]!r}:
+for args in {
+        [
+            ["validate", "--files", "--format", "junit", str(bundle4.out / "config.json"), str(tmp_path / "x")],
+            ["validate", str(bundle4.out), "--format", "github"],
+            ["check-spec", str(EXAMPLE), "--format", "json"],
+            ["init", str(tmp_path / "r"), "--from", str(tiny_checkpoint), "--lora", str(lora_adapter)],
+        ]!r
+    }:
     codes.append(cli(args, standalone_mode=False))
 print(codes, sorted(m for m in sys.modules if m.split(".")[0] in {HEAVY!r}))
 """
@@ -155,13 +194,19 @@ def test_validate_files_skips_what_belongs_to_no_bundle(bundle4: ConvertResult, 
     (tmp_path / "notes.md").write_text("")
     result = run_cli("validate", "--files", str(tmp_path / "notes.md"), str(EXAMPLE))
     assert result.returncode == 0 and result.stdout.splitlines() == [
-        "skipped 2 file(s) that belong to no bundle folder", "nothing to check: no bundle folder among the files given"]
+        "skipped 2 file(s) that belong to no bundle folder",
+        "nothing to check: no bundle folder among the files given",
+    ]
 
 
 def test_validate_files_checks_each_bundle_once_whatever_the_alias(bundle4: ConvertResult, tmp_path: Path) -> None:
     (tmp_path / "alias").symlink_to(bundle4.out)
-    files = [bundle4.out / "config.json", bundle4.out / "llm.mnn", bundle4.out / ".." / bundle4.out.name / "README.md",
-             tmp_path / "alias" / "tokenizer.txt"]
+    files = [
+        bundle4.out / "config.json",
+        bundle4.out / "llm.mnn",
+        bundle4.out / ".." / bundle4.out.name / "README.md",
+        tmp_path / "alias" / "tokenizer.txt",
+    ]
     data = json.loads(run_cli("validate", "--files", "--json", *map(str, files)).stdout)
     assert [c["path"] for c in data["checked"]] == [str(bundle4.out)] and data["ok"] is True
 
@@ -170,5 +215,7 @@ def test_a_bundle_folder_gone_since_the_commit_is_a_finding(tmp_path: Path) -> N
     gone = tmp_path / "dist" / "gone"
     result = run_cli("validate", "--files", "--format", "github", str(gone / "llm.mnn"), str(gone / "config.json"))
     assert result.returncode == 30 and "Traceback" not in result.stderr
-    assert result.stdout.splitlines()[0] == f"::error file={gone},title=packager%3A bundle folder::bundle folder " \
-                                            f"{gone} does not exist"
+    assert (
+        result.stdout.splitlines()[0] == f"::error file={gone},title=packager%3A bundle folder::bundle folder "
+        f"{gone} does not exist"
+    )

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from packager.bundle.kinds import APP_FILES
 from packager.bundle.checksum import write_manifest
-from tests.localhub import WRITE_TOKEN, LocalHub, hub, online, ready  # noqa: F401 - fixtures
+from packager.bundle.kinds import APP_FILES
+from tests.localhub import WRITE_TOKEN, LocalHub, hub, online, ready
 from tests.localhub import upload as _upload
-from tests.signkeys import Keys, keys  # noqa: F401 - fixture
+from tests.signkeys import Keys, keys
 
 REPO = "me/draft"
 
@@ -45,8 +45,13 @@ CAP = ("bash", "-c", 'ulimit -v 4000000; exec "$0" "$@"')
 
 
 def capped(hub: LocalHub, *args: str, timeout: int = 90) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CAP, sys.executable, "-m", "packager.cli", *args], capture_output=True, text=True,
-                          env=hub.env(token=None), timeout=timeout)
+    return subprocess.run(
+        [*CAP, sys.executable, "-m", "packager.cli", *args],
+        capture_output=True,
+        text=True,
+        env=hub.env(token=None),
+        timeout=timeout,
+    )
 
 
 def refused(result, code: int, dest: Path, *words: str) -> None:  # type: ignore[no-untyped-def]
@@ -64,8 +69,11 @@ def commit_files(hub: LocalHub, files: dict[str, bytes], revision: str = "main")
     from huggingface_hub import CommitOperationAdd, HfApi
 
     HfApi(endpoint=hub.url, token=WRITE_TOKEN).create_commit(
-        REPO, operations=[CommitOperationAdd(path_in_repo=n, path_or_fileobj=d) for n, d in files.items()],
-        commit_message="tamper", revision=revision)
+        REPO,
+        operations=[CommitOperationAdd(path_in_repo=n, path_or_fileobj=d) for n, d in files.items()],
+        commit_message="tamper",
+        revision=revision,
+    )
 
 
 def flipped(path: Path, at: int = 4000) -> bytes:
@@ -74,8 +82,7 @@ def flipped(path: Path, at: int = 4000) -> bytes:
     return bytes(data)
 
 
-def test_a_signed_release_pulls_the_app_files_verified(hub: LocalHub, signed: Path, keys: Keys,
-                                                       tmp_path: Path) -> None:
+def test_a_signed_release_pulls_the_app_files_verified(hub: LocalHub, signed: Path, keys: Keys, tmp_path: Path) -> None:
     dest = tmp_path / "app" / "draft"
     dest.parent.mkdir()
     result = pull(hub, f"{REPO}@v1", dest, "--public-key", str(keys.public), "--require-signature", "--json")
@@ -88,8 +95,9 @@ def test_a_signed_release_pulls_the_app_files_verified(hub: LocalHub, signed: Pa
     assert sorted(p.name for p in dest.parent.iterdir()) == ["draft"]  # the staging folder is gone
 
 
-def test_a_full_pull_is_the_whole_release_and_verifies_again_offline(hub: LocalHub, signed: Path, keys: Keys,
-                                                                     tmp_path: Path) -> None:
+def test_a_full_pull_is_the_whole_release_and_verifies_again_offline(
+    hub: LocalHub, signed: Path, keys: Keys, tmp_path: Path
+) -> None:
     dest = tmp_path / "all"
     result = pull(hub, f"{REPO}@v1", dest, "--files", "all", "--public-key", str(keys.public))
     assert result.returncode == 0, result.stderr
@@ -99,17 +107,24 @@ def test_a_full_pull_is_the_whole_release_and_verifies_again_offline(hub: LocalH
 
 
 def test_a_file_and_its_manifest_line_replaced_together_is_refused_naming_the_file(
-        hub: LocalHub, signed: Path, keys: Keys, tmp_path: Path, online: None) -> None:
+    hub: LocalHub, signed: Path, keys: Keys, tmp_path: Path, online: None
+) -> None:
     (signed / "llm.mnn.weight").write_bytes(flipped(signed / "llm.mnn.weight"))
     write_manifest(signed)  # the manifest now agrees with the replaced weights: only the signature can tell
     commit_files(hub, {n: (signed / n).read_bytes() for n in ("llm.mnn.weight", "checksums.xxh128")})
     dest = tmp_path / "draft"
-    refused(pull(hub, REPO, dest, "--public-key", str(keys.public)), 78, dest,
-            "llm.mnn.weight", "differs from what model.sig signed")
+    refused(
+        pull(hub, REPO, dest, "--public-key", str(keys.public)),
+        78,
+        dest,
+        "llm.mnn.weight",
+        "differs from what model.sig signed",
+    )
 
 
-def test_a_file_replaced_behind_the_manifest_is_refused_even_unsigned(hub: LocalHub, ready: Path,
-                                                                      tmp_path: Path, online: None) -> None:
+def test_a_file_replaced_behind_the_manifest_is_refused_even_unsigned(
+    hub: LocalHub, ready: Path, tmp_path: Path, online: None
+) -> None:
     assert _upload(hub, ready, REPO).returncode == 0
     commit_files(hub, {"tokenizer.txt": flipped(ready / "tokenizer.txt", 10)})
     dest = tmp_path / "draft"
@@ -121,24 +136,24 @@ def test_another_publishers_key_is_refused(hub: LocalHub, signed: Path, keys: Ke
     refused(pull(hub, REPO, dest, "--public-key", str(keys.other_public)), 77, dest, "is not signed by the key")
 
 
-def test_an_unsigned_release_is_refused_with_require_signature(hub: LocalHub, ready: Path, keys: Keys,
-                                                               tmp_path: Path) -> None:
+def test_an_unsigned_release_is_refused_with_require_signature(
+    hub: LocalHub, ready: Path, keys: Keys, tmp_path: Path
+) -> None:
     assert _upload(hub, ready, REPO).returncode == 0
     dest = tmp_path / "draft"
-    refused(pull(hub, REPO, dest, "--public-key", str(keys.public), "--require-signature"), 77, dest,
-            "is not signed")
+    refused(pull(hub, REPO, dest, "--public-key", str(keys.public), "--require-signature"), 77, dest, "is not signed")
 
 
-def test_an_unsigned_release_pulls_without_trust_options_saying_so(hub: LocalHub, ready: Path,
-                                                                   tmp_path: Path) -> None:
+def test_an_unsigned_release_pulls_without_trust_options_saying_so(hub: LocalHub, ready: Path, tmp_path: Path) -> None:
     assert _upload(hub, ready, REPO).returncode == 0
     result = pull(hub, REPO, tmp_path / "draft")
     assert result.returncode == 0, result.stderr
     assert "unsigned: only the manifest was checked" in result.stdout
 
 
-def test_a_signature_over_another_revision_is_refused(hub: LocalHub, signed: Path, keys: Keys, tmp_path: Path,
-                                                      online: None) -> None:
+def test_a_signature_over_another_revision_is_refused(
+    hub: LocalHub, signed: Path, keys: Keys, tmp_path: Path, online: None
+) -> None:
     old_signature = (signed / "model.sig").read_bytes()
     (signed / "model.sig").unlink()
     (signed / "llm.mnn.weight").write_bytes(flipped(signed / "llm.mnn.weight"))
@@ -150,12 +165,16 @@ def test_a_signature_over_another_revision_is_refused(hub: LocalHub, signed: Pat
     assert pull(hub, f"{REPO}@v1", dest, "--public-key", str(keys.public)).returncode == 0
 
 
-def test_a_bundle_needing_a_newer_engine_is_refused(hub: LocalHub, signed: Path, keys: Keys,
-                                                    tmp_path: Path) -> None:
+def test_a_bundle_needing_a_newer_engine_is_refused(hub: LocalHub, signed: Path, keys: Keys, tmp_path: Path) -> None:
     declared = json.loads((signed / "runtime_config.json").read_text())["min_mnn_engine"]["version"]
     dest = tmp_path / "draft"
-    refused(pull(hub, REPO, dest, "--engine", "0.0.1", "--public-key", str(keys.public)), 79, dest,
-            f"needs MNN >= {declared}", "--engine 0.0.1")
+    refused(
+        pull(hub, REPO, dest, "--engine", "0.0.1", "--public-key", str(keys.public)),
+        79,
+        dest,
+        f"needs MNN >= {declared}",
+        "--engine 0.0.1",
+    )
     ok = pull(hub, REPO, dest, "--engine", declared, "--public-key", str(keys.public), "--json")
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout)["min_engine"] == declared
@@ -176,8 +195,9 @@ def test_a_resumed_partial_file_is_not_trusted(hub: LocalHub, signed: Path, keys
     assert not staging.parent.exists()
 
 
-def test_an_interrupted_download_resumes_where_it_stopped(hub: LocalHub, signed: Path, keys: Keys,
-                                                          tmp_path: Path) -> None:
+def test_an_interrupted_download_resumes_where_it_stopped(
+    hub: LocalHub, signed: Path, keys: Keys, tmp_path: Path
+) -> None:
     dest = tmp_path / "draft"
     staging = tmp_path / ".draft.pull" / "files"
     staging.mkdir(parents=True)
@@ -189,13 +209,17 @@ def test_an_interrupted_download_resumes_where_it_stopped(hub: LocalHub, signed:
     assert (dest / "llm.mnn.weight").read_bytes() == weights
 
 
-@pytest.mark.parametrize("args, code, words", [
-    (("--engine", "3.x"), 19, ("--engine",)),
-    (("--require-signature",), 19, ("needs whom to trust",)),
-    (("--identity", "someone"), 19, ("go together",)),
-])
-def test_bad_options_are_refused_before_the_hub_is_asked(hub: LocalHub, tmp_path: Path, args: tuple[str, ...],
-                                                         code: int, words: tuple[str, ...]) -> None:
+@pytest.mark.parametrize(
+    "args, code, words",
+    [
+        (("--engine", "3.x"), 19, ("--engine",)),
+        (("--require-signature",), 19, ("needs whom to trust",)),
+        (("--identity", "someone"), 19, ("go together",)),
+    ],
+)
+def test_bad_options_are_refused_before_the_hub_is_asked(
+    hub: LocalHub, tmp_path: Path, args: tuple[str, ...], code: int, words: tuple[str, ...]
+) -> None:
     dest = tmp_path / "draft"
     refused(pull(hub, REPO, dest, *args), code, dest, *words)
 
@@ -210,7 +234,8 @@ def test_a_folder_that_is_not_empty_is_refused_and_kept(hub: LocalHub, signed: P
 
 
 def test_a_hidden_folder_of_the_staging_name_that_pull_did_not_make_is_refused_and_kept(
-        hub: LocalHub, signed: Path, tmp_path: Path) -> None:
+    hub: LocalHub, signed: Path, tmp_path: Path
+) -> None:
     dest = tmp_path / "draft"
     mine = tmp_path / ".draft.pull"
     mine.mkdir()
@@ -227,23 +252,26 @@ def test_an_empty_folder_is_filled(hub: LocalHub, signed: Path, tmp_path: Path) 
     assert sorted(p.name for p in dest.iterdir()) == sorted(APP_FILES)
 
 
-def test_a_huge_remote_signature_is_refused_without_downloading_it(hub: LocalHub, signed: Path, keys: Keys,
-                                                                   tmp_path: Path, online: None) -> None:
+def test_a_huge_remote_signature_is_refused_without_downloading_it(
+    hub: LocalHub, signed: Path, keys: Keys, tmp_path: Path, online: None
+) -> None:
     commit_files(hub, {"model.sig": b" " * (1024 * 1024 + 10)})
     dest = tmp_path / "draft"
     refused(pull(hub, REPO, dest, "--public-key", str(keys.public)), 73, dest, "more than any signature")
 
 
-def test_a_refused_pull_removes_the_folders_it_made_above_dir(hub: LocalHub, signed: Path, keys: Keys,
-                                                              tmp_path: Path) -> None:
+def test_a_refused_pull_removes_the_folders_it_made_above_dir(
+    hub: LocalHub, signed: Path, keys: Keys, tmp_path: Path
+) -> None:
     dest = tmp_path / "new" / "deeper" / "draft"
     result = pull(hub, REPO, dest, "--public-key", str(keys.other_public))
     assert result.returncode == 77
     assert not (tmp_path / "new").exists()
 
 
-def test_a_second_pull_into_the_same_dir_is_refused_while_the_first_runs(hub: LocalHub, signed: Path,
-                                                                         tmp_path: Path) -> None:
+def test_a_second_pull_into_the_same_dir_is_refused_while_the_first_runs(
+    hub: LocalHub, signed: Path, tmp_path: Path
+) -> None:
     import fcntl
     import os
 
@@ -260,22 +288,25 @@ def test_a_second_pull_into_the_same_dir_is_refused_while_the_first_runs(hub: Lo
     assert staging.is_dir() and not dest.exists()  # the first pull's staging is left to it
 
 
-def test_a_full_pull_refuses_a_file_the_manifest_does_not_list(hub: LocalHub, signed: Path, tmp_path: Path,
-                                                               online: None) -> None:
+def test_a_full_pull_refuses_a_file_the_manifest_does_not_list(
+    hub: LocalHub, signed: Path, tmp_path: Path, online: None
+) -> None:
     commit_files(hub, {"notes.txt": b"not part of the release"})
     dest = tmp_path / "draft"
     refused(pull(hub, REPO, dest, "--files", "all"), 78, dest, "notes.txt", "does not list")
 
 
-def test_a_full_pull_refuses_a_path_outside_the_flat_bundle(hub: LocalHub, signed: Path, tmp_path: Path,
-                                                            online: None) -> None:
+def test_a_full_pull_refuses_a_path_outside_the_flat_bundle(
+    hub: LocalHub, signed: Path, tmp_path: Path, online: None
+) -> None:
     commit_files(hub, {"sub/llm.mnn": b"elsewhere"})
     dest = tmp_path / "draft"
     refused(pull(hub, REPO, dest, "--files", "all"), 78, dest, "sub/llm.mnn", "no file of a flat bundle")
 
 
-def test_a_gated_release_refuses_a_pull_without_access_and_leaves_nothing(hub: LocalHub, ready: Path, keys: Keys,
-                                                                          tmp_path: Path) -> None:
+def test_a_gated_release_refuses_a_pull_without_access_and_leaves_nothing(
+    hub: LocalHub, ready: Path, keys: Keys, tmp_path: Path
+) -> None:
     _sign(hub, ready, keys.private)
     assert _upload(hub, ready, REPO, "--gated", "manual").returncode == 0
     dest = tmp_path / "draft"
@@ -284,8 +315,9 @@ def test_a_gated_release_refuses_a_pull_without_access_and_leaves_nothing(hub: L
     assert owner.returncode == 0, owner.stderr
 
 
-def test_files_left_by_a_run_against_another_commit_are_not_trusted(hub: LocalHub, signed: Path, keys: Keys,
-                                                                    tmp_path: Path) -> None:
+def test_files_left_by_a_run_against_another_commit_are_not_trusted(
+    hub: LocalHub, signed: Path, keys: Keys, tmp_path: Path
+) -> None:
     dest = tmp_path / "draft"
     staging = tmp_path / ".draft.pull" / "files"
     staging.mkdir(parents=True)
@@ -325,10 +357,15 @@ def _plant(case: str, staging: Path, victim: Path, victims: Path) -> None:
         return
     files.mkdir(parents=True)
     (staging / "lock").touch()
-    target = {"weights .part a link": "llm.mnn.weight.part", "tokenizer .part a link": "tokenizer.txt.part",
-              "a finished file a link": "llm.mnn", "a hard link": "llm.mnn.weight.part",
-              "a FIFO": "llm.mnn.weight.part", "a folder": "llm.mnn.weight.part",
-              "a link to /dev/zero": "llm.mnn.weight.part"}[case]
+    target = {
+        "weights .part a link": "llm.mnn.weight.part",
+        "tokenizer .part a link": "tokenizer.txt.part",
+        "a finished file a link": "llm.mnn",
+        "a hard link": "llm.mnn.weight.part",
+        "a FIFO": "llm.mnn.weight.part",
+        "a folder": "llm.mnn.weight.part",
+        "a link to /dev/zero": "llm.mnn.weight.part",
+    }[case]
     if case == "a link to /dev/zero":
         (files / target).symlink_to("/dev/zero")
     elif case == "a hard link":
@@ -344,6 +381,7 @@ def _plant(case: str, staging: Path, victim: Path, victims: Path) -> None:
 
 def _tree(path: Path) -> dict[str, tuple[int, int]]:
     """Every entry at and under `path`, links not followed: its mode and size (to see that nothing changed)."""
+
     def fact(entry: Path) -> tuple[int, int]:
         info = os.lstat(entry)
         return info.st_mode, 0 if stat.S_ISDIR(info.st_mode) else info.st_size
@@ -356,11 +394,26 @@ def _tree(path: Path) -> dict[str, tuple[int, int]]:
     return found
 
 
-@pytest.mark.parametrize("case", ["weights .part a link", "tokenizer .part a link", "a finished file a link",
-                                  "a link to /dev/zero", "a hard link", "a FIFO", "a folder", "files a link",
-                                  "the lock a link", "out a link", "the staging folder a link", "another user's"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "weights .part a link",
+        "tokenizer .part a link",
+        "a finished file a link",
+        "a link to /dev/zero",
+        "a hard link",
+        "a FIFO",
+        "a folder",
+        "files a link",
+        "the lock a link",
+        "out a link",
+        "the staging folder a link",
+        "another user's",
+    ],
+)
 def test_a_staging_folder_pull_did_not_make_is_refused_untouched_never_written_through(
-        hub: LocalHub, signed: Path, tmp_path: Path, case: str) -> None:
+    hub: LocalHub, signed: Path, tmp_path: Path, case: str
+) -> None:
     if case == "another user's" and os.geteuid() != 0:
         pytest.skip("giving a folder to another user needs root")
     dest, staging = tmp_path / "z", tmp_path / ".z.pull"
@@ -392,21 +445,28 @@ def test_a_staging_folder_a_pull_made_is_private_to_its_user(hub: LocalHub, sign
 
 
 # -- issue 30: the other pull rows ------------------------------------------------------------------------------------
-def test_a_full_disk_is_a_file_system_error_with_a_pull_hint_and_leaves_nothing(hub: LocalHub, signed: Path,
-                                                                                small_disk: Path) -> None:
+def test_a_full_disk_is_a_file_system_error_with_a_pull_hint_and_leaves_nothing(
+    hub: LocalHub, signed: Path, small_disk: Path
+) -> None:
     dest = small_disk / "draft"
     result = pull(hub, REPO, dest)
     refused(result, 25, dest, "No space left on device", "llm.mnn.weight", "pull again")
     assert "rerun the same command" not in result.stderr and list(small_disk.iterdir()) == []
 
 
-def test_an_interrupted_pull_says_it_keeps_what_it_downloaded_to_resume(hub: LocalHub, signed: Path,
-                                                                       tmp_path: Path) -> None:
+def test_an_interrupted_pull_says_it_keeps_what_it_downloaded_to_resume(
+    hub: LocalHub, signed: Path, tmp_path: Path
+) -> None:
     hub.faults({"method": "GET", "path": "llm.mnn.weight", "stall_after_bytes": 1000, "times": 1})
     dest = tmp_path / "draft"
-    process = subprocess.Popen([sys.executable, "-m", "packager.cli", "pull", REPO, str(dest)], text=True,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=hub.env(token=None),
-                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "packager.cli", "pull", REPO, str(dest)],
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=hub.env(token=None),
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     assert process.stderr is not None
     for line in process.stderr:
         if "downloading llm.mnn.weight" in line:
@@ -433,8 +493,9 @@ def test_a_bare_at_is_refused_and_a_long_revision_is_shown_cut(hub: LocalHub, si
     assert not dest.exists()
 
 
-def test_a_dir_through_a_folder_that_does_not_exist_leaves_no_folder_behind(hub: LocalHub, signed: Path, keys: Keys,
-                                                                           tmp_path: Path) -> None:
+def test_a_dir_through_a_folder_that_does_not_exist_leaves_no_folder_behind(
+    hub: LocalHub, signed: Path, keys: Keys, tmp_path: Path
+) -> None:
     through = tmp_path / "new" / ".." / "draft"
     assert pull(hub, REPO, through, "--public-key", str(keys.other_public)).returncode == 77
     assert not (tmp_path / "new").exists() and not (tmp_path / "draft").exists()
@@ -442,7 +503,8 @@ def test_a_dir_through_a_folder_that_does_not_exist_leaves_no_folder_behind(hub:
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["dir"] == str(tmp_path.resolve() / "draft")
     assert not (tmp_path / "new").exists() and sorted(p.name for p in (tmp_path / "draft").iterdir()) == sorted(
-        APP_FILES)
+        APP_FILES
+    )
 
 
 def test_pull_errors_hint_at_what_to_do_for_a_pull(hub: LocalHub, ready: Path, tmp_path: Path) -> None:
@@ -457,7 +519,8 @@ def test_pull_errors_hint_at_what_to_do_for_a_pull(hub: LocalHub, ready: Path, t
 
 
 def test_a_manifest_larger_than_any_bundle_s_is_refused_alike_by_pull_and_verify_remote(
-        hub: LocalHub, signed: Path, tmp_path: Path, online: None) -> None:
+    hub: LocalHub, signed: Path, tmp_path: Path, online: None
+) -> None:
     lines = "".join(f"XXH128 (file-{i:07d}.bin) = {'0' * 32}\n" for i in range(40_000))  # 2 MB, 40,000 files
     commit_files(hub, {"checksums.xxh128": lines.encode()})
     dest = tmp_path / "draft"
@@ -484,8 +547,12 @@ def _on_a_terminal(hub: LocalHub, *args: str) -> tuple[int, str]:
     import threading
 
     leader, follower = pty.openpty()
-    process = subprocess.Popen([sys.executable, "-m", "packager.cli", *args], stdout=subprocess.DEVNULL,
-                               stderr=follower, env=hub.env(token=None))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "packager.cli", *args],
+        stdout=subprocess.DEVNULL,
+        stderr=follower,
+        env=hub.env(token=None),
+    )
     os.close(follower)
     drawn: list[bytes] = []
 
@@ -507,8 +574,7 @@ def _on_a_terminal(hub: LocalHub, *args: str) -> tuple[int, str]:
     return process.returncode, b"".join(drawn).decode("utf-8", errors="replace")
 
 
-def test_a_terminal_gets_a_byte_progress_bar_for_each_large_file(hub: LocalHub, signed: Path,
-                                                                 tmp_path: Path) -> None:
+def test_a_terminal_gets_a_byte_progress_bar_for_each_large_file(hub: LocalHub, signed: Path, tmp_path: Path) -> None:
     code, drawn = _on_a_terminal(hub, "pull", REPO, str(tmp_path / "draft"))
     assert code == 0, drawn
     weights = [line for line in drawn.replace("\r", "\n").splitlines() if line.startswith("llm.mnn.weight:")]

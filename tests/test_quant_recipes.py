@@ -11,24 +11,28 @@ from pathlib import Path
 
 import pytest
 
-from packager.errors import CardError
-from packager.card.render import gather_measurements, render
+from packager.bundle.graph import read as read_graph
 from packager.bundle.kinds import FILES
+from packager.card.render import gather_measurements, render
 from packager.convert.pipeline import ConvertRequest, ConvertResult, convert, convert_many
 from packager.convert.recipe import QuantRecipe
-from packager.spec.model import from_dict
+from packager.errors import CardError
 from packager.measure.sweep import SweepRequest, sweep
 from packager.measure.sweep.report import as_dict
+from packager.spec.model import from_dict
 from packager.validate import validate
-from packager.bundle.graph import read as read_graph
 from tests.conftest import run_cli
 from tests.test_validate import mutate
 from tests.trained import Fixture, fixture
 
-FIXTURES = Path(os.environ.get("PACKAGER_FIXTURE_DIR") or Path(tempfile.gettempdir()) / f"packager-test-fixtures-{os.getuid()}")
+FIXTURES = Path(
+    os.environ.get("PACKAGER_FIXTURE_DIR") or Path(tempfile.gettempdir()) / f"packager-test-fixtures-{os.getuid()}"
+)
 
 
-def _facts(bundle: Path) -> tuple[list[int], list[tuple[int | None, int | None, bool]], tuple[int | None, int | None, bool]]:
+def _facts(
+    bundle: Path,
+) -> tuple[list[int], list[tuple[int | None, int | None, bool]], tuple[int | None, int | None, bool]]:
     llm = json.loads((bundle / "llm_config.json").read_text())
     graph = read_graph(json.loads((bundle / "llm.mnn.json").read_text()))
     lm = graph.lm_head
@@ -39,8 +43,16 @@ def _facts(bundle: Path) -> tuple[list[int], list[tuple[int | None, int | None, 
 
 @pytest.fixture(scope="module")
 def hqq_lm8(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> ConvertResult:
-    return convert(ConvertRequest(checkpoint=tiny_checkpoint, out=tmp_path_factory.mktemp("hqq") / "bundle",
-                                  quant_block=64, algorithm="hqq", lm_bits=8, lm_block=0))
+    return convert(
+        ConvertRequest(
+            checkpoint=tiny_checkpoint,
+            out=tmp_path_factory.mktemp("hqq") / "bundle",
+            quant_block=64,
+            algorithm="hqq",
+            lm_bits=8,
+            lm_block=0,
+        )
+    )
 
 
 def test_the_bundle_and_its_provenance_state_the_recipe(hqq_lm8: ConvertResult) -> None:
@@ -55,22 +67,31 @@ def test_the_bundle_and_its_provenance_state_the_recipe(hqq_lm8: ConvertResult) 
 
 def test_symmetric_weights_have_no_zero_points(tiny_checkpoint: Path, tmp_path: Path) -> None:
     result = convert(ConvertRequest(checkpoint=tiny_checkpoint, out=tmp_path / "b", symmetric=True))
-    tie, body, lm = _facts(result.out)
+    _tie, body, lm = _facts(result.out)
     assert {asym for _, _, asym in body} == {False} and lm[2] is False
     assert not validate(result.out).errors
 
 
 def test_one_model_load_exports_every_recipe_to_the_bytes_of_its_own_conversion(
-        tiny_checkpoint: Path, bundle4: ConvertResult, bundle8: ConvertResult, hqq_lm8: ConvertResult,
-        tmp_path: Path) -> None:
+    tiny_checkpoint: Path, bundle4: ConvertResult, bundle8: ConvertResult, hqq_lm8: ConvertResult, tmp_path: Path
+) -> None:
     # quant-sweep's path: llmexport loads the model once and exports recipe after recipe. Each bundle must be
     # what a conversion of its own makes (the streaming ones included), in all ten files, whatever came before.
     symmetric = convert(ConvertRequest(checkpoint=tiny_checkpoint, out=tmp_path / "sym", symmetric=True))
     alone = [bundle4, hqq_lm8, symmetric, bundle8]
-    requests = [ConvertRequest(checkpoint=tiny_checkpoint, out=tmp_path / "many" / r.recipe.name,
-                               quant_bits=r.recipe.bits, quant_block=r.recipe.block, symmetric=r.recipe.symmetric,
-                               algorithm=r.recipe.algorithm, lm_bits=r.recipe.lm_bits, lm_block=r.recipe.lm_block)
-                for r in alone]
+    requests = [
+        ConvertRequest(
+            checkpoint=tiny_checkpoint,
+            out=tmp_path / "many" / r.recipe.name,
+            quant_bits=r.recipe.bits,
+            quant_block=r.recipe.block,
+            symmetric=r.recipe.symmetric,
+            algorithm=r.recipe.algorithm,
+            lm_bits=r.recipe.lm_bits,
+            lm_block=r.recipe.lm_block,
+        )
+        for r in alone
+    ]
     stages: list[str] = []
     together = convert_many(requests, progress=stages.append)
     assert sum("exporting again from the loaded model" in line for line in stages) == len(alone) - 1
@@ -81,7 +102,8 @@ def test_one_model_load_exports_every_recipe_to_the_bytes_of_its_own_conversion(
             assert (batch.out / name).read_bytes() == (one.out / name).read_bytes(), (one.recipe.name, name)
         assert not validate(batch.out).errors
     assert sorted(p.name for p in (tmp_path / "many").iterdir()) == sorted(
-        [r.recipe.name for r in alone] + [f"{r.recipe.name}.provenance.json" for r in alone])
+        [r.recipe.name for r in alone] + [f"{r.recipe.name}.provenance.json" for r in alone]
+    )
 
 
 def test_many_recipes_refuse_a_repeated_recipe_before_any_work(tiny_checkpoint: Path, tmp_path: Path) -> None:
@@ -102,14 +124,18 @@ def test_validate_finds_a_linear_off_the_bundles_recipe(hqq_lm8: ConvertResult, 
     assert any("8-bit weights, the bundle declares 4" in m for m in errors)
 
 
-@pytest.mark.parametrize("flags,words", [
-    (("--algorithm", "awq"), "awq is not offered"),
-    (("--lm-bits", "3"), "--lm-bits 3 is not supported"),
-    (("--lm-block", "100"), "--lm-block 100 does not divide"),
-    (("--quant-block", "-1"), "--quant-block -1 is negative"),
-])
-def test_impossible_recipes_are_refused_in_one_line(tiny_checkpoint: Path, tmp_path: Path, flags: tuple[str, ...],
-                                                    words: str) -> None:
+@pytest.mark.parametrize(
+    "flags,words",
+    [
+        (("--algorithm", "awq"), "awq is not offered"),
+        (("--lm-bits", "3"), "--lm-bits 3 is not supported"),
+        (("--lm-block", "100"), "--lm-block 100 does not divide"),
+        (("--quant-block", "-1"), "--quant-block -1 is negative"),
+    ],
+)
+def test_impossible_recipes_are_refused_in_one_line(
+    tiny_checkpoint: Path, tmp_path: Path, flags: tuple[str, ...], words: str
+) -> None:
     result = run_cli("convert", str(tiny_checkpoint), "--out", str(tmp_path / "b"), *flags)
     assert result.returncode == 19, result.stderr
     assert words in result.stderr and len(result.stderr.strip().splitlines()) == 1
@@ -131,14 +157,28 @@ def trained() -> Fixture:
 def swept(trained: Fixture, tmp_path_factory: pytest.TempPathFactory) -> dict:  # type: ignore[type-arg]
     recipes = (QuantRecipe(), QuantRecipe(symmetric=True), QuantRecipe(bits=8))
     work = tmp_path_factory.mktemp("sweep")
-    report = sweep(SweepRequest(checkpoint=trained.student, adapter=trained.adapter, target=trained.teacher,
-                                workdir=work, recipes=recipes, prompts=_prompts()))
+    report = sweep(
+        SweepRequest(
+            checkpoint=trained.student,
+            adapter=trained.adapter,
+            target=trained.teacher,
+            workdir=work,
+            recipes=recipes,
+            prompts=_prompts(),
+        )
+    )
     return as_dict(report)
 
 
 def _prompts() -> tuple[str, ...]:
-    return ("Explain what a Python list comprehension is.", "def fibonacci(n):", "The os.path module",
-            "Write a short note about dictionaries.", "import json\n", "What does the with statement do?")
+    return (
+        "Explain what a Python list comprehension is.",
+        "def fibonacci(n):",
+        "The os.path module",
+        "Write a short note about dictionaries.",
+        "import json\n",
+        "What does the with statement do?",
+    )
 
 
 def test_sweep_measures_every_recipe_and_picks_the_smallest_near_the_best(swept: dict) -> None:  # type: ignore[type-arg]
@@ -159,8 +199,9 @@ def test_sweep_measures_every_recipe_and_picks_the_smallest_near_the_best(swept:
 
 def test_a_sweep_bundle_is_the_bundle_convert_makes(swept: dict, trained: Fixture, tmp_path: Path) -> None:  # type: ignore[type-arg]
     # The sweep merges the adapter once and converts the merged checkpoint: the bytes are convert --lora's.
-    result = convert(ConvertRequest(checkpoint=trained.student, adapter=trained.adapter, out=tmp_path / "sym",
-                                    symmetric=True))
+    result = convert(
+        ConvertRequest(checkpoint=trained.student, adapter=trained.adapter, out=tmp_path / "sym", symmetric=True)
+    )
     row = next(r for r in swept["rows"] if r["name"] == "4bit-b128-sym")
     assert sum(result.sizes.values()) == row["bytes"]
     for name in ("llm.mnn.weight", "llm_config.json", "tokenizer.txt"):
@@ -168,8 +209,9 @@ def test_a_sweep_bundle_is_the_bundle_convert_makes(swept: dict, trained: Fixtur
 
 
 def test_the_card_says_why_that_recipe(swept: dict, hqq_lm8: ConvertResult, tmp_path: Path) -> None:  # type: ignore[type-arg]
-    from tests.test_card import EXAMPLE
     import tomllib
+
+    from tests.test_card import EXAMPLE
 
     data = tomllib.loads(EXAMPLE.read_text())
     measured = gather_measurements(hqq_lm8.out)

@@ -12,8 +12,8 @@ import pytest
 from packager.convert.pipeline import ConvertResult
 from packager.infra.hashing import xxh3_128_file
 from tests.conftest import run_cli
-from tests.localhub import LocalHub, hub, ready  # noqa: F401 - fixtures
-from tests.signkeys import Keys, keys  # noqa: F401 - fixture
+from tests.localhub import LocalHub, hub, ready
+from tests.signkeys import Keys, keys
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "release.toml"
 
@@ -39,16 +39,22 @@ def test_a_convert_source_that_does_not_exist_is_10_before_any_work(bundle4: Con
     bundle = tmp_path / "bundle"
     shutil.copytree(bundle4.out, bundle)
     # with --bundle the release verifies against the source: refused before validate, never looked up on a Hub
-    _one_line(run_cli("release", str(spec), "--bundle", str(bundle), "--dry-run"), 10,
-              "[convert] source", "missing/checkpoint does not exist")
+    _one_line(
+        run_cli("release", str(spec), "--bundle", str(bundle), "--dry-run"),
+        10,
+        "[convert] source",
+        "missing/checkpoint does not exist",
+    )
     _one_line(run_cli("release", str(spec), "--dry-run"), 10, "missing/checkpoint does not exist")
-    _one_line(run_cli("convert", "--spec", str(spec), "--out", str(tmp_path / "out")), 10,
-              "missing/checkpoint does not exist")
+    _one_line(
+        run_cli("convert", "--spec", str(spec), "--out", str(tmp_path / "out")), 10, "missing/checkpoint does not exist"
+    )
     assert not (tmp_path / "out").exists() and not (tmp_path / "dist").exists()
 
 
-def test_a_spec_pair_report_of_other_files_is_refused_before_any_work(bundle4: ConvertResult, bundle8: ConvertResult,
-                                                                      tmp_path: Path) -> None:
+def test_a_spec_pair_report_of_other_files_is_refused_before_any_work(
+    bundle4: ConvertResult, bundle8: ConvertResult, tmp_path: Path
+) -> None:
     from tests.test_card_presence import _pair_report
 
     _pair_report(tmp_path / "pair8.json", bundle8.out)  # pair's own serializer, the 8-bit bundle's digests
@@ -56,26 +62,40 @@ def test_a_spec_pair_report_of_other_files_is_refused_before_any_work(bundle4: C
     bundle = tmp_path / "bundle"
     shutil.copytree(bundle4.out, bundle)
     before = sorted(p.name for p in bundle.iterdir())
-    _one_line(run_cli("release", str(spec), "--bundle", str(bundle), "--dry-run"), 24,
-              "pair8.json measured another bundle", "run packager pair on this bundle again")
+    _one_line(
+        run_cli("release", str(spec), "--bundle", str(bundle), "--dry-run"),
+        24,
+        "pair8.json measured another bundle",
+        "run packager pair on this bundle again",
+    )
     assert sorted(p.name for p in bundle.iterdir()) == before
-    stated = run_cli("release", str(spec), "--bundle", str(bundle8.out), "--dry-run", "--json", "--quiet",
-                     "--endpoint", "http://127.0.0.1:9")  # no Hub there: the stages before the upload plan pass
+    stated = run_cli(
+        "release",
+        str(spec),
+        "--bundle",
+        str(bundle8.out),
+        "--dry-run",
+        "--json",
+        "--quiet",
+        "--endpoint",
+        "http://127.0.0.1:9",
+    )  # no Hub there: the stages before the upload plan pass
     assert "pair8.json" not in stated.stderr and '"name": "sign"' not in stated.stdout
     assert [s["ok"] for s in json.loads(stated.stdout)["stages"]][:4] == [True] * 4
 
 
-def test_a_pair_report_of_other_files_stops_a_converting_release_at_the_card(tiny_checkpoint: Path,
-                                                                            bundle4: ConvertResult,
-                                                                            tmp_path: Path) -> None:
+def test_a_pair_report_of_other_files_stops_a_converting_release_at_the_card(
+    tiny_checkpoint: Path, bundle4: ConvertResult, tmp_path: Path
+) -> None:
     from tests.test_card_presence import _pair_report
 
     _pair_report(tmp_path / "pair4.json", bundle4.out)  # of the 4-bit bundle; the release converts to 8 bits
     spec = _spec(tmp_path, convert=f'source = "{tiny_checkpoint}"', card='pair_report = "pair4.json"')
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("The capital of France is\n", encoding="utf-8")
-    spec.write_text(spec.read_text().replace("quant_bits = 4", "quant_bits = 8", 1)
-                    + f'\n[verify]\nprompts = "{prompts}"\n')
+    spec.write_text(
+        spec.read_text().replace("quant_bits = 4", "quant_bits = 8", 1) + f'\n[verify]\nprompts = "{prompts}"\n'
+    )
     done = run_cli("release", str(spec), "--out", str(tmp_path / "out"), "--dry-run", "--quiet")
     assert done.returncode == 24, done.stdout + done.stderr
     assert "ok   verify" in done.stdout and "FAIL card" in done.stdout
@@ -89,8 +109,9 @@ def _contents(folder: Path) -> dict[str, tuple[str, float]]:
 
 
 @pytest.mark.parametrize("signed", [False, True])
-def test_a_dry_run_of_a_built_bundle_writes_nothing_in_it(hub: LocalHub, ready: Path, keys: Keys, tmp_path: Path,
-                                                         signed: bool) -> None:
+def test_a_dry_run_of_a_built_bundle_writes_nothing_in_it(
+    hub: LocalHub, ready: Path, keys: Keys, tmp_path: Path, signed: bool
+) -> None:
     spec = EXAMPLE
     if signed:  # the user's own signature over their folder, and a spec that signs with the same key
         assert run_cli("sign", str(ready), "--key", str(keys.private)).returncode == 0

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from packager.bundle.checksum import write_manifest
-from tests.localhub import WRITE_TOKEN, LocalHub, hub, online, ready  # noqa: F401 - fixtures
+from tests.localhub import WRITE_TOKEN, LocalHub, hub, online, ready
 from tests.localhub import history as _history
-from tests.signkeys import Keys, keys  # noqa: F401 - fixture
+from tests.signkeys import Keys, keys
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "release.toml"
 REPO = "your-name/Qwen3-0.6B-KL-draft-MNN"
@@ -28,12 +28,18 @@ def spec_signed_with(tmp_path: Path, key: Path | None) -> Path:
 
 
 def release(hub: LocalHub, spec: Path, bundle: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "packager.cli", "release", str(spec), "--bundle", str(bundle),
-                           "--json", "--quiet"], capture_output=True, text=True, env={**hub.env(), **env}, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "packager.cli", "release", str(spec), "--bundle", str(bundle), "--json", "--quiet"],
+        capture_output=True,
+        text=True,
+        env={**hub.env(), **env},
+        timeout=300,
+    )
 
 
-def test_a_signed_release_is_one_commit_with_model_sig_and_pulls_verified(hub: LocalHub, ready: Path, keys: Keys,
-                                                                          tmp_path: Path) -> None:
+def test_a_signed_release_is_one_commit_with_model_sig_and_pulls_verified(
+    hub: LocalHub, ready: Path, keys: Keys, tmp_path: Path
+) -> None:
     result = release(hub, spec_signed_with(tmp_path, keys.private), ready)
     assert result.returncode == 0, result.stdout + result.stderr
     summary = json.loads(result.stdout)
@@ -43,16 +49,23 @@ def test_a_signed_release_is_one_commit_with_model_sig_and_pulls_verified(hub: L
     assert len(_history(hub, REPO)) == 1
     tree = {f["path"] for f in hub.api(f"/api/models/{REPO}/tree/v3?recursive=true")}
     assert "model.sig" in tree and len(tree) == 14
-    pulled = hub.cli("pull", f"{REPO}@v3", str(tmp_path / "draft"), "--public-key", str(keys.public),
-                     "--require-signature", "--quiet", token=None)
+    pulled = hub.cli(
+        "pull",
+        f"{REPO}@v3",
+        str(tmp_path / "draft"),
+        "--public-key",
+        str(keys.public),
+        "--require-signature",
+        "--quiet",
+        token=None,
+    )
     assert pulled.returncode == 0, pulled.stderr
     check = hub.cli("verify-remote", f"{REPO}@v3", "--public-key", str(keys.public), "--json")
     assert check.returncode == 0, check.stdout + check.stderr
     assert json.loads(check.stdout)["signature"] == "verified"
 
 
-def test_the_card_names_the_key_and_its_commands_verify(hub: LocalHub, ready: Path, keys: Keys,
-                                                        tmp_path: Path) -> None:
+def test_the_card_names_the_key_and_its_commands_verify(hub: LocalHub, ready: Path, keys: Keys, tmp_path: Path) -> None:
     assert release(hub, spec_signed_with(tmp_path, keys.private), ready).returncode == 0
     card = (ready / "README.md").read_text()
     key_id = json.loads((ready / "model.sig").read_text())["verificationMaterial"]["publicKey"]["hint"]
@@ -72,16 +85,14 @@ def test_the_card_names_the_key_and_its_commands_verify(hub: LocalHub, ready: Pa
     assert "Verification failed" in bad.stdout + bad.stderr
 
 
-def test_the_key_can_come_from_the_environment_for_ci(hub: LocalHub, ready: Path, keys: Keys,
-                                                      tmp_path: Path) -> None:
+def test_the_key_can_come_from_the_environment_for_ci(hub: LocalHub, ready: Path, keys: Keys, tmp_path: Path) -> None:
     result = release(hub, spec_signed_with(tmp_path, None), ready, PACKAGER_SIGNING_KEY=str(keys.private))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "sign" in [s["name"] for s in json.loads(result.stdout)["stages"]]
     assert (ready / "model.sig").is_file()
 
 
-def test_an_unchanged_signed_rerelease_makes_no_commit(hub: LocalHub, ready: Path, keys: Keys,
-                                                       tmp_path: Path) -> None:
+def test_an_unchanged_signed_rerelease_makes_no_commit(hub: LocalHub, ready: Path, keys: Keys, tmp_path: Path) -> None:
     spec = spec_signed_with(tmp_path, keys.private)
     assert release(hub, spec, ready).returncode == 0
     again = release(hub, spec, ready)
@@ -91,8 +102,9 @@ def test_an_unchanged_signed_rerelease_makes_no_commit(hub: LocalHub, ready: Pat
 
 
 @pytest.mark.parametrize("which, code", [("wrong_curve", 71), ("locked", 72), ("public", 70)])
-def test_a_bad_signing_key_stops_the_release_before_any_work(hub: LocalHub, ready: Path, keys: Keys,
-                                                             tmp_path: Path, which: str, code: int) -> None:
+def test_a_bad_signing_key_stops_the_release_before_any_work(
+    hub: LocalHub, ready: Path, keys: Keys, tmp_path: Path, which: str, code: int
+) -> None:
     key = {"wrong_curve": keys.wrong_curve, "locked": keys.locked, "public": keys.public}[which]
     before = (ready / "README.md").read_bytes()
     result = release(hub, spec_signed_with(tmp_path, key), ready)
@@ -103,7 +115,8 @@ def test_a_bad_signing_key_stops_the_release_before_any_work(hub: LocalHub, read
 
 
 def test_verify_remote_fails_the_signature_naming_a_file_replaced_with_its_manifest_line(
-        hub: LocalHub, ready: Path, keys: Keys, tmp_path: Path, online: None) -> None:
+    hub: LocalHub, ready: Path, keys: Keys, tmp_path: Path, online: None
+) -> None:
     assert release(hub, spec_signed_with(tmp_path, keys.private), ready).returncode == 0
     data = bytearray((ready / "llm.mnn.weight").read_bytes())
     data[123] ^= 1
@@ -111,9 +124,14 @@ def test_verify_remote_fails_the_signature_naming_a_file_replaced_with_its_manif
     write_manifest(ready)
     from huggingface_hub import CommitOperationAdd, HfApi
 
-    HfApi(endpoint=hub.url, token=WRITE_TOKEN).create_commit(REPO, commit_message="tamper", operations=[
-        CommitOperationAdd(path_in_repo=n, path_or_fileobj=str(ready / n)) for n in ("llm.mnn.weight",
-                                                                                       "checksums.xxh128")])
+    HfApi(endpoint=hub.url, token=WRITE_TOKEN).create_commit(
+        REPO,
+        commit_message="tamper",
+        operations=[
+            CommitOperationAdd(path_in_repo=n, path_or_fileobj=str(ready / n))
+            for n in ("llm.mnn.weight", "checksums.xxh128")
+        ],
+    )
     unchecked = hub.cli("verify-remote", REPO)
     assert unchecked.returncode == 0 and "signature: not checked" in unchecked.stdout  # the manifest agrees
     checked = hub.cli("verify-remote", REPO, "--public-key", str(keys.public))
@@ -135,31 +153,48 @@ def test_the_card_of_a_keyless_release_names_the_identity_and_its_commands(ready
     identity = "https://github.com/me/draft/.github/workflows/release.yml@refs/heads/main"
     issuer = "https://token.actions.githubusercontent.com"
     spec = tmp_path / "release.toml"
-    spec.write_text(EXAMPLE.read_text().replace(
-        "[release]\n", f'[release]\nsigning_identity = "{identity}"\nsigning_issuer = "{issuer}"\n', 1))
-    result = subprocess.run([sys.executable, "-m", "packager.cli", "card", str(ready), "--spec", str(spec)],
-                            capture_output=True, text=True, timeout=120)
+    spec.write_text(
+        EXAMPLE.read_text().replace(
+            "[release]\n", f'[release]\nsigning_identity = "{identity}"\nsigning_issuer = "{issuer}"\n', 1
+        )
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "packager.cli", "card", str(ready), "--spec", str(spec)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     card = (ready / "README.md").read_text()
     assert f"made keyless with sigstore by `{identity}` (issuer `{issuer}`)" in card
     assert f"--identity {identity} --issuer {issuer} --require-signature" in card
-    assert f"model_signing verify sigstore ./release --signature ./release/model.sig --identity {identity} " \
-           f"--identity_provider {issuer}" in card
+    assert (
+        f"model_signing verify sigstore ./release --signature ./release/model.sig --identity {identity} "
+        f"--identity_provider {issuer}" in card
+    )
 
 
 def test_the_card_command_states_the_spec_s_signing_key(ready: Path, keys: Keys, tmp_path: Path) -> None:
     from packager.trust.keys import key_id
 
     spec = spec_signed_with(tmp_path, keys.private)
-    result = subprocess.run([sys.executable, "-m", "packager.cli", "card", str(ready), "--spec", str(spec)],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "packager.cli", "card", str(ready), "--spec", str(spec)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     assert f"`{key_id(keys.public.read_bytes())}`" in (ready / "README.md").read_text()
 
 
 def test_an_unsigned_card_says_nothing_about_signatures(ready: Path, tmp_path: Path) -> None:
-    result = subprocess.run([sys.executable, "-m", "packager.cli", "card", str(ready), "--spec", str(EXAMPLE)],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "packager.cli", "card", str(ready), "--spec", str(EXAMPLE)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     assert "model.sig" not in (ready / "README.md").read_text()
 
@@ -167,8 +202,12 @@ def test_an_unsigned_card_says_nothing_about_signatures(ready: Path, tmp_path: P
 def test_a_keyless_identity_without_issuer_is_refused(ready: Path, tmp_path: Path) -> None:
     spec = tmp_path / "release.toml"
     spec.write_text(EXAMPLE.read_text().replace("[release]\n", '[release]\nsigning_identity = "me"\n', 1))
-    result = subprocess.run([sys.executable, "-m", "packager.cli", "card", str(ready), "--spec", str(spec)],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "packager.cli", "card", str(ready), "--spec", str(spec)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 17 and "signing_identity needs signing_issuer" in result.stderr
 
 
@@ -182,16 +221,18 @@ def test_a_stale_signature_is_never_uploaded(hub: LocalHub, ready: Path, keys: K
     assert _history(hub, "me/draft") == []
 
 
-def test_an_unsigned_release_of_a_bundle_with_an_old_signature_is_refused(hub: LocalHub, ready: Path, keys: Keys,
-                                                                          tmp_path: Path) -> None:
+def test_an_unsigned_release_of_a_bundle_with_an_old_signature_is_refused(
+    hub: LocalHub, ready: Path, keys: Keys, tmp_path: Path
+) -> None:
     assert hub.cli("sign", str(ready), "--key", str(keys.private)).returncode == 0
     result = release(hub, spec_signed_with(tmp_path, None), ready)  # the card is rewritten, nobody re-signs
     assert result.returncode == 78, result.stdout + result.stderr
     assert _history(hub, REPO) == []
 
 
-def test_a_changed_signed_rerelease_is_signed_anew_and_verifies_on_the_hub(hub: LocalHub, ready: Path, keys: Keys,
-                                                                           tmp_path: Path) -> None:
+def test_a_changed_signed_rerelease_is_signed_anew_and_verifies_on_the_hub(
+    hub: LocalHub, ready: Path, keys: Keys, tmp_path: Path
+) -> None:
     spec = spec_signed_with(tmp_path, keys.private)
     assert release(hub, spec, ready).returncode == 0
     data = bytearray((ready / "llm.mnn.weight").read_bytes())
@@ -202,16 +243,19 @@ def test_a_changed_signed_rerelease_is_signed_anew_and_verifies_on_the_hub(hub: 
     again = release(hub, spec, ready)
     assert again.returncode == 0, again.stdout + again.stderr
     stages = json.loads(again.stdout)["stages"]
-    assert "model.sig written" in stages[4]["detail"] and "signature verified on the Hub (12 files)" in stages[5]["detail"]
+    assert (
+        "model.sig written" in stages[4]["detail"] and "signature verified on the Hub (12 files)" in stages[5]["detail"]
+    )
     check = hub.cli("verify-remote", f"{REPO}@v4", "--public-key", str(keys.public))
     assert check.returncode == 0, check.stdout + check.stderr
 
 
-def test_the_post_upload_check_reads_the_hub_s_small_files_back(hub: LocalHub, ready: Path, keys: Keys,
-                                                                 tmp_path: Path, online: None) -> None:
-    from packager.spec import model as spec_module
-    from packager.release.signing import plan, verify_uploaded
+def test_the_post_upload_check_reads_the_hub_s_small_files_back(
+    hub: LocalHub, ready: Path, keys: Keys, tmp_path: Path, online: None
+) -> None:
     from packager.errors import ContentMismatch
+    from packager.release.signing import plan, verify_uploaded
+    from packager.spec import model as spec_module
 
     spec = spec_signed_with(tmp_path, keys.private)
     result = release(hub, spec, ready)

@@ -8,7 +8,7 @@ from pathlib import Path
 from jsonschema import Draft202012Validator
 
 from packager import resources
-from tests.localhub import LocalHub, hub, ready  # noqa: F401 - fixtures
+from tests.localhub import LocalHub, hub, ready
 from tests.localhub import upload as _upload
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "release.toml"
@@ -22,8 +22,17 @@ def _valid(data: dict) -> dict:  # type: ignore[type-arg]
 
 def test_dry_run_plans_every_file_and_creates_nothing(hub: LocalHub, ready: Path, tmp_path: Path) -> None:
     summary_file = tmp_path / "out" / "summary.json"
-    result = hub.cli("release", str(EXAMPLE), "--bundle", str(ready), "--dry-run", "--json", "--quiet",
-                     "--summary", str(summary_file))
+    result = hub.cli(
+        "release",
+        str(EXAMPLE),
+        "--bundle",
+        str(ready),
+        "--dry-run",
+        "--json",
+        "--quiet",
+        "--summary",
+        str(summary_file),
+    )
     assert result.returncode == 0, result.stderr
     data = _valid(json.loads(result.stdout))
     assert json.loads(summary_file.read_text()) == data
@@ -52,8 +61,7 @@ def test_summary_of_a_real_release_has_the_commit(hub: LocalHub, ready: Path, tm
     assert {r["action"] for r in data["plan"]} == {"add"}
 
 
-def test_summary_of_a_failed_release_names_the_stage_and_exit_code(hub: LocalHub, ready: Path,
-                                                                   tmp_path: Path) -> None:
+def test_summary_of_a_failed_release_names_the_stage_and_exit_code(hub: LocalHub, ready: Path, tmp_path: Path) -> None:
     assert _upload(hub, ready, REPO, "--tag", "v3").returncode == 0
     (ready / "llm.mnn.weight").write_bytes((ready / "llm.mnn.weight").read_bytes()[:-4])  # fails validation
     summary_file = tmp_path / "summary.json"

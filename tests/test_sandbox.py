@@ -30,7 +30,8 @@ def test_fence_refuses_network_processes_and_outside_writes(tmp_path: Path) -> N
     outside = tmp_path / "outside.txt"
     root = tmp_path / "work"
     root.mkdir()
-    result = _fenced(f"""
+    result = _fenced(
+        f"""
         import os, socket, subprocess
         assert refused(lambda: socket.create_connection(("127.0.0.1", 9), timeout=1))
         assert refused(lambda: socket.getaddrinfo("example.com", 443))
@@ -40,7 +41,9 @@ def test_fence_refuses_network_processes_and_outside_writes(tmp_path: Path) -> N
         assert refused(lambda: os.mkdir({str(tmp_path / "newdir")!r}))
         assert refused(lambda: os.symlink("/etc/passwd", {str(tmp_path / "link")!r}))
         print("blocked", len(fence.blocked))
-    """, root)
+    """,
+        root,
+    )
     assert result.returncode == 0, result.stderr
     assert "blocked 7" in result.stdout
     assert not outside.exists() and not (tmp_path / "newdir").exists()
@@ -49,7 +52,8 @@ def test_fence_refuses_network_processes_and_outside_writes(tmp_path: Path) -> N
 def test_fence_allows_work_inside_its_folder_and_reading_anywhere(tmp_path: Path) -> None:
     root = tmp_path / "work"
     root.mkdir()
-    result = _fenced(f"""
+    result = _fenced(
+        f"""
         import os, socket
         Path({str(root)!r}, "a.txt").write_text("ok")
         os.mkdir({str(root / "sub")!r})
@@ -58,7 +62,9 @@ def test_fence_allows_work_inside_its_folder_and_reading_anywhere(tmp_path: Path
         a, b = socket.socketpair(socket.AF_UNIX)
         a.sendall(b"x"); assert b.recv(1) == b"x"
         assert fence.blocked == []
-    """, root)
+    """,
+        root,
+    )
     assert result.returncode == 0, result.stderr
     assert (root / "sub" / "b.txt").read_text() == "ok"
 
@@ -66,7 +72,8 @@ def test_fence_allows_work_inside_its_folder_and_reading_anywhere(tmp_path: Path
 def test_fence_permits_packagers_own_fork_and_refuses_any_other(tmp_path: Path) -> None:
     root = tmp_path / "work"
     root.mkdir()
-    result = _fenced("""
+    result = _fenced(
+        """
         import os
         assert refused(os.fork)
         pid = fence.fork()
@@ -75,6 +82,8 @@ def test_fence_permits_packagers_own_fork_and_refuses_any_other(tmp_path: Path) 
         assert os.waitpid(pid, 0)[1] >> 8 == 7
         assert refused(os.fork)
         print("blocked", len(fence.blocked))
-    """, root)
+    """,
+        root,
+    )
     assert result.returncode == 0, result.stderr
     assert "blocked 2" in result.stdout

@@ -13,8 +13,8 @@ from packager.bundle.checksum import read_manifest
 from packager.trust.keys import PASSPHRASE_ENV
 from packager.trust.sign import RELEASE_SET
 from tests.conftest import run_cli
-from tests.localhub import ready  # noqa: F401 - fixture
-from tests.signkeys import PASSPHRASE, Keys, forge_signature, keys  # noqa: F401 - fixture
+from tests.localhub import ready
+from tests.signkeys import PASSPHRASE, Keys, forge_signature, keys
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -72,21 +72,30 @@ def test_the_key_can_come_from_the_environment(ready: Path, keys: Keys) -> None:
     assert check(ready, keys.public).returncode == 0
 
 
-@pytest.mark.parametrize("which, code, words", [
-    ("public", 70, ("is a public key, not a private key",)),
-    ("garbage", 70, ("not a PEM private key",)),
-    ("wrong_curve", 71, ("secp256k1",)),
-    ("rsa", 71, ("not an EC key",)),
-    ("locked", 72, ("protected by a passphrase and none was given",)),
-    ("wrong_passphrase", 72, ("does not unlock",)),
-])
-def test_a_bad_key_is_one_line_with_its_own_code_and_writes_nothing(ready: Path, keys: Keys, tmp_path: Path,
-                                                                     which: str, code: int,
-                                                                     words: tuple[str, ...]) -> None:
+@pytest.mark.parametrize(
+    "which, code, words",
+    [
+        ("public", 70, ("is a public key, not a private key",)),
+        ("garbage", 70, ("not a PEM private key",)),
+        ("wrong_curve", 71, ("secp256k1",)),
+        ("rsa", 71, ("not an EC key",)),
+        ("locked", 72, ("protected by a passphrase and none was given",)),
+        ("wrong_passphrase", 72, ("does not unlock",)),
+    ],
+)
+def test_a_bad_key_is_one_line_with_its_own_code_and_writes_nothing(
+    ready: Path, keys: Keys, tmp_path: Path, which: str, code: int, words: tuple[str, ...]
+) -> None:
     garbage = tmp_path / "garbage.pem"
     garbage.write_bytes(os.urandom(300))
-    key = {"public": keys.public, "garbage": garbage, "wrong_curve": keys.wrong_curve, "rsa": keys.rsa,
-           "locked": keys.locked, "wrong_passphrase": keys.locked}[which]
+    key = {
+        "public": keys.public,
+        "garbage": garbage,
+        "wrong_curve": keys.wrong_curve,
+        "rsa": keys.rsa,
+        "locked": keys.locked,
+        "wrong_passphrase": keys.locked,
+    }[which]
     env = _env(**{PASSPHRASE_ENV: "not it"}) if which == "wrong_passphrase" else _env()
     before = sorted(p.name for p in ready.iterdir())
     one_line_error(sign(ready, "--key", str(key), env=env), code, *words)
@@ -136,13 +145,16 @@ def test_a_changed_file_is_named(ready: Path, keys: Keys) -> None:
     one_line_error(check(ready, keys.public), 78, "llm.mnn.weight")
 
 
-@pytest.mark.parametrize("content, words", [
-    (b"{not json", ("is not JSON",)),
-    (b"[1, 2]", ("no sigstore bundle",)),
-    (b"[" * 100_000 + b"]" * 100_000, ("is not JSON",)),
-    (b" " * (1024 * 1024 + 1), ("more than any signature",)),
-    (json.dumps({"verificationMaterial": {"publicKey": {}}, "mediaType": 3}).encode(), ("model-signing can read",)),
-])
+@pytest.mark.parametrize(
+    "content, words",
+    [
+        (b"{not json", ("is not JSON",)),
+        (b"[1, 2]", ("no sigstore bundle",)),
+        (b"[" * 100_000 + b"]" * 100_000, ("is not JSON",)),
+        (b" " * (1024 * 1024 + 1), ("more than any signature",)),
+        (json.dumps({"verificationMaterial": {"publicKey": {}}, "mediaType": 3}).encode(), ("model-signing can read",)),
+    ],
+)
 def test_a_malformed_signature_is_one_line(ready: Path, keys: Keys, content: bytes, words: tuple[str, ...]) -> None:
     (ready / "model.sig").write_bytes(content)
     one_line_error(check(ready, keys.public), 73, *words)
@@ -175,9 +187,14 @@ def _offline_env(tmp_path: Path) -> dict[str, str]:
     """No CI identity in the environment, a fresh HOME (no sigstore cache), and the loopback-only guard."""
     tests = Path(__file__).resolve().parent
     env = {k: v for k, v in _env().items() if not k.startswith(("ACTIONS_", "GITHUB_", "GOOGLE_", "SIGSTORE"))}
-    return {**env, "HOME": str(tmp_path / "home"), "XDG_CACHE_HOME": str(tmp_path / "cache"),
-            "XDG_DATA_HOME": str(tmp_path / "data"), "PACKAGER_NETGUARD_LOG": str(tmp_path / "netguard.log"),
-            "PYTHONPATH": os.pathsep.join([str(tests / "netguard"), str(tests.parent)])}
+    return {
+        **env,
+        "HOME": str(tmp_path / "home"),
+        "XDG_CACHE_HOME": str(tmp_path / "cache"),
+        "XDG_DATA_HOME": str(tmp_path / "data"),
+        "PACKAGER_NETGUARD_LOG": str(tmp_path / "netguard.log"),
+        "PYTHONPATH": os.pathsep.join([str(tests / "netguard"), str(tests.parent)]),
+    }
 
 
 def _jwt(claims: dict[str, object]) -> str:
@@ -199,19 +216,31 @@ def test_keyless_signing_without_an_identity_is_one_line_and_writes_nothing(read
 def test_keyless_signing_refuses_a_malformed_token_offline(ready: Path, tmp_path: Path) -> None:
     token = tmp_path / "token"
     token.write_text("not-a-jwt")
-    one_line_error(sign(ready, "--keyless", "--identity-token-file", str(token), env=_offline_env(tmp_path)), 74,
-                   "identity token is not usable")
+    one_line_error(
+        sign(ready, "--keyless", "--identity-token-file", str(token), env=_offline_env(tmp_path)),
+        74,
+        "identity token is not usable",
+    )
     assert not (ready / "model.sig").exists() and not (tmp_path / "netguard.log").exists()
 
 
-def test_keyless_signing_goes_as_far_as_sigstore_and_fails_in_one_line_without_it(ready: Path,
-                                                                                  tmp_path: Path) -> None:
+def test_keyless_signing_goes_as_far_as_sigstore_and_fails_in_one_line_without_it(ready: Path, tmp_path: Path) -> None:
     import time
 
     now = int(time.time())
     token = tmp_path / "token"
-    token.write_text(_jwt({"iss": "https://token.actions.githubusercontent.com", "aud": "sigstore", "iat": now,
-                           "nbf": now, "exp": now + 3600, "sub": "repo:me/draft:ref:refs/heads/main"}))
+    token.write_text(
+        _jwt(
+            {
+                "iss": "https://token.actions.githubusercontent.com",
+                "aud": "sigstore",
+                "iat": now,
+                "nbf": now,
+                "exp": now + 3600,
+                "sub": "repo:me/draft:ref:refs/heads/main",
+            }
+        )
+    )
     result = sign(ready, "--keyless", "--identity-token-file", str(token), env=_offline_env(tmp_path))
     one_line_error(result, 74, "keyless signing failed")
     assert not (ready / "model.sig").exists()
@@ -220,8 +249,15 @@ def test_keyless_signing_goes_as_far_as_sigstore_and_fails_in_one_line_without_i
 
 def test_a_key_signed_bundle_is_not_accepted_as_keyless_and_the_reverse(ready: Path, keys: Keys) -> None:
     assert sign(ready, "--key", str(keys.private)).returncode == 0
-    as_keyless = run_cli("verify-signature", str(ready), "--identity", "me@example.com", "--issuer",
-                         "https://accounts.example.com", env=_env())
+    as_keyless = run_cli(
+        "verify-signature",
+        str(ready),
+        "--identity",
+        "me@example.com",
+        "--issuer",
+        "https://accounts.example.com",
+        env=_env(),
+    )
     one_line_error(as_keyless, 77, "signed with a key, not keyless")
     document = json.loads((ready / "model.sig").read_text())
     document["verificationMaterial"] = {"certificate": {"rawBytes": "MIIB"}, "tlogEntries": []}
@@ -229,22 +265,33 @@ def test_a_key_signed_bundle_is_not_accepted_as_keyless_and_the_reverse(ready: P
     one_line_error(check(ready, keys.public), 77, "was signed keyless")
 
 
-@pytest.mark.parametrize("args, words", [
-    (("--identity", "me@example.com"), ("--identity and --issuer go together",)),
-    (("--public-key", "k.pub", "--identity", "x", "--issuer", "y"), ("both given",)),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (("--identity", "me@example.com"), ("--identity and --issuer go together",)),
+        (("--public-key", "k.pub", "--identity", "x", "--issuer", "y"), ("both given",)),
+    ],
+)
 def test_contradictory_trust_options_are_refused(ready: Path, args: tuple[str, ...], words: tuple[str, ...]) -> None:
     one_line_error(run_cli("verify-signature", str(ready), *args, env=_env()), 19, *words)
 
 
 def test_keyless_verification_goes_as_far_as_sigstore_s_trust_root_and_fails_in_one_line(
-        ready: Path, keys: Keys, tmp_path: Path) -> None:
+    ready: Path, keys: Keys, tmp_path: Path
+) -> None:
     assert sign(ready, "--key", str(keys.private)).returncode == 0
     document = json.loads((ready / "model.sig").read_text())
     document["verificationMaterial"] = {"certificate": {"rawBytes": "MIIB"}, "tlogEntries": []}  # as keyless
     (ready / "model.sig").write_text(json.dumps(document))
-    result = run_cli("verify-signature", str(ready), "--identity", "me@example.com", "--issuer",
-                     "https://accounts.example.com", env=_offline_env(tmp_path))
+    result = run_cli(
+        "verify-signature",
+        str(ready),
+        "--identity",
+        "me@example.com",
+        "--issuer",
+        "https://accounts.example.com",
+        env=_offline_env(tmp_path),
+    )
     one_line_error(result, 74, "trust root could not be loaded")
     assert "sigstore" in (tmp_path / "netguard.log").read_text()
 
@@ -274,7 +321,8 @@ def _replace_signature(bundle: Path, kind: str, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("kind", ["link", "link to /dev/zero", "fifo", "folder"])
 def test_a_model_sig_that_is_no_regular_file_is_refused_by_sign_and_verify_signature(
-        ready: Path, keys: Keys, tmp_path: Path, kind: str) -> None:
+    ready: Path, keys: Keys, tmp_path: Path, kind: str
+) -> None:
     assert sign(ready, "--key", str(keys.private)).returncode == 0
     _replace_signature(ready, kind, tmp_path)
     verified = _capped("verify-signature", str(ready), "--public-key", str(keys.public))
@@ -294,11 +342,19 @@ def test_the_passphrase_file_is_read_to_its_first_newline_only(ready: Path, keys
     assert check(ready, keys.public.parent / "locked.pub").returncode == 0
 
 
-@pytest.mark.parametrize("option, source", [("--passphrase-file", "/dev/zero"), ("--passphrase-file", "sparse"),
-                                            ("--key", "sparse"), ("--public-key", "/dev/zero"),
-                                            ("--public-key", "sparse")])
+@pytest.mark.parametrize(
+    "option, source",
+    [
+        ("--passphrase-file", "/dev/zero"),
+        ("--passphrase-file", "sparse"),
+        ("--key", "sparse"),
+        ("--public-key", "/dev/zero"),
+        ("--public-key", "sparse"),
+    ],
+)
 def test_a_passphrase_or_key_file_larger_than_any_is_one_line_under_a_memory_cap(
-        ready: Path, keys: Keys, tmp_path: Path, option: str, source: str) -> None:
+    ready: Path, keys: Keys, tmp_path: Path, option: str, source: str
+) -> None:
     path = tmp_path / "sparse"
     if source == "sparse":
         with open(path, "wb") as handle:  # 3 GB without a newline, holding no memory
@@ -309,25 +365,38 @@ def test_a_passphrase_or_key_file_larger_than_any_is_one_line_under_a_memory_cap
         result = _capped("verify-signature", str(ready), "--public-key", given)
     else:
         key = given if option == "--key" else str(keys.locked)
-        result = _capped("sign", str(ready), "--key", key, *(("--passphrase-file", given)
-                                                                  if option == "--passphrase-file" else ()))
+        result = _capped(
+            "sign", str(ready), "--key", key, *(("--passphrase-file", given) if option == "--passphrase-file" else ())
+        )
     what = {"--key": "signing key", "--public-key": "public key"}.get(option, option)
     # a device is no key file at all; a passphrase file's first line from it, and a sparse file, are too long
-    refused = ("is not a PEM public key file",) if (option, source) == ("--public-key", "/dev/zero") else \
-        ("64 KiB", "too large")
+    refused = (
+        ("is not a PEM public key file",)
+        if (option, source) == ("--public-key", "/dev/zero")
+        else ("64 KiB", "too large")
+    )
     one_line_error(result, 70, what, *refused)
 
 
-@pytest.mark.parametrize("material", [{}, {"tlogEntries": []},
-                                      {"publicKey": {"hint": "x"}, "certificate": {"rawBytes": "MIIB"}}])
-def test_a_signature_naming_no_signer_is_malformed_not_keyless(ready: Path, keys: Keys, tmp_path: Path,
-                                                               material: dict[str, object]) -> None:
+@pytest.mark.parametrize(
+    "material", [{}, {"tlogEntries": []}, {"publicKey": {"hint": "x"}, "certificate": {"rawBytes": "MIIB"}}]
+)
+def test_a_signature_naming_no_signer_is_malformed_not_keyless(
+    ready: Path, keys: Keys, tmp_path: Path, material: dict[str, object]
+) -> None:
     assert sign(ready, "--key", str(keys.private)).returncode == 0
     document = json.loads((ready / "model.sig").read_text())
     (ready / "model.sig").write_text(json.dumps({**document, "verificationMaterial": material}))
     one_line_error(check(ready, keys.public), 73, "names no signer")
-    keyless = run_cli("verify-signature", str(ready), "--identity", "me@example.com", "--issuer",
-                      "https://accounts.example.com", env=_offline_env(tmp_path))
+    keyless = run_cli(
+        "verify-signature",
+        str(ready),
+        "--identity",
+        "me@example.com",
+        "--issuer",
+        "https://accounts.example.com",
+        env=_offline_env(tmp_path),
+    )
     one_line_error(keyless, 73, "names no signer")
     assert not (tmp_path / "netguard.log").exists()  # refused before sigstore's trust root was asked for
     (ready / "model.sig").write_text('{"verificationMaterial":{}}')  # the review's own file

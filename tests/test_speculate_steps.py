@@ -21,13 +21,16 @@ def test_eagle_steps_come_from_the_counter_after_the_generated_tokens() -> None:
     assert (steps.tokens, steps.low, steps.high, steps.exact) == (6, 3, 3, True)
 
 
-@pytest.mark.parametrize("output, generated", [
-    ([7, 1, 2], [7, 1, 2]),  # no counter
-    ([7, 1, 2, 9], [7, 1, 3]),  # the tokens are not the generated ones
-    ([7, 1, 2, 0], [7, 1, 2]),  # zero steps
-    ([7, 1, 2, 3], [7, 1, 2]),  # more steps than accepted tokens
-    ([7, 1, 2, 3, 4, 5, 6, 7, 8, 9, 1], [7, 1, 2, 3, 4, 5, 6, 7, 8, 9]),  # 9 tokens in 1 step at depth 3
-])
+@pytest.mark.parametrize(
+    "output, generated",
+    [
+        ([7, 1, 2], [7, 1, 2]),  # no counter
+        ([7, 1, 2, 9], [7, 1, 3]),  # the tokens are not the generated ones
+        ([7, 1, 2, 0], [7, 1, 2]),  # zero steps
+        ([7, 1, 2, 3], [7, 1, 2]),  # more steps than accepted tokens
+        ([7, 1, 2, 3, 4, 5, 6, 7, 8, 9, 1], [7, 1, 2, 3, 4, 5, 6, 7, 8, 9]),  # 9 tokens in 1 step at depth 3
+    ],
+)
 def test_an_eagle_record_of_another_shape_is_unreadable_not_guessed(output: list[int], generated: list[int]) -> None:
     with pytest.raises(StepsUnreadable):
         eagle_steps(output, generated, depth=3)
@@ -69,9 +72,18 @@ def test_generations_part_at_the_first_different_token_and_not_after_a_stop() ->
 
 
 def _raw(divergence: dict | None, steps: dict | None = None) -> dict:  # type: ignore[type-arg]
-    return {"prompt_tokens": 5, "plain_tokens": [1, 2, 3], "speculative_tokens": [1, 2, 4], "repeatable": True,
-            "plain_seconds": [1.0, 2.0], "speculative_seconds": [0.5, 0.5], "plain_counts": [3, 3],
-            "speculative_counts": [3, 3], "steps": steps, "divergence": divergence}
+    return {
+        "prompt_tokens": 5,
+        "plain_tokens": [1, 2, 3],
+        "speculative_tokens": [1, 2, 4],
+        "repeatable": True,
+        "plain_seconds": [1.0, 2.0],
+        "speculative_seconds": [0.5, 0.5],
+        "plain_counts": [3, 3],
+        "speculative_counts": [3, 3],
+        "steps": steps,
+        "divergence": divergence,
+    }
 
 
 def _summary(*prompts: dict) -> object:  # type: ignore[type-arg]
@@ -80,14 +92,25 @@ def _summary(*prompts: dict) -> object:  # type: ignore[type-arg]
 
 
 def test_a_divergence_is_a_near_tie_only_within_the_tolerance_and_a_mismatch_fails() -> None:
-    tie = {"position": 2, "plain_token": 3, "speculative_token": 4, "plain_logit": 9.0, "speculative_logit": 8.97,
-           "top_logit": 9.0}
-    report = _summary(_raw(None, {"tokens": 6, "low": 3, "high": 3}), _raw(tie), _raw({**tie, "speculative_logit": 8.0}))
+    tie = {
+        "position": 2,
+        "plain_token": 3,
+        "speculative_token": 4,
+        "plain_logit": 9.0,
+        "speculative_logit": 8.97,
+        "top_logit": 9.0,
+    }
+    report = _summary(
+        _raw(None, {"tokens": 6, "low": 3, "high": 3}), _raw(tie), _raw({**tie, "speculative_logit": 8.0})
+    )
     assert [p.verdict for p in report.per_prompt] == ["identical", "near-tie", "mismatch"]  # type: ignore[attr-defined]
     assert report.as_dict()["lossless"] is False and report.as_dict()["near_ties"] == 1  # type: ignore[attr-defined]
     with pytest.raises(SpeculationNotLossless) as error:
         refuse_if_lossy(report)  # type: ignore[arg-type]
-    assert error.value.exit_code == 83 and "prompt 3 at token 2, 1.000 below the target's best logit" in error.value.message
+    assert (
+        error.value.exit_code == 83
+        and "prompt 3 at token 2, 1.000 below the target's best logit" in error.value.message
+    )
 
 
 def test_speed_is_the_ratio_of_summed_tokens_over_summed_time_per_repeat() -> None:

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from packager.bundle.kinds import FILES
-from packager.convert.stream import graphcache, layout, weightwriter
 from packager.convert.pipeline import ConvertRequest, ConvertResult, convert
+from packager.convert.stream import graphcache, layout, weightwriter
 from packager.convert.stream.quant import QuantSpec, quantize
 from tests.conftest import run_cli
 from tests.models import build_lora, build_qwen3
@@ -91,24 +91,28 @@ def _sharded(source: Path, out: Path) -> Path:
     return out
 
 
-@pytest.mark.parametrize("case, bits, block", [("float16", 8, 64), ("float32", 4, 32), ("sharded", 4, 128),
-                                               ("float16", 4, 0)])
-def test_streamed_bundle_is_byte_identical_to_the_reference(case: str, bits: int, block: int,
-                                                            variants: dict[str, Path], tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "case, bits, block", [("float16", 8, 64), ("float32", 4, 32), ("sharded", 4, 128), ("float16", 4, 0)]
+)
+def test_streamed_bundle_is_byte_identical_to_the_reference(
+    case: str, bits: int, block: int, variants: dict[str, Path], tmp_path: Path
+) -> None:
     options = {"quant_bits": bits, "quant_block": block}
     reference = _reference(variants[case], tmp_path / "reference", **options)
     streamed = _streamed(variants[case], tmp_path / "streamed", **options)
     assert_same_bundle(reference.out, streamed.out)
 
 
-def test_default_bundle_is_streamed_and_identical_to_the_reference(bundle4: ConvertResult, tiny_checkpoint: Path,
-                                                                   tmp_path: Path) -> None:
+def test_default_bundle_is_streamed_and_identical_to_the_reference(
+    bundle4: ConvertResult, tiny_checkpoint: Path, tmp_path: Path
+) -> None:
     assert bundle4.path == "streamed"
     assert_same_bundle(_reference(tiny_checkpoint, tmp_path / "reference").out, bundle4.out)
 
 
-def test_lora_is_merged_on_the_way_to_the_reference_bytes(lora_bundle8: ConvertResult, tiny_checkpoint: Path,
-                                                          lora_adapter: Path, tmp_path: Path) -> None:
+def test_lora_is_merged_on_the_way_to_the_reference_bytes(
+    lora_bundle8: ConvertResult, tiny_checkpoint: Path, lora_adapter: Path, tmp_path: Path
+) -> None:
     assert lora_bundle8.path == "streamed"
     reference = _reference(tiny_checkpoint, tmp_path / "reference", adapter=lora_adapter, quant_bits=8)
     assert_same_bundle(reference.out, lora_bundle8.out)
@@ -123,8 +127,9 @@ def test_rslora_adapter_streams_to_the_reference_bytes(tiny_checkpoint: Path, tm
     assert_same_bundle(reference.out, _streamed(tiny_checkpoint, tmp_path / "streamed", adapter=adapter).out)
 
 
-def test_checkpoint_whose_dtype_disagrees_with_its_config_takes_the_reference_path(tiny_checkpoint: Path,
-                                                                                  tmp_path: Path) -> None:
+def test_checkpoint_whose_dtype_disagrees_with_its_config_takes_the_reference_path(
+    tiny_checkpoint: Path, tmp_path: Path
+) -> None:
     folder = build_qwen3(tmp_path / "mixed", dtype="float32", seed=5)
     config = json.loads((folder / "config.json").read_text())
     config["dtype"] = "bfloat16"  # llmexport loads it as bf16: the streamed bytes would differ
@@ -137,6 +142,7 @@ def test_checkpoint_whose_dtype_disagrees_with_its_config_takes_the_reference_pa
 
 # --- target bundles: untied embeddings, an EAGLE-3 head ----------------------------------------------------------
 
+
 def test_an_untied_float16_target_streams_to_the_reference_bytes(tmp_path: Path) -> None:
     # float16: the embeddings file is rounded from float32 to bfloat16 on the way, as torch rounds it
     target = build_qwen3(tmp_path / "t16", layers=2, tie=False, dtype="float16", seed=21)
@@ -146,8 +152,9 @@ def test_an_untied_float16_target_streams_to_the_reference_bytes(tmp_path: Path)
     assert_same_bundle(reference.out, streamed.out)
 
 
-def test_a_target_with_its_eagle_head_streams_to_the_reference_bytes(eagle_bundle: ConvertResult, target8: Path,
-                                                                     head: Path, tmp_path: Path) -> None:
+def test_a_target_with_its_eagle_head_streams_to_the_reference_bytes(
+    eagle_bundle: ConvertResult, target8: Path, head: Path, tmp_path: Path
+) -> None:
     assert eagle_bundle.path == "streamed"
     reference = _reference(target8, tmp_path / "reference", eagle=head)
     assert_same_bundle(reference.out, eagle_bundle.out)  # the head's graphs too: their uuids are stamped
@@ -169,8 +176,9 @@ def test_the_cached_head_is_the_head_asked_for(target8: Path, head: Path, own_ca
     second = run_cli("convert", str(target8), "--eagle", str(other), "--out", str(tmp_path / "second"))
     assert second.returncode == 0, second.stderr
     assert "graph cache miss" in second.stderr
-    assert (tmp_path / "first" / "eagle.mnn.weight").read_bytes() != \
-        (tmp_path / "second" / "eagle.mnn.weight").read_bytes()
+    assert (tmp_path / "first" / "eagle.mnn.weight").read_bytes() != (
+        tmp_path / "second" / "eagle.mnn.weight"
+    ).read_bytes()
     config = json.loads((head / "config.json").read_text())
     retuned = tmp_path / "retuned-head"
     shutil.copytree(head, retuned)
@@ -186,8 +194,9 @@ def test_the_cached_head_is_the_head_asked_for(target8: Path, head: Path, own_ca
     assert not (tmp_path / "plain" / "eagle.mnn").exists()
 
 
-def test_a_damaged_cached_head_file_is_detected_and_rebuilt(target8: Path, head: Path, own_cache: Path,
-                                                            tmp_path: Path) -> None:
+def test_a_damaged_cached_head_file_is_detected_and_rebuilt(
+    target8: Path, head: Path, own_cache: Path, tmp_path: Path
+) -> None:
     assert run_cli("convert", str(target8), "--eagle", str(head), "--out", str(tmp_path / "first")).returncode == 0
     (entry,) = [p for p in own_cache.iterdir() if not p.name.startswith(".")]
     weight = entry / "eagle.mnn.weight"
@@ -209,15 +218,33 @@ def test_bfloat16_rounding_is_torchs() -> None:
     import torch
 
     torch.manual_seed(0)
-    values = torch.cat([torch.randn(50000) * torch.rand(50000) * 1e3,
-                        torch.tensor([float("inf"), -float("inf"), 0.0, -0.0, 3.4e38, -3.4e38, 1e-40, -1e-40,
-                                      1.0 + 2 ** -8, 1.0 + 3 * 2 ** -8, 65504.0])])  # ties round to even
+    values = torch.cat(
+        [
+            torch.randn(50000) * torch.rand(50000) * 1e3,
+            torch.tensor(
+                [
+                    float("inf"),
+                    -float("inf"),
+                    0.0,
+                    -0.0,
+                    3.4e38,
+                    -3.4e38,
+                    1e-40,
+                    -1e-40,
+                    1.0 + 2**-8,
+                    1.0 + 3 * 2**-8,
+                    65504.0,
+                ]
+            ),
+        ]
+    )  # ties round to even
     assert weightwriter._to_bfloat16(values.numpy()) == values.bfloat16().view(torch.uint16).numpy().tobytes()
     with pytest.raises(weightwriter.StreamingUnsupported, match="NaN"):
         weightwriter._to_bfloat16(np.array([1.0, np.nan], dtype=np.float32))
 
 
 # --- the graph cache --------------------------------------------------------------------------------------------
+
 
 @pytest.fixture()
 def own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
@@ -226,8 +253,9 @@ def own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return folder
 
 
-def test_warm_cache_starts_no_converter_and_gives_the_same_bytes(tiny_checkpoint: Path, own_cache: Path,
-                                                                 tmp_path: Path) -> None:
+def test_warm_cache_starts_no_converter_and_gives_the_same_bytes(
+    tiny_checkpoint: Path, own_cache: Path, tmp_path: Path
+) -> None:
     cold = run_cli("convert", str(tiny_checkpoint), "--out", str(tmp_path / "cold"))
     warm = run_cli("convert", str(tiny_checkpoint), "--out", str(tmp_path / "warm"))
     assert cold.returncode == warm.returncode == 0, cold.stderr + warm.stderr
@@ -237,8 +265,7 @@ def test_warm_cache_starts_no_converter_and_gives_the_same_bytes(tiny_checkpoint
     assert_same_bundle(tmp_path / "cold", tmp_path / "warm")
 
 
-def test_damaged_cache_entry_is_detected_and_rebuilt(tiny_checkpoint: Path, own_cache: Path,
-                                                     tmp_path: Path) -> None:
+def test_damaged_cache_entry_is_detected_and_rebuilt(tiny_checkpoint: Path, own_cache: Path, tmp_path: Path) -> None:
     assert run_cli("convert", str(tiny_checkpoint), "--out", str(tmp_path / "first")).returncode == 0
     (entry,) = [p for p in own_cache.iterdir() if not p.name.startswith(".")]
     graph = entry / "llm.mnn"
@@ -251,12 +278,19 @@ def test_damaged_cache_entry_is_detected_and_rebuilt(tiny_checkpoint: Path, own_
     assert_same_bundle(tmp_path / "first", tmp_path / "again")
 
 
-def test_two_conversions_on_a_cold_cache_share_it_safely(tiny_checkpoint: Path, own_cache: Path,
-                                                         tmp_path: Path) -> None:
+def test_two_conversions_on_a_cold_cache_share_it_safely(
+    tiny_checkpoint: Path, own_cache: Path, tmp_path: Path
+) -> None:
     outs = [tmp_path / "a", tmp_path / "b"]
-    processes = [subprocess.Popen([sys.executable, "-m", "packager.cli", "convert", str(tiny_checkpoint), "--out",
-                                   str(out), "--quiet"], env=os.environ.copy(), stderr=subprocess.PIPE, text=True)
-                 for out in outs]
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-m", "packager.cli", "convert", str(tiny_checkpoint), "--out", str(out), "--quiet"],
+            env=os.environ.copy(),
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for out in outs
+    ]
     for process in processes:
         assert process.wait(timeout=600) == 0, process.stderr.read() if process.stderr else ""
     assert_same_bundle(*outs)
@@ -290,7 +324,9 @@ def test_a_cache_entry_holds_only_the_files_it_may(own_cache: Path, tmp_path: Pa
         graphcache.store("b" * 32, {**files, "../escape": tmp_path / "llm.mnn"}, {})
 
 
-def test_cache_keeps_a_bounded_number_of_entries(own_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cache_keeps_a_bounded_number_of_entries(
+    own_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(graphcache, "MAX_ENTRIES", 3)
     source = tmp_path / "file"
     source.write_bytes(b"x")
@@ -310,13 +346,13 @@ def test_streamed_weights_fill_every_byte(bundle4: ConvertResult) -> None:
     for op in graph["oplists"]:
         external = (op.get("main") or {}).get("external") if isinstance(op.get("main"), dict) else None
         if isinstance(external, list) and op["type"] == "Convolution":
-            packed = data[external[0] + 26: external[0] + external[1]]
+            packed = data[external[0] + 26 : external[0] + external[1]]
             assert packed.any(), op["name"]
 
 
-def test_a_graph_build_that_fails_stops_the_weight_writers_and_its_error_stands(tiny_checkpoint: Path,
-                                                                              own_cache: Path,
-                                                                              tmp_path: Path) -> None:
+def test_a_graph_build_that_fails_stops_the_weight_writers_and_its_error_stands(
+    tiny_checkpoint: Path, own_cache: Path, tmp_path: Path
+) -> None:
     # On a cache miss the weights are written from the start, beside the converter's imports; a converter that
     # fails while they are being written stops them, and its error (not theirs) is what the user gets.
     import multiprocessing
@@ -337,8 +373,7 @@ def test_a_graph_build_that_fails_stops_the_weight_writers_and_its_error_stands(
 
     lines: list[str] = []
     with pytest.raises(ConversionFailed, match="could not start"):
-        convert(ConvertRequest(checkpoint=tiny_checkpoint, out=tmp_path / "b"), progress=progress,
-                runner=failing)  # type: ignore[arg-type]
+        convert(ConvertRequest(checkpoint=tiny_checkpoint, out=tmp_path / "b"), progress=progress, runner=failing)  # type: ignore[arg-type]
     assert any(line.startswith("graph cache miss") for line in lines)
     assert not (tmp_path / "b").exists()
     assert not multiprocessing.active_children()  # no writer process outlives the conversion
@@ -349,8 +384,16 @@ def _weight_tasks(checkpoint: Path) -> tuple[list[weightwriter.Task], int]:
 
     info = inspect_checkpoint(checkpoint)
     s = info.shape
-    regions = layout.predict(s.hidden_size, s.num_layers, s.num_heads, s.num_kv_heads, s.head_dim,
-                             s.intermediate_size, s.vocab_size, QuantSpec(4, 128))
+    regions = layout.predict(
+        s.hidden_size,
+        s.num_layers,
+        s.num_heads,
+        s.num_kv_heads,
+        s.head_dim,
+        s.intermediate_size,
+        s.vocab_size,
+        QuantSpec(4, 128),
+    )
     tasks = weightwriter.plan(regions, weightwriter.index(info.weight_files), {}, {}, adapted=False)
     return tasks, layout.total_size(regions)
 
@@ -363,21 +406,25 @@ def test_stopped_weight_writers_start_no_further_task(tiny_checkpoint: Path, tmp
     assert len(tasks) > 3
     widen, stop = threading.Event(), threading.Event()
     path = tmp_path / "llm.mnn.weight"
-    finished = weightwriter.write(path, size, tasks, QuantSpec(4, 128), 2, lambda line: stop.set(),
-                                  widen=widen, stop=stop)
+    finished = weightwriter.write(
+        path, size, tasks, QuantSpec(4, 128), 2, lambda line: stop.set(), widen=widen, stop=stop
+    )
     data = path.read_bytes()
     written = []
     for task in tasks:
         parts = weightwriter._encode(task, QuantSpec(4, 128))
-        if all(data[offset:offset + len(part)] == part for part, offset in parts):
+        if all(data[offset : offset + len(part)] == part for part, offset in parts):
             written.append(task)
         else:
-            assert not any(any(data[offset:offset + len(part)]) for part, offset in parts), task
+            assert not any(any(data[offset : offset + len(part)]) for part, offset in parts), task
     assert finished is False and len(written) == 1 and len(data) == size
     whole = tmp_path / "whole"
     assert weightwriter.write(whole, size, tasks, QuantSpec(4, 128), 2, lambda line: None) is True
-    assert all(whole.read_bytes()[offset:offset + len(part)] == part
-               for task in tasks for part, offset in weightwriter._encode(task, QuantSpec(4, 128)))
+    assert all(
+        whole.read_bytes()[offset : offset + len(part)] == part
+        for task in tasks
+        for part, offset in weightwriter._encode(task, QuantSpec(4, 128))
+    )
 
 
 _KILLED_WRITER = """
@@ -404,8 +451,12 @@ def test_a_killed_packager_leaves_no_weight_writer_behind(tiny_checkpoint: Path,
 
     # Files, not pipes: an orphaned writer would hold a pipe open and hang the test instead of failing it.
     with open(tmp_path / "out", "w") as stdout, open(tmp_path / "err", "w") as stderr:
-        code = subprocess.run([sys.executable, "-c", _KILLED_WRITER, str(tiny_checkpoint), str(tmp_path / "w")],
-                              stdout=stdout, stderr=stderr, cwd=Path(__file__).resolve().parents[1]).returncode
+        code = subprocess.run(
+            [sys.executable, "-c", _KILLED_WRITER, str(tiny_checkpoint), str(tmp_path / "w")],
+            stdout=stdout,
+            stderr=stderr,
+            cwd=Path(__file__).resolve().parents[1],
+        ).returncode
     assert code == -9, (tmp_path / "err").read_text()
     pids = (tmp_path / "out").read_text().split()
     assert pids, "the pool had no process at its first report"

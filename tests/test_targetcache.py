@@ -34,8 +34,9 @@ def target(bundle8: ConvertResult, tmp_path: Path) -> Path:
     return copy
 
 
-def test_second_draft_reuses_the_target_and_gets_the_same_figures(bundle4: ConvertResult, target: Path,
-                                                                   own_cache: Path) -> None:
+def test_second_draft_reuses_the_target_and_gets_the_same_figures(
+    bundle4: ConvertResult, target: Path, own_cache: Path
+) -> None:
     first = pair(bundle4.out, target, PROMPTS, QUICK)
     assert first.target_cached == 0 and len(targetcache.entries()) == len(PROMPTS)
     second = pair(target, target, PROMPTS, QUICK)  # another draft: the target itself
@@ -61,8 +62,7 @@ def test_key_follows_the_targets_content_and_settings_not_its_other_files(target
     assert targetcache.identity(target, True, settings) != base
 
 
-def test_damaged_or_foreign_entry_is_a_miss_and_removed(bundle4: ConvertResult, target: Path,
-                                                        own_cache: Path) -> None:
+def test_damaged_or_foreign_entry_is_a_miss_and_removed(bundle4: ConvertResult, target: Path, own_cache: Path) -> None:
     first = pair(bundle4.out, target, PROMPTS, QUICK)
     damaged, swapped, *_ = sorted(own_cache.glob("*.json"))
     data = json.loads(damaged.read_text())
@@ -78,8 +78,9 @@ def test_damaged_or_foreign_entry_is_a_miss_and_removed(bundle4: ConvertResult, 
     assert json.loads(damaged.read_text())["check"] == targetcache._check(json.loads(damaged.read_text())["body"])
 
 
-def test_a_cache_that_cannot_be_written_costs_only_the_reuse(bundle4: ConvertResult, target: Path,
-                                                             own_cache: Path) -> None:
+def test_a_cache_that_cannot_be_written_costs_only_the_reuse(
+    bundle4: ConvertResult, target: Path, own_cache: Path
+) -> None:
     own_cache.parent.mkdir(parents=True)
     own_cache.write_text("a file where the folder would go")
     lines: list[str] = []
@@ -88,8 +89,9 @@ def test_a_cache_that_cannot_be_written_costs_only_the_reuse(bundle4: ConvertRes
     assert any(line.startswith("the target cache was not written (") for line in lines)
 
 
-def test_cache_ls_and_clear_cover_the_target_cache_and_nothing_else(bundle4: ConvertResult, target: Path,
-                                                                    own_cache: Path) -> None:
+def test_cache_ls_and_clear_cover_the_target_cache_and_nothing_else(
+    bundle4: ConvertResult, target: Path, own_cache: Path
+) -> None:
     pair(bundle4.out, target, PROMPTS, QUICK)
     (own_cache / "my-notes.json").write_text("{}")  # not an entry name: never listed or removed
     listing = json.loads(run_cli("cache", "ls", "--json").stdout)
@@ -103,8 +105,9 @@ def test_cache_ls_and_clear_cover_the_target_cache_and_nothing_else(bundle4: Con
     assert (own_cache / "my-notes.json").read_text() == "{}"
 
 
-def test_quant_sweep_measures_against_the_target_runs_pair_cached(bundle4: ConvertResult, tiny_checkpoint: Path,
-                                                                   target: Path, own_cache: Path) -> None:
+def test_quant_sweep_measures_against_the_target_runs_pair_cached(
+    bundle4: ConvertResult, tiny_checkpoint: Path, target: Path, own_cache: Path
+) -> None:
     from packager.measure.sweep.measure import measure
 
     first = pair(bundle4.out, target, PROMPTS, Options(repeats=1))  # pair's default settings, as the sweep's

@@ -15,14 +15,16 @@ import pytest
 
 from packager.convert.pipeline import ConvertRequest, ConvertResult, convert
 from packager.measure.pair import acceptance
+from packager.measure.verify import verify
 from packager.runtime.child import MNNModel
 from packager.runtime.speculative import speculative
-from packager.measure.verify import verify
 from tests.conftest import run_cli
 from tests.trained import RECIPES, Fixture, build_corpus, fixture, held_out_accuracy
 
 # Built once per recipe, BUILDER number and library versions, reused across this user's test sessions (atomic).
-FIXTURES = Path(os.environ.get("PACKAGER_FIXTURE_DIR") or Path(tempfile.gettempdir()) / f"packager-test-fixtures-{os.getuid()}")
+FIXTURES = Path(
+    os.environ.get("PACKAGER_FIXTURE_DIR") or Path(tempfile.gettempdir()) / f"packager-test-fixtures-{os.getuid()}"
+)
 STOP = (151645, 151643)
 
 
@@ -64,14 +66,19 @@ def test_the_teacher_learned_and_distillation_moved_the_draft_toward_it(trained:
     assert m["draft_alpha_on_samples"] > m["base_alpha_on_samples"], m
     assert 0.0 < m["training_alpha_final_epoch"] < 1.0
     config = json.loads((trained.teacher / "config.json").read_text())
-    assert config["vocab_size"] == 151936 and config["head_dim"] == 128 and config["torch_dtype" if "torch_dtype" in config else "dtype"] == "bfloat16"
+    assert (
+        config["vocab_size"] == 151936
+        and config["head_dim"] == 128
+        and config["torch_dtype" if "torch_dtype" in config else "dtype"] == "bfloat16"
+    )
     adapter = json.loads((trained.adapter / "adapter_config.json").read_text())
     assert adapter["r"] == 16 and adapter["lora_alpha"] == 32
 
 
 @pytest.mark.parametrize("bits", [8, 4])
-def test_verify_passes_faithful_bundles_of_a_trained_model(bits: int, trained: Fixture, teacher8: ConvertResult,
-                                                          teacher4: ConvertResult) -> None:
+def test_verify_passes_faithful_bundles_of_a_trained_model(
+    bits: int, trained: Fixture, teacher8: ConvertResult, teacher4: ConvertResult
+) -> None:
     bundle = teacher8 if bits == 8 else teacher4
     report = verify(bundle.out, trained.teacher)
     assert report.ok, (report.failures, report)
@@ -82,17 +89,21 @@ def test_verify_passes_faithful_bundles_of_a_trained_model(bits: int, trained: F
 def test_verify_fails_a_draft_converted_without_its_lora(trained: Fixture, draft4: ConvertResult) -> None:
     # The bundle holds base + adapter; checked against the base alone (the adapter forgotten), it must fail.
     prompts = draft4.out.parent / "prompts.txt"
-    prompts.write_text("Explain assignment statements in Python.\nWhat is the Python module abc for?\n"
-                       "def __init__(self):\n", encoding="utf-8")
-    result = run_cli("verify", str(draft4.out), "--source", str(trained.student), "--json", "--quiet",
-                     "--prompts", str(prompts))
+    prompts.write_text(
+        "Explain assignment statements in Python.\nWhat is the Python module abc for?\ndef __init__(self):\n",
+        encoding="utf-8",
+    )
+    result = run_cli(
+        "verify", str(draft4.out), "--source", str(trained.student), "--json", "--quiet", "--prompts", str(prompts)
+    )
     assert result.returncode == 50, result.stdout[-2000:]
     data = json.loads(result.stdout)
     assert any(f.startswith("mean KL") for f in data["failures"]), data["failures"]
 
 
 def test_mnn_speculative_loop_on_trained_bundles_emits_the_targets_greedy_tokens(
-        trained: Fixture, draft4: ConvertResult, teacher4: ConvertResult) -> None:
+    trained: Fixture, draft4: ConvertResult, teacher4: ConvertResult
+) -> None:
     # MNN computes a one-token decode step and a batched verification along different paths whose logits differ
     # by up to ~0.4 nats (measured), so at a near-tie the loop keeps the verification's choice where the
     # one-token-at-a-time baseline keeps the other. Lossless therefore means: every emitted token is the
@@ -108,13 +119,13 @@ def test_mnn_speculative_loop_on_trained_bundles_emits_the_targets_greedy_tokens
             for d in (1, 3, acceptance.MAX_D):
                 taken: list[int] = []
                 out = speculative(draft, target, ids, 40, d, accepted=taken, stop=STOP)
-                rows = target.logits_all(ids + out)[len(ids) - 1:len(ids) - 1 + len(out)]
+                rows = target.logits_all(ids + out)[len(ids) - 1 : len(ids) - 1 + len(out)]
                 for row, token in zip(rows, out):
                     total += 1
                     exact += int(row.argmax()) == token
                     assert row.max() - row[token] < 0.5, (d, token, row.max() - row[token])  # a near-tie at most
                 assert not any(t in STOP for t in out[:-1]) and len(out) <= 40
-                draft_rows = draft.logits_all(ids + out)[len(ids) - 1:len(ids) - 1 + len(out)]
+                draft_rows = draft.logits_all(ids + out)[len(ids) - 1 : len(ids) - 1 + len(out)]
                 runs = acceptance.match_runs([int(r.argmax()) for r in draft_rows], [int(r.argmax()) for r in rows])
                 predicted = acceptance.accepted_per_step(runs, d)
                 steps += len(predicted)

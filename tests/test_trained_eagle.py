@@ -9,32 +9,40 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 import torch
 from safetensors import safe_open
 
-from packager.convert.inspect.checkpoint import inspect_checkpoint
 from packager.bundle.kinds import TARGET_EAGLE
-from packager.convert.pipeline import ConvertRequest, ConvertResult, convert
+from packager.convert.inspect.checkpoint import inspect_checkpoint
 from packager.convert.inspect.eagle_head import expected_shapes, inspect_head
+from packager.convert.pipeline import ConvertRequest, ConvertResult, convert
 from packager.errors import TargetTooShallow
 from tests.models import build_qwen3, qwen3_tokenizer_dir
 from tests.trained import EOT, IM_END, VOCAB, _render_chat, build_corpus
 from tests.trained_eagle import RECIPE, EagleFixture, fixture
 
 # Built once per recipe, BUILDER number and library versions, reused across this user's test sessions (atomic).
-FIXTURES = Path(os.environ.get("PACKAGER_FIXTURE_DIR") or Path(tempfile.gettempdir()) / f"packager-test-fixtures-{os.getuid()}")
+FIXTURES = Path(
+    os.environ.get("PACKAGER_FIXTURE_DIR") or Path(tempfile.gettempdir()) / f"packager-test-fixtures-{os.getuid()}"
+)
 STOP = (IM_END, EOT)
 N = 96  # new tokens per prompt: two of the answers end with a stop id before it
 # Questions from the training text (the target learned their answers) and ones it never saw.
-QUESTIONS = ("Explain assert in Python.", "Explain assignment in Python.", "Explain atom literals in Python.",
-             "What is the Python module __future__ for?", "Explain the with statement in Python.",
-             "What is the Python module abc for?", "Explain lambda in Python.")
+QUESTIONS = (
+    "Explain assert in Python.",
+    "Explain assignment in Python.",
+    "Explain atom literals in Python.",
+    "What is the Python module __future__ for?",
+    "Explain the with statement in Python.",
+    "What is the Python module abc for?",
+    "Explain lambda in Python.",
+)
 # Tokens per verification step over all the questions, from the engine's step count. Measured on the 4-bit bundle:
 # 1.74 (627 tokens in 361 steps; per question 1.52 to 2.18); the torch reference on the bfloat16 checkpoint: 2.09
 # over the first 48 tokens.
@@ -52,8 +60,11 @@ def trained_eagle() -> EagleFixture:
 
 @pytest.fixture(scope="module")
 def bundle(trained_eagle: EagleFixture, tmp_path_factory: pytest.TempPathFactory) -> ConvertResult:
-    return convert(ConvertRequest(checkpoint=trained_eagle.target, out=tmp_path_factory.mktemp("eagle") / "bundle",
-                                  eagle=trained_eagle.head))
+    return convert(
+        ConvertRequest(
+            checkpoint=trained_eagle.target, out=tmp_path_factory.mktemp("eagle") / "bundle", eagle=trained_eagle.head
+        )
+    )
 
 
 @dataclass(frozen=True)
@@ -65,7 +76,7 @@ class Run:
     def text(self) -> list[int]:
         """The generated ids up to and including the first stop id, at most N (eagle may emit past either)."""
         cut = next((i + 1 for i, t in enumerate(self.tokens) if t in STOP), len(self.tokens))
-        return self.tokens[:min(cut, N)]
+        return self.tokens[: min(cut, N)]
 
 
 def _mnn_runs(bundle: Path, eagle: bool) -> list[Run]:
@@ -140,11 +151,12 @@ def prefill(bundle: ConvertResult):  # type: ignore[no-untyped-def]
     from packager.runtime.mnn import MNNRuntime
 
     runtime = MNNRuntime(bundle.out, precision="low", threads=1)
-    return lambda run: runtime.logits_all(run.prompt + run.text())[len(run.prompt) - 1:-1]
+    return lambda run: runtime.logits_all(run.prompt + run.text())[len(run.prompt) - 1 : -1]
 
 
-def test_mnn_eagle_emits_exactly_the_targets_greedy_tokens(eagle_runs: list[Run], plain_runs: list[Run],
-                                                           prefill) -> None:  # type: ignore[no-untyped-def]
+def test_mnn_eagle_emits_exactly_the_targets_greedy_tokens(
+    eagle_runs: list[Run], plain_runs: list[Run], prefill
+) -> None:  # type: ignore[no-untyped-def]
     import numpy as np
 
     for eagle, plain in zip(eagle_runs, plain_runs):
@@ -174,8 +186,8 @@ def test_mnn_eagle_accepts_more_than_one_token_per_step(eagle_runs: list[Run]) -
 
 def _replayed_steps(target, head, run: Run, depth: int) -> int:  # type: ignore[no-untyped-def]
     """The verification steps the torch reference takes to emit the engine's tokens: each step drafts a chain
-    from the tokens so far (packager.convert.eagle.reference.draft_chain) and takes the drafts that match the engine's next
-    tokens, plus one."""
+    from the tokens so far (packager.convert.eagle.reference.draft_chain) and takes the drafts that match the
+    engine's next tokens, plus one."""
     from packager.convert.eagle.reference import aux_hidden_states, draft_chain
 
     aux = aux_hidden_states(target, run.prompt + run.tokens)  # causal: row i sees the tokens up to i only
@@ -183,9 +195,9 @@ def _replayed_steps(target, head, run: Run, depth: int) -> int:  # type: ignore[
     done, steps = 1, 0
     while done < len(run.tokens):
         ids = run.prompt + run.tokens[:done]
-        drafts = draft_chain(head, embed, aux[:len(ids) - 1], ids, depth)
+        drafts = draft_chain(head, embed, aux[: len(ids) - 1], ids, depth)
         matched = 0
-        while matched < depth and drafts[matched:matched + 1] == run.tokens[done + matched:done + matched + 1]:
+        while matched < depth and drafts[matched : matched + 1] == run.tokens[done + matched : done + matched + 1]:
             matched += 1
         done, steps = done + matched + 1, steps + 1
     return steps

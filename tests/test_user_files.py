@@ -91,11 +91,15 @@ def test_a_sparse_3_gb_spec_is_one_line_and_exit_26(command: str, sparse: Path) 
 
 @pytest.mark.parametrize("source", ["/dev/zero", "sparse"])
 @pytest.mark.parametrize("command", ["speculate", "verify", "pair"])
-def test_prompts_that_are_a_device_or_sparse_are_one_line_and_exit_26(command: str, source: str, folder: Path,
-                                                                       sparse: Path) -> None:
+def test_prompts_that_are_a_device_or_sparse_are_one_line_and_exit_26(
+    command: str, source: str, folder: Path, sparse: Path
+) -> None:
     prompts = "/dev/zero" if source == "/dev/zero" else str(sparse)
-    operands = {"speculate": [str(folder)], "verify": [str(folder), "--source", str(folder)],
-                "pair": [str(folder), str(folder)]}[command]
+    operands = {
+        "speculate": [str(folder)],
+        "verify": [str(folder), "--source", str(folder)],
+        "pair": [str(folder), str(folder)],
+    }[command]
     result = run_capped(command, *operands, "--prompts", prompts)
     assert result.returncode == 26, result.stderr
     assert "--prompts" in one_line(result.stderr) and "is over 16 MiB" in result.stderr
@@ -108,8 +112,9 @@ def test_keyless_identity_token_that_is_a_device_is_one_line(folder: Path) -> No
 
 
 @pytest.mark.parametrize("config", ["/dev/zero", "sparse"])
-def test_a_checkpoint_config_that_is_a_device_or_sparse_is_one_line(config: str, tiny_checkpoint: Path,
-                                                                    tmp_path: Path, sparse: Path) -> None:
+def test_a_checkpoint_config_that_is_a_device_or_sparse_is_one_line(
+    config: str, tiny_checkpoint: Path, tmp_path: Path, sparse: Path
+) -> None:
     checkpoint = tmp_path / "ck"
     checkpoint.mkdir()
     for item in tiny_checkpoint.iterdir():

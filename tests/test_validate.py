@@ -55,8 +55,9 @@ def _mutate_tensor(bundle: Path, path: Path, mutation: dict[str, Any]) -> None:
     """Overwrite one part of one op's bytes in llm.mnn.weight, found through the graph's `external` field."""
     import numpy as np
 
-    op = next(o for o in json.loads((bundle / "llm.mnn.json").read_text())["oplists"]
-              if o.get("name") == mutation["tensor"])
+    op = next(
+        o for o in json.loads((bundle / "llm.mnn.json").read_text())["oplists"] if o.get("name") == mutation["tensor"]
+    )
     offset, weight_len, alpha_len = op["main"]["external"][:3]
     data = bytearray(path.read_bytes())
     value, part = mutation["value"], mutation["part"]
@@ -67,10 +68,10 @@ def _mutate_tensor(bundle: Path, path: Path, mutation: dict[str, Any]) -> None:
         data[start:end] = bytes([value]) * (end - start)
     else:  # float32 runs: alpha (zero point, scale) pairs, or a norm's weights
         start = offset + (weight_len if part in ("scales", "zero_points") else 0)
-        floats = np.frombuffer(bytes(data[start:start + (alpha_len or weight_len)]), "<f4").copy()
+        floats = np.frombuffer(bytes(data[start : start + (alpha_len or weight_len)]), "<f4").copy()
         chosen = {"scales": floats[1::2], "zero_points": floats[0::2], "floats": floats}[part]
         chosen[:] = float(value)
-        data[start:start + floats.nbytes] = floats.tobytes()
+        data[start : start + floats.nbytes] = floats.tobytes()
     path.write_bytes(bytes(data))
 
 
@@ -82,8 +83,11 @@ def mutate(bundle: Path, mutation: dict[str, Any]) -> None:
         path.write_text(mutation["content"])
     elif op == "replace":
         text = path.read_text()
-        new = (re.sub(mutation["old_regex"], mutation["new"], text, count=1) if "old_regex" in mutation
-               else text.replace(mutation["old"], mutation["new"], mutation.get("count", -1)))
+        new = (
+            re.sub(mutation["old_regex"], mutation["new"], text, count=1)
+            if "old_regex" in mutation
+            else text.replace(mutation["old"], mutation["new"], mutation.get("count", -1))
+        )
         assert new != text
         path.write_text(new)
     elif op == "truncate":
@@ -105,7 +109,7 @@ def mutate(bundle: Path, mutation: dict[str, Any]) -> None:
         ids = lines[2].split()
         stops = [str(i).encode() for i in mutation["ids"]]
         lines[1] = f"{special} {len(stops)} {prefix}".encode()
-        lines[2] = b" ".join(ids[:special] + stops + ids[len(ids) - prefix:] if prefix else ids[:special] + stops)
+        lines[2] = b" ".join(ids[:special] + stops + ids[len(ids) - prefix :] if prefix else ids[:special] + stops)
         path.write_bytes(b"\n".join(lines))
     elif op == "manifest":
         write_manifest(bundle)
@@ -141,10 +145,17 @@ def test_broken_bundle_is_reported_at_the_right_place(case: str, copy_of: Path) 
         mutate(copy_of, mutation)
     report = validate(copy_of)
     expect = spec["expect"]
-    matches = [f for f in report.findings if f.file == expect["file"] and f.severity == expect["severity"]
-               and (f.pointer == expect["pointer"] or (expect["pointer"].endswith("(")
-                                                         and f.pointer.startswith(expect["pointer"])))
-               and expect["contains"] in f.message]
+    matches = [
+        f
+        for f in report.findings
+        if f.file == expect["file"]
+        and f.severity == expect["severity"]
+        and (
+            f.pointer == expect["pointer"]
+            or (expect["pointer"].endswith("(") and f.pointer.startswith(expect["pointer"]))
+        )
+        and expect["contains"] in f.message
+    ]
     assert matches, [f"{f.severity} {f.file} {f.pointer}: {f.message}" for f in report.findings]
     assert not report.ok(strict=True)
 
@@ -210,11 +221,14 @@ def _loop(tmp_path: Path) -> Path:
     return tmp_path / "a"
 
 
-@pytest.mark.parametrize("make, reason", [
-    (lambda tmp: tmp / "plain.txt" / "bundle", "Not a directory"),
-    (lambda tmp: tmp / ("n" * 300), "File name too long"),
-    (_loop, "Too many levels of symbolic links"),
-])
+@pytest.mark.parametrize(
+    "make, reason",
+    [
+        (lambda tmp: tmp / "plain.txt" / "bundle", "Not a directory"),
+        (lambda tmp: tmp / ("n" * 300), "File name too long"),
+        (_loop, "Too many levels of symbolic links"),
+    ],
+)
 def test_unreadable_bundle_path_is_one_line_with_the_os_reason(tmp_path: Path, make: Any, reason: str) -> None:
     (tmp_path / "plain.txt").write_text("x")
     result = run_cli("validate", str(make(tmp_path)))
@@ -237,8 +251,10 @@ def test_missing_files_are_one_short_finding_each(copy_of: Path) -> None:
     for name in ("tokenizer.txt", "llm.mnn.json"):
         (copy_of / name).unlink()
     missing = [f for f in validate(copy_of).errors if f.message.startswith("missing")]
-    assert [(f.file, f.message) for f in missing] == [("llm.mnn.json", "missing (model graph as json (reference "
-                                                                         "copy))"), ("tokenizer.txt", "missing (tokenizer)")]
+    assert [(f.file, f.message) for f in missing] == [
+        ("llm.mnn.json", "missing (model graph as json (reference copy))"),
+        ("tokenizer.txt", "missing (tokenizer)"),
+    ]
 
 
 def test_zeroed_weights_fail_strict_validation_through_the_cli(copy_of: Path) -> None:
@@ -246,17 +262,29 @@ def test_zeroed_weights_fail_strict_validation_through_the_cli(copy_of: Path) ->
     weights.write_bytes(bytes(weights.stat().st_size))
     result = run_cli("validate", str(copy_of), "--strict")
     assert result.returncode == 30
-    assert (f"ERROR   llm.mnn.weight: all 64 blocks sampled across its {weights.stat().st_size} bytes are the byte "
-            "0x00 repeated: the weights were zeroed or overwritten") in result.stdout
+    assert (
+        f"ERROR   llm.mnn.weight: all 64 blocks sampled across its {weights.stat().st_size} bytes are the byte "
+        "0x00 repeated: the weights were zeroed or overwritten"
+    ) in result.stdout
 
 
 def test_zero_scales_of_one_tensor_are_named_through_the_cli(copy_of: Path) -> None:
-    mutate(copy_of, {"op": "tensor", "file": "llm.mnn.weight", "tensor": "/layers.0/mlp/gate_proj/Linear",
-                     "part": "scales", "value": 0.0})
+    mutate(
+        copy_of,
+        {
+            "op": "tensor",
+            "file": "llm.mnn.weight",
+            "tensor": "/layers.0/mlp/gate_proj/Linear",
+            "part": "scales",
+            "value": 0.0,
+        },
+    )
     result = run_cli("validate", str(copy_of), "--strict")
     assert result.returncode == 30
-    assert ("ERROR   llm.mnn.weight tensor /layers.0/mlp/gate_proj/Linear: every sampled quantization scale is 0"
-            in result.stdout)
+    assert (
+        "ERROR   llm.mnn.weight tensor /layers.0/mlp/gate_proj/Linear: every sampled quantization scale is 0"
+        in result.stdout
+    )
 
 
 def test_huge_values_and_keys_are_echoed_shortened(copy_of: Path) -> None:
@@ -278,8 +306,10 @@ def test_overlong_path_value_in_a_config_is_a_finding(copy_of: Path) -> None:
     mutate(copy_of, {"op": "set", "file": "config.json", "pointer": "/tokenizer_file", "value": "t" * 300})
     result = run_cli("validate", str(copy_of))
     assert result.returncode == 30 and "Traceback" not in result.stderr
-    assert ("ERROR   config.json /tokenizer_file: 'tttttttttt" in result.stdout
-            and "cannot name a file in the bundle (File name too long)" in result.stdout)
+    assert (
+        "ERROR   config.json /tokenizer_file: 'tttttttttt" in result.stdout
+        and "cannot name a file in the bundle (File name too long)" in result.stdout
+    )
 
 
 def test_config_nested_10000_deep_is_a_finding(copy_of: Path) -> None:
@@ -321,17 +351,40 @@ def test_every_property_has_a_title_and_description() -> None:
 
 
 def test_seed_card_config_values_pass_the_schemas() -> None:
-    draft = {"backend_type": "cpu", "thread_num": 2, "precision": "low", "memory": "low", "sampler_type": "greedy",
-             "power": "high"}
-    recipe = {"backend_type": "opencl", "thread_num": 4, "precision": "low", "memory": "low",
-              "sampler_type": "greedy", "speculative_type": "draftmodel", "draft_predict_length": 3,
-              "draft_config_path": "/path/to/config_cpu.json"}
-    runtime = {"_comment": "Optimal runtime configuration for TokForge speculative decoding",
-               "recommended": {"target_backend": "opencl", "draft_backend": "cpu", "draft_predict_length": 3,
-                               "draft_thread_num": 2, "draft_power": "high", "draft_sampler_type": "greedy"},
-               "compatible_targets": {"qwen3_8b": {"enabled": True, "uplift": "+24-40%"},
-                                      "qwen3_4b": {"enabled": False, "reason": "Degenerates"}},
-               "notes": {"thread_num": "2 threads stay on performance cores"}}
+    draft = {
+        "backend_type": "cpu",
+        "thread_num": 2,
+        "precision": "low",
+        "memory": "low",
+        "sampler_type": "greedy",
+        "power": "high",
+    }
+    recipe = {
+        "backend_type": "opencl",
+        "thread_num": 4,
+        "precision": "low",
+        "memory": "low",
+        "sampler_type": "greedy",
+        "speculative_type": "draftmodel",
+        "draft_predict_length": 3,
+        "draft_config_path": "/path/to/config_cpu.json",
+    }
+    runtime = {
+        "_comment": "Optimal runtime configuration for TokForge speculative decoding",
+        "recommended": {
+            "target_backend": "opencl",
+            "draft_backend": "cpu",
+            "draft_predict_length": 3,
+            "draft_thread_num": 2,
+            "draft_power": "high",
+            "draft_sampler_type": "greedy",
+        },
+        "compatible_targets": {
+            "qwen3_8b": {"enabled": True, "uplift": "+24-40%"},
+            "qwen3_4b": {"enabled": False, "reason": "Degenerates"},
+        },
+        "notes": {"thread_num": "2 threads stay on performance cores"},
+    }
     for schema, doc in (("draft_config", draft), ("config_opencl", recipe), ("runtime_config", runtime)):
         assert not list(resources.validator(schema).iter_errors(doc)), schema
     if SEEDS.is_dir():  # the seed card text itself shows the draft config
@@ -340,17 +393,29 @@ def test_seed_card_config_values_pass_the_schemas() -> None:
 
 
 SCHEMA_DIR = Path(__file__).resolve().parents[1] / "schemas"
-FILE_SCHEMAS = {"config.json": "config", "config_cpu.json": "draft_config", "draft_config_cpu.json": "draft_config",
-                "config_opencl.json": "config_opencl", "llm_config.json": "llm_config",
-                "runtime_config.json": "runtime_config"}
+FILE_SCHEMAS = {
+    "config.json": "config",
+    "config_cpu.json": "draft_config",
+    "draft_config_cpu.json": "draft_config",
+    "config_opencl.json": "config_opencl",
+    "llm_config.json": "llm_config",
+    "runtime_config.json": "runtime_config",
+}
 
 
 def _check_jsonschema(schema: str, *files: Path) -> subprocess.CompletedProcess[str]:
     tool = Path(sys.executable).with_name("check-jsonschema")
-    prefix = ["unshare", "-n"] if shutil.which("unshare") and subprocess.run(
-        ["unshare", "-n", "true"], capture_output=True).returncode == 0 else []
-    return subprocess.run([*prefix, str(tool), "--schemafile", str(SCHEMA_DIR / f"{schema}.schema.json"),
-                           *map(str, files)], capture_output=True, text=True, timeout=120)
+    prefix = (
+        ["unshare", "-n"]
+        if shutil.which("unshare") and subprocess.run(["unshare", "-n", "true"], capture_output=True).returncode == 0
+        else []
+    )
+    return subprocess.run(
+        [*prefix, str(tool), "--schemafile", str(SCHEMA_DIR / f"{schema}.schema.json"), *map(str, files)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_check_jsonschema_accepts_the_bundle_offline(bundle4: ConvertResult) -> None:

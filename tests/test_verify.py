@@ -35,10 +35,18 @@ def test_tampered_weights_fail_with_numbers(bundle8: ConvertResult, tiny_checkpo
     shutil.copytree(bundle8.out, bundle)
     weights = bytearray((bundle / "llm.mnn.weight").read_bytes())
     start = len(weights) // 3
-    weights[start:start + 3_000_000] = bytes(reversed(weights[start:start + 3_000_000]))
+    weights[start : start + 3_000_000] = bytes(reversed(weights[start : start + 3_000_000]))
     (bundle / "llm.mnn.weight").write_bytes(bytes(weights))
-    result = run_cli("verify", str(bundle), "--source", str(tiny_checkpoint), "--json", "--quiet",
-                     "--prompts", str(_few_prompts(tmp_path)))
+    result = run_cli(
+        "verify",
+        str(bundle),
+        "--source",
+        str(tiny_checkpoint),
+        "--json",
+        "--quiet",
+        "--prompts",
+        str(_few_prompts(tmp_path)),
+    )
     assert result.returncode == 50
     data = json.loads(result.stdout)
     assert not data["ok"] and data["mean_cosine"] < 0.98
@@ -49,8 +57,18 @@ def test_thresholds_come_from_the_spec(bundle4: ConvertResult, tiny_checkpoint: 
     spec = tmp_path / "release.toml"
     # Gates the defaults leave off (all-position top-1, greedy agreement) bite when the spec sets them.
     spec.write_text("[verify]\ntop1_agreement = 0.9999\ngreedy_agreement = 0.9999\n")
-    result = run_cli("verify", str(bundle4.out), "--source", str(tiny_checkpoint), "--spec", str(spec), "--json",
-                     "--quiet", "--prompts", str(_few_prompts(tmp_path)))
+    result = run_cli(
+        "verify",
+        str(bundle4.out),
+        "--source",
+        str(tiny_checkpoint),
+        "--spec",
+        str(spec),
+        "--json",
+        "--quiet",
+        "--prompts",
+        str(_few_prompts(tmp_path)),
+    )
     assert result.returncode == 50, result.stdout
     failures = json.loads(result.stdout)["failures"]
     assert any(f.startswith("top-1 agreement") for f in failures)
@@ -69,8 +87,9 @@ def test_position_metrics() -> None:
     assert top1 == [False, False] and all(k > 0.1 for k in kl)
 
 
-def test_float32_comparison_equals_the_float64_reference_on_real_logits(bundle4: ConvertResult,
-                                                                        tiny_checkpoint: Path) -> None:
+def test_float32_comparison_equals_the_float64_reference_on_real_logits(
+    bundle4: ConvertResult, tiny_checkpoint: Path
+) -> None:
     """verify compares in torch's float32 kernels; the float64 reference (compare_positions, margins) gives the
     same top-1 and margins exactly and the same cosine and KL to within float32 rounding, for a faithful pair of
     rows and for rows far apart (another prompt's, reversed)."""
@@ -119,8 +138,9 @@ def test_logits_each_gives_every_sequence_its_own_rows_in_order(bundle4: Convert
     assert process.returncode == 0
 
 
-def test_large_replies_cross_through_shared_memory_with_the_pipes_bytes(bundle4: ConvertResult,
-                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_large_replies_cross_through_shared_memory_with_the_pipes_bytes(
+    bundle4: ConvertResult, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A prompt's logits come back through the shared file, not pickled through the pipe, bit for bit the same;
     where there is no shared file (monkeypatched away) they take the pipe."""
     import os
@@ -161,8 +181,11 @@ def test_a_shared_write_that_fails_leaves_the_array_to_the_pipe(tmp_path: Path) 
         assert shared.Writer((fd,)).put(array) is array
         # a view of MNN's buffer never crosses the pipe uncopied: not when the write fails, not without shared
         # files, not when it is small
-        for writer, view in ((shared.Writer((fd,)), array), (shared.Writer(()), array), (shared.Writer((fd,)),
-                                                                                          array[:1, :10])):
+        for writer, view in (
+            (shared.Writer((fd,)), array),
+            (shared.Writer(()), array),
+            (shared.Writer((fd,)), array[:1, :10]),
+        ):
             copied = writer.put(view, owned=False)
             assert isinstance(copied, np.ndarray) and not np.shares_memory(copied, view)
             assert np.array_equal(copied, view)
@@ -237,8 +260,9 @@ def _zeroed_copy(bundle: Path, out: Path) -> Path:
     return out
 
 
-def test_runtime_crash_on_zeroed_weights_is_one_line_and_exit_27(bundle4: ConvertResult, tiny_checkpoint: Path,
-                                                                 tmp_path: Path) -> None:
+def test_runtime_crash_on_zeroed_weights_is_one_line_and_exit_27(
+    bundle4: ConvertResult, tiny_checkpoint: Path, tmp_path: Path
+) -> None:
     # MNN 3.6.1 really segfaults loading an all-zero llm.mnn.weight; it happens in the child process.
     bundle = _zeroed_copy(bundle4.out, tmp_path / "zeroed")
     result = run_cli("verify", str(bundle), "--source", str(tiny_checkpoint), "--quiet")
@@ -275,26 +299,28 @@ def test_runtime_child_serves_the_same_logits_as_the_runtime_in_process(bundle4:
     assert process.returncode == 0  # a closed pipe ends the child cleanly
 
 
-@pytest.mark.parametrize("content, expect", [
-    (b"\xff\xfe not utf-8", "is not UTF-8 text"),
-    (b'["unclosed", ', "is not valid JSON"),
-    (b"[" * 10_000 + b"]" * 10_000, "is not valid JSON (nested too deeply)"),
-    (b'{"prompts": [1, 2]}', "must hold a list of non-empty strings"),
-    (b"[]", "holds no prompts"),
-    (b"\n  \n", "holds no prompts"),
-])
-def test_unusable_prompts_file_is_one_line(bundle4: ConvertResult, tiny_checkpoint: Path, tmp_path: Path,
-                                           content: bytes, expect: str) -> None:
+@pytest.mark.parametrize(
+    "content, expect",
+    [
+        (b"\xff\xfe not utf-8", "is not UTF-8 text"),
+        (b'["unclosed", ', "is not valid JSON"),
+        (b"[" * 10_000 + b"]" * 10_000, "is not valid JSON (nested too deeply)"),
+        (b'{"prompts": [1, 2]}', "must hold a list of non-empty strings"),
+        (b"[]", "holds no prompts"),
+        (b"\n  \n", "holds no prompts"),
+    ],
+)
+def test_unusable_prompts_file_is_one_line(
+    bundle4: ConvertResult, tiny_checkpoint: Path, tmp_path: Path, content: bytes, expect: str
+) -> None:
     prompts = tmp_path / "prompts.txt"
     prompts.write_bytes(content)
-    result = run_cli("verify", str(bundle4.out), "--source", str(tiny_checkpoint), "--prompts", str(prompts),
-                     "--quiet")
+    result = run_cli("verify", str(bundle4.out), "--source", str(tiny_checkpoint), "--prompts", str(prompts), "--quiet")
     assert result.returncode == 19 and result.stderr.count("\n") == 1, result.stderr[-2000:]
     assert f"--prompts {prompts} {expect}" in result.stderr
 
 
-def test_unreadable_source_tokenizer_is_one_line(bundle4: ConvertResult, tiny_checkpoint: Path,
-                                                 tmp_path: Path) -> None:
+def test_unreadable_source_tokenizer_is_one_line(bundle4: ConvertResult, tiny_checkpoint: Path, tmp_path: Path) -> None:
     source = tmp_path / "source"
     shutil.copytree(tiny_checkpoint, source)
     (source / "tokenizer.json").write_text("{ broken")
@@ -303,12 +329,14 @@ def test_unreadable_source_tokenizer_is_one_line(bundle4: ConvertResult, tiny_ch
     assert f"cannot load {source}/tokenizer.json" in result.stderr
 
 
-@pytest.mark.parametrize("signal_number, words", [
-    (9, "was killed (SIGKILL; often the out-of-memory killer) while running encode on the bundle"),
-    (6, "crashed (SIGABRT, signal 6) while running encode on the bundle"),
-])
-def test_a_killed_runtime_child_is_named_by_its_signal(bundle4: ConvertResult, signal_number: int,
-                                                       words: str) -> None:
+@pytest.mark.parametrize(
+    "signal_number, words",
+    [
+        (9, "was killed (SIGKILL; often the out-of-memory killer) while running encode on the bundle"),
+        (6, "crashed (SIGABRT, signal 6) while running encode on the bundle"),
+    ],
+)
+def test_a_killed_runtime_child_is_named_by_its_signal(bundle4: ConvertResult, signal_number: int, words: str) -> None:
     import os
 
     from packager.errors import RuntimeCrashed
@@ -322,7 +350,8 @@ def test_a_killed_runtime_child_is_named_by_its_signal(bundle4: ConvertResult, s
 
 
 def test_a_small_bundle_is_loaded_once_a_larger_one_is_never_resident_beside_the_source(
-        bundle4: ConvertResult, tiny_checkpoint: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bundle4: ConvertResult, tiny_checkpoint: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A small bundle's runtime from the preflight serves the comparison too (no second load); a larger one's is
     closed before the source is loaded and loaded again after the source is freed. The figures are the same."""
     import packager.measure.verify as verify_module
@@ -355,11 +384,15 @@ def test_a_small_bundle_is_loaded_once_a_larger_one_is_never_resident_beside_the
     assert all(model._process.poll() is not None for model in made)  # every child ended with verify
     assert kept.positions == reloaded.positions > 0
     assert (kept.mean_kl, kept.mean_cosine, kept.top1_agreement) == (
-        reloaded.mean_kl, reloaded.mean_cosine, reloaded.top1_agreement)
+        reloaded.mean_kl,
+        reloaded.mean_cosine,
+        reloaded.top1_agreement,
+    )
 
 
-def test_small_is_the_weight_file_against_the_lm_head_at_a_byte_a_weight(bundle4: ConvertResult,
-                                                                          tmp_path: Path) -> None:
+def test_small_is_the_weight_file_against_the_lm_head_at_a_byte_a_weight(
+    bundle4: ConvertResult, tmp_path: Path
+) -> None:
     from packager.measure.verify import _small
 
     weights = (bundle4.out / "llm.mnn.weight").stat().st_size
@@ -367,13 +400,14 @@ def test_small_is_the_weight_file_against_the_lm_head_at_a_byte_a_weight(bundle4
     assert _small(bundle4.out, -(-weights // hidden)) and not _small(bundle4.out, weights // hidden - 1)
     folder = shutil.copytree(bundle4.out, tmp_path / "b")
     (folder / "llm_config.json").write_text('{"hidden_size": "wide"}')  # unreadable: not small, two threads
-    assert not _small(folder, 10 ** 9)
+    assert not _small(folder, 10**9)
     (folder / "llm_config.json").unlink()
-    assert not _small(folder, 10 ** 9)
+    assert not _small(folder, 10**9)
 
 
 def test_an_interrupt_during_the_imports_closes_the_runtime_the_preflight_kept(
-        bundle4: ConvertResult, tiny_checkpoint: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bundle4: ConvertResult, tiny_checkpoint: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import packager.measure.verify as verify_module
     from packager.runtime.child import MNNModel
 

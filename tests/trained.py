@@ -26,10 +26,11 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import xxhash
 
@@ -74,12 +75,32 @@ class Recipe:
 
 
 RECIPES = {
-    "full": Recipe("full", teacher=Shape(384, 2, 3, 1, 1024), student=Shape(256, 1, 2, 1, 512),
-                   corpus_chars=1_000_000, seq_len=64, batch=8, teacher_steps=600, student_steps=300,
-                   samples=192, sample_tokens=64, distill_epochs=3),
-    "small": Recipe("small", teacher=Shape(256, 2, 2, 1, 768), student=Shape(256, 1, 2, 1, 512),
-                    corpus_chars=60_000, seq_len=64, batch=4, teacher_steps=500, student_steps=100,
-                    samples=48, sample_tokens=40, distill_epochs=2),
+    "full": Recipe(
+        "full",
+        teacher=Shape(384, 2, 3, 1, 1024),
+        student=Shape(256, 1, 2, 1, 512),
+        corpus_chars=1_000_000,
+        seq_len=64,
+        batch=8,
+        teacher_steps=600,
+        student_steps=300,
+        samples=192,
+        sample_tokens=64,
+        distill_epochs=3,
+    ),
+    "small": Recipe(
+        "small",
+        teacher=Shape(256, 2, 2, 1, 768),
+        student=Shape(256, 1, 2, 1, 512),
+        corpus_chars=60_000,
+        seq_len=64,
+        batch=4,
+        teacher_steps=500,
+        student_steps=100,
+        samples=48,
+        sample_tokens=40,
+        distill_epochs=2,
+    ),
 }
 
 
@@ -103,10 +124,10 @@ def cache_root() -> Path:
 
 # ---------------------------------------------------------------- corpus
 
+
 def _stdlib_documents(limit: int) -> list[tuple[str, str, str]]:
     """(kind, title, text): the language reference's topics (pydoc_data), then stdlib modules' source."""
     import sysconfig
-
     from pydoc_data.topics import topics
 
     docs: list[tuple[str, str, str]] = []
@@ -151,8 +172,9 @@ def _render_chat(tokenizer_dir: Path, question: str, answer: str | None) -> str:
 
     config = json.loads((tokenizer_dir / "tokenizer_config.json").read_text(encoding="utf-8"))
     template = jinja2.Environment(trim_blocks=True, lstrip_blocks=True).from_string(config["chat_template"])
-    prompt = template.render(messages=[{"role": "user", "content": question}], add_generation_prompt=True,
-                             enable_thinking=False)
+    prompt = template.render(
+        messages=[{"role": "user", "content": question}], add_generation_prompt=True, enable_thinking=False
+    )
     return prompt if answer is None else prompt + answer + "<|im_end|>\n"
 
 
@@ -176,8 +198,11 @@ def build_corpus(recipe: Recipe) -> Corpus:
     encoded = [ids + [EOT] for ids in (e.ids for e in tokenizer.encode_batch(texts, add_special_tokens=False))]
     train = [ids for i, ids in enumerate(encoded) if i % 20 != 7]
     held_out = [ids for i, ids in enumerate(encoded) if i % 20 == 7]
-    prompts = [tokenizer.encode(_render_chat(tok_dir, q, None), add_special_tokens=False).ids
-               for i, (q, _) in enumerate(pairs) if (len(docs) + i) % 20 != 7]
+    prompts = [
+        tokenizer.encode(_render_chat(tok_dir, q, None), add_special_tokens=False).ids
+        for i, (q, _) in enumerate(pairs)
+        if (len(docs) + i) % 20 != 7
+    ]
     used = sorted({t for ids in encoded for t in ids} | {EOT, IM_END})
     digest = xxhash.xxh3_64_hexdigest(json.dumps(texts).encode())
     return Corpus(train, held_out, prompts, used, digest)
@@ -185,16 +210,25 @@ def build_corpus(recipe: Recipe) -> Corpus:
 
 # ---------------------------------------------------------------- models and the restricted loss
 
+
 def _model(shape: Shape, seed: int, vocab: int = VOCAB, tie: bool = True, **extra: Any):  # type: ignore[no-untyped-def]
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     torch.manual_seed(seed)
-    config = Qwen3Config(vocab_size=vocab, hidden_size=shape.hidden, intermediate_size=shape.intermediate,
-                         num_hidden_layers=shape.layers, num_attention_heads=shape.heads,
-                         num_key_value_heads=shape.kv_heads, head_dim=128, tie_word_embeddings=tie,
-                         max_position_embeddings=4096, **({"bos_token_id": EOT, "eos_token_id": IM_END}
-                                                          if vocab == VOCAB else {}), **extra)
+    config = Qwen3Config(
+        vocab_size=vocab,
+        hidden_size=shape.hidden,
+        intermediate_size=shape.intermediate,
+        num_hidden_layers=shape.layers,
+        num_attention_heads=shape.heads,
+        num_key_value_heads=shape.kv_heads,
+        head_dim=128,
+        tie_word_embeddings=tie,
+        max_position_embeddings=4096,
+        **({"bos_token_id": EOT, "eos_token_id": IM_END} if vocab == VOCAB else {}),
+        **extra,
+    )
     return Qwen3ForCausalLM(config)
 
 
@@ -227,8 +261,9 @@ class Vocab:
         import torch
 
         full = _model(shape, seed, tie=tie, **extra)
-        state = {k: v for k, v in model.state_dict().items() if k not in ("model.embed_tokens.weight",
-                                                                          "lm_head.weight")}
+        state = {
+            k: v for k, v in model.state_dict().items() if k not in ("model.embed_tokens.weight", "lm_head.weight")
+        }
         generator = torch.Generator().manual_seed(seed + 99)
         table = torch.randn(VOCAB, shape.hidden, generator=generator) * 1e-3
         table[self.used] = model.get_input_embeddings().weight.detach()
@@ -249,7 +284,7 @@ def _batches(sequences: list[list[int]], seq_len: int, batch: int, steps: int, s
     generator = torch.Generator().manual_seed(seed)
     for _ in range(steps):
         starts = torch.randint(0, len(stream) - seq_len - 1, (batch,), generator=generator)
-        yield torch.stack([stream[s:s + seq_len + 1] for s in starts.tolist()])
+        yield torch.stack([stream[s : s + seq_len + 1] for s in starts.tolist()])
 
 
 def _pretrain(model, vocab: Vocab, train: list[list[int]], recipe: Recipe, steps: int, log) -> float:  # type: ignore[no-untyped-def]
@@ -258,7 +293,8 @@ def _pretrain(model, vocab: Vocab, train: list[list[int]], recipe: Recipe, steps
     optimizer = torch.optim.AdamW(model.parameters(), lr=recipe.lr, weight_decay=0.0, betas=(0.9, 0.98))
     warmup = max(1, steps // 20)
     schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / steps))))
+        optimizer, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / steps)))
+    )
     model.train()
     loss_value, started = float("nan"), time.perf_counter()
     for step, chunk in enumerate(_batches(train, recipe.seq_len, recipe.batch, steps, recipe.seed + steps)):
@@ -284,7 +320,7 @@ def held_out_accuracy(model, held_out: list[list[int]], seq_len: int) -> float: 
     with torch.no_grad():
         for ids in held_out:
             for start in range(0, len(ids) - 1, seq_len):
-                window = torch.tensor([ids[start:start + seq_len + 1]])
+                window = torch.tensor([ids[start : start + seq_len + 1]])
                 if window.shape[1] < 2:
                     continue
                 logits = model(window[:, :-1]).logits[0]
@@ -304,8 +340,16 @@ def _teacher_samples(teacher, vocab: Vocab, corpus: Corpus, recipe: Recipe, log)
     torch.manual_seed(recipe.seed + 12)
     with torch.no_grad():
         for index, prompt in enumerate(prompts):
-            out = teacher.generate(torch.tensor([prompt]), max_new_tokens=recipe.sample_tokens, do_sample=True,
-                                   temperature=0.8, top_k=0, top_p=1.0, pad_token_id=stops[1], eos_token_id=stops)
+            out = teacher.generate(
+                torch.tensor([prompt]),
+                max_new_tokens=recipe.sample_tokens,
+                do_sample=True,
+                temperature=0.8,
+                top_k=0,
+                top_p=1.0,
+                pad_token_id=stops[1],
+                eos_token_id=stops,
+            )
             samples.append((len(prompt), out[0].tolist()))
             if index % 64 == 0:
                 log(f"  sample {index + 1}/{len(prompts)}")
@@ -322,7 +366,7 @@ def sample_prompts(vocab: Vocab, corpus: Corpus, count: int, seed: int) -> list[
     stream = vocab.to_local([t for ids in corpus.train for t in ids])
     while len(prompts) < count:
         start = int(torch.randint(0, len(stream) - 64, (1,), generator=generator))
-        prompts.append(stream[start:start + 16 + len(prompts) % 17])
+        prompts.append(stream[start : start + 16 + len(prompts) % 17])
     return prompts
 
 
@@ -334,11 +378,16 @@ def _distill(student, teacher, vocab: Vocab, samples, recipe: Recipe, log):  # t
     from peft import LoraConfig, get_peft_model
 
     torch.manual_seed(recipe.seed + 21)
-    config = LoraConfig(r=recipe.lora_r, lora_alpha=recipe.lora_alpha, lora_dropout=0.0,
-                        target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+    config = LoraConfig(
+        r=recipe.lora_r,
+        lora_alpha=recipe.lora_alpha,
+        lora_dropout=0.0,
+        target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+    )
     model = get_peft_model(student, config)
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=recipe.lora_lr,
-                                  weight_decay=0.0)
+    optimizer = torch.optim.AdamW(
+        [p for p in model.parameters() if p.requires_grad], lr=recipe.lora_lr, weight_decay=0.0
+    )
     t = recipe.temperature
     alpha, kl_value = 0.0, 0.0
     for epoch in range(recipe.distill_epochs):
@@ -351,7 +400,7 @@ def _distill(student, teacher, vocab: Vocab, samples, recipe: Recipe, log):  # t
             if len(ids) - prompt_len < 2:
                 continue
             tensor = torch.tensor([ids[:-1]])
-            targets = torch.tensor(ids[1:])[prompt_len - 1:]
+            targets = torch.tensor(ids[1:])[prompt_len - 1 :]
             keep = slice(prompt_len - 1, None)  # the continuation the teacher sampled
             with torch.no_grad():
                 teacher_logits = teacher(input_ids=tensor).logits[0, keep]
@@ -388,8 +437,8 @@ def _agreement(a, b, samples) -> float:  # type: ignore[no-untyped-def]
     with torch.no_grad():
         for prompt_len, ids in samples:
             tensor = torch.tensor([ids[:-1]])
-            x = a(tensor).logits[0, prompt_len - 1:].argmax(-1)
-            y = b(tensor).logits[0, prompt_len - 1:].argmax(-1)
+            x = a(tensor).logits[0, prompt_len - 1 :].argmax(-1)
+            y = b(tensor).logits[0, prompt_len - 1 :].argmax(-1)
             right += int((x == y).sum())
             total += int(x.numel())
     return right / max(1, total)
@@ -402,8 +451,9 @@ def _save(model, out: Path) -> None:  # type: ignore[no-untyped-def]
     model.to(torch.float32)
     for item in qwen3_tokenizer_dir().iterdir():
         shutil.copy(item, out / item.name)
-    (out / "generation_config.json").write_text(json.dumps(
-        {"bos_token_id": EOT, "eos_token_id": [IM_END, EOT], "pad_token_id": EOT}), encoding="utf-8")
+    (out / "generation_config.json").write_text(
+        json.dumps({"bos_token_id": EOT, "eos_token_id": [IM_END, EOT], "pad_token_id": EOT}), encoding="utf-8"
+    )
 
 
 def _key(recipe: Any, corpus_digest: str, builder: int = BUILDER) -> str:
@@ -413,15 +463,28 @@ def _key(recipe: Any, corpus_digest: str, builder: int = BUILDER) -> str:
     import torch
     import transformers
 
-    material = json.dumps({"recipe": asdict(recipe), "corpus": corpus_digest, "builder": builder,
-                           "versions": [torch.__version__, transformers.__version__, peft.__version__]}, sort_keys=True)
+    material = json.dumps(
+        {
+            "recipe": asdict(recipe),
+            "corpus": corpus_digest,
+            "builder": builder,
+            "versions": [torch.__version__, transformers.__version__, peft.__version__],
+        },
+        sort_keys=True,
+    )
     return f"{recipe.name}-{xxhash.xxh3_64_hexdigest(material.encode())}"
 
 
 def _load(root: Path) -> Fixture:
     metrics = json.loads((root / "fixture.json").read_text(encoding="utf-8"))
-    return Fixture(root=root, teacher=root / "teacher", student=root / "student", adapter=root / "draft-lora",
-                   draft=root / "draft", metrics=metrics)
+    return Fixture(
+        root=root,
+        teacher=root / "teacher",
+        student=root / "student",
+        adapter=root / "draft-lora",
+        draft=root / "draft",
+        metrics=metrics,
+    )
 
 
 def built_once(out: Path, marker: str, build_it: Callable[[], object]) -> None:
@@ -464,8 +527,10 @@ def build(recipe: Recipe, out: Path, log=print) -> dict[str, Any]:  # type: igno
     vocab = Vocab(corpus.used)
     train = [vocab.to_local(ids) for ids in corpus.train]
     tokens = sum(len(ids) for ids in train)
-    log(f"corpus: {tokens} training tokens, {sum(len(i) for i in corpus.held_out)} held out, "
-        f"{len(corpus.used)} distinct ids")
+    log(
+        f"corpus: {tokens} training tokens, {sum(len(i) for i in corpus.held_out)} held out, "
+        f"{len(corpus.used)} distinct ids"
+    )
     log("teacher: training")
     teacher = _model(recipe.teacher, recipe.seed, len(corpus.used))
     teacher_loss = _pretrain(teacher, vocab, train, recipe, recipe.teacher_steps, log)
@@ -489,20 +554,28 @@ def build(recipe: Recipe, out: Path, log=print) -> dict[str, Any]:  # type: igno
         base.load_state_dict(_state(tmp / "student"))  # the stored bf16 base
         merged = PeftModel.from_pretrained(base, tmp / "draft-lora").merge_and_unload()
         _save(merged, tmp / "draft")
-        full_teacher, full_student, merged = (m.to(torch.bfloat16).to(torch.float32).eval()
-                                              for m in (full_teacher, full_student, merged))
+        full_teacher, full_student, merged = (
+            m.to(torch.bfloat16).to(torch.float32).eval() for m in (full_teacher, full_student, merged)
+        )
         global_samples = [(n, vocab.to_global(ids)) for n, ids in samples]
         log("measuring")
         metrics = {
-            "recipe": asdict(recipe), "corpus_digest": corpus.digest, "training_tokens": tokens,
-            "distinct_ids": len(corpus.used), "teacher_final_loss": teacher_loss, "student_final_loss": student_loss,
+            "recipe": asdict(recipe),
+            "corpus_digest": corpus.digest,
+            "training_tokens": tokens,
+            "distinct_ids": len(corpus.used),
+            "teacher_final_loss": teacher_loss,
+            "student_final_loss": student_loss,
             "teacher_held_out_top1": held_out_accuracy(full_teacher, corpus.held_out, recipe.seq_len),
             "student_base_held_out_top1": held_out_accuracy(full_student, corpus.held_out, recipe.seq_len),
             "draft_held_out_top1": held_out_accuracy(merged, corpus.held_out, recipe.seq_len),
-            "training_alpha_final_epoch": train_alpha, "final_kl": final_kl,
+            "training_alpha_final_epoch": train_alpha,
+            "final_kl": final_kl,
             "base_alpha_on_samples": _agreement(full_student, full_teacher, global_samples),
             "draft_alpha_on_samples": _agreement(merged, full_teacher, global_samples),
-            "samples": len(samples), "threads": threads, "build_seconds": round(time.perf_counter() - started, 1),
+            "samples": len(samples),
+            "threads": threads,
+            "build_seconds": round(time.perf_counter() - started, 1),
         }
         log(json.dumps({k: v for k, v in metrics.items() if k != "recipe"}))
         (tmp / "fixture.json").write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
@@ -536,8 +609,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, help="cache folder  [default: $PACKAGER_FIXTURE_DIR or XDG cache]")
     args = parser.parse_args(argv)
-    found = fixture(args.recipe, args.out, log=lambda line: print(line, file=sys.stderr, flush=True),
-                    seed=args.seed)
+    found = fixture(args.recipe, args.out, log=lambda line: print(line, file=sys.stderr, flush=True), seed=args.seed)
     print(json.dumps({k: v for k, v in found.metrics.items() if k != "recipe"}, indent=2), file=sys.stderr)
     print(found.root)
 

@@ -24,9 +24,10 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from tests import trained
 from tests.trained import EOT, IM_END, VOCAB, Recipe, Shape, Vocab
@@ -57,9 +58,20 @@ class EagleRecipe:
         return {"tie": False, "rope_parameters": {"rope_type": "default", "rope_theta": self.rope_theta}}
 
 
-RECIPE = EagleRecipe("eagle-small", target=replace(trained.RECIPES["small"], teacher=Shape(256, 8, 2, 1, 768)),
-                     core_places=(0, 4), grow_steps=300, grow_lr=3e-3, samples=64, sample_tokens=96,
-                     head_intermediate=512, head_steps=450, head_batch=4, head_lr=3e-3, depth=3)
+RECIPE = EagleRecipe(
+    "eagle-small",
+    target=replace(trained.RECIPES["small"], teacher=Shape(256, 8, 2, 1, 768)),
+    core_places=(0, 4),
+    grow_steps=300,
+    grow_lr=3e-3,
+    samples=64,
+    sample_tokens=96,
+    head_intermediate=512,
+    head_steps=450,
+    head_batch=4,
+    head_lr=3e-3,
+    depth=3,
+)
 
 
 @dataclass(frozen=True)
@@ -75,8 +87,9 @@ def _train_target(recipe: EagleRecipe, vocab: Vocab, train: list[list[int]], log
     import torch
 
     shape, seed = recipe.target.teacher, recipe.target.seed
-    core = trained._model(replace(shape, layers=len(recipe.core_places)), seed, len(vocab.used),
-                          **recipe.target_config())
+    core = trained._model(
+        replace(shape, layers=len(recipe.core_places)), seed, len(vocab.used), **recipe.target_config()
+    )
     trained._pretrain(core, vocab, train, recipe.target, recipe.target.teacher_steps, log)
     target = trained._model(shape, seed + 1, len(vocab.used), **recipe.target_config())
     state = target.state_dict()
@@ -105,10 +118,16 @@ def _greedy_samples(target, vocab: Vocab, corpus: trained.Corpus, recipe: EagleR
     ids = torch.tensor([[stops[1]] * (longest - len(p)) + p for p in prompts])
     mask = torch.tensor([[0] * (longest - len(p)) + [1] * len(p) for p in prompts])
     with torch.no_grad():
-        out = target.generate(ids, attention_mask=mask, max_new_tokens=recipe.sample_tokens, do_sample=False,
-                              pad_token_id=stops[1], eos_token_id=stops).tolist()
+        out = target.generate(
+            ids,
+            attention_mask=mask,
+            max_new_tokens=recipe.sample_tokens,
+            do_sample=False,
+            pad_token_id=stops[1],
+            eos_token_id=stops,
+        ).tolist()
     ends = [next((i + 1 for i, t in enumerate(row[longest:]) if t in stops), len(row) - longest) for row in out]
-    return [prompt + row[longest:longest + end] for prompt, row, end in zip(prompts, out, ends)]
+    return [prompt + row[longest : longest + end] for prompt, row, end in zip(prompts, out, ends)]
 
 
 def _target_states(target, stream: list[int], length: int):  # type: ignore[no-untyped-def]
@@ -118,7 +137,7 @@ def _target_states(target, stream: list[int], length: int):  # type: ignore[no-u
 
     from packager.convert.eagle.reference import aux_layers
 
-    ids = torch.tensor(stream[:len(stream) // length * length]).view(-1, length)
+    ids = torch.tensor(stream[: len(stream) // length * length]).view(-1, length)
     layers, aux, argmax = aux_layers(target.config.num_hidden_layers), [], []
     with torch.no_grad():
         for out in (target(input_ids=chunk, output_hidden_states=True) for chunk in ids.split(16)):
@@ -135,11 +154,19 @@ def _new_head(target, vocab: Vocab, recipe: EagleRecipe):  # type: ignore[no-unt
     from packager.convert.eagle.reference import EagleHead, HeadConfig
 
     c = target.config
-    config = HeadConfig(hidden_size=c.hidden_size, target_hidden_size=c.hidden_size, vocab_size=VOCAB,
-                        draft_vocab_size=len(vocab.used), intermediate_size=recipe.head_intermediate,
-                        rms_norm_eps=c.rms_norm_eps, hidden_act="silu", num_attention_heads=c.num_attention_heads,
-                        num_key_value_heads=c.num_key_value_heads, head_dim=c.head_dim,
-                        rope_theta=float(c.rope_parameters["rope_theta"]))
+    config = HeadConfig(
+        hidden_size=c.hidden_size,
+        target_hidden_size=c.hidden_size,
+        vocab_size=VOCAB,
+        draft_vocab_size=len(vocab.used),
+        intermediate_size=recipe.head_intermediate,
+        rms_norm_eps=c.rms_norm_eps,
+        hidden_act="silu",
+        num_attention_heads=c.num_attention_heads,
+        num_key_value_heads=c.num_key_value_heads,
+        head_dim=c.head_dim,
+        rope_theta=float(c.rope_parameters["rope_theta"]),
+    )
     torch.manual_seed(recipe.target.seed + 41)
     head = EagleHead(config)
     with torch.no_grad():
@@ -161,12 +188,12 @@ def _unrolled(head, embed, ids, aux, argmax, depth: int):  # type: ignore[no-unt
     steps = []
     for k in range(1, depth + 1):
         if k > 1:
-            valid = valid & (ids[:, k:k + n] == argmax[:, k - 1:k - 1 + n])
+            valid = valid & (ids[:, k : k + n] == argmax[:, k - 1 : k - 1 + n])
         mask = torch.cat([tril] + [eye] * (k - 1), dim=1)
         with torch.no_grad():
-            embeds = embed(ids[:, k:k + n])
+            embeds = embed(ids[:, k : k + n])
         logprobs, hidden, past = head(embeds, hidden, torch.arange(n).expand(len(ids), n) + k - 1, past, mask)
-        steps.append((logprobs, argmax[:, k:k + n], valid))
+        steps.append((logprobs, argmax[:, k : k + n], valid))
     return steps
 
 
@@ -180,17 +207,19 @@ def _train_head(head, target, data, recipe: EagleRecipe, log: Log) -> list[float
     embed = target.get_input_embeddings()
     optimizer = torch.optim.AdamW(head.parameters(), lr=recipe.head_lr, weight_decay=0.0)
     schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: min(1.0, (s + 1) / 15) * 0.5 * (1 + math.cos(math.pi * s / recipe.head_steps)))
+        optimizer, lambda s: min(1.0, (s + 1) / 15) * 0.5 * (1 + math.cos(math.pi * s / recipe.head_steps))
+    )
     generator = torch.Generator().manual_seed(recipe.target.seed + 42)
     right, seen = [0.0] * recipe.depth, [0.0] * recipe.depth
     head.train()
     for step in range(recipe.head_steps):
         pick = torch.randint(0, len(ids), (recipe.head_batch,), generator=generator)
         loss = torch.zeros(())
-        for k, (logprobs, labels, valid) in enumerate(_unrolled(head, embed, ids[pick], aux[pick], argmax[pick],
-                                                                recipe.depth)):
+        for k, (logprobs, labels, valid) in enumerate(
+            _unrolled(head, embed, ids[pick], aux[pick], argmax[pick], recipe.depth)
+        ):
             picked = logprobs.gather(-1, labels[..., None])[..., 0][valid]  # none valid: no term, not NaN
-            loss = loss - recipe.step_decay ** k * picked.sum() / max(1, picked.numel())
+            loss = loss - recipe.step_decay**k * picked.sum() / max(1, picked.numel())
             if step >= recipe.head_steps * 0.9:
                 right[k] += float((logprobs.argmax(-1) == labels)[valid].sum())
                 seen[k] += float(valid.sum())
@@ -225,8 +254,13 @@ def build(recipe: EagleRecipe, out: Path, log: Log = print) -> dict[str, Any]:
     log(f"target: training a {len(recipe.core_places)}-layer core ({len(corpus.used)} distinct ids)")
     target, loss = _train_target(recipe, vocab, [vocab.to_local(i) for i in corpus.train], log)
     target = target.to(torch.bfloat16).to(torch.float32).eval()  # the stored weights from here on
-    metrics = {"recipe": asdict(recipe), "corpus_digest": corpus.digest, "distinct_ids": len(corpus.used),
-               "target_final_loss": loss, "target_seconds": round(time.perf_counter() - started, 1)}
+    metrics = {
+        "recipe": asdict(recipe),
+        "corpus_digest": corpus.digest,
+        "distinct_ids": len(corpus.used),
+        "target_final_loss": loss,
+        "target_seconds": round(time.perf_counter() - started, 1),
+    }
     log("target: greedy continuations")
     samples = _greedy_samples(target, vocab, corpus, recipe)
     stream = [t for ids in samples + [vocab.to_local(i) for i in corpus.train] for t in ids]
@@ -253,8 +287,9 @@ def _save(recipe: EagleRecipe, vocab: Vocab, target, head, out: Path) -> None:  
 
     from tests.models import save_eagle_head
 
-    trained._save(vocab.expand(target, recipe.target.teacher, recipe.target.seed, **recipe.target_config()),
-                  out / "target")
+    trained._save(
+        vocab.expand(target, recipe.target.teacher, recipe.target.seed, **recipe.target_config()), out / "target"
+    )
     with torch.no_grad():
         head.d2t.copy_(vocab.used - torch.arange(len(vocab.used)))
     save_eagle_head(head, out / "head", dtype="bfloat16", draft_ids=vocab.used)

@@ -7,11 +7,11 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .kinds import MANIFEST, SIGNATURE
 from ..errors import BundleError, ManifestError
 from ..infra.hashing import xxh3_128_file
-from .staging import write_atomic
 from ..infra.userfile import read_text
+from .kinds import MANIFEST, SIGNATURE
+from .staging import write_atomic
 
 __all__ = ["MANIFEST", "SIGNATURE", "check_manifest", "read_manifest", "write_manifest"]
 MAX_MANIFEST_BYTES = 1024 * 1024  # a bundle's manifest is ~700 bytes (one line per file)
@@ -96,7 +96,7 @@ def check_manifest(bundle: Path) -> ManifestCheck:
     present = set(covered_files(bundle))
     missing = tuple(sorted(set(listed) - present))
     extra = tuple(sorted(present - set(listed)))
-    mismatched = tuple(name for name in sorted(set(listed) & present)
-                       if xxh3_128_file(bundle / name) != listed[name])
-    return ManifestCheck(manifest=path, mismatched=mismatched, missing=missing, extra=extra,
-                         checked=len(set(listed) & present))
+    mismatched = tuple(name for name in sorted(set(listed) & present) if xxh3_128_file(bundle / name) != listed[name])
+    return ManifestCheck(
+        manifest=path, mismatched=mismatched, missing=missing, extra=extra, checked=len(set(listed) & present)
+    )

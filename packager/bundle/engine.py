@@ -38,24 +38,31 @@ NEWEST = parse_version(PYPI_ENGINES[-1])  # the engine of packager's converter (
 # The oldest engine packager builds for, measured (bench/RESULTS.md "Engines"): the 3.0.0, 3.1.0 and 3.2.0
 # wheels have no LLM runtime (no _mnncengine.llm), so no bundle can be proven to load in anything older.
 OLDEST = parse_version("3.4.0")
-WHY_OLDEST = ("MNN's 3.0.0, 3.1.0 and 3.2.0 Python wheels have no LLM runtime, so no bundle can be proven to "
-              "load in an engine older than 3.4.0")
+WHY_OLDEST = (
+    "MNN's 3.0.0, 3.1.0 and 3.2.0 Python wheels have no LLM runtime, so no bundle can be proven to "
+    "load in an engine older than 3.4.0"
+)
 
 
 def has_c4_attention(ops: list[Any]) -> bool:
     """Whether any attention op writes C4-packed output (AttentionParam.output_c4, FuseTransformerC4)."""
-    return any(op.get("type") == "Attention" and isinstance(op.get("main"), dict)
-               and op["main"].get("output_c4") is True for op in ops)
+    return any(
+        op.get("type") == "Attention" and isinstance(op.get("main"), dict) and op["main"].get("output_c4") is True
+        for op in ops
+    )
 
 
 def graph_requirement(graph_json: Path) -> EngineRequirement:
     """What the graph needs: FuseTransformerC4 output (AttentionParam.output_c4) first runs in MNN 3.6.1."""
     graph = json.loads(graph_json.read_text(encoding="utf-8"))
     if has_c4_attention(graph.get("oplists", [])):
-        return EngineRequirement(C4_FUSION, ("the graph uses C4-fused attention (AttentionParam.output_c4), "
-                                             "first run by MNN 3.6.1",))
-    return EngineRequirement(OLDEST, (f"graphs without C4 fusion load from MNN {format_version(OLDEST)} on "
-                                      f"(packager engines check; {WHY_OLDEST})",))
+        return EngineRequirement(
+            C4_FUSION, ("the graph uses C4-fused attention (AttentionParam.output_c4), first run by MNN 3.6.1",)
+        )
+    return EngineRequirement(
+        OLDEST,
+        (f"graphs without C4 fusion load from MNN {format_version(OLDEST)} on (packager engines check; {WHY_OLDEST})",),
+    )
 
 
 def combine(*requirements: EngineRequirement) -> EngineRequirement:
@@ -110,12 +117,19 @@ def target(requested: str | None) -> EngineTarget:
     try:
         version = parse_version(text)
     except ValueError:
-        raise UnservedEngine(f"--engine {text!r} is not an MNN version (MAJOR.MINOR.PATCH)",
-                             f"pass {supported}") from None
+        raise UnservedEngine(
+            f"--engine {text!r} is not an MNN version (MAJOR.MINOR.PATCH)", f"pass {supported}"
+        ) from None
     if version > NEWEST:
-        raise UnservedEngine(f"--engine {text}: packager's converter is MNN {format_version(NEWEST)}, it cannot "
-                             f"know what MNN {text} reads", "pass newest (a bundle for MNN 3.6.1 and later)")
+        raise UnservedEngine(
+            f"--engine {text}: packager's converter is MNN {format_version(NEWEST)}, it cannot "
+            f"know what MNN {text} reads",
+            "pass newest (a bundle for MNN 3.6.1 and later)",
+        )
     if version < OLDEST:
-        raise UnservedEngine(f"--engine {text}: MNN {text} is older than the oldest engine packager builds for "
-                             f"({format_version(OLDEST)}: {WHY_OLDEST})", f"pass {supported}")
+        raise UnservedEngine(
+            f"--engine {text}: MNN {text} is older than the oldest engine packager builds for "
+            f"({format_version(OLDEST)}: {WHY_OLDEST})",
+            f"pass {supported}",
+        )
     return EngineTarget(text, version)

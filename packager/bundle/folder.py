@@ -46,8 +46,10 @@ def tied_embedding(value: Any) -> TiedEmbedding | None:
         return None
     if isinstance(value, list):
         if len(value) not in (5, 6) or not all(_is_int(v) for v in value):
-            raise FolderConflict(f"llm_config.json tie_embeddings is a list of {len(value)} entries; MNN reads 5 "
-                                 "integers (offset, alpha offset, alpha size, bits, block) and an optional sixth")
+            raise FolderConflict(
+                f"llm_config.json tie_embeddings is a list of {len(value)} entries; MNN reads 5 "
+                "integers (offset, alpha offset, alpha size, bits, block) and an optional sixth"
+            )
         alpha = 2 if len(value) == 6 and value[5] == 1 else 4
         numbers, form = value[:5], f"list{len(value)}"
     elif isinstance(value, dict):
@@ -61,8 +63,10 @@ def tied_embedding(value: Any) -> TiedEmbedding | None:
         raise FolderConflict(f"llm_config.json tie_embeddings is a {type(value).__name__}, not a list or object")
     weight, alpha_offset, alpha_size, bits, block = (int(v) for v in numbers)
     if bits not in (4, 8, 16) or min(weight, alpha_offset, alpha_size, block) < 0 or alpha_offset < weight:
-        raise FolderConflict(f"llm_config.json tie_embeddings {list(numbers)} is impossible (bits must be 4, 8 or 16; "
-                             "offsets and sizes non-negative, the alphas after the weights)")
+        raise FolderConflict(
+            f"llm_config.json tie_embeddings {list(numbers)} is impossible (bits must be 4, 8 or 16; "
+            "offsets and sizes non-negative, the alphas after the weights)"
+        )
     return TiedEmbedding(weight, alpha_offset, alpha_size, bits, block, alpha, form)
 
 
@@ -76,14 +80,18 @@ def _tie_vocabulary(tie: TiedEmbedding, hidden: int) -> int | None:
         return None
     span_bits = (tie.alpha_offset - tie.weight_offset) * 8
     if span_bits % (tie.bits * hidden):
-        raise FolderConflict(f"llm_config.json tie_embeddings spans {tie.alpha_offset - tie.weight_offset} bytes, "
-                             f"not a whole number of {hidden}-wide {tie.bits}-bit rows")
+        raise FolderConflict(
+            f"llm_config.json tie_embeddings spans {tie.alpha_offset - tie.weight_offset} bytes, "
+            f"not a whole number of {hidden}-wide {tie.bits}-bit rows"
+        )
     vocab = span_bits // (tie.bits * hidden)
     blocks = hidden // tie.block if tie.block else 1
     fits = [vocab * blocks * pairs * tie.alpha_bytes for pairs in (1, 2)]  # symmetric, asymmetric
     if tie.alpha_size not in fits:
-        raise FolderConflict(f"llm_config.json tie_embeddings alpha size {tie.alpha_size} does not fit its "
-                             f"{vocab} rows of {blocks} blocks (expected {fits[0]} or {fits[1]})")
+        raise FolderConflict(
+            f"llm_config.json tie_embeddings alpha size {tie.alpha_size} does not fit its "
+            f"{vocab} rows of {blocks} blocks (expected {fits[0]} or {fits[1]})"
+        )
     return vocab
 
 
@@ -100,8 +108,7 @@ def embeddings_file(folder: Path, config: dict[str, Any], tie: TiedEmbedding | N
     return folder / "embeddings_bf16.bin"
 
 
-def vocabulary(folder: Path, llm_config: dict[str, Any], config: dict[str, Any],
-               graph_vocab: int | None = None) -> int:
+def vocabulary(folder: Path, llm_config: dict[str, Any], config: dict[str, Any], graph_vocab: int | None = None) -> int:
     """The vocabulary every statement in the folder agrees on; 0 when none states it (checked after loading);
     FolderConflict when two disagree. `graph_vocab` is the lm_head width of llm.mnn.json when the caller read it."""
     hidden = llm_config.get("hidden_size")
@@ -117,8 +124,9 @@ def vocabulary(folder: Path, llm_config: dict[str, Any], config: dict[str, Any],
         said += _file_statement(table, hidden, tie)
     distinct = sorted({n for _, n in said})
     if len(distinct) > 1:
-        raise FolderConflict("the folder's files disagree on the vocabulary: "
-                             + ", ".join(f"{where} says {n}" for where, n in said))
+        raise FolderConflict(
+            "the folder's files disagree on the vocabulary: " + ", ".join(f"{where} says {n}" for where, n in said)
+        )
     return distinct[0] if distinct else 0
 
 

@@ -64,12 +64,23 @@ def read(graph: dict[str, Any]) -> GraphFacts:
                 norms.append(ranges[-1])
         if op.get("type") == "Convolution":
             common, quant = main.get("common") or {}, main.get("quanParameter")
-            linears.append(Linear(
-                name=str(op.get("name")), in_features=int(common.get("inputCount", 0)),
-                out_features=int(common.get("outputCount", 0)),
-                bits=int(quant["aMaxOrBits"]) if isinstance(quant, dict) and "aMaxOrBits" in quant else None,
-                asymmetric=bool(quant.get("aMin")) if isinstance(quant, dict) else False,
-                external=tuple(int(x) for x in external) if isinstance(external, list) else (),
-                shape_int32=bool(quant.get("shapeInt32")) if isinstance(quant, dict) else False))
-    return GraphFacts(hidden_size=hidden, layers=layers, linears=tuple(linears), ranges=tuple(ranges),
-                      c4=has_c4_attention(ops), uuid=graph.get("mnn_uuid"), norms=tuple(norms))
+            linears.append(
+                Linear(
+                    name=str(op.get("name")),
+                    in_features=int(common.get("inputCount", 0)),
+                    out_features=int(common.get("outputCount", 0)),
+                    bits=int(quant["aMaxOrBits"]) if isinstance(quant, dict) and "aMaxOrBits" in quant else None,
+                    asymmetric=bool(quant.get("aMin")) if isinstance(quant, dict) else False,
+                    external=tuple(int(x) for x in external) if isinstance(external, list) else (),
+                    shape_int32=bool(quant.get("shapeInt32")) if isinstance(quant, dict) else False,
+                )
+            )
+    return GraphFacts(
+        hidden_size=hidden,
+        layers=layers,
+        linears=tuple(linears),
+        ranges=tuple(ranges),
+        c4=has_c4_attention(ops),
+        uuid=graph.get("mnn_uuid"),
+        norms=tuple(norms),
+    )

@@ -31,8 +31,11 @@ FILES: dict[str, str] = {
     "runtime_config.json": "Recommended speculative-decoding settings and compatible targets (app-level)",
     "tokenizer.txt": "Tokenizer",
 }
-TARGET_FILES: dict[str, str] = {"config.json": "MNN runtime settings (paths, backend, sampler)", **_GRAPH,
-                                "tokenizer.txt": "Tokenizer"}
+TARGET_FILES: dict[str, str] = {
+    "config.json": "MNN runtime settings (paths, backend, sampler)",
+    **_GRAPH,
+    "tokenizer.txt": "Tokenizer",
+}
 EMBEDDINGS = "embeddings_bf16.bin"
 EAGLE_FILES: dict[str, str] = {
     "eagle.mnn": "EAGLE-3 head graph (one decoder layer over the target's hidden states)",
@@ -43,8 +46,10 @@ EAGLE_FILES: dict[str, str] = {
 }
 LOOKUP = "lookup_file.txt"
 # Files a bundle of any kind may hold; `embeddings_bf16.bin` is required where llm_config.json has no tie.
-OPTIONAL: dict[str, str] = {EMBEDDINGS: "Token embeddings (bfloat16; the embeddings are not tied to lm_head)",
-                            LOOKUP: "Lookahead corpus (MNN matches n-grams of it while decoding)"}
+OPTIONAL: dict[str, str] = {
+    EMBEDDINGS: "Token embeddings (bfloat16; the embeddings are not tied to lm_head)",
+    LOOKUP: "Lookahead corpus (MNN matches n-grams of it while decoding)",
+}
 # What a release adds beside a kind's files: the card, the manifest of every file, and the signature over both.
 CARD = "README.md"
 MANIFEST = "checksums.xxh128"
@@ -52,8 +57,15 @@ SIGNATURE = "model.sig"  # signs the manifest, so the manifest cannot list it
 RELEASE_EXTRAS = (CARD, MANIFEST, SIGNATURE)
 DRAFT_ONLY = ("config_cpu.json", "config_opencl.json", "draft_config_cpu.json", "runtime_config.json")
 # What an app downloads to run the draft; the rest are reference files.
-APP_FILES = ("llm.mnn", "llm.mnn.weight", "llm_config.json", "config.json", "config_cpu.json",
-             "draft_config_cpu.json", "tokenizer.txt")
+APP_FILES = (
+    "llm.mnn",
+    "llm.mnn.weight",
+    "llm_config.json",
+    "config.json",
+    "config_cpu.json",
+    "draft_config_cpu.json",
+    "tokenizer.txt",
+)
 _TARGET_APP = ("config.json", "llm.mnn", "llm.mnn.weight", "llm_config.json", "tokenizer.txt")
 
 
@@ -78,8 +90,12 @@ class BundleKind:
 
 DRAFT = BundleKind("draft", "a draft model for an app's draftmodel mode (ten files)", FILES, APP_FILES)
 TARGET = BundleKind("target", "a model upstream MNN runs on its own", TARGET_FILES, _TARGET_APP)
-TARGET_EAGLE = BundleKind("target+eagle", "a target with its EAGLE-3 head (speculative_type eagle)",
-                          {**TARGET_FILES, **EAGLE_FILES}, (*_TARGET_APP, *EAGLE_FILES))
+TARGET_EAGLE = BundleKind(
+    "target+eagle",
+    "a target with its EAGLE-3 head (speculative_type eagle)",
+    {**TARGET_FILES, **EAGLE_FILES},
+    (*_TARGET_APP, *EAGLE_FILES),
+)
 KINDS = {kind.name: kind for kind in (DRAFT, TARGET, TARGET_EAGLE)}
 # Every name any kind holds (what a folder of bundle files may contain).
 ALL_NAMES = frozenset(FILES) | frozenset(TARGET_EAGLE.files) | frozenset(OPTIONAL)
@@ -103,6 +119,7 @@ def kind_of(folder: Path) -> BundleKind:
     """The kind a folder's files say it is: eagle files or speculative_type eagle make target+eagle, any of the
     draft's app configs a draft, config.json and the graph without them a target. A folder that is none of
     these is judged a draft, whose ten files validate then names."""
+
     def has(name: str) -> bool:
         try:
             return (folder / name).is_file()

@@ -15,16 +15,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .kinds import LOOKUP
 from ..errors import CorpusNotText, CorpusUnusable, shorten
 from ..infra.hashing import xxh3_128_bytes
+from .kinds import LOOKUP
 
 # MNN 3.6.1's defaults (llmconfig.hpp), written out so the card, validate and a reader see them.
-SETTINGS: dict[str, Any] = {"speculative_type": "lookahead", "draft_predict_length": 3,
-                            "draft_match_strictness": "low", "draft_selection_rule": "freqxlen",
-                            "ngram_match_maxlen": 4, "ngram_update": False}
-TUNABLES = ("draft_predict_length", "draft_match_strictness", "draft_selection_rule", "ngram_match_maxlen",
-            "ngram_update")
+SETTINGS: dict[str, Any] = {
+    "speculative_type": "lookahead",
+    "draft_predict_length": 3,
+    "draft_match_strictness": "low",
+    "draft_selection_rule": "freqxlen",
+    "ngram_match_maxlen": 4,
+    "ngram_update": False,
+}
+TUNABLES = (
+    "draft_predict_length",
+    "draft_match_strictness",
+    "draft_selection_rule",
+    "ngram_match_maxlen",
+    "ngram_update",
+)
 MAX_CORPUS = 8 << 20  # MNN tokenizes it at every generate(): 8 MiB took 2.4 s, 1 MiB 0.4 s (x86 core, 3.6.1)
 WARN_CORPUS = 1 << 20
 MIB = 1 << 20
@@ -54,15 +64,25 @@ class Lookahead:
 
     def record(self) -> dict[str, Any]:
         """For provenance: the settings and the corpus's size and digest."""
-        corpus = None if self.corpus is None else {"path": str(self.corpus.path), "file": LOOKUP,
-                                                   "bytes": self.corpus.size, "xxh3_128": self.corpus.digest}
+        corpus = (
+            None
+            if self.corpus is None
+            else {
+                "path": str(self.corpus.path),
+                "file": LOOKUP,
+                "bytes": self.corpus.size,
+                "xxh3_128": self.corpus.digest,
+            }
+        )
         return {"settings": {k: self.settings[k] for k in TUNABLES}, "corpus": corpus}
 
     def warnings(self) -> tuple[str, ...]:
         if self.corpus is None or self.corpus.size <= WARN_CORPUS:
             return ()
-        return (f"the lookahead corpus is {self.corpus.size / MIB:.1f} MiB: MNN tokenizes all of it at every "
-                "generate() call (1 MiB took 0.4 s on a desktop core before the first token)",)
+        return (
+            f"the lookahead corpus is {self.corpus.size / MIB:.1f} MiB: MNN tokenizes all of it at every "
+            "generate() call (1 MiB took 0.4 s on a desktop core before the first token)",
+        )
 
 
 def settings(overrides: dict[str, Any], draft_length: int | None = None) -> dict[str, Any]:
@@ -84,16 +104,20 @@ def read_corpus(path: Path, out: Path) -> Corpus:
     except (OSError, ValueError) as exc:
         raise CorpusUnusable(f"lookahead corpus {shown} cannot be read ({_reason(exc)})") from None
     if stat.S_ISDIR(mode):
-        raise CorpusUnusable(f"lookahead corpus {shown} is a folder, not a text file",
-                             "--lookahead takes the word after it as its corpus: write --lookahead=CORPUS, or put "
-                             "--lookahead after CHECKPOINT")
+        raise CorpusUnusable(
+            f"lookahead corpus {shown} is a folder, not a text file",
+            "--lookahead takes the word after it as its corpus: write --lookahead=CORPUS, or put "
+            "--lookahead after CHECKPOINT",
+        )
     if not stat.S_ISREG(mode):
         raise CorpusUnusable(f"lookahead corpus {shown} is a device, pipe or socket, not a regular file")
     out_real = Path(os.path.realpath(out))
     if real.is_relative_to(out_real):
         where = "is" if real == out_real else "lies inside"
-        raise CorpusUnusable(f"lookahead corpus {shown} {where} --out {shorten(str(out), 120)}, which the "
-                             "conversion replaces", "keep the corpus outside the bundle folder")
+        raise CorpusUnusable(
+            f"lookahead corpus {shown} {where} --out {shorten(str(out), 120)}, which the conversion replaces",
+            "keep the corpus outside the bundle folder",
+        )
     data = _read(real, shown)
     problem = text_problem(data)
     if problem:
@@ -118,8 +142,10 @@ def _reason(exc: Exception) -> str:
 def text_problem(data: bytes) -> str | None:
     """Why MNN could not use these bytes as a corpus (or None): empty, too large, NUL bytes, not UTF-8."""
     if len(data) > MAX_CORPUS:
-        return (f"is larger than {MAX_CORPUS // MIB} MiB; MNN tokenizes all of it at every generate() call "
-                "(8 MiB took 2.4 s on a desktop core)")
+        return (
+            f"is larger than {MAX_CORPUS // MIB} MiB; MNN tokenizes all of it at every generate() call "
+            "(8 MiB took 2.4 s on a desktop core)"
+        )
     if not data.strip():
         return "is empty" if not data else "holds only whitespace"
     if (nul := data.find(b"\0")) >= 0:

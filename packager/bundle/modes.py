@@ -30,5 +30,8 @@ def mode_requirement(mode: Any) -> tuple[EngineRequirement, ...]:
     """The engine a speculative_type needs (none for plain decoding or a value MNN does not know)."""
     if not isinstance(mode, str) or mode not in MIN_ENGINE:
         return ()
-    return (EngineRequirement(parse_version(MIN_ENGINE[mode]),
-                              (f"speculative_type {mode} first runs in MNN {MIN_ENGINE[mode]}",)),)
+    return (
+        EngineRequirement(
+            parse_version(MIN_ENGINE[mode]), (f"speculative_type {mode} first runs in MNN {MIN_ENGINE[mode]}",)
+        ),
+    )

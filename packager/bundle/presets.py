@@ -21,13 +21,30 @@ from typing import Any
 
 from .engine import EngineRequirement
 
-DRAFT: dict[str, Any] = {"backend_type": "cpu", "thread_num": 2, "precision": "low", "memory": "low",
-                         "sampler_type": "greedy", "power": "high"}
-PATHS: dict[str, Any] = {"llm_model": "llm.mnn", "llm_weight": "llm.mnn.weight", "llm_config": "llm_config.json",
-                         "tokenizer_file": "tokenizer.txt"}
-OPENCL: dict[str, Any] = {"backend_type": "opencl", "thread_num": 4, "precision": "low", "memory": "low",
-                          "sampler_type": "greedy", "speculative_type": "draftmodel", "draft_predict_length": 3,
-                          "draft_config_path": "draft_config_cpu.json"}
+DRAFT: dict[str, Any] = {
+    "backend_type": "cpu",
+    "thread_num": 2,
+    "precision": "low",
+    "memory": "low",
+    "sampler_type": "greedy",
+    "power": "high",
+}
+PATHS: dict[str, Any] = {
+    "llm_model": "llm.mnn",
+    "llm_weight": "llm.mnn.weight",
+    "llm_config": "llm_config.json",
+    "tokenizer_file": "tokenizer.txt",
+}
+OPENCL: dict[str, Any] = {
+    "backend_type": "opencl",
+    "thread_num": 4,
+    "precision": "low",
+    "memory": "low",
+    "sampler_type": "greedy",
+    "speculative_type": "draftmodel",
+    "draft_predict_length": 3,
+    "draft_config_path": "draft_config_cpu.json",
+}
 COMPATIBLE_TARGETS: dict[str, Any] = {
     "qwen3_8b": {"enabled": True},
     "qwen3_14b": {"enabled": True},
@@ -61,8 +78,9 @@ def _dump(data: dict[str, Any]) -> bytes:
 RENDERED = ("config.json", "config_cpu.json", "draft_config_cpu.json", "config_opencl.json", "runtime_config.json")
 
 
-def render(overrides: RuntimeOverrides, engine: EngineRequirement,
-           mode: dict[str, Any] | None = None) -> dict[str, bytes]:
+def render(
+    overrides: RuntimeOverrides, engine: EngineRequirement, mode: dict[str, Any] | None = None
+) -> dict[str, bytes]:
     """The five config files as bytes, keyed by file name; `mode` (lookahead's keys) goes into config.json last."""
     draft = {**DRAFT, **overrides.draft}
     main = {**PATHS, **draft, **overrides.main, **(mode or {})}
@@ -77,29 +95,54 @@ def render(overrides: RuntimeOverrides, engine: EngineRequirement,
             "draft_power": draft.get("power", "normal"),
             "draft_sampler_type": draft["sampler_type"],
         },
-        "compatible_targets": overrides.compatible_targets if overrides.compatible_targets is not None
+        "compatible_targets": overrides.compatible_targets
+        if overrides.compatible_targets is not None
         else COMPATIBLE_TARGETS,
         "notes": overrides.notes if overrides.notes is not None else NOTES,
         "min_mnn_engine": {"version": engine.text, "because": list(engine.reasons)},
     }
     draft_bytes = _dump(draft)
-    return {"config.json": _dump(main), "config_cpu.json": draft_bytes, "draft_config_cpu.json": draft_bytes,
-            "config_opencl.json": _dump(opencl), "runtime_config.json": _dump(runtime)}
+    return {
+        "config.json": _dump(main),
+        "config_cpu.json": draft_bytes,
+        "draft_config_cpu.json": draft_bytes,
+        "config_opencl.json": _dump(opencl),
+        "runtime_config.json": _dump(runtime),
+    }
 
 
 # A target bundle's config.json (upstream MNN reads it as is): the paths, the CPU defaults llmexport writes
 # except its sampler (greedy: the speculative modes verify by argmax, and plain decoding is then reproducible).
-TARGET: dict[str, Any] = {"backend_type": "cpu", "thread_num": 4, "precision": "low", "memory": "low",
-                          "sampler_type": "greedy"}
+TARGET: dict[str, Any] = {
+    "backend_type": "cpu",
+    "thread_num": 4,
+    "precision": "low",
+    "memory": "low",
+    "sampler_type": "greedy",
+}
 # MNN 3.6.1's own defaults for its EAGLE mode (llmconfig.hpp), written out so the card and validate can read them.
-EAGLE: dict[str, Any] = {"speculative_type": "eagle", "hidden_states": True, "eagle_model": "eagle.mnn",
-                         "eagle_fc": "eagle_fc.mnn", "eagle_d2t": "eagle_d2t.mnn", "eagle_depth": 3,
-                         "eagle_topk": 1, "draft_predict_length": 3}
+EAGLE: dict[str, Any] = {
+    "speculative_type": "eagle",
+    "hidden_states": True,
+    "eagle_model": "eagle.mnn",
+    "eagle_fc": "eagle_fc.mnn",
+    "eagle_d2t": "eagle_d2t.mnn",
+    "eagle_depth": 3,
+    "eagle_topk": 1,
+    "draft_predict_length": 3,
+}
 
 
-def render_target(overrides: RuntimeOverrides, head: Any = None, untied: bool = False,
-                  mode: dict[str, Any] | None = None) -> dict[str, bytes]:
+def render_target(
+    overrides: RuntimeOverrides, head: Any = None, untied: bool = False, mode: dict[str, Any] | None = None
+) -> dict[str, bytes]:
     """config.json of a target bundle (with the EAGLE keys when it carries a head, or lookahead's `mode` keys)."""
-    main = {**PATHS, **TARGET, **({"embedding_file": "embeddings_bf16.bin"} if untied else {}),
-            **(EAGLE if head is not None else {}), **overrides.main, **(mode or {})}
+    main = {
+        **PATHS,
+        **TARGET,
+        **({"embedding_file": "embeddings_bf16.bin"} if untied else {}),
+        **(EAGLE if head is not None else {}),
+        **overrides.main,
+        **(mode or {}),
+    }
     return {"config.json": _dump(main)}

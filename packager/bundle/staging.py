@@ -12,20 +12,19 @@ import os
 import shutil
 import socket
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Iterable
 
-from .kinds import ALL_NAMES, RELEASE_EXTRAS
 from ..errors import OutputExists, from_os_error, shorten
 from ..infra.progress import Progress as Report
+from .kinds import ALL_NAMES, RELEASE_EXTRAS
 
 PARTIAL_MARK = ".packager-partial-"
 # Written first into every stage folder: who made it, so a later run can tell a dead run's leftovers.
 STAGE_MARKER = ".packager-stage.json"
 # What a published bundle folder may hold besides the ten files.
-
 
 
 @dataclass(frozen=True)
@@ -82,8 +81,11 @@ def check_target(target: Path, force: bool, protected: Protected = Protected()) 
         if reason:
             raise OutputExists(f"--force will not replace --out {_shown(target)}: {reason}", "choose another --out")
         if any(True for _ in os.scandir(target)) and not is_bundle_folder(target):
-            raise OutputExists(f"--force will not replace --out {_shown(target)}: it is not a packager bundle (it holds "
-                               "files other than the bundle's)", "choose another --out, or empty it yourself")
+            raise OutputExists(
+                f"--force will not replace --out {_shown(target)}: it is not a packager bundle (it holds "
+                "files other than the bundle's)",
+                "choose another --out, or empty it yourself",
+            )
     except OSError as exc:
         raise from_os_error(OSError(exc.errno, exc.strerror), f"checking --out {_shown(target)}") from None
 
@@ -94,8 +96,9 @@ class StagedDir:
     The folder is a sibling of the target so the final rename stays on one file system and is atomic.
     """
 
-    def __init__(self, target: Path, force: bool, protected: Protected = Protected(),
-                 report: Report = lambda _: None) -> None:
+    def __init__(
+        self, target: Path, force: bool, protected: Protected = Protected(), report: Report = lambda _: None
+    ) -> None:
         self.target = target
         self.force = force
         self.protected = protected
@@ -113,8 +116,9 @@ class StagedDir:
         except OSError as exc:
             self._remove()
             # Name the folder the user gave, not the hidden stage inside it.
-            raise from_os_error(OSError(exc.errno, exc.strerror, str(self.target.parent)),
-                                f"creating --out {_shown(self.target)}") from None
+            raise from_os_error(
+                OSError(exc.errno, exc.strerror, str(self.target.parent)), f"creating --out {_shown(self.target)}"
+            ) from None
         return self
 
     def subdir(self, name: str) -> Path:
@@ -138,8 +142,9 @@ class StagedDir:
                 os.rename(old, self.target)
             raise
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self._remove()
 
     def _remove(self) -> None:

@@ -44,5 +44,9 @@ def read_header(path: Path) -> TokenizerHeader:
     if len(counts) != 3 or sum(counts) != len(ids):
         raise HeaderError(f"line 2 announces {sum(counts)} ids but line 3 holds {len(ids)}")
     special, stop = counts[0], counts[1]
-    return TokenizerHeader(type=kind, special=tuple(ids[:special]), stop=tuple(ids[special:special + stop]),
-                           prefix=tuple(ids[special + stop:]))
+    return TokenizerHeader(
+        type=kind,
+        special=tuple(ids[:special]),
+        stop=tuple(ids[special : special + stop]),
+        prefix=tuple(ids[special + stop :]),
+    )

@@ -31,34 +31,62 @@ def pair_results(pairing: dict[str, Any], repo_id: str, default_d: int | None) -
 
     target = pairing["target"]
     workload = {
-        "task_type": TASK, "task_name": f"Speculative decoding: draft for {target}",
-        "dataset_type": PAIR_WORKLOAD, "dataset_config": target,
-        "dataset_name": (f"packager pair workload: {pairing['prompts']} chat-templated prompts, {pairing['positions']} "
-                         f"greedy target tokens (up to {pairing['new_tokens']} per prompt)"),
-        "dataset_args": {"target": target, "prompts": pairing["prompts"], "positions": pairing["positions"],
-                         "max_new_tokens": pairing["new_tokens"]},
-        **_source(repo_id)}
+        "task_type": TASK,
+        "task_name": f"Speculative decoding: draft for {target}",
+        "dataset_type": PAIR_WORKLOAD,
+        "dataset_config": target,
+        "dataset_name": (
+            f"packager pair workload: {pairing['prompts']} chat-templated prompts, {pairing['positions']} "
+            f"greedy target tokens (up to {pairing['new_tokens']} per prompt)"
+        ),
+        "dataset_args": {
+            "target": target,
+            "prompts": pairing["prompts"],
+            "positions": pairing["positions"],
+            "max_new_tokens": pairing["new_tokens"],
+        },
+        **_source(repo_id),
+    }
     alpha = pairing["alpha"]
     text, args = _ci(alpha, 3)
-    results = [EvalResult(metric_type="greedy_acceptance_alpha", metric_value=round(alpha["value"], 4),
-                          metric_name=f"Greedy acceptance alpha{text}", metric_args=args, **workload)]
+    results = [
+        EvalResult(
+            metric_type="greedy_acceptance_alpha",
+            metric_value=round(alpha["value"], 4),
+            metric_name=f"Greedy acceptance alpha{text}",
+            metric_args=args,
+            **workload,
+        )
+    ]
     d = pairing["recommended_d"] if pairing["recommended_d"] is not None else default_d
     depth = next((x for x in pairing["depths"] if x["d"] == d and x["tokens_per_step"]), None)
     if depth is not None:
         text, args = _ci(depth["tokens_per_step"], 2)
-        results.append(EvalResult(metric_type="tokens_per_step",
-                                  metric_value=round(depth["tokens_per_step"]["value"], 3),
-                                  metric_name=f"Tokens per target step at d={d}{text}", metric_config=f"d={d}",
-                                  metric_args=args, **workload))
+        results.append(
+            EvalResult(
+                metric_type="tokens_per_step",
+                metric_value=round(depth["tokens_per_step"]["value"], 3),
+                metric_name=f"Tokens per target step at d={d}{text}",
+                metric_config=f"d={d}",
+                metric_args=args,
+                **workload,
+            )
+        )
     sampling = pairing.get("sampling")
     if sampling and sampling.get("acceptance"):
         text, args = _ci(sampling["acceptance"], 3)
         top_k = sampling["top_k"] or "off"
         setting = f"temperature {sampling['temperature']:g}, top-k {top_k}, top-p {sampling['top_p']:g}"
-        results.append(EvalResult(metric_type="sampling_acceptance",
-                                  metric_value=round(sampling["acceptance"]["value"], 4),
-                                  metric_name=f"Speculative sampling acceptance ({setting}){text}",
-                                  metric_config=setting, metric_args=args, **workload))
+        results.append(
+            EvalResult(
+                metric_type="sampling_acceptance",
+                metric_value=round(sampling["acceptance"]["value"], 4),
+                metric_name=f"Speculative sampling acceptance ({setting}){text}",
+                metric_config=setting,
+                metric_args=args,
+                **workload,
+            )
+        )
     return results
 
 
@@ -67,21 +95,39 @@ def parity_results(parity: dict[str, Any], repo_id: str) -> list[Any]:
     from huggingface_hub import EvalResult
 
     workload = {
-        "task_type": TASK, "task_name": "Parity with the source checkpoint (MNN vs transformers)",
+        "task_type": TASK,
+        "task_name": "Parity with the source checkpoint (MNN vs transformers)",
         "dataset_type": VERIFY_WORKLOAD,
-        "dataset_name": (f"packager verify workload: {parity['prompts']} chat-templated prompts and greedy "
-                         f"continuations, {parity['positions']} positions"),
-        "dataset_args": {"prompts": parity["prompts"], "positions": parity["positions"]}, **_source(repo_id)}
+        "dataset_name": (
+            f"packager verify workload: {parity['prompts']} chat-templated prompts and greedy "
+            f"continuations, {parity['positions']} positions"
+        ),
+        "dataset_args": {"prompts": parity["prompts"], "positions": parity["positions"]},
+        **_source(repo_id),
+    }
     results = [
-        EvalResult(metric_type="mean_kl", metric_value=round(parity["mean_kl"], 5),
-                   metric_name="Mean KL(source || MNN), nats", **workload),
-        EvalResult(metric_type="top1_agreement", metric_value=round(parity["top1_agreement"], 4),
-                   metric_name="Top-1 agreement with the source, all positions", **workload)]
+        EvalResult(
+            metric_type="mean_kl",
+            metric_value=round(parity["mean_kl"], 5),
+            metric_name="Mean KL(source || MNN), nats",
+            **workload,
+        ),
+        EvalResult(
+            metric_type="top1_agreement",
+            metric_value=round(parity["top1_agreement"], 4),
+            metric_name="Top-1 agreement with the source, all positions",
+            **workload,
+        ),
+    ]
     if parity.get("top1_decisive") is not None:
-        results.append(EvalResult(
-            metric_type="top1_agreement_decisive", metric_value=round(parity["top1_decisive"], 4),
-            metric_name=f"Top-1 agreement where the source is decisive ({parity['decisive_positions']} positions)",
-            **workload))
+        results.append(
+            EvalResult(
+                metric_type="top1_agreement_decisive",
+                metric_value=round(parity["top1_decisive"], 4),
+                metric_name=f"Top-1 agreement where the source is decisive ({parity['decisive_positions']} positions)",
+                **workload,
+            )
+        )
     return results
 
 

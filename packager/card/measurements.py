@@ -9,14 +9,27 @@ import math
 from pathlib import Path
 from typing import Any
 
-PARITY_KEYS = ("prompts", "positions", "min_cosine", "mean_cosine", "top1_agreement", "greedy_agreement", "mean_kl",
-               "decisive_positions", "top1_decisive")
+PARITY_KEYS = (
+    "prompts",
+    "positions",
+    "min_cosine",
+    "mean_cosine",
+    "top1_agreement",
+    "greedy_agreement",
+    "mean_kl",
+    "decisive_positions",
+    "top1_decisive",
+)
 
 
 def figure(value: Any, what: str, low: float = -math.inf, high: float = math.inf) -> None:
     """A finite number in [low, high]; ValueError naming the field otherwise (a tampered or foreign report)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or not low <= value <= high:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or not low <= value <= high
+    ):
         raise ValueError(f"{what} is {str(value)[:40]!r}, not a number in [{low:g}, {high:g}]")
 
 
@@ -66,8 +79,10 @@ def measured_files(report: dict[str, Any], key: str, path: Path, command: str, e
     """The digests a report names (`key`); a report without them (an older packager's) cannot be tied to a bundle."""
     files = report.get(key)
     if not isinstance(files, dict) or not files:
-        raise error(f"{path} names no files it measured (no {key}: made by an older packager, or not by {command})",
-                    f"run {command} --json on this bundle again")
+        raise error(
+            f"{path} names no files it measured (no {key}: made by an older packager, or not by {command})",
+            f"run {command} --json on this bundle again",
+        )
     return files
 
 
@@ -94,8 +109,10 @@ def parity_from_report(path: Path, error: type[Exception], bundle: Path | None =
     if bundle is not None:
         check_same_files(path, bundle, files, error, "packager verify")
     if failures or report.get("ok") is not True:
-        raise error(f"{path} is a failed verification ({'; '.join(map(str, failures))[:300] or 'not ok'})",
-                    "the card states only a verification that passed; reconvert and verify again")
+        raise error(
+            f"{path} is a failed verification ({'; '.join(map(str, failures))[:300] or 'not ok'})",
+            "the card states only a verification that passed; reconvert and verify again",
+        )
     return found
 
 
@@ -108,10 +125,26 @@ def speculation_from_report(path: Path, bundle: Path | None, error: type[Excepti
     with where they were measured."""
     report = read_report(path, "speculate report", error)
     try:
-        found = {key: report[key] for key in ("mode", "prompts", "max_new_tokens", "repeats", "measured_on",
-                                              "engine", "near_ties", "steps_counted", "tie_tolerance")}
-        found.update(accepted=report["accepted_per_step"], plain=report["plain_tokens_per_second"],
-                     speculative=report["speculative_tokens_per_second"], speedup=report["speedup"])
+        found = {
+            key: report[key]
+            for key in (
+                "mode",
+                "prompts",
+                "max_new_tokens",
+                "repeats",
+                "measured_on",
+                "engine",
+                "near_ties",
+                "steps_counted",
+                "tie_tolerance",
+            )
+        }
+        found.update(
+            accepted=report["accepted_per_step"],
+            plain=report["plain_tokens_per_second"],
+            speculative=report["speculative_tokens_per_second"],
+            speedup=report["speedup"],
+        )
         files, lossless = report["files_xxh3_128"], report["lossless"]
         _check_speculation(found)
         if not isinstance(files, dict) or not files:
@@ -121,8 +154,10 @@ def speculation_from_report(path: Path, bundle: Path | None, error: type[Excepti
     except ValueError as exc:
         raise error(f"{path}: {exc}", "use the report `packager speculate --json` wrote") from None
     if lossless is not True:
-        raise error(f"{path} records a {found['mode']} run that was not lossless",
-                    "the card states only a lossless run; fix the bundle and run packager speculate again")
+        raise error(
+            f"{path} records a {found['mode']} run that was not lossless",
+            "the card states only a lossless run; fix the bundle and run packager speculate again",
+        )
     if bundle is not None:
         check_same_files(path, bundle, files, error, "packager speculate")
     return found
@@ -153,13 +188,19 @@ def check_same_files(path: Path, bundle: Path, files: dict[str, Any], error: typ
 
     for name, digest in files.items():
         if name not in ALL_NAMES:
-            raise error(f"{path} names {str(name)[:60]!r}, which is no bundle file",
-                        f"it measured other files (a checkpoint?); run {command} on this bundle")
+            raise error(
+                f"{path} names {str(name)[:60]!r}, which is no bundle file",
+                f"it measured other files (a checkpoint?); run {command} on this bundle",
+            )
         current = xxh3_128_file(bundle / name) if (bundle / name).is_file() else None
         if current != digest:
-            raise error(f"{path} measured another bundle: {name} {'differs' if current else 'is missing'} here",
-                        f"run {command} on this bundle again")
+            raise error(
+                f"{path} measured another bundle: {name} {'differs' if current else 'is missing'} here",
+                f"run {command} on this bundle again",
+            )
     unmeasured = [name for name in kind_of(bundle).app_set(bundle) if (bundle / name).is_file() and name not in files]
     if unmeasured:
-        raise error(f"{path} measured another bundle: it names no digest of {', '.join(unmeasured[:3])}",
-                    f"run {command} on this bundle again")
+        raise error(
+            f"{path} measured another bundle: it names no digest of {', '.join(unmeasured[:3])}",
+            f"run {command} on this bundle again",
+        )

@@ -7,17 +7,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..bundle import folder as mnnfolder
 from .. import resources
-from ..bundle.kinds import DRAFT, LOOKUP, BundleKind, kind_of
-from ..infra.jsonfile import read_json
+from ..bundle import folder as mnnfolder
 from ..bundle.engine import EngineRequirement, format_version, parse_version
+from ..bundle.kinds import DRAFT, LOOKUP, BundleKind, kind_of
 from ..errors import CardError
-from .measurements import (check_pairing, check_same_files, measured_files, parity_from_report, read_report,
-                           speculation_from_report)
-from .evalresults import model_index
 from ..infra.hashing import xxh3_128_file
+from ..infra.jsonfile import read_json
 from ..spec.model import ReleaseSpec
+from .evalresults import model_index
+from .measurements import (
+    check_pairing,
+    check_same_files,
+    measured_files,
+    parity_from_report,
+    read_report,
+    speculation_from_report,
+)
 
 DEFAULT_TEMPLATE = "model_card.md.j2"
 TARGET_TEMPLATE = "target_card.md.j2"  # target and target+eagle bundles
@@ -59,12 +65,21 @@ def spoken_list(items: tuple[str, ...] | list[str]) -> str:
 def _files(bundle: Path, kind: BundleKind = DRAFT) -> list[FileRow]:
     missing = [name for name in kind.files if not (bundle / name).is_file()]
     if missing:
-        raise CardError(f"{bundle} is missing {', '.join(missing)} (a {kind.name} bundle holds it)",
-                        "the card describes a complete bundle; run packager validate")
+        raise CardError(
+            f"{bundle} is missing {', '.join(missing)} (a {kind.name} bundle holds it)",
+            "the card describes a complete bundle; run packager validate",
+        )
     purposes = kind.all_files()
-    return [FileRow(name=name, size=(bundle / name).stat().st_size, purpose=purposes[name],
-                    xxh3_128=xxh3_128_file(bundle / name), app_downloads=name in kind.app_set(bundle))
-            for name in kind.present(bundle)]
+    return [
+        FileRow(
+            name=name,
+            size=(bundle / name).stat().st_size,
+            purpose=purposes[name],
+            xxh3_128=xxh3_128_file(bundle / name),
+            app_downloads=name in kind.app_set(bundle),
+        )
+        for name in kind.present(bundle)
+    ]
 
 
 def _json(bundle: Path, name: str) -> dict[str, Any]:
@@ -76,8 +91,14 @@ def metadata(spec: ReleaseSpec, bits: int) -> dict[str, Any]:
     release, model = spec.need("release"), spec.need("model")
     relation = release.base_model_relation or ("finetune" if spec.training else "quantized")
     tags = list(dict.fromkeys([*BASE_TAGS, f"{bits}-bit", *release.tags]))
-    return {"license": release.license, "base_model": [model.base_model], "base_model_relation": relation,
-            "library_name": "mnn", "pipeline_tag": "text-generation", "tags": tags}
+    return {
+        "license": release.license,
+        "base_model": [model.base_model],
+        "base_model_relation": relation,
+        "library_name": "mnn",
+        "pipeline_tag": "text-generation",
+        "tags": tags,
+    }
 
 
 def _engine(runtime: dict[str, Any]) -> EngineRequirement:
@@ -86,8 +107,9 @@ def _engine(runtime: dict[str, Any]) -> EngineRequirement:
     return EngineRequirement(version, tuple(declared.get("because", ())))
 
 
-def render(bundle: Path, spec: ReleaseSpec, template: Path | None = None,
-           measurements: dict[str, Any] | None = None) -> Card:
+def render(
+    bundle: Path, spec: ReleaseSpec, template: Path | None = None, measurements: dict[str, Any] | None = None
+) -> Card:
     """Render the card; a missing fact fails with its name (StrictUndefined), never a placeholder."""
 
     kind = kind_of(bundle)
@@ -100,29 +122,47 @@ def render(bundle: Path, spec: ReleaseSpec, template: Path | None = None,
     except mnnfolder.FolderConflict as exc:
         raise CardError(str(exc), "run packager validate on the bundle") from None
     if tie is None:
-        raise CardError("llm_config.json has no tie_embeddings: the card states the quantization it declares",
-                        "run packager validate on the bundle")
+        raise CardError(
+            "llm_config.json has no tie_embeddings: the card states the quantization it declares",
+            "run packager validate on the bundle",
+        )
     bits, block = tie.bits, tie.block
     runtime = _json(bundle, "runtime_config.json")
     meta = metadata(spec, bits)
     lookahead = _lookahead(bundle, _json(bundle, "config.json"))
     meta["tags"] += ["lookahead"] if lookahead else []
-    index = model_index(spec.need("release").repo_id, measurements or {},
-                        runtime.get("recommended", {}).get("draft_predict_length"))
+    index = model_index(
+        spec.need("release").repo_id, measurements or {}, runtime.get("recommended", {}).get("draft_predict_length")
+    )
     if index is not None:
         meta["model-index"] = index
     source = template.read_text(encoding="utf-8") if template else resources.template(DEFAULT_TEMPLATE)
     context = {
-        "spec": spec, "release": spec.need("release"), "model": spec.need("model"), "card": spec.need("card"),
-        "training": spec.training, "pairing": spec.pairing, "benchmarks": spec.benchmarks, "credits": spec.credits,
-        "files": files, "total_size": sum(f.size for f in files), "file_count": len(files),
-        "app_files": [f for f in files if f.app_downloads], "bits": bits, "block": block,
-        "app_size": sum(f.size for f in files if f.app_downloads), "app": spec.need("card").app,
+        "spec": spec,
+        "release": spec.need("release"),
+        "model": spec.need("model"),
+        "card": spec.need("card"),
+        "training": spec.training,
+        "pairing": spec.pairing,
+        "benchmarks": spec.benchmarks,
+        "credits": spec.credits,
+        "files": files,
+        "total_size": sum(f.size for f in files),
+        "file_count": len(files),
+        "app_files": [f for f in files if f.app_downloads],
+        "bits": bits,
+        "block": block,
+        "app_size": sum(f.size for f in files if f.app_downloads),
+        "app": spec.need("card").app,
         "draft_config_text": (bundle / "config_cpu.json").read_text(encoding="utf-8").strip(),
-        "draft_config": _json(bundle, "config_cpu.json"), "opencl_config": _json(bundle, "config_opencl.json"),
-        "recommended": runtime.get("recommended", {}), "engine": _engine(runtime),
-        "format_version": format_version, "llm_config": llm_config,
-        "measurements": measurements or {}, "lookahead": lookahead,
+        "draft_config": _json(bundle, "config_cpu.json"),
+        "opencl_config": _json(bundle, "config_opencl.json"),
+        "recommended": runtime.get("recommended", {}),
+        "engine": _engine(runtime),
+        "format_version": format_version,
+        "llm_config": llm_config,
+        "measurements": measurements or {},
+        "lookahead": lookahead,
         "quant_sweep": _sweep(spec, (measurements or {}).get("quant_recipe")),
         "front_matter": _front_matter(meta),
     }
@@ -148,8 +188,9 @@ def _finish(source: str, context: dict[str, Any], meta: dict[str, Any]) -> Card:
     return Card(text=text, metadata=meta)
 
 
-def _render_target(bundle: Path, spec: ReleaseSpec, kind: BundleKind, template: Path | None,
-                   measurements: dict[str, Any]) -> Card:
+def _render_target(
+    bundle: Path, spec: ReleaseSpec, kind: BundleKind, template: Path | None, measurements: dict[str, Any]
+) -> Card:
     """The card of a target or target+eagle bundle: what MNN runs, the head's facts, MNN's own speed-up."""
     from ..bundle.engine import combine, graph_requirement
     from ..bundle.graph import read as read_graph
@@ -166,13 +207,26 @@ def _render_target(bundle: Path, spec: ReleaseSpec, kind: BundleKind, template: 
     meta["tags"] = [t for t in meta["tags"] if t != "draft-model"] + (["eagle3"] if mode == "eagle" else [])
     meta["tags"] += ["lookahead"] if mode == "lookahead" else []
     source = template.read_text(encoding="utf-8") if template else resources.template(TARGET_TEMPLATE)
-    context = {"release": spec.need("release"), "model": spec.need("model"), "card": spec.need("card"),
-               "kind": kind.name, "eagle": mode == "eagle", "head": measurements.get("eagle_head"),
-               "untied": "tie_embeddings" not in _json(bundle, "llm_config.json"), "files": files,
-               "total_size": sum(f.size for f in files), "file_count": len(files), "bits": bits, "block": block,
-               "engine": engine, "config": config, "config_text": (bundle / "config.json").read_text("utf-8").strip(),
-               "measurements": measurements, "lookahead": _lookahead(bundle, config),
-               "front_matter": _front_matter(meta)}
+    context = {
+        "release": spec.need("release"),
+        "model": spec.need("model"),
+        "card": spec.need("card"),
+        "kind": kind.name,
+        "eagle": mode == "eagle",
+        "head": measurements.get("eagle_head"),
+        "untied": "tie_embeddings" not in _json(bundle, "llm_config.json"),
+        "files": files,
+        "total_size": sum(f.size for f in files),
+        "file_count": len(files),
+        "bits": bits,
+        "block": block,
+        "engine": engine,
+        "config": config,
+        "config_text": (bundle / "config.json").read_text("utf-8").strip(),
+        "measurements": measurements,
+        "lookahead": _lookahead(bundle, config),
+        "front_matter": _front_matter(meta),
+    }
     return _finish(source, context, meta)
 
 
@@ -182,8 +236,10 @@ def _lookahead(bundle: Path, config: dict[str, Any]) -> dict[str, Any] | None:
         return None
     path = bundle / LOOKUP
     carried = config.get("lookup_file", LOOKUP) == LOOKUP and path.is_file()
-    return {"length": config.get("draft_predict_length", 3),
-            "corpus": {"name": LOOKUP, "size": path.stat().st_size} if carried else None}
+    return {
+        "length": config.get("draft_predict_length", 3),
+        "corpus": {"name": LOOKUP, "size": path.stat().st_size} if carried else None,
+    }
 
 
 def _sweep(spec: ReleaseSpec, recipe: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -199,16 +255,24 @@ def _sweep(spec: ReleaseSpec, recipe: dict[str, Any] | None) -> dict[str, Any] |
     except (ValueError, KeyError, TypeError) as exc:
         raise CardError(f"cannot read the quant sweep {path} named by convert.quant_sweep ({exc})") from None
     if recipe is not None and recipe["name"] != found["chosen"]:
-        raise CardError(f"the bundle was made with {recipe['name']} but the sweep {path.name} chose {found['chosen']}",
-                        "set the spec's [convert] recipe keys to the sweep's \"convert\" values and convert again")
+        raise CardError(
+            f"the bundle was made with {recipe['name']} but the sweep {path.name} chose {found['chosen']}",
+            "set the spec's [convert] recipe keys to the sweep's \"convert\" values and convert again",
+        )
     return found
 
 
 def _recipe_name(recipe: dict[str, Any]) -> str:
     from ..convert.recipe import QuantRecipe
 
-    return QuantRecipe(bits=recipe["bits"], block=recipe["block"], symmetric=recipe["symmetric"],
-                       algorithm=recipe["algorithm"], lm_bits=recipe["lm_bits"], lm_block=recipe["lm_block"]).name
+    return QuantRecipe(
+        bits=recipe["bits"],
+        block=recipe["block"],
+        symmetric=recipe["symmetric"],
+        algorithm=recipe["algorithm"],
+        lm_bits=recipe["lm_bits"],
+        lm_block=recipe["lm_block"],
+    ).name
 
 
 def measurements_from_provenance(record: dict[str, Any]) -> dict[str, Any]:
@@ -220,9 +284,16 @@ def measurements_from_provenance(record: dict[str, Any]) -> dict[str, Any]:
     for text in chosen.get("mismatched", []):
         kind = kinds.get(text, "other")
         categories[kind] = categories.get(kind, 0) + 1
-    found = {"tokenizer": {"format": tokenizer["format"], "matched": chosen["matched"], "total": chosen["total"],
-                           "mismatched_categories": dict(sorted(categories.items()))},
-             "versions": record["versions"], "tool_version": record["tool"]["version"]}
+    found = {
+        "tokenizer": {
+            "format": tokenizer["format"],
+            "matched": chosen["matched"],
+            "total": chosen["total"],
+            "mismatched_categories": dict(sorted(categories.items())),
+        },
+        "versions": record["versions"],
+        "tool_version": record["tool"]["version"],
+    }
     if isinstance(record.get("eagle_head"), dict):
         found["eagle_head"] = record["eagle_head"]
     recipe = record.get("options", {}).get("quant_recipe")
@@ -230,14 +301,22 @@ def measurements_from_provenance(record: dict[str, Any]) -> dict[str, Any]:
         found["quant_recipe"] = {**recipe, "name": _recipe_name(recipe)}
     check = record.get("engine_check")
     if isinstance(check, dict) and check.get("results"):  # packager engines check --record
-        found["engines"] = {"reference": check["reference_engine"], "prompts": check.get("prompts"),
-                            "results": list(check["results"])}
+        found["engines"] = {
+            "reference": check["reference_engine"],
+            "prompts": check.get("prompts"),
+            "results": list(check["results"]),
+        }
     return found
 
 
-def gather_measurements(bundle: Path, provenance: Path | None = None, parity: dict[str, Any] | None = None,
-                        pair_report: Path | None = None, verify_report: Path | None = None,
-                        speculate_reports: tuple[Path, ...] = ()) -> dict[str, Any] | None:
+def gather_measurements(
+    bundle: Path,
+    provenance: Path | None = None,
+    parity: dict[str, Any] | None = None,
+    pair_report: Path | None = None,
+    verify_report: Path | None = None,
+    speculate_reports: tuple[Path, ...] = (),
+) -> dict[str, Any] | None:
     """Every measurement the card may state: the conversion's provenance (default BUNDLE.provenance.json
     beside the bundle, when present), a verify result (or a `verify --json` report), a pair report and
     `speculate --json` reports of this bundle. None when there is none."""
@@ -268,13 +347,23 @@ def pairing_from_report(path: Path, bundle: Path | None = None) -> dict[str, Any
     try:
         best = next((d for d in report["depths"] if d["d"] == report["best_d"]), None)
         sampling = report["sampling"]
-        found = {"target": Path(report["target"]).name, "alpha": report["alpha"], "prompts": report["prompts"],
-                 "positions": report["positions"], "new_tokens": report["new_tokens"],
-                 "depths": [{"d": d["d"], "acceptance_rate": d["acceptance_rate"],
-                             "tokens_per_step": d["tokens_per_step"]} for d in report["depths"]],
-                 "sampling": sampling, "costs_source": report["costs"]["source"], "device": report["costs"]["device"],
-                 "best_d": report["best_d"], "speedup": best["speedup_from_measured_tau"] if best else None,
-                 "recommended_d": report["recommended_draft_predict_length"]}
+        found = {
+            "target": Path(report["target"]).name,
+            "alpha": report["alpha"],
+            "prompts": report["prompts"],
+            "positions": report["positions"],
+            "new_tokens": report["new_tokens"],
+            "depths": [
+                {"d": d["d"], "acceptance_rate": d["acceptance_rate"], "tokens_per_step": d["tokens_per_step"]}
+                for d in report["depths"]
+            ],
+            "sampling": sampling,
+            "costs_source": report["costs"]["source"],
+            "device": report["costs"]["device"],
+            "best_d": report["best_d"],
+            "speedup": best["speedup_from_measured_tau"] if best else None,
+            "recommended_d": report["recommended_draft_predict_length"],
+        }
         check_pairing(found)
     except (TypeError, KeyError) as exc:
         raise CardError(f"{path} is not a `packager pair --json` report (no {exc})") from None
@@ -298,7 +387,7 @@ def check_front_matter(text: str, expected: dict[str, Any]) -> None:
 
     try:
         data = ModelCard(text, ignore_metadata_errors=False).data.to_dict()
-    except Exception as exc:  # noqa: BLE001 - any parse failure is the same user-facing problem
+    except Exception as exc:
         raise CardError(f"the card's front matter does not parse: {exc}") from None
     wrong = sorted(k for k, v in expected.items() if data.get(k) != v)
     if wrong:

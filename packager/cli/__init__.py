@@ -8,8 +8,9 @@ import os
 import signal
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import click
 
@@ -40,8 +41,7 @@ class PackagerCommand(click.Command):
             return super().parse_args(ctx, args)
         except click.UsageError as exc:
             if asks_json:
-                _print_json_error(exc.exit_code, "UsageError", exc.format_message(),
-                                  f"see: {ctx.command_path} --help")
+                _print_json_error(exc.exit_code, "UsageError", exc.format_message(), f"see: {ctx.command_path} --help")
             raise
 
     def invoke(self, ctx: click.Context) -> Any:
@@ -50,10 +50,12 @@ class PackagerCommand(click.Command):
 
     def _asks_json(self, args: list[str]) -> bool:
         names = {param.name for param in self.params}
-        words = args[:args.index("--")] if "--" in args else args
+        words = args[: args.index("--")] if "--" in args else args
         pairs = zip(words, [*words[1:], ""])
-        return ("as_json" in names and "--json" in words) or ("fmt" in names and any(
-            word == "--format=json" or (word == "--format" and value == "json") for word, value in pairs))
+        return ("as_json" in names and "--json" in words) or (
+            "fmt" in names
+            and any(word == "--format=json" or (word == "--format" and value == "json") for word, value in pairs)
+        )
 
 
 class PackagerGroup(click.Group):
@@ -98,7 +100,12 @@ def _fail(ctx: click.Context, exc: PackagerError) -> None:
 
 
 def _print_json_error(code: int, kind: str, message: str, hint: str) -> None:
-    error = {"exit_code": code, "error": kind, "message": " ".join(message.split()), "hint": " ".join(hint.split()) or None}
+    error = {
+        "exit_code": code,
+        "error": kind,
+        "message": " ".join(message.split()),
+        "hint": " ".join(hint.split()) or None,
+    }
     click.echo(json.dumps({"ok": False, "error": error}, indent=2, ensure_ascii=False))
 
 
@@ -132,8 +139,14 @@ def _print_version(ctx: click.Context, param: click.Parameter, value: bool) -> N
 
 @click.group(cls=PackagerGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--debug", is_flag=True, help="Show tracebacks and tool logs on errors.")
-@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
-              help="Show packager's version and its engines' (MNN, llmexport, huggingface_hub, torch, ...).")
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_print_version,
+    help="Show packager's version and its engines' (MNN, llmexport, huggingface_hub, torch, ...).",
+)
 @click.pass_context
 def cli(ctx: click.Context, debug: bool) -> None:
     """Build, check and publish MNN draft-model bundles.
@@ -154,9 +167,15 @@ def _emit(data: dict[str, Any], as_json: bool, text: Callable[[dict[str, Any]], 
 def format_option(command: Any) -> Any:
     from ..report import FORMATS
 
-    return click.option("--format", "fmt", type=click.Choice(FORMATS), help=(
-        "text for people, json for scripts, github for GitHub Actions annotations (workflow commands), junit for "
-        "a JUnit XML test report.  [default: text]"))(command)
+    return click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(FORMATS),
+        help=(
+            "text for people, json for scripts, github for GitHub Actions annotations (workflow commands), junit for "
+            "a JUnit XML test report.  [default: text]"
+        ),
+    )(command)
 
 
 def chosen_format(fmt: str | None, as_json: bool) -> str:

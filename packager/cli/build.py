@@ -19,48 +19,116 @@ NO_CORPUS = "\0"  # what --lookahead gives without a value (no path can hold a N
 @click.option("--lora", "lora", type=_path(), help="peft LoRA adapter folder to merge into CHECKPOINT first.")
 @click.option("--spec", "spec_path", type=_path(), help="Release spec (TOML) with [convert] and [runtime.*].")
 @click.option("--quant-bits", type=int, default=None, help="Weight bits, 4 or 8.  [default: 4]")
-@click.option("--quant-block", type=int, default=None, help="Quantization block size; 0 means one block per row (per-channel).  [default: 128]")
-@click.option("--sym/--asym", "symmetric", default=None,
-              help="Symmetric quantization (scales only, llmexport --sym).  [default: --asym]")
-@click.option("--algorithm", type=click.Choice(["plain", "hqq", "awq"]), default=None,
-              help="plain round-to-nearest or hqq (llmexport --hqq); awq is refused (it calibrates on data it "
-                   "downloads).  [default: plain]")
-@click.option("--lm-bits", type=int, default=None,
-              help="Bits of the lm_head, also the tied embedding table.  [default: --quant-bits]")
+@click.option(
+    "--quant-block",
+    type=int,
+    default=None,
+    help="Quantization block size; 0 means one block per row (per-channel).  [default: 128]",
+)
+@click.option(
+    "--sym/--asym",
+    "symmetric",
+    default=None,
+    help="Symmetric quantization (scales only, llmexport --sym).  [default: --asym]",
+)
+@click.option(
+    "--algorithm",
+    type=click.Choice(["plain", "hqq", "awq"]),
+    default=None,
+    help="plain round-to-nearest or hqq (llmexport --hqq); awq is refused (it calibrates on data it "
+    "downloads).  [default: plain]",
+)
+@click.option(
+    "--lm-bits",
+    type=int,
+    default=None,
+    help="Bits of the lm_head, also the tied embedding table.  [default: --quant-bits]",
+)
 @click.option("--lm-block", type=int, default=None, help="Block of the lm_head.  [default: --quant-block]")
-@click.option("--force", is_flag=True,
-              help="Replace --out if it exists and is a packager bundle (only bundle files inside). Never replaces "
-                   "a folder holding anything else, nor one that is, contains or lies inside CHECKPOINT or the "
-                   "adapter, nor the current or home directory.")
-@click.option("--reference", is_flag=True,
-              help="Let llmexport load the whole model and quantize it (slow; the path the default streaming "
-                   "conversion is tested byte for byte against).")
-@click.option("--engine", "engine", metavar="VERSION",
-              help="The oldest MNN engine the bundle must run on, e.g. 3.4.1 (3.1.0 to 3.6.1): packager picks the "
-                   "converter options (no C4 attention fusion before 3.6.1) and a tokenizer format that engine "
-                   "reads.  [default: newest]")
-@click.option("--kind", type=click.Choice(["draft", "target", "target+eagle"]), default=None,
-              help="What to make: the ten-file draft bundle, a target bundle (upstream MNN runs it on its own; "
-                   "untied embeddings ship as embeddings_bf16.bin) or a target with an EAGLE-3 head (--eagle). "
-                   " [default: draft, or target+eagle with --eagle]")
-@click.option("--eagle", "eagle", type=_path(), metavar="HEAD",
-              help="An EAGLE-3 head folder (SpecForge / AngelSlim layout) to export with the target: the bundle runs "
-                   "in MNN with speculative_type eagle.")
-@click.option("--allow-pickle-head", is_flag=True,
-              help="Let an EAGLE head stored as pytorch_model.bin (a pickle) be read (weights only).")
-@click.option("--lookahead", "lookahead", is_flag=False, flag_value=NO_CORPUS, default=None, metavar="[CORPUS]",
-              help="Configure the bundle (any kind but target+eagle) for MNN's lookahead, which drafts tokens from "
-                   "n-grams of the prompt and, given CORPUS, of that UTF-8 text (at most 8 MiB; shipped as "
-                   "lookup_file.txt). Write --lookahead=CORPUS, or put it after CHECKPOINT.")
-@click.option("--lookahead-length", type=click.IntRange(1, 16), default=None, metavar="N",
-              help="Tokens lookahead drafts per step (draft_predict_length).  [default: 3]")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Replace --out if it exists and is a packager bundle (only bundle files inside). Never replaces "
+    "a folder holding anything else, nor one that is, contains or lies inside CHECKPOINT or the "
+    "adapter, nor the current or home directory.",
+)
+@click.option(
+    "--reference",
+    is_flag=True,
+    help="Let llmexport load the whole model and quantize it (slow; the path the default streaming "
+    "conversion is tested byte for byte against).",
+)
+@click.option(
+    "--engine",
+    "engine",
+    metavar="VERSION",
+    help="The oldest MNN engine the bundle must run on, e.g. 3.4.1 (3.1.0 to 3.6.1): packager picks the "
+    "converter options (no C4 attention fusion before 3.6.1) and a tokenizer format that engine "
+    "reads.  [default: newest]",
+)
+@click.option(
+    "--kind",
+    type=click.Choice(["draft", "target", "target+eagle"]),
+    default=None,
+    help="What to make: the ten-file draft bundle, a target bundle (upstream MNN runs it on its own; "
+    "untied embeddings ship as embeddings_bf16.bin) or a target with an EAGLE-3 head (--eagle). "
+    " [default: draft, or target+eagle with --eagle]",
+)
+@click.option(
+    "--eagle",
+    "eagle",
+    type=_path(),
+    metavar="HEAD",
+    help="An EAGLE-3 head folder (SpecForge / AngelSlim layout) to export with the target: the bundle runs "
+    "in MNN with speculative_type eagle.",
+)
+@click.option(
+    "--allow-pickle-head",
+    is_flag=True,
+    help="Let an EAGLE head stored as pytorch_model.bin (a pickle) be read (weights only).",
+)
+@click.option(
+    "--lookahead",
+    "lookahead",
+    is_flag=False,
+    flag_value=NO_CORPUS,
+    default=None,
+    metavar="[CORPUS]",
+    help="Configure the bundle (any kind but target+eagle) for MNN's lookahead, which drafts tokens from "
+    "n-grams of the prompt and, given CORPUS, of that UTF-8 text (at most 8 MiB; shipped as "
+    "lookup_file.txt). Write --lookahead=CORPUS, or put it after CHECKPOINT.",
+)
+@click.option(
+    "--lookahead-length",
+    type=click.IntRange(1, 16),
+    default=None,
+    metavar="N",
+    help="Tokens lookahead drafts per step (draft_predict_length).  [default: 3]",
+)
 @click.option("--quiet", is_flag=True, help="No progress on stderr.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def convert(checkpoint: Path, out: Path, lora: Path | None, spec_path: Path | None, quant_bits: int | None,
-            quant_block: int | None, symmetric: bool | None, algorithm: str | None, lm_bits: int | None,
-            lm_block: int | None, force: bool, reference: bool, engine: str | None, kind: str | None,
-            eagle: Path | None, allow_pickle_head: bool, lookahead: str | None, lookahead_length: int | None,
-            quiet: bool, as_json: bool) -> None:
+def convert(
+    checkpoint: Path,
+    out: Path,
+    lora: Path | None,
+    spec_path: Path | None,
+    quant_bits: int | None,
+    quant_block: int | None,
+    symmetric: bool | None,
+    algorithm: str | None,
+    lm_bits: int | None,
+    lm_block: int | None,
+    force: bool,
+    reference: bool,
+    engine: str | None,
+    kind: str | None,
+    eagle: Path | None,
+    allow_pickle_head: bool,
+    lookahead: str | None,
+    lookahead_length: int | None,
+    quiet: bool,
+    as_json: bool,
+) -> None:
     """Convert a Qwen3 checkpoint (optionally + LoRA) into an MNN bundle: the ten-file draft bundle, a target
     bundle, or a target with its EAGLE-3 head.
 
@@ -78,45 +146,80 @@ def convert(checkpoint: Path, out: Path, lora: Path | None, spec_path: Path | No
 
     Example: packager convert ./qwen3-8b --kind target --lookahead=corpus.txt --out ./bundle-lookahead
     """
-    from ..spec import model as spec_module
     from ..convert.pipeline import ConvertRequest
     from ..convert.pipeline import convert as run_convert
+    from ..spec import model as spec_module
 
     spec = spec_module.load(spec_path) if spec_path else None
     if checkpoint is None:
         if lookahead is not None and lookahead != NO_CORPUS and Path(lookahead).is_dir():
-            raise click.UsageError(f"--lookahead took {lookahead} as its corpus: write --lookahead=CORPUS, or put "
-                                   "--lookahead after CHECKPOINT")
+            raise click.UsageError(
+                f"--lookahead took {lookahead} as its corpus: write --lookahead=CORPUS, or put "
+                "--lookahead after CHECKPOINT"
+            )
         if spec is None or spec.convert.source is None:
             raise click.UsageError("give CHECKPOINT, or --spec with a [convert] source")
         checkpoint, lora = spec.convert.source, lora or spec.convert.lora
-    result = run_convert(ConvertRequest(checkpoint=checkpoint, out=out, adapter=lora, spec=spec,
-                                        quant_bits=quant_bits, quant_block=quant_block, force=force,
-                                        reference=reference, engine=engine, symmetric=symmetric,
-                                        algorithm=algorithm, lm_bits=lm_bits, lm_block=lm_block, kind=kind,
-                                        eagle=eagle, allow_pickle_head=allow_pickle_head,
-                                        lookahead=_lookahead(lookahead), lookahead_length=lookahead_length),
-                         progress=StderrProgress(quiet))
+    result = run_convert(
+        ConvertRequest(
+            checkpoint=checkpoint,
+            out=out,
+            adapter=lora,
+            spec=spec,
+            quant_bits=quant_bits,
+            quant_block=quant_block,
+            force=force,
+            reference=reference,
+            engine=engine,
+            symmetric=symmetric,
+            algorithm=algorithm,
+            lm_bits=lm_bits,
+            lm_block=lm_block,
+            kind=kind,
+            eagle=eagle,
+            allow_pickle_head=allow_pickle_head,
+            lookahead=_lookahead(lookahead),
+            lookahead_length=lookahead_length,
+        ),
+        progress=StderrProgress(quiet),
+    )
     summary = {
-        "bundle": str(result.out), "kind": result.kind.name, "files": result.sizes, "xxh3_128": result.digests,
-        "quant": {"bits": result.quant_bits, "block": result.quant_block}, "weights": result.path,
+        "bundle": str(result.out),
+        "kind": result.kind.name,
+        "files": result.sizes,
+        "xxh3_128": result.digests,
+        "quant": {"bits": result.quant_bits, "block": result.quant_block},
+        "weights": result.path,
         "quant_recipe": {"name": result.recipe.name, **result.recipe.record()},
-        "min_mnn_engine": result.engine.text, "min_mnn_engine_because": list(result.engine.reasons),
-        "engine_target": {"requested": result.target.requested, "version": result.target.text,
-                          "converter_flags": list(result.target.converter_flags)},
-        "tokenizer": {"format": result.tokenizer.format,
-                      "agreement": {a.format: f"{a.matched}/{a.total}" for a in result.tokenizer.agreements}},
-        "graph_uuid": result.graph_uuid, "provenance": str(result.provenance),
-        "sandbox_blocked": list(result.blocked), "warnings": list(result.warnings),
+        "min_mnn_engine": result.engine.text,
+        "min_mnn_engine_because": list(result.engine.reasons),
+        "engine_target": {
+            "requested": result.target.requested,
+            "version": result.target.text,
+            "converter_flags": list(result.target.converter_flags),
+        },
+        "tokenizer": {
+            "format": result.tokenizer.format,
+            "agreement": {a.format: f"{a.matched}/{a.total}" for a in result.tokenizer.agreements},
+        },
+        "graph_uuid": result.graph_uuid,
+        "provenance": str(result.provenance),
+        "sandbox_blocked": list(result.blocked),
+        "warnings": list(result.warnings),
     }
     if result.head is not None and result.faithfulness is not None:
         f = result.faithfulness
-        summary["eagle"] = {"head": str(result.head.path), "rope_theta": result.head.rope_theta,
-                            "draft_vocab_size": result.head.draft_vocab_size, "aux_layers": list(result.head.aux_layers),
-                            "checked_positions": f.positions, "state_error": round(f.hidden_error, 5),
-                            "logprob_error": round(f.logprob_error, 5), "top1_agreement": round(f.top1_agreement, 4),
-                            "state_error_at_theta_10000": None if f.other_theta_error is None
-                            else round(f.other_theta_error, 5)}
+        summary["eagle"] = {
+            "head": str(result.head.path),
+            "rope_theta": result.head.rope_theta,
+            "draft_vocab_size": result.head.draft_vocab_size,
+            "aux_layers": list(result.head.aux_layers),
+            "checked_positions": f.positions,
+            "state_error": round(f.hidden_error, 5),
+            "logprob_error": round(f.logprob_error, 5),
+            "top1_agreement": round(f.top1_agreement, 4),
+            "state_error_at_theta_10000": None if f.other_theta_error is None else round(f.other_theta_error, 5),
+        }
     if result.lookahead is not None:
         summary["lookahead"] = result.lookahead.record()
     for warning in result.warnings:
@@ -132,40 +235,63 @@ def _lookahead(value: str | None) -> bool | Path | None:
 def _convert_text(s: dict[str, Any]) -> str:
     total = sum(s["files"].values())
     agree = ", ".join(f"{k} {v}" for k, v in s["tokenizer"]["agreement"].items())
-    lines = [f"bundle: {s['bundle']} ({s['kind']}, {len(s['files'])} files, {total / 1e6:.1f} MB)",
-             f"quantization: {s['quant']['bits']}-bit, block {s['quant']['block']}",
-             f"minimum MNN engine: {s['min_mnn_engine']}"
-             + ("" if s["engine_target"]["requested"] == "newest" else
-                f" (built for --engine {s['engine_target']['requested']})"),
-             f"tokenizer.txt format: {s['tokenizer']['format']} (agreement with HF: {agree})",
-             f"provenance: {s['provenance']}"]
+    lines = [
+        f"bundle: {s['bundle']} ({s['kind']}, {len(s['files'])} files, {total / 1e6:.1f} MB)",
+        f"quantization: {s['quant']['bits']}-bit, block {s['quant']['block']}",
+        f"minimum MNN engine: {s['min_mnn_engine']}"
+        + (
+            ""
+            if s["engine_target"]["requested"] == "newest"
+            else f" (built for --engine {s['engine_target']['requested']})"
+        ),
+        f"tokenizer.txt format: {s['tokenizer']['format']} (agreement with HF: {agree})",
+        f"provenance: {s['provenance']}",
+    ]
     if "eagle" in s:
         e = s["eagle"]
-        other = "" if e["state_error_at_theta_10000"] is None else \
-            f", {e['state_error_at_theta_10000']:.2%} against llmexport's theta 10000"
-        lines.insert(1, f"EAGLE-3 head: rope theta {e['rope_theta']:g}, draft vocabulary {e['draft_vocab_size']}, "
-                        f"target layers {e['aux_layers']}; exported head matches the checkpoint's within "
-                        f"{e['state_error']:.2%} over {e['checked_positions']} positions{other}")
+        other = (
+            ""
+            if e["state_error_at_theta_10000"] is None
+            else f", {e['state_error_at_theta_10000']:.2%} against llmexport's theta 10000"
+        )
+        lines.insert(
+            1,
+            f"EAGLE-3 head: rope theta {e['rope_theta']:g}, draft vocabulary {e['draft_vocab_size']}, "
+            f"target layers {e['aux_layers']}; exported head matches the checkpoint's within "
+            f"{e['state_error']:.2%} over {e['checked_positions']} positions{other}",
+        )
     if "lookahead" in s:
         la, corpus = s["lookahead"]["settings"], s["lookahead"]["corpus"]
-        lines.insert(1, f"lookahead: draft length {la['draft_predict_length']}, n-grams up to "
-                        f"{la['ngram_match_maxlen']} tokens; " + (f"corpus {corpus['file']} ({corpus['bytes']} bytes)"
-                        if corpus else "no corpus (the prompt's own n-grams)"))
+        lines.insert(
+            1,
+            f"lookahead: draft length {la['draft_predict_length']}, n-grams up to "
+            f"{la['ngram_match_maxlen']} tokens; "
+            + (
+                f"corpus {corpus['file']} ({corpus['bytes']} bytes)"
+                if corpus
+                else "no corpus (the prompt's own n-grams)"
+            ),
+        )
     lines += [f"warning: the sandbox blocked {item}" for item in s["sandbox_blocked"]]
     return "\n".join(lines)
 
 
 @cli.command()
 @click.argument("bundles", metavar="BUNDLE...", nargs=-1, required=True, type=_path())
-@click.option("--files", "from_files", is_flag=True,
-              help="The arguments are files (as pre-commit passes them): validate every bundle folder they belong "
-                   "to; a file in no bundle folder is skipped.")
+@click.option(
+    "--files",
+    "from_files",
+    is_flag=True,
+    help="The arguments are files (as pre-commit passes them): validate every bundle folder they belong "
+    "to; a file in no bundle folder is skipped.",
+)
 @format_option
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
 @click.option("--strict", is_flag=True, help="Fail on warnings too.")
 @click.pass_context
-def validate(ctx: click.Context, bundles: tuple[Path, ...], from_files: bool, fmt: str | None, as_json: bool,
-             strict: bool) -> None:
+def validate(
+    ctx: click.Context, bundles: tuple[Path, ...], from_files: bool, fmt: str | None, as_json: bool, strict: bool
+) -> None:
     """Check bundles: JSON syntax, schemas, unknown keys, completeness, cross-file consistency, checksums.
 
     Every finding of every bundle is reported at once. Exit 0 when there is no error (warnings allowed unless
@@ -213,20 +339,46 @@ def checksum(ctx: click.Context, bundle: Path, check: bool) -> None:
 @cli.command()
 @click.argument("bundle", type=_path())
 @click.option("--spec", "spec_path", required=True, type=_path(), help="Release spec (TOML).")
-@click.option("-o", "--output", type=_path(), help="Where to write the card.  [default: BUNDLE/README.md; - for stdout]")
+@click.option(
+    "-o", "--output", type=_path(), help="Where to write the card.  [default: BUNDLE/README.md; - for stdout]"
+)
 @click.option("--template", type=_path(exists=True, dir_okay=False), help="Your own Jinja2 template.")
-@click.option("--pair", "pair_report", type=_path(exists=True, dir_okay=False),
-              help="A `packager pair --json` report of this draft with a target, to state on the card and as Hub "
-                   "evaluation results.  [default: the spec's [card] pair_report]")
-@click.option("--verify", "verify_report", type=_path(exists=True, dir_okay=False),
-              help="A passing `packager verify --json` report, to state its KL and top-1 agreement likewise.")
-@click.option("--provenance", type=_path(exists=True, dir_okay=False),
-              help="Conversion provenance with measurements.  [default: BUNDLE.provenance.json if present]")
-@click.option("--speculate", "speculate_reports", multiple=True, type=_path(exists=True, dir_okay=False),
-              help="A lossless `packager speculate --json` report of this bundle (one per mode; repeatable), to state "
-                   "MNN's own tokens per step and speed-up.  [default: the spec's [card] speculate_reports]")
-def card(bundle: Path, spec_path: Path, output: Path | None, template: Path | None, pair_report: Path | None,
-         verify_report: Path | None, provenance: Path | None, speculate_reports: tuple[Path, ...]) -> None:
+@click.option(
+    "--pair",
+    "pair_report",
+    type=_path(exists=True, dir_okay=False),
+    help="A `packager pair --json` report of this draft with a target, to state on the card and as Hub "
+    "evaluation results.  [default: the spec's [card] pair_report]",
+)
+@click.option(
+    "--verify",
+    "verify_report",
+    type=_path(exists=True, dir_okay=False),
+    help="A passing `packager verify --json` report, to state its KL and top-1 agreement likewise.",
+)
+@click.option(
+    "--provenance",
+    type=_path(exists=True, dir_okay=False),
+    help="Conversion provenance with measurements.  [default: BUNDLE.provenance.json if present]",
+)
+@click.option(
+    "--speculate",
+    "speculate_reports",
+    multiple=True,
+    type=_path(exists=True, dir_okay=False),
+    help="A lossless `packager speculate --json` report of this bundle (one per mode; repeatable), to state "
+    "MNN's own tokens per step and speed-up.  [default: the spec's [card] speculate_reports]",
+)
+def card(
+    bundle: Path,
+    spec_path: Path,
+    output: Path | None,
+    template: Path | None,
+    pair_report: Path | None,
+    verify_report: Path | None,
+    provenance: Path | None,
+    speculate_reports: tuple[Path, ...],
+) -> None:
     """Render the model card (README.md) from the release spec, the bundle's files and measurements.
 
     Example: packager card ./bundle --spec examples/release.toml
@@ -235,15 +387,19 @@ def card(bundle: Path, spec_path: Path, output: Path | None, template: Path | No
 
     Example: packager card ./bundle-eagle --spec release.toml --speculate eagle.json --speculate lookahead.json
     """
-    from ..spec import model as spec_module
+    from ..bundle.staging import write_atomic
     from ..card.render import gather_measurements, render
     from ..release.signing import plan, with_card_facts
-    from ..bundle.staging import write_atomic
+    from ..spec import model as spec_module
 
     spec = spec_module.load(spec_path)
-    measurements = gather_measurements(bundle, provenance=provenance, verify_report=verify_report,
-                                       pair_report=pair_report or spec.need("card").pair_report,
-                                       speculate_reports=speculate_reports or spec.need("card").speculate_reports)
+    measurements = gather_measurements(
+        bundle,
+        provenance=provenance,
+        verify_report=verify_report,
+        pair_report=pair_report or spec.need("card").pair_report,
+        speculate_reports=speculate_reports or spec.need("card").speculate_reports,
+    )
     measurements = with_card_facts(spec, measurements, plan(spec))  # a signed release's card says who signs
     rendered = render(bundle, spec, template=template, measurements=measurements)
     if output == Path("-"):

@@ -35,11 +35,20 @@ def cache_ls(as_json: bool) -> None:
 
     graphs, targets = graphcache.entries(), targetcache.entries()
     if as_json:
-        click.echo(json.dumps({
-            "graphs": [{"key": e.key, "bytes": e.size, "last_used": e.last_used, "describe": e.describe}
-                       for e in graphs],
-            "targets": [{"key": e.key, "bytes": e.size, "last_used": e.last_used, "target": e.describe}
-                        for e in targets]}, indent=2))
+        click.echo(
+            json.dumps(
+                {
+                    "graphs": [
+                        {"key": e.key, "bytes": e.size, "last_used": e.last_used, "describe": e.describe}
+                        for e in graphs
+                    ],
+                    "targets": [
+                        {"key": e.key, "bytes": e.size, "last_used": e.last_used, "target": e.describe} for e in targets
+                    ],
+                },
+                indent=2,
+            )
+        )
         return
     click.echo(f"{graphcache.root()}: {len(graphs)} graph entries, {sum(e.size for e in graphs) / 1e6:.1f} MB")
     for entry in graphs:

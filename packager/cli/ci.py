@@ -40,16 +40,29 @@ def check_spec(ctx: click.Context, specs: tuple[Path, ...], fmt: str | None, as_
 @click.option("--from", "checkpoint", type=_path(), help="The draft's checkpoint: its facts go into release.toml.")
 @click.option("--lora", "adapter", type=_path(), help="The peft LoRA adapter merged into the checkpoint.")
 @click.option("--repo-id", help="The Hub repo to release to, namespace/name.  [default: a TODO in release.toml]")
-@click.option("--hook-repo", help="The git URL of packager for .pre-commit-config.yaml (with --hook-rev).  [default: "
-                                  "where pip installed packager from, if a git URL; else hooks that run the packager "
-                                  "on PATH]")
+@click.option(
+    "--hook-repo",
+    help="The git URL of packager for .pre-commit-config.yaml (with --hook-rev).  [default: "
+    "where pip installed packager from, if a git URL; else hooks that run the packager "
+    "on PATH]",
+)
 @click.option("--hook-rev", help="The commit (or a tag you made) of --hook-repo.  [default: the commit pip installed]")
-@click.option("--packager-source", metavar="GIT_URL@COMMIT|WHEEL",
-              help="What the CI files install packager from: git+URL@<full commit id>, or the path of a "
-                   "mnn_packager-*.whl inside DIR.  [default: where pip installed packager from, if a git URL with a "
-                   "commit; else a TODO the CI jobs stop on]")
-def init(folder: Path, checkpoint: Path | None, adapter: Path | None, repo_id: str | None, hook_repo: str | None,
-         hook_rev: str | None, packager_source: str | None) -> None:
+@click.option(
+    "--packager-source",
+    metavar="GIT_URL@COMMIT|WHEEL",
+    help="What the CI files install packager from: git+URL@<full commit id>, or the path of a "
+    "mnn_packager-*.whl inside DIR.  [default: where pip installed packager from, if a git URL with a "
+    "commit; else a TODO the CI jobs stop on]",
+)
+def init(
+    folder: Path,
+    checkpoint: Path | None,
+    adapter: Path | None,
+    repo_id: str | None,
+    hook_repo: str | None,
+    hook_rev: str | None,
+    packager_source: str | None,
+) -> None:
     """Start a release repository for a new draft in DIR.
 
     Writes release.toml (what the checkpoint and adapter state filled in, what only you know as TODO values
@@ -71,16 +84,30 @@ def init(folder: Path, checkpoint: Path | None, adapter: Path | None, repo_id: s
 
         if (problem := repo_id_problem(repo_id)) is not None:
             raise InvalidOption(f"--repo-id: {problem}", "give the Hub repo as namespace/name")
-    result = run_init(InitRequest(folder=folder, checkpoint=checkpoint, adapter=adapter, repo_id=repo_id,
-                                  hook_repo=hook_repo, hook_rev=hook_rev, packager_source=packager_source))
+    result = run_init(
+        InitRequest(
+            folder=folder,
+            checkpoint=checkpoint,
+            adapter=adapter,
+            repo_id=repo_id,
+            hook_repo=hook_repo,
+            hook_rev=hook_rev,
+            packager_source=packager_source,
+        )
+    )
     for name in result.written:
         click.echo(f"wrote {printable(result.folder / name)}")
     for name in result.kept:
-        click.echo(f"kept {printable(result.folder / name)} as it was (add /dist/ to it: the built bundle stays out "
-                   "of git)")
+        click.echo(
+            f"kept {printable(result.folder / name)} as it was (add /dist/ to it: the built bundle stays out of git)"
+        )
     if result.ci_source is None:
-        click.echo("left for you in the CI files: PACKAGER_REQUIREMENT, what CI installs packager from (packager's "
-                   "git URL pinned to a commit; or rerun init in a fresh folder with --packager-source)")
+        click.echo(
+            "left for you in the CI files: PACKAGER_REQUIREMENT, what CI installs packager from (packager's "
+            "git URL pinned to a commit; or rerun init in a fresh folder with --packager-source)"
+        )
     if result.todos:
-        click.echo(f"left for you in release.toml: {', '.join(result.todos)} "
-                   f"(packager check-spec {printable(result.folder / 'release.toml')} names what is still open)")
+        click.echo(
+            f"left for you in release.toml: {', '.join(result.todos)} "
+            f"(packager check-spec {printable(result.folder / 'release.toml')} names what is still open)"
+        )

@@ -25,15 +25,21 @@ def engines() -> None:
 
 @engines.command("check")
 @click.argument("bundle", type=_path())
-@click.option("--versions", "versions", metavar="V1,V2,...",
-              help="MNN releases on PyPI to check (3.0.0 3.1.0 3.2.0 3.4.0 3.4.1 3.5.0 3.6.0 3.6.1).  [default: all]")
-@click.option("--record", is_flag=True,
-              help="Store the table in BUNDLE.provenance.json, where `packager card` finds it.")
+@click.option(
+    "--versions",
+    "versions",
+    metavar="V1,V2,...",
+    help="MNN releases on PyPI to check (3.0.0 3.1.0 3.2.0 3.4.0 3.4.1 3.5.0 3.6.0 3.6.1).  [default: all]",
+)
+@click.option(
+    "--record", is_flag=True, help="Store the table in BUNDLE.provenance.json, where `packager card` finds it."
+)
 @click.option("--quiet", is_flag=True, help="No progress on stderr.")
 @click.option("--json", "as_json", is_flag=True, help="Print the table as JSON.")
 @click.pass_context
-def engines_check(ctx: click.Context, bundle: Path, versions: str | None, record: bool, quiet: bool,
-                  as_json: bool) -> None:
+def engines_check(
+    ctx: click.Context, bundle: Path, versions: str | None, record: bool, quiet: bool, as_json: bool
+) -> None:
     """Load BUNDLE in each MNN version and compare next-token logits with the current engine's.
 
     Each engine runs in a child process of its own environment; a crash is a result ("does not load:
@@ -55,17 +61,22 @@ def engines_check(ctx: click.Context, bundle: Path, versions: str | None, record
 
 
 def _table(data: dict[str, Any]) -> str:
-    lines = [f"bundle: {data['bundle']} (declares MNN >= {data['declared_min_engine'] or 'nothing'}; "
-             f"compared with MNN {data['reference_engine']})", "",
-             "| MNN | loads | logits agree | min cosine | top-1 | same token ids | |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        f"bundle: {data['bundle']} (declares MNN >= {data['declared_min_engine'] or 'nothing'}; "
+        f"compared with MNN {data['reference_engine']})",
+        "",
+        "| MNN | loads | logits agree | min cosine | top-1 | same token ids | |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in data["results"]:
         cosine = "" if r["min_cosine"] is None else f"{r['min_cosine']:.4f}"
         top1 = "" if r["top1"] is None else f"{r['top1']}/{r['prompts']}"
         same = "" if r["same_ids"] is None else f"{r['same_ids']}/{r['prompts']}"
         agree = "" if r["agrees"] is None else ("yes" if r["agrees"] else "NO")
-        lines.append(f"| {r['version']} | {'yes' if r['loads'] else 'no'} | {agree} | {cosine} | {top1} | {same} | "
-                     f"{r['reason']} |")
+        lines.append(
+            f"| {r['version']} | {'yes' if r['loads'] else 'no'} | {agree} | {cosine} | {top1} | {same} | "
+            f"{r['reason']} |"
+        )
     if data.get("recorded_in"):
         lines.append(f"\nrecorded in {data['recorded_in']}")
     return "\n".join(lines)

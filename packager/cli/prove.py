@@ -10,19 +10,37 @@ import click
 from ..errors import VERIFY_FAILED
 from . import StderrProgress, _path, cli
 
+
 @cli.command()
 @click.argument("bundle", type=_path(exists=True, file_okay=False))
 @click.option("--source", required=True, type=_path(exists=True, file_okay=False), help="The source checkpoint.")
-@click.option("--prompts", "prompts_file", type=_path(exists=True, dir_okay=False),
-              help="Prompts, one per line (or JSON).  [default: the built-in set]")
+@click.option(
+    "--prompts",
+    "prompts_file",
+    type=_path(exists=True, dir_okay=False),
+    help="Prompts, one per line (or JSON).  [default: the built-in set]",
+)
 @click.option("--spec", "spec_path", type=_path(), help="Release spec whose [verify] table sets thresholds.")
-@click.option("--source-dtype", type=click.Choice(["stored", "float32"]), default="stored", show_default=True,
-              help="The source computes in its stored dtype (bf16 for Qwen3) or in float32 (twice the memory).")
+@click.option(
+    "--source-dtype",
+    type=click.Choice(["stored", "float32"]),
+    default="stored",
+    show_default=True,
+    help="The source computes in its stored dtype (bf16 for Qwen3) or in float32 (twice the memory).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--quiet", is_flag=True, help="No progress on stderr.")
 @click.pass_context
-def verify(ctx: click.Context, bundle: Path, source: Path, prompts_file: Path | None, spec_path: Path | None,
-           source_dtype: str, as_json: bool, quiet: bool) -> None:
+def verify(
+    ctx: click.Context,
+    bundle: Path,
+    source: Path,
+    prompts_file: Path | None,
+    spec_path: Path | None,
+    source_dtype: str,
+    as_json: bool,
+    quiet: bool,
+) -> None:
     """Check that BUNDLE (MNN) behaves like its source checkpoint (transformers). Exit 50 below a threshold.
 
     Compares the next-token distributions at every position of the built-in chat-templated workload (54
@@ -37,33 +55,55 @@ def verify(ctx: click.Context, bundle: Path, source: Path, prompts_file: Path | 
 
     Example: packager verify ./bundle --source ./qwen3-draft
     """
-    from ..spec import model as spec_module
     from ..measure.digests import measured_digests
     from ..measure.verify import Thresholds, prompts_from_file
     from ..measure.verify import verify as run_verify
+    from ..spec import model as spec_module
 
     thresholds = Thresholds.from_spec(spec_module.load(spec_path).verify if spec_path else None)
-    report = run_verify(bundle, source, prompts_from_file(prompts_file) if prompts_file else None, thresholds,
-                        progress=StderrProgress(quiet), dtype=source_dtype)  # type: ignore[arg-type]
-    data = {"ok": report.ok, "bundle": str(bundle), "source": str(source), "source_dtype": source_dtype,
-            "tokenizer": {"matched": report.tokenizer_matched, "total": report.tokenizer_total},
-            "prompts": report.prompts, "positions": report.positions,
-            "decisive_positions": report.decisive_positions, "top1_decisive": report.top1_decisive,
-            "top1_agreement": report.top1_agreement, "mean_kl": report.mean_kl, "p99_kl": report.p99_kl,
-            "mean_cosine": report.mean_cosine, "min_cosine": report.min_cosine,
-            "greedy_agreement": report.greedy_agreement, "thresholds": thresholds.__dict__,
-            "failures": list(report.failures), "notes": list(report.notes),
-            "files_xxh3_128": measured_digests(bundle)}  # what was measured: a card states it for these files only
+    report = run_verify(
+        bundle,
+        source,
+        prompts_from_file(prompts_file) if prompts_file else None,
+        thresholds,
+        progress=StderrProgress(quiet),
+        dtype=source_dtype,
+    )
+    data = {
+        "ok": report.ok,
+        "bundle": str(bundle),
+        "source": str(source),
+        "source_dtype": source_dtype,
+        "tokenizer": {"matched": report.tokenizer_matched, "total": report.tokenizer_total},
+        "prompts": report.prompts,
+        "positions": report.positions,
+        "decisive_positions": report.decisive_positions,
+        "top1_decisive": report.top1_decisive,
+        "top1_agreement": report.top1_agreement,
+        "mean_kl": report.mean_kl,
+        "p99_kl": report.p99_kl,
+        "mean_cosine": report.mean_cosine,
+        "min_cosine": report.min_cosine,
+        "greedy_agreement": report.greedy_agreement,
+        "thresholds": thresholds.__dict__,
+        "failures": list(report.failures),
+        "notes": list(report.notes),
+        "files_xxh3_128": measured_digests(bundle),
+    }  # what was measured: a card states it for these files only
     decisive = "n/a" if report.top1_decisive is None else f"{report.top1_decisive:.4f}"
-    text = "\n".join([
-        f"tokenizer agreement: {report.tokenizer_matched}/{report.tokenizer_total}",
-        f"positions: {report.positions} over {report.prompts} prompts ({report.decisive_positions} decisive)",
-        f"mean KL: {report.mean_kl:.4f} nats (99th percentile {report.p99_kl:.4f})",
-        f"top-1 agreement: {decisive} where decisive, {report.top1_agreement:.4f} over all positions",
-        f"logit cosine: mean {report.mean_cosine:.4f}, min {report.min_cosine:.4f}",
-        f"greedy continuation agreement: {report.greedy_agreement:.4f}",
-        *(f"note: {n}" for n in report.notes),
-        *(f"FAIL {f}" for f in report.failures), "verify: " + ("ok" if report.ok else "FAILED")])
+    text = "\n".join(
+        [
+            f"tokenizer agreement: {report.tokenizer_matched}/{report.tokenizer_total}",
+            f"positions: {report.positions} over {report.prompts} prompts ({report.decisive_positions} decisive)",
+            f"mean KL: {report.mean_kl:.4f} nats (99th percentile {report.p99_kl:.4f})",
+            f"top-1 agreement: {decisive} where decisive, {report.top1_agreement:.4f} over all positions",
+            f"logit cosine: mean {report.mean_cosine:.4f}, min {report.min_cosine:.4f}",
+            f"greedy continuation agreement: {report.greedy_agreement:.4f}",
+            *(f"note: {n}" for n in report.notes),
+            *(f"FAIL {f}" for f in report.failures),
+            "verify: " + ("ok" if report.ok else "FAILED"),
+        ]
+    )
     click.echo(json.dumps(data, indent=2) if as_json else text)
     if not report.ok:
         ctx.exit(VERIFY_FAILED)
@@ -72,29 +112,69 @@ def verify(ctx: click.Context, bundle: Path, source: Path, prompts_file: Path | 
 @cli.command("pair")
 @click.argument("draft", type=_path(exists=True, file_okay=False))
 @click.argument("target", type=_path(exists=True, file_okay=False))
-@click.option("--tokens", "new_tokens", type=int, default=32, show_default=True,
-              help="Greedy target tokens per prompt at most (generation stops at end of text); at least 7.")
-@click.option("--prompts", "prompts_file", type=_path(exists=True, dir_okay=False),
-              help="Prompts (user turns), one per line (or JSON).  [default: the built-in 54 conversations]")
+@click.option(
+    "--tokens",
+    "new_tokens",
+    type=int,
+    default=32,
+    show_default=True,
+    help="Greedy target tokens per prompt at most (generation stops at end of text); at least 7.",
+)
+@click.option(
+    "--prompts",
+    "prompts_file",
+    type=_path(exists=True, dir_okay=False),
+    help="Prompts (user turns), one per line (or JSON).  [default: the built-in 54 conversations]",
+)
 @click.option("--threads", type=click.IntRange(min=1), help="Threads for both runtimes.  [default: all cores]")
-@click.option("--repeats", type=click.IntRange(min=1), default=5, show_default=True,
-              help="Interleaved timing repeats (the median and spread come from them).")
-@click.option("--dtype", type=click.Choice(["stored", "float32"]), default="stored", show_default=True,
-              help="Checkpoints: compute in their stored dtype (bf16: half the memory) or in float32.")
-@click.option("--costs", "costs_file", type=_path(exists=True, dir_okay=False),
-              help="JSON costs measured on the device (draft_step_seconds, target_step_seconds, verify_seconds "
-                   "per d, optional draft_catchup_seconds): the speedup and the recommended d come from them "
-                   "instead of this CPU.")
+@click.option(
+    "--repeats",
+    type=click.IntRange(min=1),
+    default=5,
+    show_default=True,
+    help="Interleaved timing repeats (the median and spread come from them).",
+)
+@click.option(
+    "--dtype",
+    type=click.Choice(["stored", "float32"]),
+    default="stored",
+    show_default=True,
+    help="Checkpoints: compute in their stored dtype (bf16: half the memory) or in float32.",
+)
+@click.option(
+    "--costs",
+    "costs_file",
+    type=_path(exists=True, dir_okay=False),
+    help="JSON costs measured on the device (draft_step_seconds, target_step_seconds, verify_seconds "
+    "per d, optional draft_catchup_seconds): the speedup and the recommended d come from them "
+    "instead of this CPU.",
+)
 @click.option("--temperature", type=float, help="Also report acceptance under speculative sampling at this T.")
 @click.option("--top-k", type=int, default=0, help="With --temperature: top-k (0: off).")
 @click.option("--top-p", type=float, default=1.0, help="With --temperature: top-p (1: off).")
-@click.option("--no-target-cache", is_flag=True,
-              help="Decode the target again instead of reusing its cached continuations (and store none).")
+@click.option(
+    "--no-target-cache",
+    is_flag=True,
+    help="Decode the target again instead of reusing its cached continuations (and store none).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (schema: README).")
 @click.option("--quiet", is_flag=True, help="No progress on stderr.")
-def pair_command(draft: Path, target: Path, new_tokens: int, prompts_file: Path | None, threads: int | None,
-                 repeats: int, dtype: str, costs_file: Path | None, temperature: float | None, top_k: int, top_p: float,
-                 no_target_cache: bool, as_json: bool, quiet: bool) -> None:
+def pair_command(
+    draft: Path,
+    target: Path,
+    new_tokens: int,
+    prompts_file: Path | None,
+    threads: int | None,
+    repeats: int,
+    dtype: str,
+    costs_file: Path | None,
+    temperature: float | None,
+    top_k: int,
+    top_p: float,
+    no_target_cache: bool,
+    as_json: bool,
+    quiet: bool,
+) -> None:
     """Measure how well DRAFT drafts for TARGET (checkpoints or MNN model folders): compatibility, acceptance, speedup.
 
     Refuses (exit 51) before measuring when vocabulary, special or stop tokens, chat template or family
@@ -117,8 +197,20 @@ def pair_command(draft: Path, target: Path, new_tokens: int, prompts_file: Path 
     if temperature is None and (top_k or top_p != 1.0):
         raise InvalidOption("--top-k and --top-p need --temperature", "add --temperature 0.7 (Qwen3's advice)")
     sampling = Sampling(temperature, top_k, top_p) if temperature is not None else None
-    options = Options(new_tokens=new_tokens, repeats=repeats, threads=threads, dtype=dtype, sampling=sampling,  # type: ignore[arg-type]
-                      costs_file=costs_file, target_cache=not no_target_cache)
-    report = run_pair(draft, target, prompts_from_file(prompts_file) if prompts_file else None, options,
-                      progress=StderrProgress(quiet))
+    options = Options(
+        new_tokens=new_tokens,
+        repeats=repeats,
+        threads=threads,
+        dtype=dtype,
+        sampling=sampling,
+        costs_file=costs_file,
+        target_cache=not no_target_cache,
+    )
+    report = run_pair(
+        draft,
+        target,
+        prompts_from_file(prompts_file) if prompts_file else None,
+        options,
+        progress=StderrProgress(quiet),
+    )
     click.echo(json.dumps(as_dict(report), indent=2) if as_json else text(report))

@@ -15,9 +15,13 @@ from ..errors import CHECKSUM_MISMATCH
 from . import StderrProgress, _emit, _path, cli
 from .trustopts import _trust, trust_options
 
+
 def _token_option(command: Any) -> Any:
-    return click.option("--token-file", type=_path(dir_okay=False), help=(
-        "Read the Hub token from this file (first line).  [default: $HF_TOKEN, else your huggingface login]"))(command)
+    return click.option(
+        "--token-file",
+        type=_path(dir_okay=False),
+        help=("Read the Hub token from this file (first line).  [default: $HF_TOKEN, else your huggingface login]"),
+    )(command)
 
 
 def _token(token_file: Path | None) -> str | None:
@@ -51,29 +55,54 @@ def target_revision(target: str) -> tuple[str, str]:
 @click.argument("bundle", type=_path())
 @click.argument("repo_id")
 @click.option("--endpoint", help="Hub URL.  [default: $HF_ENDPOINT, else https://huggingface.co]")
-@click.option("--revision", default="main", show_default=True,
-              help="Branch to commit to (made from main's head if new); tags and commit ids are refused.")
+@click.option(
+    "--revision",
+    default="main",
+    show_default=True,
+    help="Branch to commit to (made from main's head if new); tags and commit ids are refused.",
+)
 @click.option("--tag", help="Tag the release commit (refused before anything is sent if it points elsewhere).")
 @click.option("--private", is_flag=True, help="Create the repo private; refuse to upload into a public one.")
 @click.option("--make-private", is_flag=True, help="Change an existing public repo to private, then upload.")
 @click.option("--message", help="Commit message.")
 @click.option("--dry-run", is_flag=True, help="Print the plan (add / replace / unchanged / delete); change nothing.")
-@click.option("--collection", metavar="TITLE",
-              help="After the commit is verified, put the repo into this collection (created when missing; the "
-                   "repo is added once however often you upload).")
-@click.option("--collection-owner", metavar="NAMESPACE",
-              help="Whose collection it is.  [default: the namespace of REPO_ID]")
+@click.option(
+    "--collection",
+    metavar="TITLE",
+    help="After the commit is verified, put the repo into this collection (created when missing; the "
+    "repo is added once however often you upload).",
+)
+@click.option(
+    "--collection-owner", metavar="NAMESPACE", help="Whose collection it is.  [default: the namespace of REPO_ID]"
+)
 @click.option("--collection-note", metavar="TEXT", help="The note shown under the repo in the collection.")
-@click.option("--gated", type=click.Choice(["auto", "manual"]),
-              help="Gate downloads: auto (access granted on request) or manual (you approve each request); set "
-                   "before the commit.  [default: leave the repo's setting]")
+@click.option(
+    "--gated",
+    type=click.Choice(["auto", "manual"]),
+    help="Gate downloads: auto (access granted on request) or manual (you approve each request); set "
+    "before the commit.  [default: leave the repo's setting]",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--quiet", is_flag=True, help="No progress on stderr.")
 @_token_option
-def upload(bundle: Path, repo_id: str, endpoint: str | None, revision: str, tag: str | None, private: bool,
-           make_private: bool, message: str | None, dry_run: bool, collection: str | None,
-           collection_owner: str | None, collection_note: str | None, gated: str | None, as_json: bool, quiet: bool,
-           token_file: Path | None) -> None:
+def upload(
+    bundle: Path,
+    repo_id: str,
+    endpoint: str | None,
+    revision: str,
+    tag: str | None,
+    private: bool,
+    make_private: bool,
+    message: str | None,
+    dry_run: bool,
+    collection: str | None,
+    collection_owner: str | None,
+    collection_note: str | None,
+    gated: str | None,
+    as_json: bool,
+    quiet: bool,
+    token_file: Path | None,
+) -> None:
     """Publish BUNDLE (ten files, README.md, checksums.xxh128) to REPO_ID in one verified commit.
 
     Files the Hub already holds (same size and sha256 or git blob id, as the Hub lists them) are not sent;
@@ -90,16 +119,38 @@ def upload(bundle: Path, repo_id: str, endpoint: str | None, revision: str, tag:
     from ..hub.publish import upload as run_upload
 
     wanted = _collection_request(repo_id, collection, collection_owner, collection_note)
-    result = run_upload(UploadRequest(bundle=bundle, repo_id=repo_id, endpoint=endpoint, revision=revision,
-                                      tag=tag, private=private or make_private, make_private=make_private,
-                                      dry_run=dry_run, message=message, token=_token(token_file),
-                                      collection=wanted, gated=gated),  # type: ignore[arg-type]
-                        progress=StderrProgress(quiet))
-    data = {"repo_id": result.repo_id, "endpoint": result.endpoint, "revision": result.revision,
-            "commit": result.commit, "committed": result.committed, "tag": result.tag, "dry_run": result.dry_run,
-            "verified": result.verified, "bytes_to_send": result.bytes_to_send, "repaired": list(result.repaired),
-            "gated": result.gated, "collection": asdict(result.collection) if result.collection else None,
-            "plan": [{"path": r.path, "action": r.action, "size": r.size} for r in result.plan]}
+    result = run_upload(
+        UploadRequest(
+            bundle=bundle,
+            repo_id=repo_id,
+            endpoint=endpoint,
+            revision=revision,
+            tag=tag,
+            private=private or make_private,
+            make_private=make_private,
+            dry_run=dry_run,
+            message=message,
+            token=_token(token_file),
+            collection=wanted,
+            gated=gated,
+        ),
+        progress=StderrProgress(quiet),
+    )
+    data = {
+        "repo_id": result.repo_id,
+        "endpoint": result.endpoint,
+        "revision": result.revision,
+        "commit": result.commit,
+        "committed": result.committed,
+        "tag": result.tag,
+        "dry_run": result.dry_run,
+        "verified": result.verified,
+        "bytes_to_send": result.bytes_to_send,
+        "repaired": list(result.repaired),
+        "gated": result.gated,
+        "collection": asdict(result.collection) if result.collection else None,
+        "plan": [{"path": r.path, "action": r.action, "size": r.size} for r in result.plan],
+    }
     _emit(data, as_json, _upload_text)
 
 
@@ -114,10 +165,14 @@ def _collection_request(repo_id: str, title: str | None, owner: str | None, note
         if owner is not None or note is not None:
             raise InvalidOption("--collection-owner and --collection-note need --collection TITLE")
         return None
-    fields = {"collection": title, **({"collection_owner": owner} if owner else {}),
-              **({"collection_note": note} if note else {})}
-    found = problems({"release": {"repo_id": repo_id, "title": "t", "version": "v", "license": "x", "summary": "s",
-                                  **fields}})
+    fields = {
+        "collection": title,
+        **({"collection_owner": owner} if owner else {}),
+        **({"collection_note": note} if note else {}),
+    }
+    found = problems(
+        {"release": {"repo_id": repo_id, "title": "t", "version": "v", "license": "x", "summary": "s", **fields}}
+    )
     if found:
         flag = "--" + found[0].dotted.removeprefix("release.").replace("_", "-")
         raise InvalidOption(f"{flag}: {found[0].message}", "fix the value of that flag")
@@ -152,14 +207,28 @@ def _collection_text(c: dict[str, Any], dry_run: bool) -> str:
 @cli.command("verify-remote")
 @click.argument("target", metavar="REPO_ID[@REV]")
 @click.option("--endpoint", help="Hub URL.  [default: $HF_ENDPOINT, else https://huggingface.co]")
-@click.option("--timeout", type=seconds(86400), default=30.0, show_default=True,
-              help="Seconds a download may deliver nothing before it fails, naming the file.")
+@click.option(
+    "--timeout",
+    type=seconds(86400),
+    default=30.0,
+    show_default=True,
+    help="Seconds a download may deliver nothing before it fails, naming the file.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @trust_options
 @_token_option
 @click.pass_context
-def verify_remote(ctx: click.Context, target: str, endpoint: str | None, timeout: float, as_json: bool,
-                  public_key: Path | None, identity: str | None, issuer: str | None, token_file: Path | None) -> None:
+def verify_remote(
+    ctx: click.Context,
+    target: str,
+    endpoint: str | None,
+    timeout: float,
+    as_json: bool,
+    public_key: Path | None,
+    identity: str | None,
+    issuer: str | None,
+    token_file: Path | None,
+) -> None:
     """Download every file of a remote revision and check it against its xxh3-128 manifest (and its model.sig,
     when signed and you say whom you trust).
 
@@ -168,27 +237,51 @@ def verify_remote(ctx: click.Context, target: str, endpoint: str | None, timeout
 
     Example: packager verify-remote me/qwen3-draft-mnn@v3
     """
-    from ..hub.check import verify_remote as run_verify
     from ..errors import ContentMismatch
+    from ..hub.check import verify_remote as run_verify
 
     repo_id, revision = target_revision(target)
-    result = run_verify(repo_id, revision, endpoint=endpoint, token=_token(token_file), timeout=timeout,
-                        trust=_trust(public_key, identity, issuer))
-    data = {"repo_id": result.repo_id, "revision": result.revision, "commit": result.commit, "ok": result.ok,
-            "checked": result.checked, "mismatched": list(result.mismatched), "missing": list(result.missing),
-            "extra": list(result.extra), "signature": result.signature, "signer": result.signer,
-            "not_as_signed": list(result.not_as_signed)}
+    result = run_verify(
+        repo_id,
+        revision,
+        endpoint=endpoint,
+        token=_token(token_file),
+        timeout=timeout,
+        trust=_trust(public_key, identity, issuer),
+    )
+    data = {
+        "repo_id": result.repo_id,
+        "revision": result.revision,
+        "commit": result.commit,
+        "ok": result.ok,
+        "checked": result.checked,
+        "mismatched": list(result.mismatched),
+        "missing": list(result.missing),
+        "extra": list(result.extra),
+        "signature": result.signature,
+        "signer": result.signer,
+        "not_as_signed": list(result.not_as_signed),
+    }
     signer = f" (signer {result.signer})" if result.signer else ""
     if result.tampered:  # the signature decides, not a manifest that may have been replaced along with a file
-        signature = (f"signature: FAILED{signer}: {', '.join(result.not_as_signed)} differ"
-                     f"{'s' if len(result.not_as_signed) == 1 else ''} from what model.sig signed")
+        signature = (
+            f"signature: FAILED{signer}: {', '.join(result.not_as_signed)} differ"
+            f"{'s' if len(result.not_as_signed) == 1 else ''} from what model.sig signed"
+        )
         verdict = "is NOT what its publisher signed; do not use it"
     else:
         signature = f"signature: {result.signature}{signer}"
         verdict = f"all {result.checked} files match" if result.ok else "does NOT match its manifest"
-    text = "\n".join([*(f"MISMATCH {n}" for n in result.mismatched), *(f"MISSING  {n}" for n in result.missing),
-                      *(f"EXTRA    {n}" for n in result.extra), *(f"NOT AS SIGNED {n}" for n in result.not_as_signed),
-                      signature, f"{repo_id}@{result.commit}: {verdict}"])
+    text = "\n".join(
+        [
+            *(f"MISMATCH {n}" for n in result.mismatched),
+            *(f"MISSING  {n}" for n in result.missing),
+            *(f"EXTRA    {n}" for n in result.extra),
+            *(f"NOT AS SIGNED {n}" for n in result.not_as_signed),
+            signature,
+            f"{repo_id}@{result.commit}: {verdict}",
+        ]
+    )
     click.echo(json.dumps(data, indent=2) if as_json else text)
     if not result.ok:
         ctx.exit(ContentMismatch.exit_code if result.tampered else CHECKSUM_MISMATCH)
@@ -200,19 +293,37 @@ def verify_remote(ctx: click.Context, target: str, endpoint: str | None, timeout
 @click.option("--out", type=_path(), help="Where to convert to.  [default: dist/NAME-VERSION beside the spec]")
 @click.option("--endpoint", help="Hub URL.  [default: $HF_ENDPOINT, else https://huggingface.co]")
 @click.option("--private", is_flag=True, help="Create the repo private; refuse to upload into a public one.")
-@click.option("--dry-run", is_flag=True, help="Every stage but the upload, which only plans (add / replace / "
-                                              "unchanged / delete, the tag, the gating, the collection): nothing "
-                                              "changes on the Hub.")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Every stage but the upload, which only plans (add / replace / "
+    "unchanged / delete, the tag, the gating, the collection): nothing "
+    "changes on the Hub.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-@click.option("--summary", "summary_path", type=_path(dir_okay=False),
-              help="Also write the JSON summary to this file, also when the release fails (a CI artifact; "
-                   "schemas/release_summary.schema.json).")
+@click.option(
+    "--summary",
+    "summary_path",
+    type=_path(dir_okay=False),
+    help="Also write the JSON summary to this file, also when the release fails (a CI artifact; "
+    "schemas/release_summary.schema.json).",
+)
 @click.option("--quiet", is_flag=True, help="No progress on stderr.")
 @_token_option
 @click.pass_context
-def release(ctx: click.Context, spec_path: Path, bundle: Path | None, out: Path | None, endpoint: str | None,
-            private: bool, dry_run: bool, as_json: bool, summary_path: Path | None, quiet: bool,
-            token_file: Path | None) -> None:
+def release(
+    ctx: click.Context,
+    spec_path: Path,
+    bundle: Path | None,
+    out: Path | None,
+    endpoint: str | None,
+    private: bool,
+    dry_run: bool,
+    as_json: bool,
+    summary_path: Path | None,
+    quiet: bool,
+    token_file: Path | None,
+) -> None:
     """Convert, validate, write the card and manifest, upload in one commit, verify, tag, then put the repo into
     [release] collection; stop at the first failure.
 
@@ -220,23 +331,33 @@ def release(ctx: click.Context, spec_path: Path, bundle: Path | None, out: Path 
 
     Example: packager release release.toml --dry-run --summary dist/release-summary.json
     """
-    from ..spec import model as spec_module
     from ..errors import PackagerError
     from ..release.run import ReleaseRequest, run
     from ..release.summary import as_text, summary
+    from ..spec import model as spec_module
 
     if summary_path is not None:
         _writable(summary_path)  # before any work: a release must not end unable to say what it did
     spec = None
     try:
         spec = spec_module.load(spec_path)
-        result = run(ReleaseRequest(spec=spec, bundle=bundle, out=out, endpoint=endpoint, private=private,
-                                    token=_token(token_file), dry_run=dry_run),
-                     progress=StderrProgress(quiet))
+        result = run(
+            ReleaseRequest(
+                spec=spec,
+                bundle=bundle,
+                out=out,
+                endpoint=endpoint,
+                private=private,
+                token=_token(token_file),
+                dry_run=dry_run,
+            ),
+            progress=StderrProgress(quiet),
+        )
     except PackagerError as exc:  # refused before the first stage: the artifact still says why
         if summary_path is not None:
-            _write_summary(summary_path, summary(None, spec_path, dry_run=dry_run, endpoint=endpoint, error=exc,
-                                                   spec=spec))
+            _write_summary(
+                summary_path, summary(None, spec_path, dry_run=dry_run, endpoint=endpoint, error=exc, spec=spec)
+            )
         raise
     data = summary(result, spec_path, dry_run=dry_run, endpoint=endpoint, spec=spec)
     if summary_path is not None:
@@ -272,26 +393,64 @@ def hub() -> None:
 
 
 @hub.command("serve")
-@click.option("--root", type=_path(file_okay=False), default=Path("hub-data"), show_default=True,
-              help="Where repos and objects are stored (kept across restarts).")
+@click.option(
+    "--root",
+    type=_path(file_okay=False),
+    default=Path("hub-data"),
+    show_default=True,
+    help="Where repos and objects are stored (kept across restarts).",
+)
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", type=int, default=8765, show_default=True, help="0 picks a free port.")
-@click.option("--token", "tokens", multiple=True, envvar="PACKAGER_HUB_TOKEN",
-              help="A token allowed to write (repeatable; also $PACKAGER_HUB_TOKEN, space-separated). USER:TOKEN "
-                   "makes it USER's, who then writes only the namespace USER; a plain TOKEN is the user `local`'s, "
-                   "who writes every other namespace.")
-@click.option("--token-file", "token_files", multiple=True, type=_path(dir_okay=False, exists=True),
-              help="A file of write tokens, one a line, TOKEN or USER:TOKEN (keeps them out of `ps`).")
-@click.option("--read-token", "read_tokens", multiple=True, envvar="PACKAGER_HUB_READ_TOKEN",
-              help="A token allowed to read only (repeatable; also $PACKAGER_HUB_READ_TOKEN).")
-@click.option("--read-token-file", "read_token_files", multiple=True, type=_path(dir_okay=False, exists=True),
-              help="A file of read-only tokens, one a line.")
-@click.option("--body-timeout", type=seconds(3600), default=30.0, show_default=True,
-              help="Seconds a request body may send nothing before the request is abandoned (408).")
+@click.option(
+    "--token",
+    "tokens",
+    multiple=True,
+    envvar="PACKAGER_HUB_TOKEN",
+    help="A token allowed to write (repeatable; also $PACKAGER_HUB_TOKEN, space-separated). USER:TOKEN "
+    "makes it USER's, who then writes only the namespace USER; a plain TOKEN is the user `local`'s, "
+    "who writes every other namespace.",
+)
+@click.option(
+    "--token-file",
+    "token_files",
+    multiple=True,
+    type=_path(dir_okay=False, exists=True),
+    help="A file of write tokens, one a line, TOKEN or USER:TOKEN (keeps them out of `ps`).",
+)
+@click.option(
+    "--read-token",
+    "read_tokens",
+    multiple=True,
+    envvar="PACKAGER_HUB_READ_TOKEN",
+    help="A token allowed to read only (repeatable; also $PACKAGER_HUB_READ_TOKEN).",
+)
+@click.option(
+    "--read-token-file",
+    "read_token_files",
+    multiple=True,
+    type=_path(dir_okay=False, exists=True),
+    help="A file of read-only tokens, one a line.",
+)
+@click.option(
+    "--body-timeout",
+    type=seconds(3600),
+    default=30.0,
+    show_default=True,
+    help="Seconds a request body may send nothing before the request is abandoned (408).",
+)
 @click.option("--test-hooks", is_flag=True, help="Enable /_faults and /_stats (fault injection for tests).")
-def hub_serve(root: Path, host: str, port: int, tokens: tuple[str, ...], token_files: tuple[Path, ...],
-              read_tokens: tuple[str, ...], read_token_files: tuple[Path, ...], body_timeout: float,
-              test_hooks: bool) -> None:
+def hub_serve(
+    root: Path,
+    host: str,
+    port: int,
+    tokens: tuple[str, ...],
+    token_files: tuple[Path, ...],
+    read_tokens: tuple[str, ...],
+    read_token_files: tuple[Path, ...],
+    body_timeout: float,
+    test_hooks: bool,
+) -> None:
     """Serve the Hub API on HOST:PORT until interrupted (plain LFS, no Xet).
 
     Example: PACKAGER_HUB_TOKEN=secret packager hub serve --root ./hub-data --port 8765
@@ -304,8 +463,13 @@ def hub_serve(root: Path, host: str, port: int, tokens: tuple[str, ...], token_f
     writers = frozenset(tokens) | _tokens_from(token_files)
     if not writers:
         raise click.UsageError("give at least one write token (--token-file, $PACKAGER_HUB_TOKEN or --token)")
-    config = HubConfig(root=root, write_tokens=writers, read_tokens=frozenset(read_tokens) | _tokens_from(read_token_files),
-                       test_hooks=test_hooks, body_idle_seconds=body_timeout)
+    config = HubConfig(
+        root=root,
+        write_tokens=writers,
+        read_tokens=frozenset(read_tokens) | _tokens_from(read_token_files),
+        test_hooks=test_hooks,
+        body_idle_seconds=body_timeout,
+    )
 
     def announce(url: str, removed: int) -> None:
         cleaned = f"; removed {removed} partial upload(s) a crash left" if removed else ""
@@ -322,6 +486,9 @@ def _tokens_from(files: tuple[Path, ...]) -> frozenset[str]:
     from ..errors import InvalidOption
     from ..infra.userfile import TOKEN_BYTES, read_text
 
-    lines = (line.strip() for path in files
-             for line in read_text(path, TOKEN_BYTES, what="token file", unreadable=InvalidOption).splitlines())
+    lines = (
+        line.strip()
+        for path in files
+        for line in read_text(path, TOKEN_BYTES, what="token file", unreadable=InvalidOption).splitlines()
+    )
     return frozenset(line for line in lines if line and not line.startswith("#"))

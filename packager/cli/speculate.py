@@ -12,22 +12,58 @@ from . import StderrProgress, _path, cli
 
 @cli.command()
 @click.argument("bundle", type=_path(exists=True, file_okay=False))
-@click.option("--mode", type=click.Choice(["eagle", "lookahead"]),
-              help="The speculative mode to run.  [default: the bundle's own speculative_type]")
-@click.option("--prompts", "prompts_file", type=_path(exists=True, dir_okay=False),
-              help="Prompts (user turns), one per line (or JSON).  [default: the built-in 54 conversations]")
-@click.option("--tokens", "max_new_tokens", type=click.IntRange(min=8, max=4096), default=64, show_default=True,
-              help="New tokens per prompt at most (generation also stops at end of text).")
-@click.option("--repeats", type=click.IntRange(min=1), default=3, show_default=True,
-              help="Interleaved timing repeats (the median and spread of tokens/s come from them).")
-@click.option("--threads", type=click.IntRange(min=1), help="Engine threads.  [default: the bundle's thread_num, at most this machine's cores]")
-@click.option("--tie-tolerance", type=click.FloatRange(min=0.0), default=0.1, show_default=True,
-              help="Where the two part, the mode's token within this of the target's best logit (its own full "
-                   "forward) is a near-tie, not a loss.")
+@click.option(
+    "--mode",
+    type=click.Choice(["eagle", "lookahead"]),
+    help="The speculative mode to run.  [default: the bundle's own speculative_type]",
+)
+@click.option(
+    "--prompts",
+    "prompts_file",
+    type=_path(exists=True, dir_okay=False),
+    help="Prompts (user turns), one per line (or JSON).  [default: the built-in 54 conversations]",
+)
+@click.option(
+    "--tokens",
+    "max_new_tokens",
+    type=click.IntRange(min=8, max=4096),
+    default=64,
+    show_default=True,
+    help="New tokens per prompt at most (generation also stops at end of text).",
+)
+@click.option(
+    "--repeats",
+    type=click.IntRange(min=1),
+    default=3,
+    show_default=True,
+    help="Interleaved timing repeats (the median and spread of tokens/s come from them).",
+)
+@click.option(
+    "--threads",
+    type=click.IntRange(min=1),
+    help="Engine threads.  [default: the bundle's thread_num, at most this machine's cores]",
+)
+@click.option(
+    "--tie-tolerance",
+    type=click.FloatRange(min=0.0),
+    default=0.1,
+    show_default=True,
+    help="Where the two part, the mode's token within this of the target's best logit (its own full "
+    "forward) is a near-tie, not a loss.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--quiet", is_flag=True, help="No progress on stderr.")
-def speculate(bundle: Path, mode: str | None, prompts_file: Path | None, max_new_tokens: int, repeats: int,
-              threads: int | None, tie_tolerance: float, as_json: bool, quiet: bool) -> None:
+def speculate(
+    bundle: Path,
+    mode: str | None,
+    prompts_file: Path | None,
+    max_new_tokens: int,
+    repeats: int,
+    threads: int | None,
+    tie_tolerance: float,
+    as_json: bool,
+    quiet: bool,
+) -> None:
     """Run BUNDLE's speculative mode with MNN's own generation strategy (eagle or lookahead) and plain decoding on
     the same chat-templated prompts, greedy, and compare: the tokens (lossless up to near-ties), the tokens a step
     accepts (95% interval over prompts, from the engine's own record) and decode tokens/s of each with their ratio
@@ -43,9 +79,17 @@ def speculate(bundle: Path, mode: str | None, prompts_file: Path | None, max_new
     from ..measure.speculate.summary import text
     from ..measure.verify import prompts_from_file
 
-    report = run_speculate(Request(bundle=bundle, mode=mode,  # type: ignore[arg-type]
-                                   prompts=prompts_from_file(prompts_file) if prompts_file else None,
-                                   max_new_tokens=max_new_tokens, repeats=repeats, threads=threads,
-                                   tie_tolerance=tie_tolerance), progress=StderrProgress(quiet))
+    report = run_speculate(
+        Request(
+            bundle=bundle,
+            mode=mode,  # type: ignore[arg-type]
+            prompts=prompts_from_file(prompts_file) if prompts_file else None,
+            max_new_tokens=max_new_tokens,
+            repeats=repeats,
+            threads=threads,
+            tie_tolerance=tie_tolerance,
+        ),
+        progress=StderrProgress(quiet),
+    )
     click.echo(json.dumps(report.as_dict(), indent=2) if as_json else text(report))
     refuse_if_lossy(report)

@@ -13,22 +13,53 @@ from . import StderrProgress, _path, cli
 @cli.command("quant-sweep")
 @click.argument("checkpoint", type=_path(exists=True, file_okay=False))
 @click.option("--lora", "lora", type=_path(exists=True, file_okay=False), help="peft LoRA adapter to merge first.")
-@click.option("--target", type=_path(exists=True, file_okay=False),
-              help="Target checkpoint: adds greedy acceptance (alpha) and tau per d, the measure the pick uses.")
-@click.option("--recipes", "recipes_file", type=_path(exists=True, dir_okay=False),
-              help='JSON list of recipes, e.g. [{"quant_bits": 4, "quant_block": 64, "algorithm": "hqq", '
-                   '"lm_bits": 8}].  [default: a grid around 4-bit block 128, hqq, 8-bit lm_head, and 8-bit]')
-@click.option("--out", "workdir", type=_path(), default=Path("quant-sweep"), show_default=True,
-              help="Folder for the recipes' bundles (one folder each).")
-@click.option("--tolerance", type=float, default=0.01, show_default=True,
-              help="Acceptance within this of the best counts as as good; the smallest such recipe is chosen.")
+@click.option(
+    "--target",
+    type=_path(exists=True, file_okay=False),
+    help="Target checkpoint: adds greedy acceptance (alpha) and tau per d, the measure the pick uses.",
+)
+@click.option(
+    "--recipes",
+    "recipes_file",
+    type=_path(exists=True, dir_okay=False),
+    help='JSON list of recipes, e.g. [{"quant_bits": 4, "quant_block": 64, "algorithm": "hqq", '
+    '"lm_bits": 8}].  [default: a grid around 4-bit block 128, hqq, 8-bit lm_head, and 8-bit]',
+)
+@click.option(
+    "--out",
+    "workdir",
+    type=_path(),
+    default=Path("quant-sweep"),
+    show_default=True,
+    help="Folder for the recipes' bundles (one folder each).",
+)
+@click.option(
+    "--tolerance",
+    type=float,
+    default=0.01,
+    show_default=True,
+    help="Acceptance within this of the best counts as as good; the smallest such recipe is chosen.",
+)
 @click.option("--threads", type=int, default=None, help="Threads per model.  [default: every core]")
-@click.option("--json", "json_out", type=_path(dir_okay=False),
-              help="Write the choice (as [convert] keys) and the table here; name it in the spec's "
-                   "convert.quant_sweep so the card shows why.")
+@click.option(
+    "--json",
+    "json_out",
+    type=_path(dir_okay=False),
+    help="Write the choice (as [convert] keys) and the table here; name it in the spec's "
+    "convert.quant_sweep so the card shows why.",
+)
 @click.option("--quiet", is_flag=True, help="No progress on stderr.")
-def quant_sweep(checkpoint: Path, lora: Path | None, target: Path | None, recipes_file: Path | None, workdir: Path,
-                tolerance: float, threads: int | None, json_out: Path | None, quiet: bool) -> None:
+def quant_sweep(
+    checkpoint: Path,
+    lora: Path | None,
+    target: Path | None,
+    recipes_file: Path | None,
+    workdir: Path,
+    tolerance: float,
+    threads: int | None,
+    json_out: Path | None,
+    quiet: bool,
+) -> None:
     """Convert CHECKPOINT with several quantization recipes and print bytes vs quality for each.
 
     Each bundle is measured against the source (mean KL, top-1 where the source is decisive) and, with
@@ -37,14 +68,20 @@ def quant_sweep(checkpoint: Path, lora: Path | None, target: Path | None, recipe
 
     Example: packager quant-sweep ./student --lora ./adapter --target ./teacher --json sweep.json
     """
-    from ..measure.sweep import SweepRequest, read_recipes, sweep
-    from ..measure.sweep.report import as_dict, text
     from ..bundle.staging import write_atomic
     from ..convert.recipe import default_grid
+    from ..measure.sweep import SweepRequest, read_recipes, sweep
+    from ..measure.sweep.report import as_dict, text
 
-    request = SweepRequest(checkpoint=checkpoint, workdir=workdir, adapter=lora, target=target,
-                           recipes=read_recipes(recipes_file) if recipes_file else default_grid(),
-                           tolerance=tolerance, threads=threads)
+    request = SweepRequest(
+        checkpoint=checkpoint,
+        workdir=workdir,
+        adapter=lora,
+        target=target,
+        recipes=read_recipes(recipes_file) if recipes_file else default_grid(),
+        tolerance=tolerance,
+        threads=threads,
+    )
     data = as_dict(sweep(request, progress=StderrProgress(quiet)))
     if json_out is not None:
         write_atomic(json_out, (json.dumps(data, indent=2) + "\n").encode("utf-8"))

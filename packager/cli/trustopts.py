@@ -12,12 +12,16 @@ from . import _path
 
 def trust_options(command: Any) -> Any:
     """--public-key, or --identity with --issuer (keyless sigstore)."""
-    for option in reversed([
-        click.option("--public-key", type=_path(dir_okay=False), help="The publisher's EC public key (PEM)."),
-        click.option("--identity", help="Keyless: the signer's identity, e.g. a GitHub workflow URL."),
-        click.option("--issuer", help="Keyless: the identity's OIDC issuer, e.g. "
-                                      "https://token.actions.githubusercontent.com."),
-    ]):
+    for option in reversed(
+        [
+            click.option("--public-key", type=_path(dir_okay=False), help="The publisher's EC public key (PEM)."),
+            click.option("--identity", help="Keyless: the signer's identity, e.g. a GitHub workflow URL."),
+            click.option(
+                "--issuer",
+                help="Keyless: the identity's OIDC issuer, e.g. https://token.actions.githubusercontent.com.",
+            ),
+        ]
+    ):
         command = option(command)
     return command
 

@@ -12,30 +12,39 @@ from pathlib import Path
 from typing import Any
 
 from .. import resources
+from ..bundle import presets
+from ..bundle.engine import (
+    DEFAULT_TARGET,
+    EngineRequirement,
+    EngineTarget,
+    UnservedEngine,
+    combine,
+    format_version,
+    graph_requirement,
+    target,
+)
 from ..bundle.kinds import DRAFT, EAGLE_FILES, EMBEDDINGS, KINDS, LOOKUP, TARGET, TARGET_EAGLE, BundleKind
-from ..bundle.engine import (DEFAULT_TARGET, EngineRequirement, EngineTarget, UnservedEngine, combine, format_version,
-                             graph_requirement, target)
+from ..bundle.lookahead import Lookahead, read_corpus
+from ..bundle.lookahead import settings as lookahead_settings
+from ..bundle.staging import Protected, StagedDir, check_target
+from ..bundle.tokenizer_txt import MIN_ENGINE
 from ..errors import ConversionFailed, InvalidOption, SpecError, shorten
 from ..infra.hashing import xxh3_128_file
-from ..bundle.lookahead import Lookahead, read_corpus, settings as lookahead_settings
-from ..spec.model import ReleaseSpec
-from ..bundle.staging import Protected, StagedDir, check_target
-from ..bundle import presets
-from . import provenance, recipe as recipes
-from .stream import run as stream
-from .stream.layout import LayoutUnknown
-from .stream.weightwriter import StreamingUnsupported
-from .eagle import faithful
-from .inspect.eagle_head import HeadInfo, inspect_head
-from .inspect.checkpoint import CheckpointInfo, inspect_checkpoint
 from ..infra.progress import Progress
+from ..spec.model import ReleaseSpec
+from . import provenance
+from . import recipe as recipes
+from .eagle import faithful
 from .fence.launch import Runner, WorkerJob, WorkerResult, run_worker
+from .inspect.checkpoint import CheckpointInfo, inspect_checkpoint
+from .inspect.eagle_head import HeadInfo, inspect_head
 from .inspect.lora import AdapterInfo, inspect_adapter, other_base_warning
 from .recipe import QuantRecipe
 from .reproducible import stamp_graph_uuid, stamp_uuid
-from ..bundle.tokenizer_txt import MIN_ENGINE
+from .stream import run as stream
+from .stream.layout import LayoutUnknown
+from .stream.weightwriter import StreamingUnsupported
 from .tokenizer import TokenizerChoice, agreement, choose, hf_encodings
-
 
 
 @dataclass(frozen=True)
@@ -94,8 +103,9 @@ def bundle_kind(request: ConvertRequest) -> BundleKind:
     name = request.kind or (settings.kind if settings is not None else None)
     if eagle_head(request) is not None:
         if name not in (None, TARGET_EAGLE.name, TARGET.name):
-            raise InvalidOption(f"--eagle makes a {TARGET_EAGLE.name} bundle, not a {name} bundle",
-                                "drop --kind, or drop --eagle")
+            raise InvalidOption(
+                f"--eagle makes a {TARGET_EAGLE.name} bundle, not a {name} bundle", "drop --kind, or drop --eagle"
+            )
         return TARGET_EAGLE
     if name == TARGET_EAGLE.name:
         raise InvalidOption("a target+eagle bundle needs its head", "pass --eagle HEAD_FOLDER")
@@ -115,14 +125,18 @@ def lookahead_plan(request: ConvertRequest, kind: BundleKind) -> Lookahead | Non
             raise InvalidOption("--lookahead-length sets the draft length of lookahead", "add --lookahead")
         return None
     if kind is TARGET_EAGLE:
-        raise InvalidOption("a bundle has one speculative_type: lookahead cannot go with an EAGLE-3 head",
-                            "drop --lookahead or --eagle (convert twice for two bundles)")
+        raise InvalidOption(
+            "a bundle has one speculative_type: lookahead cannot go with an EAGLE-3 head",
+            "drop --lookahead or --eagle (convert twice for two bundles)",
+        )
     spec = request.spec
     main = spec.runtime.main if spec is not None else {}
     if spec is not None and main.get("speculative_type", "lookahead") != "lookahead":
-        raise SpecError(f"{spec.path or 'the release spec'}: runtime.main.speculative_type is "
-                        f"{shorten(repr(main['speculative_type']))}, but lookahead was asked for",
-                        "drop one of them: a bundle has one speculative_type")
+        raise SpecError(
+            f"{spec.path or 'the release spec'}: runtime.main.speculative_type is "
+            f"{shorten(repr(main['speculative_type']))}, but lookahead was asked for",
+            "drop one of them: a bundle has one speculative_type",
+        )
     corpus = read_corpus(asked, request.out) if isinstance(asked, Path) else None
     return Lookahead(corpus, lookahead_settings(main, request.lookahead_length))
 
@@ -130,18 +144,25 @@ def lookahead_plan(request: ConvertRequest, kind: BundleKind) -> Lookahead | Non
 def quantized_inputs(info: CheckpointInfo) -> dict[str, int]:
     """Input size of every kind of linear the converter quantizes (the block must divide each)."""
     shape = info.shape
-    return {"q/k/v_proj and gate/up_proj and lm_head (hidden_size)": shape.hidden_size,
-            "o_proj (num_attention_heads x head_dim)": shape.num_heads * shape.head_dim,
-            "down_proj (intermediate_size)": shape.intermediate_size}
+    return {
+        "q/k/v_proj and gate/up_proj and lm_head (hidden_size)": shape.hidden_size,
+        "o_proj (num_attention_heads x head_dim)": shape.num_heads * shape.head_dim,
+        "down_proj (intermediate_size)": shape.intermediate_size,
+    }
 
 
 def _quant(request: ConvertRequest, info: CheckpointInfo) -> QuantRecipe:
     """Flags win over the spec's [convert] values, which win over the defaults (4-bit, block 128, plain asym)."""
     settings = request.spec.convert if request.spec else None
     values = {}
-    for key, flag in (("quant_bits", request.quant_bits), ("quant_block", request.quant_block),
-                      ("symmetric", request.symmetric), ("algorithm", request.algorithm),
-                      ("lm_bits", request.lm_bits), ("lm_block", request.lm_block)):
+    for key, flag in (
+        ("quant_bits", request.quant_bits),
+        ("quant_block", request.quant_block),
+        ("symmetric", request.symmetric),
+        ("algorithm", request.algorithm),
+        ("lm_bits", request.lm_bits),
+        ("lm_block", request.lm_block),
+    ):
         value = flag if flag is not None else (getattr(settings, key) if settings else None)
         if value is not None:
             values[key] = value
@@ -164,8 +185,7 @@ def engine_target(request: ConvertRequest) -> EngineTarget:
         raise InvalidOption(shorten(str(exc)), exc.hint) from None
 
 
-def convert(request: ConvertRequest, progress: Progress = lambda _: None,
-            runner: Runner = run_worker) -> ConvertResult:
+def convert(request: ConvertRequest, progress: Progress = lambda _: None, runner: Runner = run_worker) -> ConvertResult:
     """Inspect, export through the fenced worker, assemble, check, and move the bundle into place."""
     kind = bundle_kind(request)
     mode = lookahead_plan(request, kind)
@@ -175,9 +195,10 @@ def convert(request: ConvertRequest, progress: Progress = lambda _: None,
     head = inspect_head(head_path, info, request.allow_pickle_head) if head_path is not None else None
     recipe = _quant(request, info)
     if head is not None and recipe.algorithm != "plain":
-        raise InvalidOption(f"--eagle takes plain quantization only ({recipe.algorithm} was asked for)",
-                            "the exported head is checked against the checkpoint's with round-to-nearest weights; "
-                            "drop --algorithm")
+        raise InvalidOption(
+            f"--eagle takes plain quantization only ({recipe.algorithm} was asked for)",
+            "the exported head is checked against the checkpoint's with round-to-nearest weights; drop --algorithm",
+        )
     goal = engine_target(request)
     out = request.out.absolute()
     protected = Protected(inputs=(info.path, *((adapter.path,) if adapter else ()), *((head.path,) if head else ())))
@@ -187,16 +208,37 @@ def convert(request: ConvertRequest, progress: Progress = lambda _: None,
         reference, inputs = _start_beside(beside, info, adapter, corpus)
         # The head check's torch side needs nothing of the bundle: made while the converter runs (a core is idle
         # once the weights are written), it leaves only the MNN side for after the export.
-        prepared = beside.submit(faithful.prepare, head, info, recipe.bits, recipe.block, recipe.symmetric) \
-            if head is not None else None
-        worker, path = _export(request, info, adapter, recipe, stage.subdir("work"), corpus, runner, progress,
-                               goal, head)
-        return _finish(request, info, adapter, recipe, goal, worker, path, stage, corpus, reference.result(),
-                       progress, inputs.result(), kind, head, mode, prepared.result() if prepared else None)
+        prepared = (
+            beside.submit(faithful.prepare, head, info, recipe.bits, recipe.block, recipe.symmetric)
+            if head is not None
+            else None
+        )
+        worker, path = _export(
+            request, info, adapter, recipe, stage.subdir("work"), corpus, runner, progress, goal, head
+        )
+        return _finish(
+            request,
+            info,
+            adapter,
+            recipe,
+            goal,
+            worker,
+            path,
+            stage,
+            corpus,
+            reference.result(),
+            progress,
+            inputs.result(),
+            kind,
+            head,
+            mode,
+            prepared.result() if prepared else None,
+        )
 
 
-def convert_many(requests: Sequence[ConvertRequest], progress: Progress = lambda _: None,
-                 runner: Runner = run_worker) -> list[ConvertResult]:
+def convert_many(
+    requests: Sequence[ConvertRequest], progress: Progress = lambda _: None, runner: Runner = run_worker
+) -> list[ConvertResult]:
     """Several quantization recipes of one checkpoint (+ adapter), engine target and spec from one load of the
     model: the worker exports every recipe in turn on llmexport's whole-model path (the `--reference` bytes, which
     the streaming path equals) and makes the tokenizer candidates once. Each bundle is staged and moved into place
@@ -221,33 +263,71 @@ def convert_many(requests: Sequence[ConvertRequest], progress: Progress = lambda
         check_target(out, request.force, protected)
     corpus = resources.tokenizer_corpus()
     with ExitStack() as stack:
-        stages = [stack.enter_context(StagedDir(out, r.force, protected, report=progress))
-                  for r, out in zip(requests, outs)]
+        stages = [
+            stack.enter_context(StagedDir(out, r.force, protected, report=progress)) for r, out in zip(requests, outs)
+        ]
         reference, inputs = _start_beside(stack.enter_context(ThreadPoolExecutor(1)), info, adapter, corpus)
-        job = _whole_model_job(info, adapter, chosen[0], stages[0].subdir("work"), corpus, goal,
-                               also=tuple({"name": c.name, **_quant_fields(c)} for c in chosen[1:]))
+        job = _whole_model_job(
+            info,
+            adapter,
+            chosen[0],
+            stages[0].subdir("work"),
+            corpus,
+            goal,
+            also=tuple({"name": c.name, **_quant_fields(c)} for c in chosen[1:]),
+        )
         worker = runner(job, progress)
         results = []
         for number, (request, recipe, stage) in enumerate(zip(requests, chosen, stages)):
             progress(f"recipe {recipe.name}: assembling its bundle")
             this = worker if number == 0 else replace(worker, export_dir=worker.also[recipe.name])
-            results.append(_finish(request, info, adapter, recipe, goal, this, "reference", stage, corpus,
-                                   reference.result(), progress, inputs.result()))
+            results.append(
+                _finish(
+                    request,
+                    info,
+                    adapter,
+                    recipe,
+                    goal,
+                    this,
+                    "reference",
+                    stage,
+                    corpus,
+                    reference.result(),
+                    progress,
+                    inputs.result(),
+                )
+            )
     return results
 
 
-def _start_beside(beside: ThreadPoolExecutor, info: CheckpointInfo, adapter: AdapterInfo | None,
-                  corpus: tuple[str, ...]) -> tuple[Future[list[list[int]]], Future[provenance.InputDigests]]:
+def _start_beside(
+    beside: ThreadPoolExecutor, info: CheckpointInfo, adapter: AdapterInfo | None, corpus: tuple[str, ...]
+) -> tuple[Future[list[list[int]]], Future[provenance.InputDigests]]:
     """The Hugging Face reference ids and the inputs' digests, ready by the time the converter is done."""
-    return (beside.submit(hf_encodings, info.path / "tokenizer.json", corpus),
-            beside.submit(provenance.input_digests, info, adapter))
+    return (
+        beside.submit(hf_encodings, info.path / "tokenizer.json", corpus),
+        beside.submit(provenance.input_digests, info, adapter),
+    )
 
 
-def _finish(request: ConvertRequest, info: CheckpointInfo, adapter: AdapterInfo | None, recipe: QuantRecipe,
-            goal: EngineTarget, worker: WorkerResult, path: str, stage: StagedDir, corpus: tuple[str, ...],
-            reference: list[list[int]], progress: Progress, inputs: provenance.InputDigests,
-            kind: BundleKind = DRAFT, head: HeadInfo | None = None, mode: Lookahead | None = None,
-            prepared: faithful.Reference | None = None) -> ConvertResult:
+def _finish(
+    request: ConvertRequest,
+    info: CheckpointInfo,
+    adapter: AdapterInfo | None,
+    recipe: QuantRecipe,
+    goal: EngineTarget,
+    worker: WorkerResult,
+    path: str,
+    stage: StagedDir,
+    corpus: tuple[str, ...],
+    reference: list[list[int]],
+    progress: Progress,
+    inputs: provenance.InputDigests,
+    kind: BundleKind = DRAFT,
+    head: HeadInfo | None = None,
+    mode: Lookahead | None = None,
+    prepared: faithful.Reference | None = None,
+) -> ConvertResult:
     """Assemble the exported files into a bundle of its kind, check it, record provenance, move it into place."""
     warnings = tuple(w for w in [other_base_warning(adapter, info) if adapter else None] if w)
     warnings += mode.warnings() if mode is not None else ()
@@ -255,8 +335,9 @@ def _finish(request: ConvertRequest, info: CheckpointInfo, adapter: AdapterInfo 
     out = request.out.absolute()
     progress("assembling the bundle")
     built = stage.subdir("bundle")
-    engine, choice, graph_uuid, weight_digest = _assemble(worker, info, request, built, corpus, goal, reference,
-                                                          kind, head, mode)
+    engine, choice, graph_uuid, weight_digest = _assemble(
+        worker, info, request, built, corpus, goal, reference, kind, head, mode
+    )
     checked = None
     if head is not None:
         progress("checking the exported EAGLE-3 head against the checkpoint's (MNN and torch, same inputs)")
@@ -266,51 +347,119 @@ def _finish(request: ConvertRequest, info: CheckpointInfo, adapter: AdapterInfo 
     names = kind.present(built)
     digests = {name: weight_digest if name == "llm.mnn.weight" else xxh3_128_file(built / name) for name in names}
     sizes = {name: (built / name).stat().st_size for name in names}
-    record = provenance.build(info=info, adapter=adapter, bits=bits, block=block, engine=engine,
-                              tokenizer=choice, digests=digests, versions=worker.versions,
-                              graph_uuid=graph_uuid, blocked=worker.blocked, spec=request.spec, path=path,
-                              target=goal, recipe=recipe, inputs=inputs, kind=kind.name,
-                              head=head, faithfulness=checked, lookahead=mode.record() if mode else None)
+    record = provenance.build(
+        info=info,
+        adapter=adapter,
+        bits=bits,
+        block=block,
+        engine=engine,
+        tokenizer=choice,
+        digests=digests,
+        versions=worker.versions,
+        graph_uuid=graph_uuid,
+        blocked=worker.blocked,
+        spec=request.spec,
+        path=path,
+        target=goal,
+        recipe=recipe,
+        inputs=inputs,
+        kind=kind.name,
+        head=head,
+        faithfulness=checked,
+        lookahead=mode.record() if mode else None,
+    )
     staged_record = stage.path / "provenance.json"  # type: ignore[operator]
     provenance.write(staged_record, record)
     stage.commit(built)
     os.replace(staged_record, provenance.provenance_path(out))
-    return ConvertResult(out=out, sizes=sizes, digests=digests, engine=engine, tokenizer=choice,
-                         quant_bits=bits, quant_block=block, graph_uuid=graph_uuid,
-                         provenance=provenance.provenance_path(out), blocked=worker.blocked, warnings=warnings, path=path,
-                         target=goal, recipe=recipe, kind=kind, head=head, faithfulness=checked, lookahead=mode)
+    return ConvertResult(
+        out=out,
+        sizes=sizes,
+        digests=digests,
+        engine=engine,
+        tokenizer=choice,
+        quant_bits=bits,
+        quant_block=block,
+        graph_uuid=graph_uuid,
+        provenance=provenance.provenance_path(out),
+        blocked=worker.blocked,
+        warnings=warnings,
+        path=path,
+        target=goal,
+        recipe=recipe,
+        kind=kind,
+        head=head,
+        faithfulness=checked,
+        lookahead=mode,
+    )
 
 
-def _export(request: ConvertRequest, info: CheckpointInfo, adapter: AdapterInfo | None, recipe: QuantRecipe,
-            workdir: Path, corpus: tuple[str, ...], runner: Runner, progress: Progress,
-            goal: EngineTarget, head: HeadInfo | None = None) -> tuple[WorkerResult, str]:
+def _export(
+    request: ConvertRequest,
+    info: CheckpointInfo,
+    adapter: AdapterInfo | None,
+    recipe: QuantRecipe,
+    workdir: Path,
+    corpus: tuple[str, ...],
+    runner: Runner,
+    progress: Progress,
+    goal: EngineTarget,
+    head: HeadInfo | None = None,
+) -> tuple[WorkerResult, str]:
     """The streaming path when it can reproduce the reference bytes, else llmexport loading the whole model."""
     bits, block = recipe.bits, recipe.block
     if not request.reference and not recipe.streamable:
-        progress(f"the streaming writer reproduces plain asymmetric quantization only; {recipe.name} is made by "
-                 "llmexport loading the whole model")
+        progress(
+            f"the streaming writer reproduces plain asymmetric quantization only; {recipe.name} is made by "
+            "llmexport loading the whole model"
+        )
     if not request.reference and recipe.streamable:
         try:
-            return stream.export(info, adapter, bits, block, workdir, corpus, runner, progress,
-                                 fuse_c4=goal.fuse_c4, head=head), "streamed"
+            return stream.export(
+                info, adapter, bits, block, workdir, corpus, runner, progress, fuse_c4=goal.fuse_c4, head=head
+            ), "streamed"
         except (StreamingUnsupported, LayoutUnknown) as exc:
             progress(f"streaming does not cover this checkpoint ({shorten(str(exc))}); loading the whole model instead")
             shutil.rmtree(workdir)
             workdir.mkdir()
-    job = replace(_whole_model_job(info, adapter, recipe, workdir, corpus, goal),
-                  eagle=head.path if head else None, eagle_rope_theta=head.rope_theta if head else None)
+    job = replace(
+        _whole_model_job(info, adapter, recipe, workdir, corpus, goal),
+        eagle=head.path if head else None,
+        eagle_rope_theta=head.rope_theta if head else None,
+    )
     return runner(job, progress), "reference"
 
 
 def _quant_fields(recipe: QuantRecipe) -> dict[str, Any]:
-    return {"quant_bits": recipe.bits, "quant_block": recipe.block, "symmetric": recipe.symmetric,
-            "hqq": recipe.algorithm == "hqq", "lm_bits": recipe.lm[0], "lm_block": recipe.lm[1]}
+    return {
+        "quant_bits": recipe.bits,
+        "quant_block": recipe.block,
+        "symmetric": recipe.symmetric,
+        "hqq": recipe.algorithm == "hqq",
+        "lm_bits": recipe.lm[0],
+        "lm_block": recipe.lm[1],
+    }
 
 
-def _whole_model_job(info: CheckpointInfo, adapter: AdapterInfo | None, recipe: QuantRecipe, workdir: Path,
-                     corpus: tuple[str, ...], goal: EngineTarget, also: tuple[dict[str, Any], ...] = ()) -> WorkerJob:
-    return WorkerJob(source=info.path, adapter=adapter.path if adapter else None, workdir=workdir,
-                     stop_ids=info.stop_ids, corpus=corpus, fuse_c4=goal.fuse_c4, also=also, **_quant_fields(recipe))
+def _whole_model_job(
+    info: CheckpointInfo,
+    adapter: AdapterInfo | None,
+    recipe: QuantRecipe,
+    workdir: Path,
+    corpus: tuple[str, ...],
+    goal: EngineTarget,
+    also: tuple[dict[str, Any], ...] = (),
+) -> WorkerJob:
+    return WorkerJob(
+        source=info.path,
+        adapter=adapter.path if adapter else None,
+        workdir=workdir,
+        stop_ids=info.stop_ids,
+        corpus=corpus,
+        fuse_c4=goal.fuse_c4,
+        also=also,
+        **_quant_fields(recipe),
+    )
 
 
 def _check_built(built: Path, spec: ReleaseSpec | None) -> None:
@@ -323,10 +472,14 @@ def _check_built(built: Path, spec: ReleaseSpec | None) -> None:
     first = report.errors[0]
     what = f"({len(report.errors)} errors, first: {first.location}: {shorten(first.message)})"
     if spec is not None and first.file in presets.RENDERED:
-        raise SpecError(f"the runtime settings of {spec.path} give a bundle that fails validation {what}",
-                        "fix the spec's [runtime.*] values; nothing was written")
-    raise ConversionFailed(f"the converter produced a bundle that fails validation {what}",
-                           "nothing was written; please report this with the --debug output")
+        raise SpecError(
+            f"the runtime settings of {spec.path} give a bundle that fails validation {what}",
+            "fix the spec's [runtime.*] values; nothing was written",
+        )
+    raise ConversionFailed(
+        f"the converter produced a bundle that fails validation {what}",
+        "nothing was written; please report this with the --debug output",
+    )
 
 
 def _built_how(goal: EngineTarget) -> str:
@@ -334,14 +487,28 @@ def _built_how(goal: EngineTarget) -> str:
     return f"{fusion}, tokenizer formats MNN {format_version(goal.version)} reads"
 
 
-def _assemble(worker: WorkerResult, info: CheckpointInfo, request: ConvertRequest, built: Path,
-              corpus: tuple[str, ...], goal: EngineTarget, reference: list[list[int]], kind: BundleKind = DRAFT,
-              head: HeadInfo | None = None, mode: Lookahead | None = None
-              ) -> tuple[EngineRequirement, TokenizerChoice, str, str]:
+def _assemble(
+    worker: WorkerResult,
+    info: CheckpointInfo,
+    request: ConvertRequest,
+    built: Path,
+    corpus: tuple[str, ...],
+    goal: EngineTarget,
+    reference: list[list[int]],
+    kind: BundleKind = DRAFT,
+    head: HeadInfo | None = None,
+    mode: Lookahead | None = None,
+) -> tuple[EngineRequirement, TokenizerChoice, str, str]:
     """The kind's files in `built`; returns their engine, the tokenizer choice, the graph uuid, the weights' digest."""
     export = worker.export_dir
-    moved = ["llm.mnn", "llm.mnn.json", "llm.mnn.weight", "llm_config.json",
-             *(() if info.tied else (EMBEDDINGS,)), *(EAGLE_FILES if head is not None else ())]
+    moved = [
+        "llm.mnn",
+        "llm.mnn.json",
+        "llm.mnn.weight",
+        "llm_config.json",
+        *(() if info.tied else (EMBEDDINGS,)),
+        *(EAGLE_FILES if head is not None else ()),
+    ]
     for name in moved:
         if not (export / name).is_file():
             raise ConversionFailed(f"the converter did not write {name}")
@@ -352,21 +519,32 @@ def _assemble(worker: WorkerResult, info: CheckpointInfo, request: ConvertReques
         for graph in ("eagle.mnn", "eagle_fc.mnn"):
             stamp_graph_uuid(built / graph, xxh3_128_file(built / f"{graph}.weight"))
     graph_engine = graph_requirement(built / "llm.mnn.json")
-    agreements = tuple(agreement(fmt, worker.encodings[fmt], reference, corpus)  # type: ignore[arg-type]
-                       for fmt in ("text", "pipeline"))
+    agreements = tuple(
+        agreement(fmt, worker.encodings[fmt], reference, corpus)
+        for fmt in ("text", "pipeline")
+    )
     if not goal.default and graph_engine.version > goal.version:
-        raise ConversionFailed(f"the converter made a graph for MNN {graph_engine.text} although MNN {goal.text} "
-                               f"was asked for ({'; '.join(graph_engine.reasons)})")
+        raise ConversionFailed(
+            f"the converter made a graph for MNN {graph_engine.text} although MNN {goal.text} "
+            f"was asked for ({'; '.join(graph_engine.reasons)})"
+        )
     # The default keeps every format the graph's engine reads; an --engine target only those it reads.
     choice = choose(agreements, graph_engine.version if goal.default else goal.version)
     shutil.copyfile(worker.tokenizers[choice.format], built / "tokenizer.txt")
-    tokenizer_engine = EngineRequirement(MIN_ENGINE[choice.format], (
-        ("tokenizer.txt is in the PIPELINE format (type 4), first read by MNN 3.5.0",)
-        if choice.format == "pipeline" else ()))
+    tokenizer_engine = EngineRequirement(
+        MIN_ENGINE[choice.format],
+        (
+            ("tokenizer.txt is in the PIPELINE format (type 4), first read by MNN 3.5.0",)
+            if choice.format == "pipeline"
+            else ()
+        ),
+    )
     engine = combine(graph_engine, tokenizer_engine)
     if not goal.default:
-        engine = EngineRequirement(engine.version, (*engine.reasons, f"built for MNN {goal.text} and later "
-                                                    f"(--engine {goal.requested}; {_built_how(goal)})"))
+        engine = EngineRequirement(
+            engine.version,
+            (*engine.reasons, f"built for MNN {goal.text} and later (--engine {goal.requested}; {_built_how(goal)})"),
+        )
     if mode is not None:
         from ..bundle.modes import mode_requirement
 
@@ -375,8 +553,11 @@ def _assemble(worker: WorkerResult, info: CheckpointInfo, request: ConvertReques
             (built / LOOKUP).write_bytes(mode.corpus.data)  # the bytes that were checked
     keys = mode.keys() if mode is not None else None
     overrides = request.spec.runtime if request.spec else presets.RuntimeOverrides()
-    rendered = presets.render(overrides, engine, keys) if kind is DRAFT else \
-        presets.render_target(overrides, head, untied=not info.tied, mode=keys)
+    rendered = (
+        presets.render(overrides, engine, keys)
+        if kind is DRAFT
+        else presets.render_target(overrides, head, untied=not info.tied, mode=keys)
+    )
     for name, data in rendered.items():
         (built / name).write_bytes(data)
     return engine, choice, graph_uuid, weight_digest

@@ -9,11 +9,16 @@ from typing import Any
 
 from .. import __version__
 from ..bundle.engine import DEFAULT_TARGET, EngineRequirement, EngineTarget
+from ..bundle.staging import write_atomic
 from ..infra.hashing import xxh3_128_file
 from ..spec.model import ReleaseSpec
-from ..bundle.staging import write_atomic
-from .inspect.checkpoint import (DERIVABLE_TOKENIZER_FILES, MODEL_FILES, OPTIONAL_TOKENIZER_FILES, TOKENIZER_FILES,
-                                 CheckpointInfo)
+from .inspect.checkpoint import (
+    DERIVABLE_TOKENIZER_FILES,
+    MODEL_FILES,
+    OPTIONAL_TOKENIZER_FILES,
+    TOKENIZER_FILES,
+    CheckpointInfo,
+)
 from .inspect.lora import ADAPTER_FILES, AdapterInfo
 from .recipe import QuantRecipe
 from .tokenizer import TokenizerChoice
@@ -43,48 +48,106 @@ def input_digests(info: CheckpointInfo, adapter: AdapterInfo | None) -> InputDig
     return InputDigests(checkpoint_sources(info.path), _sources(adapter.path, ADAPTER_FILES) if adapter else None)
 
 
-def build(*, info: CheckpointInfo, adapter: AdapterInfo | None, bits: int, block: int,
-          engine: EngineRequirement, tokenizer: TokenizerChoice, digests: dict[str, str],
-          versions: dict[str, str], graph_uuid: str, blocked: tuple[str, ...],
-          spec: ReleaseSpec | None, path: str = "reference", target: EngineTarget = DEFAULT_TARGET,
-          inputs: InputDigests, recipe: QuantRecipe | None = None, kind: str = "draft",
-          head: Any = None, faithfulness: Any = None, lookahead: dict[str, Any] | None = None) -> dict[str, Any]:
+def build(
+    *,
+    info: CheckpointInfo,
+    adapter: AdapterInfo | None,
+    bits: int,
+    block: int,
+    engine: EngineRequirement,
+    tokenizer: TokenizerChoice,
+    digests: dict[str, str],
+    versions: dict[str, str],
+    graph_uuid: str,
+    blocked: tuple[str, ...],
+    spec: ReleaseSpec | None,
+    path: str = "reference",
+    target: EngineTarget = DEFAULT_TARGET,
+    inputs: InputDigests,
+    recipe: QuantRecipe | None = None,
+    kind: str = "draft",
+    head: Any = None,
+    faithfulness: Any = None,
+    lookahead: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     extra: dict[str, Any] = {} if kind == "draft" else {"kind": kind}  # a draft's record stays what it was
     if lookahead is not None:  # its settings, and the corpus's size and xxh3-128 (lookahead.Lookahead.record)
         extra["lookahead"] = lookahead
     if head is not None:
-        extra["eagle_head"] = {"path": str(head.path), "weights": head.weights.name, "dtype": head.dtype,
-                               "rope_theta": head.rope_theta, "draft_vocab_size": head.draft_vocab_size,
-                               "aux_layers": list(head.aux_layers),
-                               "files_xxh3_128": {p.name: xxh3_128_file(p) for p in (head.path / "config.json",
-                                                                                      head.weights)}}
+        extra["eagle_head"] = {
+            "path": str(head.path),
+            "weights": head.weights.name,
+            "dtype": head.dtype,
+            "rope_theta": head.rope_theta,
+            "draft_vocab_size": head.draft_vocab_size,
+            "aux_layers": list(head.aux_layers),
+            "files_xxh3_128": {p.name: xxh3_128_file(p) for p in (head.path / "config.json", head.weights)},
+        }
         if faithfulness is not None:
             extra["eagle_head"]["check"] = {
-                "positions": faithfulness.positions, "state_error": round(faithfulness.hidden_error, 5),
+                "positions": faithfulness.positions,
+                "state_error": round(faithfulness.hidden_error, 5),
                 "logprob_error": round(faithfulness.logprob_error, 5),
                 "top1_agreement": round(faithfulness.top1_agreement, 4),
-                "state_error_at_theta_10000": None if faithfulness.other_theta_error is None
-                else round(faithfulness.other_theta_error, 5)}
-    return {**extra,
+                "state_error_at_theta_10000": None
+                if faithfulness.other_theta_error is None
+                else round(faithfulness.other_theta_error, 5),
+            }
+    return {
+        **extra,
         "tool": {"name": "packager", "version": __version__},
         "versions": versions,
-        "source": {"path": str(info.path), "model_type": info.model_type, "shape": asdict(info.shape),
-                   "dtype": info.dtype, "files_xxh3_128": inputs.checkpoint},
-        "adapter": None if adapter is None else {
-            "path": str(adapter.path), "rank": adapter.rank, "alpha": adapter.alpha,
-            "target_modules": list(adapter.target_modules), "base_model": adapter.base_model,
-            "files_xxh3_128": inputs.adapter},
-        "options": {"quant_bits": bits, "quant_block": block, "spec": str(spec.path) if spec and spec.path else None,
-                    "weights": path,
-                    "quant_recipe": (recipe or QuantRecipe(bits, block)).record(),
-                    # Only for convert --engine: the default (newest) keeps the record it always had.
-                    **({} if target.default else {"engine": {"requested": target.requested, "version": target.text,
-                                                             "converter_flags": list(target.converter_flags)}})},
+        "source": {
+            "path": str(info.path),
+            "model_type": info.model_type,
+            "shape": asdict(info.shape),
+            "dtype": info.dtype,
+            "files_xxh3_128": inputs.checkpoint,
+        },
+        "adapter": None
+        if adapter is None
+        else {
+            "path": str(adapter.path),
+            "rank": adapter.rank,
+            "alpha": adapter.alpha,
+            "target_modules": list(adapter.target_modules),
+            "base_model": adapter.base_model,
+            "files_xxh3_128": inputs.adapter,
+        },
+        "options": {
+            "quant_bits": bits,
+            "quant_block": block,
+            "spec": str(spec.path) if spec and spec.path else None,
+            "weights": path,
+            "quant_recipe": (recipe or QuantRecipe(bits, block)).record(),
+            # Only for convert --engine: the default (newest) keeps the record it always had.
+            **(
+                {}
+                if target.default
+                else {
+                    "engine": {
+                        "requested": target.requested,
+                        "version": target.text,
+                        "converter_flags": list(target.converter_flags),
+                    }
+                }
+            ),
+        },
         "min_mnn_engine": {"version": engine.text, "because": list(engine.reasons)},
         "tokenizer": {
-            "format": tokenizer.format, "reason": tokenizer.reason, "stop_ids": list(info.stop_ids),
-            "agreement": {a.format: {"matched": a.matched, "total": a.total, "rate": round(a.rate, 4),
-                                     "mismatched": list(a.mismatched)} for a in tokenizer.agreements}},
+            "format": tokenizer.format,
+            "reason": tokenizer.reason,
+            "stop_ids": list(info.stop_ids),
+            "agreement": {
+                a.format: {
+                    "matched": a.matched,
+                    "total": a.total,
+                    "rate": round(a.rate, 4),
+                    "mismatched": list(a.mismatched),
+                }
+                for a in tokenizer.agreements
+            },
+        },
         "graph_uuid": graph_uuid,
         "bundle_xxh3_128": digests,
         "sandbox_blocked": list(blocked),

@@ -16,8 +16,10 @@ Algorithm = Literal["plain", "hqq"]
 ALGORITHMS = ("plain", "hqq")
 DEFAULT_BITS, DEFAULT_BLOCK = 4, 128  # 4-bit weights in blocks of 128, the bundle's recipe unless a spec says otherwise
 BITS = (4, 8)
-AWQ_HINT = ("llmexport's AWQ calibrates on wikitext/pile-val downloaded at conversion time, which the fenced "
-            "converter cannot fetch; use plain or hqq")
+AWQ_HINT = (
+    "llmexport's AWQ calibrates on wikitext/pile-val downloaded at conversion time, which the fenced "
+    "converter cannot fetch; use plain or hqq"
+)
 
 
 @dataclass(frozen=True)
@@ -65,10 +67,14 @@ def build(values: dict[str, Any], where: str = "") -> QuantRecipe:
         raise InvalidOption(f"{prefix}algorithm awq is not offered", AWQ_HINT)
     if algorithm not in ALGORITHMS:
         raise InvalidOption(f"{prefix}algorithm {shorten(str(algorithm))} is not known", "use plain or hqq")
-    recipe = QuantRecipe(bits=values.get("quant_bits") or 4,
-                         block=128 if values.get("quant_block") is None else values["quant_block"],
-                         symmetric=bool(values.get("symmetric")), algorithm=algorithm,  # type: ignore[arg-type]
-                         lm_bits=values.get("lm_bits"), lm_block=values.get("lm_block"))
+    recipe = QuantRecipe(
+        bits=values.get("quant_bits") or 4,
+        block=128 if values.get("quant_block") is None else values["quant_block"],
+        symmetric=bool(values.get("symmetric")),
+        algorithm=algorithm,  # type: ignore[arg-type]
+        lm_bits=values.get("lm_bits"),
+        lm_block=values.get("lm_block"),
+    )
     check(recipe, prefix)
     return recipe
 
@@ -80,19 +86,29 @@ def check(recipe: QuantRecipe, prefix: str = "", inputs: dict[str, int] | None =
             raise InvalidOption(f"{prefix}{flag} {shorten(str(bits))} is not supported", "use 4 or 8")
     for flag, block in (("--quant-block", recipe.block), ("--lm-block", recipe.lm[1])):
         if not isinstance(block, int) or block < 0:
-            raise InvalidOption(f"{prefix}{flag} {shorten(str(block))} is negative or not a number",
-                                "use 0 (one block per row, llmexport's per-channel) or a positive block size")
+            raise InvalidOption(
+                f"{prefix}{flag} {shorten(str(block))} is negative or not a number",
+                "use 0 (one block per row, llmexport's per-channel) or a positive block size",
+            )
     for name, size in (inputs or {}).items():
         for flag, block in (("--quant-block", recipe.block), ("--lm-block", recipe.lm[1])):
             if block and size % block and (flag == "--quant-block" or "lm_head" in name):
                 # llmexport would halve the block until it divides: a recipe other than the one asked for.
-                raise InvalidOption(f"{prefix}{flag} {block} does not divide the input size {size} of {name}",
-                                    "use a block size that divides every input size (128 for Qwen3), or 0 for "
-                                    "per-channel")
+                raise InvalidOption(
+                    f"{prefix}{flag} {block} does not divide the input size {size} of {name}",
+                    "use a block size that divides every input size (128 for Qwen3), or 0 for per-channel",
+                )
 
 
 def default_grid() -> tuple[QuantRecipe, ...]:
     """The sweep's default: a small grid around 4-bit block 128, and 8-bit as the ceiling."""
-    return (QuantRecipe(), QuantRecipe(block=64), QuantRecipe(block=32), QuantRecipe(symmetric=True),
-            QuantRecipe(algorithm="hqq"), QuantRecipe(lm_bits=8), QuantRecipe(algorithm="hqq", lm_bits=8),
-            QuantRecipe(bits=8))
+    return (
+        QuantRecipe(),
+        QuantRecipe(block=64),
+        QuantRecipe(block=32),
+        QuantRecipe(symmetric=True),
+        QuantRecipe(algorithm="hqq"),
+        QuantRecipe(lm_bits=8),
+        QuantRecipe(algorithm="hqq", lm_bits=8),
+        QuantRecipe(bits=8),
+    )

@@ -44,8 +44,9 @@ def hf_encodings(tokenizer_json: Path, corpus: tuple[str, ...]) -> list[list[int
     return ids
 
 
-def agreement(fmt: TokenizerFormat, mnn: list[list[int]], reference: list[list[int]],
-              corpus: tuple[str, ...]) -> Agreement:
+def agreement(
+    fmt: TokenizerFormat, mnn: list[list[int]], reference: list[list[int]], corpus: tuple[str, ...]
+) -> Agreement:
     mismatched = tuple(text for text, a, b in zip(corpus, mnn, reference, strict=True) if a != b)
     return Agreement(format=fmt, matched=len(corpus) - len(mismatched), total=len(corpus), mismatched=mismatched)
 
@@ -57,5 +58,8 @@ def choose(agreements: tuple[Agreement, ...], engine: Version) -> TokenizerChoic
         raise ValueError("no tokenizer format is readable by the bundle's engine")
     best = max(usable, key=lambda a: (a.matched, tuple(-p for p in MIN_ENGINE[a.format])))
     others = ", ".join(f"{a.format} {a.matched}/{a.total}" for a in agreements)
-    return TokenizerChoice(format=best.format, agreements=agreements,
-                           reason=f"best agreement with the HF tokenizer for engine >= {engine} ({others})")
+    return TokenizerChoice(
+        format=best.format,
+        agreements=agreements,
+        reason=f"best agreement with the HF tokenizer for engine >= {engine} ({others})",
+    )

@@ -4,20 +4,20 @@ manifest, in bounded time: a stalled, short or refused download fails naming the
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import xxhash
 
 from ..bundle.checksum import MANIFEST, SIGNATURE, parse_manifest
-from ..errors import Unreadable, shorten
+from ..errors import HubBadTarget, HubError, HubVerificationFailed, Unreadable, shorten
+from ..infra.progress import Progress
 from ..trust.signature import Trust
 from .client import READING_HINTS, Hub, connect, translate, with_retries
-from ..errors import HubBadTarget, HubError, HubVerificationFailed
 from .names import repo_id_problem, revision_problem
 from .remote import KEEP, files_at, manifest_size
-from ..infra.progress import Progress
 
 MIN_RATE = 1_000_000  # bytes/s: below this average a download is abandoned, however it trickles
 
@@ -46,8 +46,9 @@ class RemoteCheck:
         return bool(self.not_as_signed)
 
 
-def _stream(hub: Hub, repo_id: str, commit: str, path: str, size: int, timeout: float,
-            sink: Callable[[bytes], None]) -> None:
+def _stream(
+    hub: Hub, repo_id: str, commit: str, path: str, size: int, timeout: float, sink: Callable[[bytes], None]
+) -> None:
     """GET the file, feeding `sink`; at most `timeout` s without data and MIN_RATE on average."""
     import httpx2
     from huggingface_hub import hf_hub_url
@@ -57,48 +58,59 @@ def _stream(hub: Hub, repo_id: str, commit: str, path: str, size: int, timeout: 
     deadline = time.monotonic() + timeout + size / MIN_RATE
     received = 0
     try:
-        with get_session().stream("GET", url, headers=build_hf_headers(token=hub.token), timeout=timeout,
-                                  follow_redirects=True) as response:
+        with get_session().stream(
+            "GET", url, headers=build_hf_headers(token=hub.token), timeout=timeout, follow_redirects=True
+        ) as response:
             if response.status_code in (401, 403):  # the credentials, not the Hub's copy: as pull says it
                 from huggingface_hub.utils import hf_raise_for_status
 
                 response.read()
                 try:
                     hf_raise_for_status(response)
-                except Exception as exc:  # noqa: BLE001 - GatedRepoError, HfHubHTTPError: translated
+                except Exception as exc:
                     raise translate(hub, exc, f"reading {path} of {repo_id}") from None
             if response.status_code != 200:
-                raise Unreadable(f"could not read {path}: the Hub answered {response.status_code}"
-                                 f"{_reason(hub, response)}")
+                raise Unreadable(
+                    f"could not read {path}: the Hub answered {response.status_code}{_reason(hub, response)}"
+                )
             for chunk in response.iter_bytes():
                 received += len(chunk)
                 if received > size:
                     raise Unreadable(f"could not read {path}: the Hub sends more than the {size:,} bytes it lists")
                 sink(chunk)
                 if time.monotonic() > deadline:
-                    raise Unreadable(f"could not read {path}: only {received:,} of {size:,} bytes in "
-                                     f"{timeout + size / MIN_RATE:.0f} s")
+                    raise Unreadable(
+                        f"could not read {path}: only {received:,} of {size:,} bytes in "
+                        f"{timeout + size / MIN_RATE:.0f} s"
+                    )
     except httpx2.TimeoutException:
-        raise Unreadable(f"could not read {path}: no data for {timeout:g} s after {received:,} of {size:,} bytes"
-                         ) from None
+        raise Unreadable(
+            f"could not read {path}: no data for {timeout:g} s after {received:,} of {size:,} bytes"
+        ) from None
     except (httpx2.HTTPError, ConnectionError) as exc:
-        raise Unreadable(f"could not read {path}: {type(exc).__name__} after {received:,} of {size:,} bytes"
-                         ) from None
+        raise Unreadable(f"could not read {path}: {type(exc).__name__} after {received:,} of {size:,} bytes") from None
     if received != size:
         raise Unreadable(f"could not read {path}: got {received:,} bytes, the Hub lists {size:,}")
 
 
 def _reason(hub: Hub, response: Any) -> str:
-    """ (the Hub's error message)", or nothing when the answer has none."""
+    """(the Hub's error message)", or nothing when the answer has none."""
     try:
         message = response.read() and response.json().get("error", "")
-    except Exception:  # noqa: BLE001 - not JSON, not an object: no reason to show
+    except Exception:
         return ""
     return f" ({hub.redact(str(message))[:200]})" if message else ""
 
 
-def verify_remote(repo_id: str, revision: str = "main", endpoint: str | None = None, token: str | None = None,
-                  timeout: float = 30.0, progress: Progress = lambda _: None, trust: Trust = Trust()) -> RemoteCheck:
+def verify_remote(
+    repo_id: str,
+    revision: str = "main",
+    endpoint: str | None = None,
+    token: str | None = None,
+    timeout: float = 30.0,
+    progress: Progress = lambda _: None,
+    trust: Trust = Trust(),
+) -> RemoteCheck:
     """Check every file of the revision against the revision's own xxh3-128 manifest and, when it is signed and
     `trust` says by whom, against its model.sig (the same bytes feed both)."""
     from .signed import hasher, remote_signed
@@ -107,8 +119,9 @@ def verify_remote(repo_id: str, revision: str = "main", endpoint: str | None = N
         raise HubBadTarget(f"invalid repo id: {problem}", "give the repo as namespace/name[@revision]")
     where = f"{repo_id}@{shorten(revision)}"
     if (problem := revision_problem(revision)) is not None:
-        raise HubBadTarget(f"{where}: {problem}", "give the revision after @ (a branch, tag or commit id), or no @ "
-                                                  "for main")
+        raise HubBadTarget(
+            f"{where}: {problem}", "give the revision after @ (a branch, tag or commit id), or no @ for main"
+        )
     trust.check()
     hub = connect(endpoint, token, {**READING_HINTS, HubError: "rerun the same command"})
     commit = with_retries(hub, f"reading {where}", lambda: hub.api.repo_info(repo_id, revision=revision).sha)
@@ -132,17 +145,27 @@ def verify_remote(repo_id: str, revision: str = "main", endpoint: str | None = N
         progress(f"checking {name}")
         digest = xxhash.xxh3_128()
         engines = [digest] + ([hasher(signed.hash_type)] if signed is not None else [])
-        stream(name, files[name].size, lambda chunk: [engine.update(chunk) for engine in engines])
+        stream(name, files[name].size, lambda chunk, engines=engines: [engine.update(chunk) for engine in engines])
         if digest.hexdigest() != listed[name]:
             mismatched.append(name)
         if signed is not None and engines[1].compute().digest_value != signed.digests.get(name):
             not_as_signed.append(name)
-    return RemoteCheck(repo_id=repo_id, revision=revision, commit=commit, checked=len(set(listed) & present),
-                       mismatched=tuple(mismatched), missing=tuple(sorted(set(listed) - present)),
-                       extra=tuple(sorted(present - set(listed))),
-                       signature=("failed" if not_as_signed else "verified") if signed else
-                       "not checked" if SIGNATURE in files else "none",
-                       signer=signed.signer if signed else None, not_as_signed=tuple(sorted(not_as_signed)))
+    return RemoteCheck(
+        repo_id=repo_id,
+        revision=revision,
+        commit=commit,
+        checked=len(set(listed) & present),
+        mismatched=tuple(mismatched),
+        missing=tuple(sorted(set(listed) - present)),
+        extra=tuple(sorted(present - set(listed))),
+        signature=("failed" if not_as_signed else "verified")
+        if signed
+        else "not checked"
+        if SIGNATURE in files
+        else "none",
+        signer=signed.signer if signed else None,
+        not_as_signed=tuple(sorted(not_as_signed)),
+    )
 
 
 def _as_signed(signed: Any, name: str, parts: list[bytes], hasher: Callable[[str], Any]) -> bool:

@@ -8,12 +8,22 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, TypeVar
+from typing import Any, TypeVar
 
-from ..errors import (HubAuthError, HubBadTarget, HubConflict, HubError, HubForbidden, HubGated, HubNotFound,
-                      PackagerError, shorten)
+from ..errors import (
+    HubAuthError,
+    HubBadTarget,
+    HubConflict,
+    HubError,
+    HubForbidden,
+    HubGated,
+    HubNotFound,
+    PackagerError,
+    shorten,
+)
 
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
@@ -25,7 +35,7 @@ T = TypeVar("T")
 # What to do when a command that only reads (pull, verify-remote) fails: the classes' own hints speak of uploads.
 READING_HINTS: Mapping[type, str] = {
     HubAuthError: "the token was refused: log in again (hf auth login), or set HF_TOKEN or --token-file to a "
-                  "valid token (one that may read the repo is enough)",
+    "valid token (one that may read the repo is enough)",
     HubForbidden: "use a token that may read this repo",
     HubNotFound: "check the repo id and the revision (a private repo is found only with a token that may read it)",
 }
@@ -77,12 +87,18 @@ def check_token(token: str, source: str) -> None:
 
     odd = next((i for i, c in enumerate(token) if not "!" <= c <= "~"), None)
     if odd is not None:
-        kind = ("a control character" if unicodedata.category(token[odd]) == "Cc" else
-                "a space" if token[odd].isspace() else "a character outside ASCII")
-        raise HubAuthError(f"the token from {source} holds {kind} (character {odd + 1} of {len(token)}), which no "
-                           "Hub token has; nothing was sent",
-                           "copy the token again from your Hub account's token settings (hf auth login, HF_TOKEN "
-                           "or --token-file)")
+        kind = (
+            "a control character"
+            if unicodedata.category(token[odd]) == "Cc"
+            else "a space"
+            if token[odd].isspace()
+            else "a character outside ASCII"
+        )
+        raise HubAuthError(
+            f"the token from {source} holds {kind} (character {odd + 1} of {len(token)}), which no "
+            "Hub token has; nothing was sent",
+            "copy the token again from your Hub account's token settings (hf auth login, HF_TOKEN or --token-file)",
+        )
 
 
 def token_source() -> str:
@@ -118,8 +134,11 @@ def configure_xet(hub: Hub, repo_id: str) -> bool:
 
     if hub.endpoint == PUBLIC_HUB:
         return True
-    response = get_session().get(f"{hub.endpoint}/api/models/{repo_id}/xet-write-token/main",
-                                 headers=build_hf_headers(token=hub.token), timeout=10)
+    response = get_session().get(
+        f"{hub.endpoint}/api/models/{repo_id}/xet-write-token/main",
+        headers=build_hf_headers(token=hub.token),
+        timeout=10,
+    )
     available = response.status_code == 200 and "casUrl" in (response.text or "")
     constants.HF_HUB_DISABLE_XET = not available
     return available
@@ -133,8 +152,7 @@ def status_of(exc: BaseException) -> int | None:
 def is_transient(exc: BaseException) -> bool:
     import httpx2
 
-    if isinstance(exc, (httpx2.TimeoutException, httpx2.NetworkError, httpx2.RemoteProtocolError,
-                        ConnectionError)):
+    if isinstance(exc, (httpx2.TimeoutException, httpx2.NetworkError, httpx2.RemoteProtocolError, ConnectionError)):
         return True
     return status_of(exc) in (408, 429, 500, 502, 503, 504)
 
@@ -157,7 +175,7 @@ def translate(hub: Hub, exc: BaseException, what: str) -> PackagerError:
 
 
 def _translated(hub: Hub, exc: BaseException, what: str) -> PackagerError:
-    from huggingface_hub.errors import GatedRepoError, HFValidationError, HfUriError
+    from huggingface_hub.errors import GatedRepoError, HfUriError, HFValidationError
 
     status = status_of(exc)
     server = getattr(exc, "server_message", None) or ""
@@ -174,24 +192,34 @@ def _translated(hub: Hub, exc: BaseException, what: str) -> PackagerError:
     if status in (409, 412):
         return HubConflict(f"{what}: conflict ({status}){detail}")
     if status == 429:
-        return HubError(f"{what}: the Hub is rate limiting (429) and retries ran out{detail}",
-                        "wait a while, then rerun the same command")
+        return HubError(
+            f"{what}: the Hub is rate limiting (429) and retries ran out{detail}",
+            "wait a while, then rerun the same command",
+        )
     cause = exc.__cause__ or exc
     text = shorten(hub.redact(f"{type(cause).__name__}: {cause}"))
     if is_transient(exc):
         return HubError(f"{what} failed: {text}")
     if status is not None and 400 <= status < 500:
-        return HubBadTarget(f"{what}: the Hub refused the request ({status}){detail}",
-                            "the request is invalid for this Hub; rerunning cannot help")
+        return HubBadTarget(
+            f"{what}: the Hub refused the request ({status}){detail}",
+            "the request is invalid for this Hub; rerunning cannot help",
+        )
     if isinstance(exc, (HFValidationError, HfUriError, ValueError, KeyError, TypeError)):
         return HubBadTarget(f"{what}: {hub.endpoint} does not answer like a Hugging Face Hub ({text})")
     return HubError(f"{what} failed: {text}")
 
 
-def with_retries(hub: Hub, what: str, action: Callable[[], T], *, attempts: int = 4,
-                 before_retry: Callable[[], T | None] | None = None,
-                 sleep: Callable[[float], None] = time.sleep,
-                 on_retry: Callable[[BaseException, int, int, float], None] | None = None) -> T:
+def with_retries(
+    hub: Hub,
+    what: str,
+    action: Callable[[], T],
+    *,
+    attempts: int = 4,
+    before_retry: Callable[[], T | None] | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    on_retry: Callable[[BaseException, int, int, float], None] | None = None,
+) -> T:
     """Run `action`, retrying transient failures with backoff (Retry-After wins).
 
     `before_retry` may find that the failed attempt in fact succeeded (a commit whose answer was lost) and
@@ -204,7 +232,7 @@ def with_retries(hub: Hub, what: str, action: Callable[[], T], *, attempts: int 
             return action()
         except PackagerError:
             raise
-        except Exception as exc:  # noqa: BLE001 - classified below
+        except Exception as exc:
             if attempt == attempts or not is_transient(exc):
                 raise translate(hub, exc, what) from None
             wait = retry_after(exc) or delay
@@ -217,7 +245,7 @@ def with_retries(hub: Hub, what: str, action: Callable[[], T], *, attempts: int 
                     done = before_retry()
                 except PackagerError:
                     raise
-                except Exception as check_exc:  # noqa: BLE001 - the check itself failed: one line, no traceback
+                except Exception as check_exc:
                     raise translate(hub, check_exc, what) from None
                 if done is not None:
                     return done

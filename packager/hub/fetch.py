@@ -18,13 +18,21 @@ import os
 import shutil
 import stat
 import sys
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
-from typing import Callable, Iterator, NoReturn
+from typing import NoReturn
 
-from ..errors import FileSystemError, OutputExists, PackagerError, from_os_error, shorten
+from ..errors import (
+    FileSystemError,
+    HubConflict,
+    HubVerificationFailed,
+    OutputExists,
+    PackagerError,
+    from_os_error,
+    shorten,
+)
 from .client import Hub, status_of, with_retries
-from ..errors import HubConflict, HubVerificationFailed
 
 STAGING_NAMES = {"lock", "files", "out"}  # all a staging folder ever holds
 _FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -39,8 +47,14 @@ def staging_for(dest: Path) -> Path:
 
 
 def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"),
-                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device")):
+    for test, name in (
+        (stat.S_ISLNK, "a symbolic link"),
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a device"),
+        (stat.S_ISBLK, "a device"),
+    ):
         if test(mode):
             return name
     return "a regular file"
@@ -98,15 +112,18 @@ class Staging:
         if "files" in entries:
             self._files = self._open_folder(self._root, "files", "files")
             self._check_files()
-        self._lock = os.open("lock", os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600,
-                             dir_fd=self._root)
+        self._lock = os.open(
+            "lock", os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600, dir_fd=self._root
+        )
         self._check_entry("lock", os.fstat(self._lock), folder=False)
         try:
             fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             # The other run's staging is its own: left alone.
-            raise HubConflict(f"another packager pull into {shorten(str(self.dest), 120)} is running",
-                              "wait for it to finish, or pull into another folder") from None
+            raise HubConflict(
+                f"another packager pull into {shorten(str(self.dest), 120)} is running",
+                "wait for it to finish, or pull into another folder",
+            ) from None
         if "out" in entries:  # a run killed while publishing: never trusted
             shutil.rmtree("out", dir_fd=self._root)
         if self._files is None:
@@ -148,16 +165,21 @@ class Staging:
             self._refuse(f"{shown} has {info.st_nlink} hard links (it shares its data with another file)")
 
     def _refuse(self, what: str) -> NoReturn:
-        raise OutputExists(f"{shorten(str(self.root), 120)} exists and is not packager's staging folder: {what}; "
-                           "nothing was written to it", "move it aside, or pull into another folder")
+        raise OutputExists(
+            f"{shorten(str(self.root), 120)} exists and is not packager's staging folder: {what}; "
+            "nothing was written to it",
+            "move it aside, or pull into another folder",
+        )
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
         # Kept only for what a rerun can resume: Ctrl-C, SIGTERM and transient Hub failures (exit 40).
         interrupted = exc_type is not None and issubclass(exc_type, KeyboardInterrupt)
         resumable = interrupted or getattr(exc, "exit_code", None) == 40
         if interrupted and exc is not None:  # the CLI's last line says what is left, not "nothing"
-            kept = (f"nothing was written to {shorten(str(self.dest), 120)}; the download so far is kept in "
-                    f"{shorten(str(self.root), 120)} and the same pull resumes it")
+            kept = (
+                f"nothing was written to {shorten(str(self.dest), 120)}; the download so far is kept in "
+                f"{shorten(str(self.root), 120)} and the same pull resumes it"
+            )
             exc.kept = kept  # type: ignore[attr-defined]
         elif resumable and isinstance(exc, PackagerError):
             exc.hint = f"rerun the same pull: it resumes from {shorten(str(self.root), 120)}"
@@ -250,13 +272,24 @@ def check_dest(dest: Path) -> None:
     if dest.is_symlink() or (dest.exists() and not dest.is_dir()):
         raise OutputExists(f"{shorten(str(dest), 120)} exists and is not a folder", "pull into a new or empty folder")
     if dest.is_dir() and any(dest.iterdir()):
-        raise OutputExists(f"{shorten(str(dest), 120)} is not empty; nothing was downloaded",
-                           "pull into a new or empty folder (a pull never mixes its files with others)")
+        raise OutputExists(
+            f"{shorten(str(dest), 120)} is not empty; nothing was downloaded",
+            "pull into a new or empty folder (a pull never mixes its files with others)",
+        )
 
 
-def download(hub: Hub, stage: Staging, repo_id: str, commit: str, name: str, size: int, fresh: bool = False,
-             timeout: float = 30.0, progress: Callable[[str], None] = lambda _: None,
-             meter: Meter | None = None) -> Path:
+def download(
+    hub: Hub,
+    stage: Staging,
+    repo_id: str,
+    commit: str,
+    name: str,
+    size: int,
+    fresh: bool = False,
+    timeout: float = 30.0,
+    progress: Callable[[str], None] = lambda _: None,
+    meter: Meter | None = None,
+) -> Path:
     """`name` at `commit` into the staging folder through huggingface_hub's HTTP session, resuming what an
     interrupted run (or a dropped connection) left in NAME.part unless `fresh`. The caller checks it whole."""
     part = f"{name}.part"
@@ -275,8 +308,12 @@ def download(hub: Hub, stage: Staging, repo_id: str, commit: str, name: str, siz
     def retrying(failure: BaseException, attempt: int, attempts: int, wait: float) -> None:
         progress(f"{name}: {_failure(failure)}; retrying in {wait:g} s (attempt {attempt} of {attempts})")
 
-    with_retries(hub, f"downloading {name} of {repo_id}@{commit[:12]}",
-                 lambda: _get(hub, stage, repo_id, commit, name, size, timeout, bar), on_retry=retrying)
+    with_retries(
+        hub,
+        f"downloading {name} of {repo_id}@{commit[:12]}",
+        lambda: _get(hub, stage, repo_id, commit, name, size, timeout, bar),
+        on_retry=retrying,
+    )
     stage.rename(part, name)
     return stage.path(name)
 
@@ -297,8 +334,9 @@ class CutShort(ConnectionError):
     """The connection ended before the whole file came: a transient failure, retried from where it stopped."""
 
 
-def _get(hub: Hub, stage: Staging, repo_id: str, commit: str, name: str, size: int, timeout: float,
-         meter: Meter | None) -> None:
+def _get(
+    hub: Hub, stage: Staging, repo_id: str, commit: str, name: str, size: int, timeout: float, meter: Meter | None
+) -> None:
     import httpx2
     from huggingface_hub import hf_hub_url
     from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
@@ -344,13 +382,13 @@ def _write(fd: int, data: bytes, stage: Staging, name: str) -> None:
     view = memoryview(data)
     try:
         while view:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
     except OSError as exc:
         raise FileSystemError(
             f"downloading {name}: {exc.strerror or type(exc).__name__} in {shorten(str(stage.root), 120)}; nothing "
             f"was written to {shorten(str(stage.dest), 120)}",
-            "free space where DIR is (the partial download is removed), or pull into another folder; then pull "
-            "again") from None
+            "free space where DIR is (the partial download is removed), or pull into another folder; then pull again",
+        ) from None
 
 
 @contextmanager
@@ -364,6 +402,15 @@ def terminal_bar(name: str, total: int, initial: int) -> Iterator[Callable[[int]
         sized = False
     # A terminal that reports no size (0 x 0: some containers' ptys) would get no bar at all: 80 x 24 then.
     shape = {"dynamic_ncols": True} if sized else {"ncols": 80, "nrows": 24}
-    with tqdm(total=total, initial=initial, desc=name, unit="B", unit_scale=True, unit_divisor=1024,
-              file=sys.stderr, leave=True, **shape) as bar:
+    with tqdm(
+        total=total,
+        initial=initial,
+        desc=name,
+        unit="B",
+        unit_scale=True,
+        unit_divisor=1024,
+        file=sys.stderr,
+        leave=True,
+        **shape,
+    ) as bar:
         yield bar.update

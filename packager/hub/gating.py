@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
-from ..errors import PackagerError
-from ..errors import GatingFailed
+from ..errors import GatingFailed, PackagerError
 from .client import Hub, with_retries
 from .remote import Repo, read_repo
 
@@ -17,8 +16,7 @@ def gate(hub: Hub, repo_id: str, wanted: str | None, repo: Repo, sleep: Callable
         return repo.gated
     what = f"{repo_id}: gated access ({wanted}) was not set"
     try:
-        with_retries(hub, f"gating {repo_id}", lambda: hub.api.update_repo_settings(repo_id, gated=wanted),
-                     sleep=sleep)
+        with_retries(hub, f"gating {repo_id}", lambda: hub.api.update_repo_settings(repo_id, gated=wanted), sleep=sleep)
         now = read_repo(hub, repo_id).gated
     except PackagerError as exc:
         raise GatingFailed(f"{what} ({exc.message}); nothing was committed") from None

@@ -43,9 +43,14 @@ class PlanRow:
 def local_facts(bundle: Path, names: list[str]) -> dict[str, LocalFile]:
     from huggingface_hub import CommitOperationAdd
 
-    return {name: LocalFile(name, (bundle / name).stat().st_size,
-                            CommitOperationAdd(path_in_repo=name, path_or_fileobj=str(bundle / name)))
-            for name in names}
+    return {
+        name: LocalFile(
+            name,
+            (bundle / name).stat().st_size,
+            CommitOperationAdd(path_in_repo=name, path_or_fileobj=str(bundle / name)),
+        )
+        for name in names
+    }
 
 
 def same(local: LocalFile, remote: RemoteFile | None, bundle: Path) -> bool:
@@ -78,11 +83,16 @@ def plan(bundle: Path, local: dict[str, LocalFile], remote: dict[str, RemoteFile
 def differences(bundle: Path, local: dict[str, LocalFile], remote: dict[str, RemoteFile]) -> list[str]:
     """What keeps `remote` from holding exactly the bundle (empty when it does)."""
     rows = plan(bundle, local, remote)
-    return [f"{r.path}: {'not in the bundle' if r.action == 'delete' else 'missing' if r.action == 'add' else 'differs'}"
-            for r in rows if r.action != "unchanged"]
+    return [
+        f"{r.path}: {'not in the bundle' if r.action == 'delete' else 'missing' if r.action == 'add' else 'differs'}"
+        for r in rows
+        if r.action != "unchanged"
+    ]
 
 
-def lfs_unchanged(rows: tuple[PlanRow, ...], local: dict[str, LocalFile], remote: dict[str, RemoteFile]) -> list[LocalFile]:
+def lfs_unchanged(
+    rows: tuple[PlanRow, ...], local: dict[str, LocalFile], remote: dict[str, RemoteFile]
+) -> list[LocalFile]:
     """Files the plan keeps that the Hub stores as LFS objects (whose storage can be asked about)."""
     return [local[r.path] for r in rows if r.action == "unchanged" and remote[r.path].sha256 is not None]
 

@@ -13,14 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from ..bundle.kinds import OPTIONAL, kind_from_names
 from ..bundle.checksum import MANIFEST, SIGNATURE, parse_manifest
 from ..bundle.engine import parse_version
-from ..errors import EngineTooOld, InvalidOption, shorten
+from ..bundle.kinds import OPTIONAL, kind_from_names
+from ..errors import ContentMismatch, EngineTooOld, InvalidOption, SignatureMalformed, SignatureUntrusted, shorten
 from ..infra.hashing import xxh3_128_file
-from ..trust.signature import MAX_SIGNATURE_BYTES, Signed, Trust, check_coverage, mismatched, read_signed
-from ..errors import ContentMismatch, SignatureMalformed, SignatureUntrusted
 from ..infra.progress import Progress
+from ..trust.signature import MAX_SIGNATURE_BYTES, Signed, Trust, check_coverage, mismatched, read_signed
 
 if TYPE_CHECKING:
     from .fetch import Meter
@@ -62,8 +61,10 @@ def check_request(request: PullRequest) -> None:
     if (problem := repo_id_problem(request.repo_id)) is not None:
         raise HubBadTarget(f"invalid repo id: {problem}", "give the repo as namespace/name[@revision]")
     if (problem := revision_problem(request.revision)) is not None:
-        raise HubBadTarget(f"{shorten(request.repo_id)}@{shorten(request.revision)}: {problem}",
-                           "give the revision after @ (a branch, tag or commit id), or no @ for main")
+        raise HubBadTarget(
+            f"{shorten(request.repo_id)}@{shorten(request.revision)}: {problem}",
+            "give the revision after @ (a branch, tag or commit id), or no @ for main",
+        )
     if request.engine is not None:
         try:
             parse_version(request.engine)
@@ -71,8 +72,9 @@ def check_request(request: PullRequest) -> None:
             raise InvalidOption(f"--engine: {exc}", "give the app's MNN version, e.g. --engine 3.6.1") from None
     request.trust.check()
     if request.require_signature and not request.trust.given:
-        raise InvalidOption("--require-signature needs whom to trust",
-                            "add --public-key KEY.pub (or --identity and --issuer)")
+        raise InvalidOption(
+            "--require-signature needs whom to trust", "add --public-key KEY.pub (or --identity and --issuer)"
+        )
 
 
 def destination(dest: Path) -> Path:
@@ -87,29 +89,34 @@ def destination(dest: Path) -> Path:
 
 def pull(request: PullRequest, progress: Progress = lambda _: None, meter: Meter | None = None) -> PullResult:
     """`meter` draws a byte progress bar for each large file (None: the stage lines only)."""
-    from .client import READING_HINTS, connect, with_retries
     from ..errors import HubError, HubVerificationFailed
+    from .client import READING_HINTS, connect, with_retries
     from .fetch import Staging, check_dest, download
     from .remote import KEEP, files_at, manifest_size
 
     check_request(request)
     dest = destination(request.dest)
     check_dest(dest)
-    hints = {**READING_HINTS, HubError: "rerun the same pull",
-             HubVerificationFailed: "the Hub's copy is not what was released; tell the publisher (packager "
-                                    "verify-remote names every damaged file)"}
+    hints = {
+        **READING_HINTS,
+        HubError: "rerun the same pull",
+        HubVerificationFailed: "the Hub's copy is not what was released; tell the publisher (packager "
+        "verify-remote names every damaged file)",
+    }
     hub = connect(request.endpoint, request.token, hints)
     where = f"{request.repo_id}@{shorten(request.revision)}"
-    commit = with_retries(hub, f"reading {where}",
-                          lambda: hub.api.repo_info(request.repo_id, revision=request.revision).sha)
+    commit = with_retries(
+        hub, f"reading {where}", lambda: hub.api.repo_info(request.repo_id, revision=request.revision).sha
+    )
     listing = files_at(hub, request.repo_id, commit)
     held = set(listing) - {KEEP, SIGNATURE}
     _check_listing(held, request.files, where)
     fetch = {"timeout": request.timeout, "progress": progress, "meter": meter}
     with Staging(dest) as stage:
         signed = _signature(hub, stage, request, commit, listing, held, where, progress)
-        path = download(hub, stage, request.repo_id, commit, MANIFEST, manifest_size(listing, where), fresh=True,
-                        **fetch)  # type: ignore[arg-type]
+        path = download(
+            hub, stage, request.repo_id, commit, MANIFEST, manifest_size(listing, where), fresh=True, **fetch
+        )
         listed = parse_manifest(path.read_text(encoding="utf-8", errors="replace"), Path(MANIFEST))
         wanted = _wanted(request.files, listed, held, where)
         for name in wanted + ([ENGINE_FILE] if request.engine and ENGINE_FILE not in wanted else []):
@@ -120,8 +127,16 @@ def pull(request: PullRequest, progress: Progress = lambda _: None, meter: Meter
         # A full pull is the whole release, checkable again later; an app's pull is just what it runs.
         keep = wanted + ([MANIFEST, *([SIGNATURE] if SIGNATURE in listing else [])] if request.files == "all" else [])
         stage.publish(keep)
-    return PullResult(request.repo_id, request.revision, commit, dest, tuple(sorted(keep)),
-                      signer=signed.signer if signed else None, signed=SIGNATURE in listing, min_engine=min_engine)
+    return PullResult(
+        request.repo_id,
+        request.revision,
+        commit,
+        dest,
+        tuple(sorted(keep)),
+        signer=signed.signer if signed else None,
+        signed=SIGNATURE in listing,
+        min_engine=min_engine,
+    )
 
 
 def _check_listing(held: set[str], files: str, where: str) -> None:
@@ -129,12 +144,14 @@ def _check_listing(held: set[str], files: str, where: str) -> None:
     from ..errors import HubVerificationFailed
 
     if files == "all" and (odd := sorted(n for n in held if "/" in n or "\\" in n)):
-        raise ContentMismatch(f"{where} holds {shorten(odd[0], 120)}, which is no file of a flat bundle; "
-                              "nothing was downloaded")
+        raise ContentMismatch(
+            f"{where} holds {shorten(odd[0], 120)}, which is no file of a flat bundle; nothing was downloaded"
+        )
     needed = [MANIFEST, *(kind_from_names(held).app_files if files == "app" else ())]
     if absent := [name for name in needed if name not in held]:
-        raise HubVerificationFailed(f"{where} lacks {', '.join(absent)}; nothing was downloaded",
-                                    "pull a revision packager released")
+        raise HubVerificationFailed(
+            f"{where} lacks {', '.join(absent)}; nothing was downloaded", "pull a revision packager released"
+        )
 
 
 def _wanted(files: str, listed: dict[str, str], held: set[str], where: str) -> list[str]:
@@ -142,30 +159,51 @@ def _wanted(files: str, listed: dict[str, str], held: set[str], where: str) -> l
     if files == "app":  # the kind's runtime files, and the optional ones the release holds
         return [*kind_from_names(held).app_files, *(name for name in OPTIONAL if name in held)]
     if unlisted := sorted(held - set(listed) - {MANIFEST}):
-        raise ContentMismatch(f"{where} holds {', '.join(shorten(n, 60) for n in unlisted[:5])}, which its "
-                              f"{MANIFEST} does not list; nothing was written")
+        raise ContentMismatch(
+            f"{where} holds {', '.join(shorten(n, 60) for n in unlisted[:5])}, which its "
+            f"{MANIFEST} does not list; nothing was written"
+        )
     if absent := sorted(set(listed) - held):
         raise ContentMismatch(f"{where} lacks {', '.join(absent[:5])}, which its {MANIFEST} lists")
     return sorted(listed)
 
 
-def _signature(hub: object, stage: object, request: PullRequest, commit: str, listing: dict, held: set[str],
-               where: str, progress: Progress) -> Signed | None:
+def _signature(
+    hub: object,
+    stage: object,
+    request: PullRequest,
+    commit: str,
+    listing: dict,
+    held: set[str],
+    where: str,
+    progress: Progress,
+) -> Signed | None:
     """The revision's verified signature (before any large download), or None when there is none to check."""
     from .fetch import download
 
     if SIGNATURE not in listing:
         if request.trust.given or request.require_signature:
-            raise SignatureUntrusted(f"{where} is not signed (no {SIGNATURE}); nothing was downloaded",
-                                     "ask the publisher for a signed release, or pull without "
-                                     "--require-signature/--public-key to accept an unsigned one")
+            raise SignatureUntrusted(
+                f"{where} is not signed (no {SIGNATURE}); nothing was downloaded",
+                "ask the publisher for a signed release, or pull without "
+                "--require-signature/--public-key to accept an unsigned one",
+            )
         return None
     size = listing[SIGNATURE].size
     if size > MAX_SIGNATURE_BYTES:
         raise SignatureMalformed(f"{SIGNATURE} of {where} is {size:,} bytes, more than any signature; not downloaded")
     # Small, and perhaps left by a run against another commit: always fetched afresh.
-    path = download(hub, stage, request.repo_id, commit, SIGNATURE, size, fresh=True,  # type: ignore[arg-type]
-                    timeout=request.timeout, progress=progress)
+    path = download(
+        hub,
+        stage,
+        request.repo_id,
+        commit,
+        SIGNATURE,
+        size,
+        fresh=True,
+        timeout=request.timeout,
+        progress=progress,
+    )
     if not request.trust.given:
         return None
     signed = read_signed(path, request.trust)
@@ -173,8 +211,18 @@ def _signature(hub: object, stage: object, request: PullRequest, commit: str, li
     return signed
 
 
-def _fetch_checked(hub: object, stage: object, request: PullRequest, commit: str, name: str, size: int,
-                   listed: dict[str, str], signed: Signed | None, where: str, fetch: dict) -> None:
+def _fetch_checked(
+    hub: object,
+    stage: object,
+    request: PullRequest,
+    commit: str,
+    name: str,
+    size: int,
+    listed: dict[str, str],
+    signed: Signed | None,
+    where: str,
+    fetch: dict,
+) -> None:
     """Download `name` and check it whole; a file from an interrupted run that fails is fetched once afresh."""
     from .fetch import download
 
@@ -182,8 +230,16 @@ def _fetch_checked(hub: object, stage: object, request: PullRequest, commit: str
     if name not in listed:
         raise ContentMismatch(f"{name} of {where} is not in its {MANIFEST}, so it cannot be checked")
     for fresh in (False, True):
-        path = download(hub, stage, request.repo_id, commit, name, size, fresh=fresh,  # type: ignore[arg-type]
-                        **fetch)
+        path = download(
+            hub,
+            stage,
+            request.repo_id,
+            commit,
+            name,
+            size,
+            fresh=fresh,
+            **fetch,
+        )
         problem = _problem(stage.files, path, name, listed, signed)  # type: ignore[attr-defined]
         if problem is None:
             return
@@ -207,8 +263,11 @@ def _engine_check(path: Path, engine: str, where: str) -> str | None:
         declared = json.loads(path.read_text(encoding="utf-8"))["min_mnn_engine"]["version"]
         needed = parse_version(str(declared))
     except (OSError, ValueError, KeyError, TypeError, RecursionError):
-        raise EngineTooOld(f"{where} does not declare its minimum MNN engine ({ENGINE_FILE}), so --engine "
-                           f"{engine} cannot be checked; nothing was written", "pull without --engine") from None
+        raise EngineTooOld(
+            f"{where} does not declare its minimum MNN engine ({ENGINE_FILE}), so --engine "
+            f"{engine} cannot be checked; nothing was written",
+            "pull without --engine",
+        ) from None
     if needed > parse_version(engine):
         raise EngineTooOld(f"{where} needs MNN >= {declared}, newer than --engine {engine}; nothing was written")
     return str(declared)

@@ -7,9 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..bundle.checksum import MANIFEST, MAX_MANIFEST_BYTES
-from ..errors import InputTooLarge
+from ..errors import HubBadTarget, HubForbidden, HubNotFound, InputTooLarge
 from .client import Hub, translate, with_retries
-from ..errors import HubBadTarget, HubForbidden, HubNotFound
 
 KEEP = ".gitattributes"  # every Hub repo has it from its initial commit; packager never adds or deletes it
 
@@ -43,8 +42,10 @@ def check_access(hub: Hub, *, write: bool) -> None:
         raise HubBadTarget(f"{hub.endpoint} does not answer like a Hugging Face Hub (whoami)")
     role = ((me.get("auth") or {}).get("accessToken") or {}).get("role")
     if write and role == "read":
-        raise HubForbidden(f"the token for {hub.endpoint} is read-only; nothing was sent",
-                           "use a token with write access (hf auth login, HF_TOKEN or --token-file)")
+        raise HubForbidden(
+            f"the token for {hub.endpoint} is read-only; nothing was sent",
+            "use a token with write access (hf auth login, HF_TOKEN or --token-file)",
+        )
 
 
 def read_repo(hub: Hub, repo_id: str) -> Repo:
@@ -56,18 +57,26 @@ def read_repo(hub: Hub, repo_id: str) -> Repo:
         except RepositoryNotFoundError:
             return Repo(exists=False)
         refs = hub.api.list_repo_refs(repo_id)
-        return Repo(exists=True, private=bool(info.private), gated=info.gated or False,
-                    branches={b.name: b.target_commit for b in refs.branches},
-                    tags={t.name: t.target_commit for t in refs.tags})
+        return Repo(
+            exists=True,
+            private=bool(info.private),
+            gated=info.gated or False,
+            branches={b.name: b.target_commit for b in refs.branches},
+            tags={t.name: t.target_commit for t in refs.tags},
+        )
 
     return with_retries(hub, f"reading {repo_id}", read)
 
 
 def files_at(hub: Hub, repo_id: str, commit: str) -> dict[str, RemoteFile]:
     """Every file (not folder) of `commit`, as the Hub lists it."""
+
     def listing() -> dict[str, RemoteFile]:
-        return {f.path: _fact(f) for f in hub.api.list_repo_tree(repo_id, revision=commit, recursive=True)
-                if getattr(f, "size", None) is not None}
+        return {
+            f.path: _fact(f)
+            for f in hub.api.list_repo_tree(repo_id, revision=commit, recursive=True)
+            if getattr(f, "size", None) is not None
+        }
 
     return with_retries(hub, f"listing {repo_id}@{commit[:12]}", listing)
 
@@ -77,23 +86,26 @@ def manifest_size(files: dict[str, RemoteFile], where: str) -> int:
     is refused (26) before it is downloaded."""
     size = files[MANIFEST].size
     if size > MAX_MANIFEST_BYTES:
-        raise InputTooLarge(f"{MANIFEST} of {where} is {size:,} bytes, more than any bundle's manifest (at most "
-                            f"{MAX_MANIFEST_BYTES:,}); not downloaded",
-                            "the revision is not a release packager made; tell its publisher")
+        raise InputTooLarge(
+            f"{MANIFEST} of {where} is {size:,} bytes, more than any bundle's manifest (at most "
+            f"{MAX_MANIFEST_BYTES:,}); not downloaded",
+            "the revision is not a release packager made; tell its publisher",
+        )
     return size
 
 
 def _fact(entry: Any) -> RemoteFile:
     lfs = getattr(entry, "lfs", None)
-    return RemoteFile(path=entry.path, size=entry.size, blob_id=entry.blob_id,
-                      sha256=lfs.sha256 if lfs is not None else None)
+    return RemoteFile(
+        path=entry.path, size=entry.size, blob_id=entry.blob_id, sha256=lfs.sha256 if lfs is not None else None
+    )
 
 
 def commits_on(hub: Hub, repo_id: str, revision: str) -> list[Any]:
     """The history ending at `revision`, newest first."""
     try:
         return list(hub.api.list_repo_commits(repo_id, revision=revision))
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise translate(hub, exc, f"reading the history of {repo_id}") from None
 
 
@@ -104,7 +116,10 @@ def missing_objects(hub: Hub, repo_id: str, revision: str, files: list[Any]) -> 
     if not files:
         return set()
     infos = [f.operation.upload_info for f in files]
-    objects, _, _ = with_retries(hub, f"asking {repo_id} which stored objects are whole", lambda: post_lfs_batch_info(
-        infos, hub.token, "model", repo_id, revision=revision, endpoint=hub.endpoint))
+    objects, _, _ = with_retries(
+        hub,
+        f"asking {repo_id} which stored objects are whole",
+        lambda: post_lfs_batch_info(infos, hub.token, "model", repo_id, revision=revision, endpoint=hub.endpoint),
+    )
     wanted = {o.get("oid") for o in objects if o.get("actions")}
     return {f.path for f in files if f.sha256 in wanted}

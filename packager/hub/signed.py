@@ -5,12 +5,13 @@ an upload, the sha256 the Hub itself keys its LFS objects by). The digests are m
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ..bundle.checksum import SIGNATURE
-from ..trust.signature import MAX_SIGNATURE_BYTES, Signed, Trust, check_coverage, read_signed
 from ..errors import ContentMismatch, SignatureMalformed, SignatureUntrusted
+from ..trust.signature import MAX_SIGNATURE_BYTES, Signed, Trust, check_coverage, read_signed
 from .client import Hub
 from .remote import KEEP, RemoteFile
 
@@ -23,8 +24,10 @@ def hasher(hash_type: str) -> Any:
 
     engines = {"sha256": memory.SHA256, "blake2": memory.BLAKE2}
     if hash_type not in engines:
-        raise SignatureMalformed(f"{SIGNATURE} uses {hash_type}, which packager checks only on local files",
-                                 "pull with --files all and run packager verify-signature on the folder")
+        raise SignatureMalformed(
+            f"{SIGNATURE} uses {hash_type}, which packager checks only on local files",
+            "pull with --files all and run packager verify-signature on the folder",
+        )
     return engines[hash_type]()
 
 
@@ -45,8 +48,9 @@ def remote_signed(files: dict[str, RemoteFile], stream: Stream, trust: Trust, wh
     return signed
 
 
-def check_uploaded(hub: Hub, repo_id: str, commit: str, files: dict[str, RemoteFile], stream: Stream,
-                   trust: Trust) -> Signed:
+def check_uploaded(
+    hub: Hub, repo_id: str, commit: str, files: dict[str, RemoteFile], stream: Stream, trust: Trust
+) -> Signed:
     """After an upload: every LFS file's Hub sha256 is the signed digest; the small files are read back whole."""
     where = f"{repo_id}@{commit[:12]}"
     signed = remote_signed(files, stream, trust, where)

@@ -3,6 +3,6 @@ drops it). The library never prints."""
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 Progress = Callable[[str], None]

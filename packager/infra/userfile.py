@@ -43,14 +43,21 @@ def read_at_most(path: Path, limit: int, first_line: bool = False) -> bytes:
             if not chunk:
                 break
             if first_line and b"\n" in chunk:
-                data += chunk[:chunk.index(b"\n")]
+                data += chunk[: chunk.index(b"\n")]
                 break
             data += chunk
     return bytes(data)
 
 
-def read_bytes(path: Path, limit: int, *, what: str, unreadable: type[Exception],
-               too_large: type[Exception] = InputTooLarge, first_line: bool = False) -> bytes:
+def read_bytes(
+    path: Path,
+    limit: int,
+    *,
+    what: str,
+    unreadable: type[Exception],
+    too_large: type[Exception] = InputTooLarge,
+    first_line: bool = False,
+) -> bytes:
     """The file's bytes (with `first_line`, those before its first newline), never more than `limit`.
 
     `what` names the file in the one line an error makes ("release spec", "--token-file"); `unreadable` is the
@@ -65,17 +72,20 @@ def read_bytes(path: Path, limit: int, *, what: str, unreadable: type[Exception]
     except OSError as exc:
         raise unreadable(f"{shown} cannot be read ({exc.strerror or type(exc).__name__})") from None
     if len(data) > limit:
-        raise too_large(f"{shown} is over {say_size(limit)}{' in its first line' if first_line else ''}: "
-                        f"too large for a {what}")
+        raise too_large(
+            f"{shown} is over {say_size(limit)}{' in its first line' if first_line else ''}: too large for a {what}"
+        )
     return data
 
 
-def read_text(path: Path, limit: int, *, what: str, unreadable: type[Exception],
-              too_large: type[Exception] = InputTooLarge) -> str:
+def read_text(
+    path: Path, limit: int, *, what: str, unreadable: type[Exception], too_large: type[Exception] = InputTooLarge
+) -> str:
     """The file as UTF-8 text (strict), at most `limit` bytes."""
     data = read_bytes(path, limit, what=what, unreadable=unreadable, too_large=too_large)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise unreadable(f"{what} {shorten(str(path), 120)} is not UTF-8 text ({exc.reason} at byte {exc.start})"
-                         ) from None
+        raise unreadable(
+            f"{what} {shorten(str(path), 120)} is not UTF-8 text ({exc.reason} at byte {exc.start})"
+        ) from None

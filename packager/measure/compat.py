@@ -6,13 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..bundle import folder as mnnfolder
 from .. import resources
-from ..families.qwen3 import QWEN3_STOP_IDS
-from ..infra.jsonfile import read_json
+from ..bundle import folder as mnnfolder
+from ..bundle import graph
 from ..bundle.tokenizer_txt import read_header
 from ..errors import PairIncompatible, from_os_error, shorten
-from ..bundle import graph
+from ..families.qwen3 import QWEN3_STOP_IDS
+from ..infra.jsonfile import read_json
 from ..runtime.models import Model, is_bundle
 
 # Inputs whose ids MNN's runtime and the HF tokenizer disagree on for the same tokenizer (measured by convert):
@@ -20,8 +20,10 @@ from ..runtime.models import Model, is_bundle
 RUNTIME_DIFFERENCES = {"nfd", "emoji"}
 
 
-NEITHER_HINT = ("pass a Hugging Face checkpoint folder (config.json and *.safetensors) or an MNN model folder "
-                "(llm.mnn, llm.mnn.weight and llm_config.json, as llmexport writes it)")
+NEITHER_HINT = (
+    "pass a Hugging Face checkpoint folder (config.json and *.safetensors) or an MNN model folder "
+    "(llm.mnn, llm.mnn.weight and llm_config.json, as llmexport writes it)"
+)
 
 
 @dataclass(frozen=True)
@@ -36,7 +38,7 @@ class Facts:
     chat_template: str
 
 
-def _json(path: Path) -> dict:  # type: ignore[type-arg]
+def _json(path: Path) -> dict:
     return read_json(path, PairIncompatible)
 
 
@@ -45,15 +47,18 @@ def facts(path: Path) -> Facts:
     if not path.is_dir():
         raise PairIncompatible(f"{shorten(str(path), 120)} is not a folder", NEITHER_HINT)
     if not is_bundle(path) and not (path / "config.json").is_file():
-        raise PairIncompatible(f"{shorten(str(path), 120)} is neither a checkpoint nor an MNN model folder",
-                               NEITHER_HINT)
+        raise PairIncompatible(
+            f"{shorten(str(path), 120)} is neither a checkpoint nor an MNN model folder", NEITHER_HINT
+        )
     try:
         return _bundle_facts(path) if is_bundle(path) else _checkpoint_facts(path)
     except OSError as exc:
         raise from_os_error(exc, "cannot read the pair's files") from None
     except (ValueError, TypeError, AttributeError) as exc:  # HeaderError is a ValueError
-        raise PairIncompatible(f"{shorten(str(path), 120)} is malformed ({shorten(str(exc))})",
-                               "run packager validate (bundles) or re-save the checkpoint") from None
+        raise PairIncompatible(
+            f"{shorten(str(path), 120)} is malformed ({shorten(str(exc))})",
+            "run packager validate (bundles) or re-save the checkpoint",
+        ) from None
 
 
 def _checkpoint_facts(path: Path) -> Facts:
@@ -61,16 +66,26 @@ def _checkpoint_facts(path: Path) -> Facts:
     tok_config = _json(path / "tokenizer_config.json") if (path / "tokenizer_config.json").is_file() else {}
     added = tok_config.get("added_tokens_decoder", {})
     template = tok_config.get("chat_template") or (
-        (path / "chat_template.jinja").read_text(encoding="utf-8") if (path / "chat_template.jinja").is_file() else "")
+        (path / "chat_template.jinja").read_text(encoding="utf-8") if (path / "chat_template.jinja").is_file() else ""
+    )
     stops = set(QWEN3_STOP_IDS) if config.get("model_type") == "qwen3" else set()
-    for source in (config.get("eos_token_id"),
-                   _json(path / "generation_config.json").get("eos_token_id")
-                   if (path / "generation_config.json").is_file() else None):
+    for source in (
+        config.get("eos_token_id"),
+        _json(path / "generation_config.json").get("eos_token_id")
+        if (path / "generation_config.json").is_file()
+        else None,
+    ):
         stops.update(x for x in (source if isinstance(source, list) else [source]) if isinstance(x, int))
-    return Facts(path=path, bundle=False, family=str(config.get("model_type", "")),
-                 vocab_size=int(config.get("vocab_size", 0)),
-                 special=frozenset(int(i) for i, t in added.items() if t.get("special")),
-                 special_all=frozenset(int(i) for i in added), stop=frozenset(stops), chat_template=template)
+    return Facts(
+        path=path,
+        bundle=False,
+        family=str(config.get("model_type", "")),
+        vocab_size=int(config.get("vocab_size", 0)),
+        special=frozenset(int(i) for i, t in added.items() if t.get("special")),
+        special_all=frozenset(int(i) for i in added),
+        stop=frozenset(stops),
+        chat_template=template,
+    )
 
 
 def _bundle_facts(path: Path) -> Facts:
@@ -82,20 +97,28 @@ def _bundle_facts(path: Path) -> Facts:
     # The stop ids packager's own generation uses for the family (as for checkpoints): plain llmexport lists
     # only <|im_end|>, packager's bundles <|endoftext|> too.
     stops = set(header.stop) | (set(QWEN3_STOP_IDS) if family == "qwen3" else set())
-    return Facts(path=path, bundle=True, family=family, vocab_size=_bundle_vocab(path, llm_config, config),
-                 special=frozenset(header.special), special_all=frozenset(header.special), stop=frozenset(stops),
-                 chat_template=str((llm_config.get("jinja") or {}).get("chat_template", "")))
+    return Facts(
+        path=path,
+        bundle=True,
+        family=family,
+        vocab_size=_bundle_vocab(path, llm_config, config),
+        special=frozenset(header.special),
+        special_all=frozenset(header.special),
+        stop=frozenset(stops),
+        chat_template=str((llm_config.get("jinja") or {}).get("chat_template", "")),
+    )
 
 
-def _bundle_vocab(path: Path, llm_config: dict, config: dict) -> int:  # type: ignore[type-arg]
+def _bundle_vocab(path: Path, llm_config: dict, config: dict) -> int:
     """What the graph description, the tied embedding and the embeddings file agree on (packager.bundle.folder);
     0 when none says. Files that disagree are refused here, before anything loads."""
     lm = graph.read(_json(path / "llm.mnn.json")).lm_head if (path / "llm.mnn.json").is_file() else None
     try:
         return mnnfolder.vocabulary(path, llm_config, config, lm.out_features if lm else None)
     except mnnfolder.FolderConflict as exc:
-        raise PairIncompatible(f"{shorten(str(path), 120)}: {exc}",
-                               "restore the folder's files from the export that made them") from None
+        raise PairIncompatible(
+            f"{shorten(str(path), 120)}: {exc}", "restore the folder's files from the export that made them"
+        ) from None
 
 
 def _special_equal(a: Facts, b: Facts) -> bool:
@@ -125,8 +148,10 @@ def check_tokenizers(draft: Model, target: Model, draft_facts: Facts, target_fac
     """Same vocabulary as loaded (the logits' width), and every corpus string must get the same ids from both;
     returns how many strings were compared."""
     if draft.vocab != target.vocab:
-        raise PairIncompatible(f"{draft_facts.path.name} cannot draft for {target_facts.path.name}: "
-                               f"vocabulary {draft.vocab} vs {target.vocab} ids")
+        raise PairIncompatible(
+            f"{draft_facts.path.name} cannot draft for {target_facts.path.name}: "
+            f"vocabulary {draft.vocab} vs {target.vocab} ids"
+        )
     mixed = draft_facts.bundle != target_facts.bundle
     compared, differing = 0, []
     for item in resources.tokenizer_corpus_items():
@@ -136,6 +161,8 @@ def check_tokenizers(draft: Model, target: Model, draft_facts: Facts, target_fac
         if draft.encode(item["text"]) != target.encode(item["text"]):
             differing.append(item["text"])
     if differing:
-        raise PairIncompatible(f"{draft_facts.path.name} and {target_facts.path.name} tokenize "
-                               f"{len(differing)} of {compared} corpus strings differently (first: {differing[0]!r})")
+        raise PairIncompatible(
+            f"{draft_facts.path.name} and {target_facts.path.name} tokenize "
+            f"{len(differing)} of {compared} corpus strings differently (first: {differing[0]!r})"
+        )
     return compared

@@ -11,10 +11,11 @@ after the source is freed and the workload's size does not bound memory."""
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Iterator
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -99,11 +100,14 @@ class Spill:
         out = out.reshape(total, self.vocab)
         at = 0
         for offset, count in item.segments:
-            rows = out[at:at + count].reshape(-1)
+            rows = out[at : at + count].reshape(-1)
             raw = rows if stored == np.float32 else self._buffer("raw", rows.size, stored)
             if read_into(self._file.fileno(), raw, offset) != raw.nbytes:
-                raise FileSystemError(f"the source's logits file ended early (at a {count}-row segment): its "
-                                      "file system lost data under verify", "rerun verify")
+                raise FileSystemError(
+                    f"the source's logits file ended early (at a {count}-row segment): its "
+                    "file system lost data under verify",
+                    "rerun verify",
+                )
             if self.stored == "<u2":  # bf16: torch widens it to float32 exactly, 10x faster than numpy's shift
                 import torch
 
@@ -111,7 +115,7 @@ class Spill:
             elif raw is not rows:
                 rows[:] = raw
             at += count
-        return out[:item.positions]  # n = 0: the prompt's rows only
+        return out[: item.positions]  # n = 0: the prompt's rows only
 
     def _buffer(self, name: str, size: int, dtype: np.dtype[Any] | type) -> np.ndarray:
         """The first `size` numbers of a reusable buffer, grown when too small."""
@@ -140,8 +144,14 @@ def batches(lengths: list[int]) -> Iterator[list[int]]:
         yield batch
 
 
-def continue_all(model: Any, prompts: list[list[int]], n: int, stop: tuple[int, ...], spill: Spill,
-                 progress: Callable[[int], None] = lambda _: None) -> list[Continued]:
+def continue_all(
+    model: Any,
+    prompts: list[list[int]],
+    n: int,
+    stop: tuple[int, ...],
+    spill: Spill,
+    progress: Callable[[int], None] = lambda _: None,
+) -> list[Continued]:
     """Every prompt's greedy continuation (up to n tokens, ending after a stop id) by a transformers causal LM
     (`model.model`: the base, `model.lm_head`), in input order; `progress` gets the count done so far."""
     done: dict[int, Continued] = {}
@@ -164,11 +174,12 @@ def _decode(prompts: list[list[int]], model: Any, n: int, stop: tuple[int, ...],
         from transformers import DynamicCache
 
         cache = DynamicCache()
-        hidden = model.model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache,
-                             use_cache=True).last_hidden_state
+        hidden = model.model(
+            input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True
+        ).last_hidden_state
         following = []
         for row, prompt in enumerate(prompts):  # the lm_head over one prompt's positions at a time
-            logits = model.lm_head(hidden[row, width - len(prompt):])
+            logits = model.lm_head(hidden[row, width - len(prompt) :])
             segments.append([spill.write(logits)])
             following.append(logits[-1])
         chosen = torch.stack(following).argmax(-1)
@@ -183,8 +194,9 @@ def _decode(prompts: list[list[int]], model: Any, n: int, stop: tuple[int, ...],
                 break
             mask = torch.cat([mask, torch.ones(len(prompts), 1, dtype=mask.dtype)], 1)
             last = last + 1
-            hidden = model.model(input_ids=chosen[:, None], attention_mask=mask, position_ids=last[:, None],
-                                 cache=cache, use_cache=True).last_hidden_state
+            hidden = model.model(
+                input_ids=chosen[:, None], attention_mask=mask, position_ids=last[:, None], cache=cache, use_cache=True
+            ).last_hidden_state
             logits = model.lm_head(hidden[:, -1])
             for row in range(len(prompts)):
                 if _open(tokens[row], n, stop):  # this row's latest token was fed: its row counts

@@ -19,15 +19,15 @@ from typing import Any
 
 import numpy as np
 
-from ..infra import heap
-from .continuation import Continued, Spill, continue_all
-from ..families.qwen3 import QWEN3_STOP_IDS
 from ..errors import FileSystemError, InvalidOption, PackagerError, PairIncompatible, shorten
-from ..runtime.imports import without_collection
-from . import compat, workload
-from ..runtime.models import Dtype, HFModel, MNNModel, all_cores
-from ..infra.userfile import PROMPTS_BYTES, read_bytes
+from ..families.qwen3 import QWEN3_STOP_IDS
+from ..infra import heap
 from ..infra.progress import Progress
+from ..infra.userfile import PROMPTS_BYTES, read_bytes
+from ..runtime.imports import without_collection
+from ..runtime.models import Dtype, HFModel, MNNModel, all_cores
+from . import compat, workload
+from .continuation import Continued, Spill, continue_all
 
 MIN_POSITIONS = 1000  # fewer makes the figures noisy: the report says so
 MIN_DECISIVE = 100  # fewer decisive positions (flat logits, e.g. untrained weights): top-1 is not gated
@@ -101,8 +101,9 @@ def margins(theirs: np.ndarray) -> np.ndarray:
     return top2[..., 1] - top2[..., 0]
 
 
-def compare_in_chunks(ours: np.ndarray, theirs: np.ndarray, chunk: int = 8) -> tuple[
-        list[bool], list[float], list[float], list[float]]:
+def compare_in_chunks(
+    ours: np.ndarray, theirs: np.ndarray, chunk: int = 8
+) -> tuple[list[bool], list[float], list[float], list[float]]:
     """compare_positions and margins of float32 rows, a few rows at a time (a whole prompt's rows with their
     temporaries are several hundred MB at a 152k vocabulary). In float64 numpy this took longer than MNN's forward
     of the same prompt, so: top-1 and margins are numpy's own argmax and the same float64 subtraction of the top
@@ -123,12 +124,12 @@ def compare_in_chunks(ours: np.ndarray, theirs: np.ndarray, chunk: int = 8) -> t
     scratch = torch.empty((2, min(chunk, len(theirs)), theirs.shape[-1]), dtype=torch.float32)
     with torch.no_grad():
         for at in range(0, len(theirs), chunk):
-            mine, source = _float32(ours[at:at + chunk]), _float32(theirs[at:at + chunk])
+            mine, source = _float32(ours[at : at + chunk]), _float32(theirs[at : at + chunk])
             best = source.argmax(-1)
             top1 += (mine.argmax(-1) == best).tolist()
             margin += _margins(source, best)
             b, a = torch.from_numpy(mine), torch.from_numpy(source)
-            x, y = scratch[0, :len(a)], scratch[1, :len(a)]
+            x, y = scratch[0, : len(a)], scratch[1, : len(a)]
             dot, a2, b2 = (torch.mul(u, v, out=x).sum(-1).double() for u, v in ((a, b), (a, a), (b, b)))
             cosine += (dot / (a2 * b2).sqrt()).tolist()
             a_max, b_max = a.amax(-1, keepdim=True), b.amax(-1, keepdim=True)
@@ -150,14 +151,20 @@ def _margins(rows: np.ndarray, best: np.ndarray) -> list[float]:
     """margins() from each row's argmax: the top value less the largest other one (a tie gives 0, as there)."""
     out = []
     for row, at in zip(rows, best.tolist()):
-        second = max(row[:at].max(initial=-np.inf), row[at + 1:].max(initial=-np.inf))
+        second = max(row[:at].max(initial=-np.inf), row[at + 1 :].max(initial=-np.inf))
         out.append(float(row[at]) - float(second))
     return out
 
 
-def verify(bundle: Path, source: Path, prompts: tuple[str, ...] | None = None,
-           thresholds: Thresholds = Thresholds(), continuation: int = 16,
-           progress: Progress = lambda _: None, dtype: Dtype = "stored") -> VerifyReport:
+def verify(
+    bundle: Path,
+    source: Path,
+    prompts: tuple[str, ...] | None = None,
+    thresholds: Thresholds = Thresholds(),
+    continuation: int = 16,
+    progress: Progress = lambda _: None,
+    dtype: Dtype = "stored",
+) -> VerifyReport:
     """The source first (its greedy continuations of every prompt, in batches, its logits to a temporary file),
     then, with the source freed, the bundle: one teacher-forced forward per prompt gives its logits at every
     position and its greedy agreement. `dtype`: the source computes in its stored dtype (bf16 for Qwen3) or in
@@ -166,8 +173,9 @@ def verify(bundle: Path, source: Path, prompts: tuple[str, ...] | None = None,
     from ..errors import CheckpointNotFound
 
     if not source.is_dir():  # never handed on: transformers would take a missing path for a Hub repo id
-        raise CheckpointNotFound(f"the source checkpoint {shorten(str(source))} "
-                                 f"{'is not a folder' if source.exists() else 'does not exist'}")
+        raise CheckpointNotFound(
+            f"the source checkpoint {shorten(str(source))} {'is not a folder' if source.exists() else 'does not exist'}"
+        )
     stop, template = _source_facts(source)
     items = workload.from_texts(prompts) if prompts else workload.builtin()
     corpus = resources.tokenizer_corpus()
@@ -181,10 +189,11 @@ def verify(bundle: Path, source: Path, prompts: tuple[str, ...] | None = None,
         encoded, kept = preflight.result()
     ours = kept
     try:
-        progress(f"the source's greedy continuations of {len(items)} chat-templated prompts (up to {continuation} "
-                 "tokens), in batches")
-        continued, spill, expected = _source_pass(source, dtype, template, items, corpus, continuation, stop,
-                                                  progress)
+        progress(
+            f"the source's greedy continuations of {len(items)} chat-templated prompts (up to {continuation} "
+            "tokens), in batches"
+        )
+        continued, spill, expected = _source_pass(source, dtype, template, items, corpus, continuation, stop, progress)
         try:
             progress("the bundle (MNN) on the same tokens")
             ours = ours or MNNModel(bundle, threads=min(2, all_cores()))
@@ -200,7 +209,7 @@ def verify(bundle: Path, source: Path, prompts: tuple[str, ...] | None = None,
                 # wrote them, done with before the next prompt's rows are asked for
                 rows = ours.logits_each(([*item.ids, *item.tokens] for item in continued), borrowed=True)
                 for item, all_rows in zip(continued, rows):
-                    t, c, k, m = compare_in_chunks(all_rows[:item.positions], spill.read(item, borrowed=True))
+                    t, c, k, m = compare_in_chunks(all_rows[: item.positions], spill.read(item, borrowed=True))
                     top1 += t
                     cosine += c
                     kl += k
@@ -271,8 +280,8 @@ def _close_kept(preflight: Future[tuple[list[list[int]], MNNModel | None]]) -> N
 def _import_source_libraries(source: Path) -> None:
     """torch, transformers and the source's modeling module: the imports the source's load would make anyway,
     made while the preflight's child process loads the bundle on the other core, with the garbage collector
-    paused (packager.runtime.imports: 1.8 s instead of 2.8 s on the trained miniature). Only a head start: whatever fails
-    here is reported by the source's load itself."""
+    paused (packager.runtime.imports: 1.8 s instead of 2.8 s on the trained miniature). Only a head start:
+    whatever fails here is reported by the source's load itself."""
     with without_collection():
         try:
             import torch  # noqa: F401
@@ -280,7 +289,7 @@ def _import_source_libraries(source: Path) -> None:
             from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 
             MODEL_FOR_CAUSAL_LM_MAPPING[type(AutoConfig.from_pretrained(source))]  # imports the model's module
-        except Exception:  # noqa: BLE001 - an unreadable or unknown source: HFModel below says what is wrong
+        except Exception:
             pass
 
 
@@ -296,16 +305,25 @@ def _source_facts(source: Path) -> tuple[tuple[int, ...], str]:
     return stop, template
 
 
-def _source_pass(source: Path, dtype: Dtype, template: str, items: list[Any], corpus: tuple[str, ...], n: int,
-                 stop: tuple[int, ...], progress: Progress) -> tuple[list[Continued], Spill, list[list[int]]]:
+def _source_pass(
+    source: Path,
+    dtype: Dtype,
+    template: str,
+    items: list[Any],
+    corpus: tuple[str, ...],
+    n: int,
+    stop: tuple[int, ...],
+    progress: Progress,
+) -> tuple[list[Continued], Spill, list[list[int]]]:
     """Load the source, decode, free it (and give its heap back) before the bundle is loaded."""
     theirs = HFModel(source, dtype=dtype)
     expected = [theirs.encode(text) for text in corpus]
     ids = [theirs.encode(workload.render(template, item) if template else _plain(item)) for item in items]
     spill = Spill(theirs.vocab)
     try:
-        continued = continue_all(theirs.model, ids, n, stop, spill,
-                                 progress=lambda done: progress(f"  {done}/{len(ids)} prompts decoded"))
+        continued = continue_all(
+            theirs.model, ids, n, stop, spill, progress=lambda done: progress(f"  {done}/{len(ids)} prompts decoded")
+        )
         spill.flush()  # a full disk is reported here, before the bundle is loaded
     except BaseException:
         spill.close()
@@ -322,38 +340,63 @@ def _greedy_prefix(same_top1: list[bool], item: Continued) -> int:
     position the source's argmax is the continuation's token (each was chosen from the very row compared), so
     the per-position top-1 agreement already says it."""
     start = len(item.ids) - 1
-    return next((j for j, same in enumerate(same_top1[start:start + len(item.tokens)]) if not same),
-                len(item.tokens))
+    return next((j for j, same in enumerate(same_top1[start : start + len(item.tokens)]) if not same), len(item.tokens))
 
 
 def _plain(item: Any) -> str:
     return "\n".join(content for _, content in item.messages)
 
 
-def _judge(bundle: Path, source: Path, thresholds: Thresholds, matched: int, corpus: int, prompts: int,
-           top1: list[bool], cosine: list[float], kl: list[float], margin: list[float],
-           greedy: list[float]) -> VerifyReport:
+def _judge(
+    bundle: Path,
+    source: Path,
+    thresholds: Thresholds,
+    matched: int,
+    corpus: int,
+    prompts: int,
+    top1: list[bool],
+    cosine: list[float],
+    kl: list[float],
+    margin: list[float],
+    greedy: list[float],
+) -> VerifyReport:
     decisive = [t for t, m in zip(top1, margin) if m >= thresholds.decisive_margin]
     top1_decisive = sum(decisive) / len(decisive) if len(decisive) >= MIN_DECISIVE else None
-    values = dict(tokenizer_matched=matched, tokenizer_total=corpus, prompts=prompts, positions=len(top1),
-                  decisive_positions=len(decisive), top1_decisive=top1_decisive,
-                  top1_agreement=sum(top1) / len(top1), mean_kl=float(np.mean(kl)),
-                  p99_kl=float(np.percentile(kl, 99)), mean_cosine=float(np.mean(cosine)),
-                  min_cosine=float(np.min(cosine)), greedy_agreement=float(np.mean(greedy)))
-    checks = [("tokenizer agreement", matched / corpus, thresholds.tokenizer_agreement, ">="),
-              ("mean KL", values["mean_kl"], thresholds.max_mean_kl, "<="),
-              ("decisive top-1", top1_decisive, thresholds.top1_decisive, ">="),
-              ("top-1 agreement", values["top1_agreement"], thresholds.top1_agreement, ">="),
-              ("mean cosine", values["mean_cosine"], thresholds.mean_cosine, ">="),
-              ("greedy agreement", values["greedy_agreement"], thresholds.greedy_agreement, ">=")]
-    failures = tuple(f"{name} {value:.4f} {'<' if op == '>=' else '>'} {limit:.4f}" for name, value, limit, op in checks
-                     if value is not None and limit is not None and (value < limit if op == ">=" else value > limit))
+    values = {
+        "tokenizer_matched": matched,
+        "tokenizer_total": corpus,
+        "prompts": prompts,
+        "positions": len(top1),
+        "decisive_positions": len(decisive),
+        "top1_decisive": top1_decisive,
+        "top1_agreement": sum(top1) / len(top1),
+        "mean_kl": float(np.mean(kl)),
+        "p99_kl": float(np.percentile(kl, 99)),
+        "mean_cosine": float(np.mean(cosine)),
+        "min_cosine": float(np.min(cosine)),
+        "greedy_agreement": float(np.mean(greedy)),
+    }
+    checks = [
+        ("tokenizer agreement", matched / corpus, thresholds.tokenizer_agreement, ">="),
+        ("mean KL", values["mean_kl"], thresholds.max_mean_kl, "<="),
+        ("decisive top-1", top1_decisive, thresholds.top1_decisive, ">="),
+        ("top-1 agreement", values["top1_agreement"], thresholds.top1_agreement, ">="),
+        ("mean cosine", values["mean_cosine"], thresholds.mean_cosine, ">="),
+        ("greedy agreement", values["greedy_agreement"], thresholds.greedy_agreement, ">="),
+    ]
+    failures = tuple(
+        f"{name} {value:.4f} {'<' if op == '>=' else '>'} {limit:.4f}"
+        for name, value, limit, op in checks
+        if value is not None and limit is not None and (value < limit if op == ">=" else value > limit)
+    )
     notes = []
     if len(top1) < MIN_POSITIONS:
         notes.append(f"only {len(top1)} positions (>= {MIN_POSITIONS} make the figures steady): add prompts")
     if top1_decisive is None:
-        notes.append(f"only {len(decisive)} positions where the source's top-1 leads by >= "
-                     f"{thresholds.decisive_margin:g} nats (flat logits, e.g. untrained weights): top-1 not gated")
+        notes.append(
+            f"only {len(decisive)} positions where the source's top-1 leads by >= "
+            f"{thresholds.decisive_margin:g} nats (flat logits, e.g. untrained weights): top-1 not gated"
+        )
     return VerifyReport(bundle=bundle, source=source, **values, failures=failures, notes=tuple(notes))  # type: ignore[arg-type]
 
 

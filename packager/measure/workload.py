@@ -10,8 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import resources
-from ..errors import shorten
-from ..errors import PairIncompatible
+from ..errors import PairIncompatible, shorten
 
 Messages = tuple[tuple[str, str], ...]  # (role, content) turns
 
@@ -25,9 +24,10 @@ class Prompt:
 
 def builtin() -> tuple[Prompt, ...]:
     """The built-in workload: prose, code, Q&A and chat in several languages (packager/data/pair_prompts.json)."""
-    return tuple(Prompt(item["category"], item["language"],
-                        tuple((m["role"], m["content"]) for m in item["messages"]))
-                 for item in resources.pair_prompts())
+    return tuple(
+        Prompt(item["category"], item["language"], tuple((m["role"], m["content"]) for m in item["messages"]))
+        for item in resources.pair_prompts()
+    )
 
 
 def from_texts(texts: tuple[str, ...]) -> tuple[Prompt, ...]:
@@ -68,8 +68,11 @@ def _raise(message: str) -> None:
 def render(template: str, prompt: Prompt) -> str:
     """The conversation as the model sees it, ready for the assistant's turn, thinking switched off."""
     if not template:
-        raise PairIncompatible("the target has no chat template to render the workload with",
-                               "pair checkpoints or bundles that carry their chat template")
+        raise PairIncompatible(
+            "the target has no chat template to render the workload with",
+            "pair checkpoints or bundles that carry their chat template",
+        )
     messages = [{"role": role, "content": content} for role, content in prompt.messages]
-    return str(_compiled(template).render(messages=messages, add_generation_prompt=True, enable_thinking=False,
-                                          tools=None))
+    return str(
+        _compiled(template).render(messages=messages, add_generation_prompt=True, enable_thinking=False, tools=None)
+    )

@@ -7,10 +7,11 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..bundle.kinds import CARD
 from ..convert.provenance import provenance_path
@@ -142,8 +143,9 @@ def run(request: ReleaseRequest, progress: Progress = lambda _: None) -> Release
                 # folder (and a signature they made) stay as they are; the card still states the provenance
                 # beside the user's folder.
                 users = request.bundle
-                bundle = stages.run("card", lambda: _card_in_copy(spec, users, workspace, parity,
-                                                                  prepared.signing)).bundle
+                bundle = stages.run(
+                    "card", lambda: _card_in_copy(spec, users, workspace, parity, prepared.signing)
+                ).bundle
             else:
                 stages.run("card", lambda: _card(spec, bundle, parity, prepared.signing))
             stages.run("checksum", lambda: _checksum(bundle))
@@ -153,19 +155,28 @@ def run(request: ReleaseRequest, progress: Progress = lambda _: None) -> Release
             if request.dry_run:
                 published = stages.run("upload plan (dry run)", lambda: _plan(request, bundle, progress))
             else:
-                published = stages.run("upload, verify, tag",
-                                       lambda: _upload(request, bundle, prepared.signing, progress))
+                published = stages.run(
+                    "upload, verify, tag", lambda: _upload(request, bundle, prepared.signing, progress)
+                )
             if release.collection is not None:
                 found = published.collection
-                stages.run("collection (dry run)" if request.dry_run else "collection",
-                           lambda: _collection(found, request.dry_run))
+                stages.run(
+                    "collection (dry run)" if request.dry_run else "collection",
+                    lambda: _collection(found, request.dry_run),
+                )
         except PackagerError as exc:
             error = exc
     upload = published.upload if published is not None else None
-    return ReleaseResult(tuple(stages.done), built,
-                         release.repo_id, upload.commit if upload and not request.dry_run else None,
-                         upload.tag if upload and not request.dry_run else None, error=error,
-                         dry_run=request.dry_run, upload=upload)
+    return ReleaseResult(
+        tuple(stages.done),
+        built,
+        release.repo_id,
+        upload.commit if upload and not request.dry_run else None,
+        upload.tag if upload and not request.dry_run else None,
+        error=error,
+        dry_run=request.dry_run,
+        upload=upload,
+    )
 
 
 def _prepare(request: ReleaseRequest) -> Prepared:
@@ -228,9 +239,11 @@ def _check_source(spec: ReleaseSpec) -> None:
     if source is None or source.is_dir():
         return
     problem = "is not a folder" if source.exists() else "does not exist"
-    raise CheckpointNotFound(f"the release spec's [convert] source {shorten(str(source))} {problem}",
-                             "set [convert] source to the checkpoint folder (relative to the spec), or remove it "
-                             "to release a --bundle without verifying it")
+    raise CheckpointNotFound(
+        f"the release spec's [convert] source {shorten(str(source))} {problem}",
+        "set [convert] source to the checkpoint folder (relative to the spec), or remove it "
+        "to release a --bundle without verifying it",
+    )
 
 
 def _convert(request: ReleaseRequest, progress: Progress) -> Built:
@@ -240,11 +253,15 @@ def _convert(request: ReleaseRequest, progress: Progress) -> Built:
 
     settings = request.spec.convert
     if settings.source is None:
-        raise SpecError("the release spec has no [convert] source and no --bundle was given",
-                        "set [convert] source = \"path/to/checkpoint\" or pass --bundle")
+        raise SpecError(
+            "the release spec has no [convert] source and no --bundle was given",
+            'set [convert] source = "path/to/checkpoint" or pass --bundle',
+        )
     out = request.out or _default_out(request.spec)
-    result = convert(ConvertRequest(checkpoint=settings.source, out=out, adapter=settings.lora, spec=request.spec,
-                                    force=True), progress=progress)
+    result = convert(
+        ConvertRequest(checkpoint=settings.source, out=out, adapter=settings.lora, spec=request.spec, force=True),
+        progress=progress,
+    )
     return Built(result.out, f"{result.out} ({result.recipe.name}, MNN >= {result.engine.text})")
 
 
@@ -255,47 +272,72 @@ def _validate(bundle: Path) -> Done:
     report = validate(bundle)
     if report.errors:
         first = report.errors[0]
-        raise BundleError(f"validation found {len(report.errors)} errors, first {first.location}: {first.message}",
-                          "run packager validate for all of them")
+        raise BundleError(
+            f"validation found {len(report.errors)} errors, first {first.location}: {first.message}",
+            "run packager validate for all of them",
+        )
     return Done(f"ok ({len(report.warnings)} warnings)")
 
 
 def _verify(spec: ReleaseSpec, bundle: Path, prompts: tuple[str, ...] | None, progress: Progress) -> Verified:
-    from ..measure.verify import Thresholds, verify
     from ..errors import VerifyFailed
+    from ..measure.verify import Thresholds, verify
 
     assert spec.convert.source is not None
-    report = verify(bundle, spec.convert.source, prompts=prompts,
-                    thresholds=Thresholds.from_spec(spec.verify), progress=progress)
+    report = verify(
+        bundle, spec.convert.source, prompts=prompts, thresholds=Thresholds.from_spec(spec.verify), progress=progress
+    )
     decisive = "n/a" if report.top1_decisive is None else f"{report.top1_decisive:.3f}"
-    figures = (f"tokenizer {report.tokenizer_matched}/{report.tokenizer_total}, KL {report.mean_kl:.4f}, "
-               f"decisive top-1 {decisive}, top-1 {report.top1_agreement:.3f}, greedy {report.greedy_agreement:.3f}")
+    figures = (
+        f"tokenizer {report.tokenizer_matched}/{report.tokenizer_total}, KL {report.mean_kl:.4f}, "
+        f"decisive top-1 {decisive}, top-1 {report.top1_agreement:.3f}, greedy {report.greedy_agreement:.3f}"
+    )
     if not report.ok:
         raise VerifyFailed(f"verify failed ({'; '.join(report.failures)}); measured {figures}")
-    parity = {"prompts": report.prompts, "positions": report.positions, "min_cosine": report.min_cosine,
-              "mean_cosine": report.mean_cosine, "top1_agreement": report.top1_agreement,
-              "greedy_agreement": report.greedy_agreement, "mean_kl": report.mean_kl,
-              "decisive_positions": report.decisive_positions, "top1_decisive": report.top1_decisive}
+    parity = {
+        "prompts": report.prompts,
+        "positions": report.positions,
+        "min_cosine": report.min_cosine,
+        "mean_cosine": report.mean_cosine,
+        "top1_agreement": report.top1_agreement,
+        "greedy_agreement": report.greedy_agreement,
+        "mean_kl": report.mean_kl,
+        "decisive_positions": report.decisive_positions,
+        "top1_decisive": report.top1_decisive,
+    }
     return Verified(parity, figures)
 
 
-def _card_in_copy(spec: ReleaseSpec, users: Path, workspace: ExitStack, parity: dict[str, Any] | None,
-                  signing: SigningPlan | None) -> Built:
+def _card_in_copy(
+    spec: ReleaseSpec, users: Path, workspace: ExitStack, parity: dict[str, Any] | None, signing: SigningPlan | None
+) -> Built:
     copy = workspace.enter_context(_dry_run_copy(users))
     done = _card(spec, copy, parity, signing, provenance_path(users.absolute()))
     return Built(copy, f"{done.detail} in a copy (a dry run writes nothing in --bundle)")
 
 
-def _card(spec: ReleaseSpec, bundle: Path, parity: dict[str, Any] | None, signing: SigningPlan | None,
-          provenance: Path | None = None) -> Done:
+def _card(
+    spec: ReleaseSpec,
+    bundle: Path,
+    parity: dict[str, Any] | None,
+    signing: SigningPlan | None,
+    provenance: Path | None = None,
+) -> Done:
+    from ..bundle.staging import write_atomic
     from ..card.render import gather_measurements, render
     from .signing import with_card_facts
-    from ..bundle.staging import write_atomic
 
-    measurements = with_card_facts(spec, gather_measurements(bundle, provenance=provenance, parity=parity,
-                                                             pair_report=spec.need("card").pair_report,
-                                                             speculate_reports=spec.need("card").speculate_reports),
-                                   signing)
+    measurements = with_card_facts(
+        spec,
+        gather_measurements(
+            bundle,
+            provenance=provenance,
+            parity=parity,
+            pair_report=spec.need("card").pair_report,
+            speculate_reports=spec.need("card").speculate_reports,
+        ),
+        signing,
+    )
     card = render(bundle, spec, measurements=measurements)
     write_atomic(bundle / CARD, card.text.encode("utf-8"))
     return Done(f"{CARD} ({len(card.text):,} characters)")
@@ -308,19 +350,28 @@ def _checksum(bundle: Path) -> Done:
     return Done(f"{manifest.path.name} ({len(manifest.digests)} files)")
 
 
-def _upload_request(request: ReleaseRequest, bundle: Path, check: Callable[[str], None] | None = None
-                    ) -> UploadRequest:
+def _upload_request(request: ReleaseRequest, bundle: Path, check: Callable[[str], None] | None = None) -> UploadRequest:
     from .. import __version__
     from ..hub.collection import CollectionRequest
     from ..hub.publish import UploadRequest
 
     release = request.spec.need("release")
-    collection = (CollectionRequest(release.collection, release.owner, release.collection_note)
-                  if release.collection else None)
-    return UploadRequest(bundle=bundle, repo_id=release.repo_id, endpoint=request.endpoint, tag=release.version,
-                         private=request.private, dry_run=request.dry_run, token=request.token,
-                         message=f"Release {release.version}: {release.title} (packager {__version__})",
-                         collection=collection, gated=release.gated, check=check)
+    collection = (
+        CollectionRequest(release.collection, release.owner, release.collection_note) if release.collection else None
+    )
+    return UploadRequest(
+        bundle=bundle,
+        repo_id=release.repo_id,
+        endpoint=request.endpoint,
+        tag=release.version,
+        private=request.private,
+        dry_run=request.dry_run,
+        token=request.token,
+        message=f"Release {release.version}: {release.title} (packager {__version__})",
+        collection=collection,
+        gated=release.gated,
+        check=check,
+    )
 
 
 def _upload(request: ReleaseRequest, bundle: Path, signing: SigningPlan | None, progress: Progress) -> Published:
@@ -354,8 +405,11 @@ def _upload(request: ReleaseRequest, bundle: Path, signing: SigningPlan | None, 
         what += f", repaired {', '.join(result.repaired)}"
     what += "".join(f"; {line}" for line in signed)
     gated = f", gated ({result.gated})" if result.gated else ""
-    return Published(result, collection, f"{what}; {release.repo_id}@{(result.commit or '')[:12]} verified, tagged "
-                                         f"{release.version}{gated}")
+    return Published(
+        result,
+        collection,
+        f"{what}; {release.repo_id}@{(result.commit or '')[:12]} verified, tagged {release.version}{gated}",
+    )
 
 
 def _plan(request: ReleaseRequest, bundle: Path, progress: Progress) -> Published:
@@ -365,9 +419,13 @@ def _plan(request: ReleaseRequest, bundle: Path, progress: Progress) -> Publishe
     result = upload(_upload_request(request, bundle), progress=progress)
     changes = sum(r.action != "unchanged" for r in result.plan)
     gated = f", gated ({result.gated}) once released" if result.gated else ""
-    return Published(result, result.collection, f"{changes} of {len(result.plan)} file(s) would change, "
-                     f"{result.bytes_to_send:,} bytes sent, tag {release.version}{gated}; nothing changed on "
-                     f"{result.endpoint}")
+    return Published(
+        result,
+        result.collection,
+        f"{changes} of {len(result.plan)} file(s) would change, "
+        f"{result.bytes_to_send:,} bytes sent, tag {release.version}{gated}; nothing changed on "
+        f"{result.endpoint}",
+    )
 
 
 def _collection(found: Any, dry_run: bool) -> Done:

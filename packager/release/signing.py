@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import SpecError
-from ..trust.keys import KEY_ENV, key_id, load_key, public_pem, read_passphrase
 from ..spec.model import ReleaseSpec
+from ..trust.keys import KEY_ENV, key_id, load_key, public_pem, read_passphrase
 
 ISSUER_GITHUB = "https://token.actions.githubusercontent.com"
 
@@ -25,8 +25,13 @@ class SigningPlan:
     issuer: str | None = None
 
     def card_facts(self, repo_id: str, version: str) -> dict[str, Any]:
-        return {"key_id": self.key_id, "identity": self.identity, "issuer": self.issuer, "repo_id": repo_id,
-                "version": version}
+        return {
+            "key_id": self.key_id,
+            "identity": self.identity,
+            "issuer": self.issuer,
+            "repo_id": repo_id,
+            "version": version,
+        }
 
 
 def plan(spec: ReleaseSpec) -> SigningPlan | None:
@@ -44,14 +49,17 @@ def plan(spec: ReleaseSpec) -> SigningPlan | None:
         return SigningPlan(key=key, key_id=key_id(pem), public_pem=pem)
     if release.signing_identity:
         if not release.signing_issuer:
-            raise SpecError("[release] signing_identity needs signing_issuer",
-                            f"for GitHub Actions: signing_issuer = \"{ISSUER_GITHUB}\"")
+            raise SpecError(
+                "[release] signing_identity needs signing_issuer",
+                f'for GitHub Actions: signing_issuer = "{ISSUER_GITHUB}"',
+            )
         return SigningPlan(identity=release.signing_identity, issuer=release.signing_issuer)
     return None
 
 
-def with_card_facts(spec: ReleaseSpec, measurements: dict[str, Any] | None,
-                    signing: SigningPlan | None) -> dict[str, Any] | None:
+def with_card_facts(
+    spec: ReleaseSpec, measurements: dict[str, Any] | None, signing: SigningPlan | None
+) -> dict[str, Any] | None:
     """The card's measurements plus who signs (the card is written before, and covered by, model.sig)."""
     if signing is None:
         return measurements
@@ -70,8 +78,7 @@ def sign_stage(signing: SigningPlan, bundle: Path) -> str:
     return f"model.sig {kept}, {len(result.files)} files, signer {result.key_id or signing.identity}"
 
 
-def verify_uploaded(signing: SigningPlan, endpoint: str | None, token: str | None, repo_id: str,
-                    commit: str) -> str:
+def verify_uploaded(signing: SigningPlan, endpoint: str | None, token: str | None, repo_id: str, commit: str) -> str:
     """The Hub's copy at `commit`: its model.sig verifies for our key or identity, over the Hub's files."""
     from ..hub.check import _stream
     from ..hub.client import connect

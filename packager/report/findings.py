@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Literal
+from typing import Literal
 
 from ..errors import shorten
 
@@ -85,7 +86,7 @@ class Collector:
         self._add(file, where, "note", message, **kw)
 
     def _add(self, file: str, where: str, severity: Severity, message: str, **kw: int | None) -> None:
-        finding = Finding(file, shorten(where), severity, shorten(message, MAX_MESSAGE), **kw)  # type: ignore[arg-type]
+        finding = Finding(file, shorten(where), severity, shorten(message, MAX_MESSAGE), **kw)
         self.items.append(finding)
 
 

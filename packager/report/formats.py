@@ -40,15 +40,28 @@ def as_json(report: Report) -> str:
     totals = [c.counts() for c in report.checked]
     bundles = [c.path for c in report.checked if c.kind == "bundle"]
     data: dict[str, Any] = {
-        "tool": report.tool, "ok": report.ok(), "strict": report.strict,
-        "errors": sum(e for e, _ in totals), "warnings": sum(w for _, w in totals),
+        "tool": report.tool,
+        "ok": report.ok(),
+        "strict": report.strict,
+        "errors": sum(e for e, _ in totals),
+        "warnings": sum(w for _, w in totals),
         # `validate BUNDLE --json` before several bundles could be checked at once: kept for one bundle.
         "bundle": bundles[0] if len(report.checked) == 1 and bundles else None,
-        "checked": [{"kind": c.kind, "path": c.path, "ok": c.ok(report.strict), "errors": e, "warnings": w,
-                     "files": list(c.files), **({"bundle_kind": c.bundle_kind} if c.bundle_kind else {})}
-                    for c, (e, w) in zip(report.checked, totals)],
+        "checked": [
+            {
+                "kind": c.kind,
+                "path": c.path,
+                "ok": c.ok(report.strict),
+                "errors": e,
+                "warnings": w,
+                "files": list(c.files),
+                **({"bundle_kind": c.bundle_kind} if c.bundle_kind else {}),
+            }
+            for c, (e, w) in zip(report.checked, totals)
+        ],
         "skipped": list(report.skipped),
-        "findings": [{**asdict(f), "path": c.where(f.file), "subject": c.path}
-                     for c in report.checked for f in c.findings],
+        "findings": [
+            {**asdict(f), "path": c.where(f.file), "subject": c.path} for c in report.checked for f in c.findings
+        ],
     }
     return json.dumps(data, indent=2, ensure_ascii=True)

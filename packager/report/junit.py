@@ -10,9 +10,15 @@ from . import FOLDER, Checked, Report, clean
 
 def render(report: Report) -> str:
     suites = [_suite(report, checked) for checked in report.checked]
-    root = ET.Element("testsuites", {"name": report.tool, "errors": "0",
-                                     "tests": str(sum(int(s.get("tests", 0)) for s in suites)),
-                                     "failures": str(sum(int(s.get("failures", 0)) for s in suites))})
+    root = ET.Element(
+        "testsuites",
+        {
+            "name": report.tool,
+            "errors": "0",
+            "tests": str(sum(int(s.get("tests", 0)) for s in suites)),
+            "failures": str(sum(int(s.get("failures", 0)) for s in suites)),
+        },
+    )
     root.extend(suites)
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
@@ -21,8 +27,10 @@ def render(report: Report) -> str:
 def _suite(report: Report, checked: Checked) -> ET.Element:
     cases = [_case(report, checked, name) for name in _files(checked)]
     failed = sum(1 for case in cases if case.find("failure") is not None)  # JUnit counts failed tests
-    suite = ET.Element("testsuite", {"name": _text(checked.path), "tests": str(len(cases)), "failures": str(failed),
-                                     "errors": "0", "skipped": "0"})
+    suite = ET.Element(
+        "testsuite",
+        {"name": _text(checked.path), "tests": str(len(cases)), "failures": str(failed), "errors": "0", "skipped": "0"},
+    )
     suite.extend(cases)
     return suite
 

@@ -15,8 +15,9 @@ import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, BinaryIO, Iterable, Iterator
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -40,9 +41,13 @@ class MNNModel:
         self._shared = shared.create()  # large arrays (logits) come back through these files, not the pipe
         root = str(package_root())
         handed = self._shared or ()
-        self._process = subprocess.Popen([sys.executable, "-c", _BOOT, root, ",".join(map(str, handed)) or _NO_FILES],
-                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
-                                         pass_fds=handed)
+        self._process = subprocess.Popen(
+            [sys.executable, "-c", _BOOT, root, ",".join(map(str, handed)) or _NO_FILES],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            pass_fds=handed,
+        )
         self.vocab = int(self._call("load", str(bundle), threads or 2))
 
     def encode(self, text: str) -> list[int]:
@@ -86,8 +91,9 @@ class MNNModel:
     def keep(self, length: int) -> None:
         self._call("keep", length)
 
-    def decode(self, draft: Path | None, ids: list[int], n: int, d: int, stop: tuple[int, ...] = ()) -> tuple[
-            list[int], list[int], float]:
+    def decode(
+        self, draft: Path | None, ids: list[int], n: int, d: int, stop: tuple[int, ...] = ()
+    ) -> tuple[list[int], list[int], float]:
         """The whole loop inside the child (see MNNRuntime.decode)."""
         tokens, accepted, seconds = self._call("decode", str(draft) if draft else None, list(ids), n, d, tuple(stop))
         return list(tokens), list(accepted), float(seconds)
@@ -112,7 +118,7 @@ class MNNModel:
     def __del__(self) -> None:
         try:
             self.close()
-        except Exception:  # noqa: BLE001 - at interpreter exit subprocess may be half torn down; the child
+        except Exception:
             pass  # ends on its own when the pipe closes
 
     def submit(self, method: str, *args: Any) -> None:
@@ -146,8 +152,10 @@ class MNNModel:
             try:
                 return (shared.borrow if borrowed else shared.take)(self._shared, value)
             except OSError as exc:
-                raise RuntimeCrashed(f"the MNN runtime's reply to {method} on {shorten(str(self.path), 120)} "
-                                     f"could not be read back ({exc})") from None
+                raise RuntimeCrashed(
+                    f"the MNN runtime's reply to {method} on {shorten(str(self.path), 120)} "
+                    f"could not be read back ({exc})"
+                ) from None
         return value
 
     def _call(self, method: str, *args: Any) -> Any:
@@ -161,8 +169,10 @@ class MNNModel:
             self._process.kill()
             code = self._process.wait()
         doing = "loading" if method == "load" else f"running {method} on"
-        return RuntimeCrashed(f"the MNN runtime {describe_exit(code)} while {doing} the bundle "
-                              f"{shorten(str(self.path), 120)}", details=self._log_tail())
+        return RuntimeCrashed(
+            f"the MNN runtime {describe_exit(code)} while {doing} the bundle {shorten(str(self.path), 120)}",
+            details=self._log_tail(),
+        )
 
     def _log_tail(self) -> str:
         self._log.seek(0, os.SEEK_END)
@@ -211,9 +221,14 @@ def serve(channel: str = _NO_FILES) -> None:
                 reply = ("error", BundleError(f"the MNN child cannot run {method!r} now"))
         except PackagerError as exc:
             reply = ("error", exc)
-        except Exception as exc:  # noqa: BLE001 - the runtime's own errors become one line in the parent
-            reply = ("error", BundleError(f"the MNN runtime failed ({type(exc).__name__}: {shorten(str(exc))})",
-                                          "run packager validate on the bundle"))
+        except Exception as exc:
+            reply = (
+                "error",
+                BundleError(
+                    f"the MNN runtime failed ({type(exc).__name__}: {shorten(str(exc))})",
+                    "run packager validate on the bundle",
+                ),
+            )
         try:
             _reply(replies, reply)
         except BrokenPipeError:  # the parent closed without reading the reply (MNNModel.close): done

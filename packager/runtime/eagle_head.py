@@ -28,7 +28,7 @@ LOWEST = float(np.finfo(np.float32).min)
 HEAD_HINT = "pass an EAGLE-3 head folder (config.json and model.safetensors, SpecForge/AngelSlim layout)"
 
 
-def const(array: np.ndarray, dtype: str = "float"):  # type: ignore[no-untyped-def]
+def const(array: np.ndarray, dtype: str = "float"):
     import MNN.expr as F
 
     kind = F.float if dtype == "float" else F.int
@@ -48,14 +48,18 @@ class MNNHead:
         import MNN.nn as nn
 
         self.folder = Path(folder)
-        missing = [name for name in ("eagle.mnn", "eagle_fc.mnn", "eagle_d2t.mnn") if not (self.folder / name).is_file()]
+        missing = [
+            name for name in ("eagle.mnn", "eagle_fc.mnn", "eagle_d2t.mnn") if not (self.folder / name).is_file()
+        ]
         if missing:
             raise BundleError(f"{self.folder} has no {', '.join(missing)}", HEAD_HINT)
         with quiet_stdout():
-            self._fc = nn.load_module_from_file(str(self.folder / "eagle_fc.mnn"), ["fc_hidden"], ["hidden_states"],
-                                                thread_num=threads)
-            self._head = nn.load_module_from_file(str(self.folder / "eagle.mnn"), EAGLE_INPUTS, EAGLE_OUTPUTS,
-                                                  thread_num=threads)
+            self._fc = nn.load_module_from_file(
+                str(self.folder / "eagle_fc.mnn"), ["fc_hidden"], ["hidden_states"], thread_num=threads
+            )
+            self._head = nn.load_module_from_file(
+                str(self.folder / "eagle.mnn"), EAGLE_INPUTS, EAGLE_OUTPUTS, thread_num=threads
+            )
             # keep the variable alive while copying: read() is a view of its buffer
             d2t = F.load_as_list(str(self.folder / "eagle_d2t.mnn"))[0]
             self.d2t = np.array(d2t.read(), dtype=np.int64).reshape(-1)
@@ -66,19 +70,32 @@ class MNNHead:
             out = self._fc.forward([const(np.asarray(aux)[None])])[0]
             return np.array(out.read(), dtype=np.float32).reshape(np.asarray(aux).shape[0], -1)
 
-    def forward(self, input_embeds: np.ndarray, hidden: np.ndarray, position_ids: np.ndarray,
-                mask: np.ndarray | None = None, last_only: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    def forward(
+        self,
+        input_embeds: np.ndarray,
+        hidden: np.ndarray,
+        position_ids: np.ndarray,
+        mask: np.ndarray | None = None,
+        last_only: bool = False,
+    ) -> tuple[np.ndarray, np.ndarray]:
         """input_embeds, hidden [seq, hidden]; position_ids [seq]; mask [seq, seq] additive (default causal).
         Returns (log-probabilities [rows, draft_vocab], out_hidden [rows, hidden]), rows = seq or 1."""
         seq = int(np.asarray(input_embeds).shape[0])
         mask = causal_mask(seq) if mask is None else np.asarray(mask, dtype=np.float32)
-        inputs = [const(np.asarray(input_embeds)), const(np.asarray(hidden)[None]), const(mask[None, None]),
-                  const(np.asarray(position_ids)[None], "int"), const(np.array([-1 if last_only else 0]), "int")]
+        inputs = [
+            const(np.asarray(input_embeds)),
+            const(np.asarray(hidden)[None]),
+            const(mask[None, None]),
+            const(np.asarray(position_ids)[None], "int"),
+            const(np.array([-1 if last_only else 0]), "int"),
+        ]
         with quiet_stdout():
             logits, out_hidden = self._head.forward(inputs)
             rows = 1 if last_only else seq
-            return (np.array(logits.read(), dtype=np.float32).reshape(rows, -1),
-                    np.array(out_hidden.read(), dtype=np.float32).reshape(rows, -1))
+            return (
+                np.array(logits.read(), dtype=np.float32).reshape(rows, -1),
+                np.array(out_hidden.read(), dtype=np.float32).reshape(rows, -1),
+            )
 
     def to_target(self, draft_ids: np.ndarray) -> np.ndarray:
         return np.asarray(draft_ids) + self.d2t[np.asarray(draft_ids)]

@@ -10,8 +10,8 @@ no collection now or later; whatever is allocated afterwards is collected as usu
 from __future__ import annotations
 
 import gc
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 
 @contextmanager

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -44,10 +45,18 @@ class MNNRuntime:
         with quiet_stdout():
             import MNN.llm as mnn_llm
 
-            self.llm = mnn_llm.create(str(bundle / "config.json") if (bundle / "config.json").is_file()
-                                      else str(bundle / "llm.mnn"))
-            self.llm.set_config({"precision": precision, "all_logits": True, "sampler_type": "greedy",
-                                 "thread_num": threads, **_tokenizer_setting(bundle)})
+            self.llm = mnn_llm.create(
+                str(bundle / "config.json") if (bundle / "config.json").is_file() else str(bundle / "llm.mnn")
+            )
+            self.llm.set_config(
+                {
+                    "precision": precision,
+                    "all_logits": True,
+                    "sampler_type": "greedy",
+                    "thread_num": threads,
+                    **_tokenizer_setting(bundle),
+                }
+            )
             if not self.llm._c_obj.load():
                 raise BundleError(f"MNN could not load the bundle {bundle}", "run packager validate on it")
         self.vocab = int(self.logits_all([0]).shape[-1])
@@ -109,8 +118,9 @@ class MNNRuntime:
         if int(self.llm._c_obj.get_current_history()) > length:
             self.llm._c_obj.erase_history(length, 0)
 
-    def decode(self, draft: str | None, ids: list[int], n: int, d: int, stop: tuple[int, ...]) -> tuple[
-            list[int], list[int], float]:
+    def decode(
+        self, draft: str | None, ids: list[int], n: int, d: int, stop: tuple[int, ...]
+    ) -> tuple[list[int], list[int], float]:
         """This model decoding `ids` greedily: alone (`draft` None) or verifying drafts of length d from the MNN
         bundle at `draft` (loaded once, in this same process, so no pipe sits inside the timed loop). Returns
         the tokens, the accepted count per step and the decode seconds."""
@@ -126,4 +136,3 @@ class MNNRuntime:
                     self._draft = MNNRuntime(Path(draft), threads=self.threads)
                 tokens = speculative(self._draft, self, ids, n, d, accepted=accepted, stop=stop, clock=clock)
         return tokens, accepted, clock[0]
-

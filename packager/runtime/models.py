@@ -14,9 +14,8 @@ from typing import Any, Literal, Protocol
 import numpy as np
 
 from ..errors import CheckpointNotFound, MissingTokenizer, from_os_error, shorten
-from .imports import without_collection
 from .child import MNNModel
-
+from .imports import without_collection
 
 Dtype = Literal["stored", "float32"]
 
@@ -54,16 +53,19 @@ class HFModel:
         name = shorten(str(checkpoint), 120)
         try:
             self.tokenizer = Tokenizer.from_file(str(checkpoint / "tokenizer.json"))
-        except Exception as exc:  # noqa: BLE001 - tokenizers raises plain Exception for a missing/broken file
+        except Exception as exc:
             raise MissingTokenizer(f"cannot load {name}/tokenizer.json ({shorten(str(exc))})") from None
         try:
             self.model = AutoModelForCausalLM.from_pretrained(
-                checkpoint, dtype="auto" if dtype == "stored" else torch.float32).eval()
+                checkpoint, dtype="auto" if dtype == "stored" else torch.float32
+            ).eval()
         except (OSError, ValueError, KeyError, RuntimeError) as exc:
             if isinstance(exc, OSError) and exc.errno is not None:  # the OS's reason: permissions, ...
                 raise from_os_error(exc, f"cannot load the checkpoint {name}") from None
-            raise CheckpointNotFound(f"transformers cannot load the checkpoint {name} ({shorten(str(exc))})",
-                                     "pass a Qwen3 checkpoint folder that transformers can load") from None
+            raise CheckpointNotFound(
+                f"transformers cannot load the checkpoint {name} ({shorten(str(exc))})",
+                "pass a Qwen3 checkpoint folder that transformers can load",
+            ) from None
         self.torch = torch
         self.vocab = int(self.model.config.vocab_size)
         self._cache: Any = None  # the KV cache `start` makes
@@ -79,10 +81,11 @@ class HFModel:
         """Up to n argmax tokens; with `stop`, ends after the first stop id (which is kept)."""
         until = {"eos_token_id": list(stop)} if stop else {"eos_token_id": None, "min_new_tokens": n}
         with self.torch.no_grad():
-            out = self.model.generate(self.torch.tensor([ids]), max_new_tokens=n, do_sample=False, pad_token_id=0,
-                                      **until)
-        tokens = out[0, len(ids):].tolist()
-        return tokens[:next((i + 1 for i, t in enumerate(tokens) if t in stop), len(tokens))]
+            out = self.model.generate(
+                self.torch.tensor([ids]), max_new_tokens=n, do_sample=False, pad_token_id=0, **until
+            )
+        tokens = out[0, len(ids) :].tolist()
+        return tokens[: next((i + 1 for i, t in enumerate(tokens) if t in stop), len(tokens))]
 
     def extend(self, cache: Any, new: list[int], last_only: bool = False) -> Any:
         """Logits for `new` on top of `cache` (only the last position's when that is all the caller needs)."""

@@ -65,8 +65,7 @@ class Writer:
         """A large array's bytes written to the next file, and a SharedArray for the pipe; anything else (or an
         array whose write failed) as it is. An array that is not `owned` (a view of the runtime's own buffer,
         valid only until its next call) is copied when it has to take the pipe after all."""
-        if (self.fds and isinstance(value, np.ndarray) and value.nbytes >= THRESHOLD
-                and not value.dtype.hasobject):
+        if self.fds and isinstance(value, np.ndarray) and value.nbytes >= THRESHOLD and not value.dtype.hasobject:
             array = np.ascontiguousarray(value)
             try:
                 write_all(self.fds[self._turn], array, 0)

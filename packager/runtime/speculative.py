@@ -19,8 +19,9 @@ class Stepper(Protocol):
     def keep(self, length: int) -> None: ...
 
 
-def autoregressive(target: Any, ids: list[int], n: int, stop: tuple[int, ...] = (),
-                   clock: list[float] | None = None) -> list[int]:
+def autoregressive(
+    target: Any, ids: list[int], n: int, stop: tuple[int, ...] = (), clock: list[float] | None = None
+) -> list[int]:
     """The target's greedy continuation, one cached step per token (ends after a stop id). `clock`, when given,
     receives the seconds spent decoding (after the prompt's prefill)."""
     model: Stepper = target
@@ -35,8 +36,16 @@ def autoregressive(target: Any, ids: list[int], n: int, stop: tuple[int, ...] = 
     return out
 
 
-def speculative(draft: Any, target: Any, ids: list[int], n: int, d: int, accepted: list[int] | None = None,
-                stop: tuple[int, ...] = (), clock: list[float] | None = None) -> list[int]:
+def speculative(
+    draft: Any,
+    target: Any,
+    ids: list[int],
+    n: int,
+    d: int,
+    accepted: list[int] | None = None,
+    stop: tuple[int, ...] = (),
+    clock: list[float] | None = None,
+) -> list[int]:
     """Greedy speculative decoding with draft length d. Both caches cover the sequence but its last token
     (`pending`), which each step feeds first. After a full acceptance the draft has not seen its own last
     proposal yet; it gets it in the same forward. `accepted`, when given, receives how many draft tokens each
@@ -70,7 +79,7 @@ def speculative(draft: Any, target: Any, ids: list[int], n: int, d: int, accepte
     return out[:n]
 
 
-def timed(action, repeats: int = 3) -> tuple[float, list[int]]:  # type: ignore[no-untyped-def]
+def timed(action, repeats: int = 3) -> tuple[float, list[int]]:
     best, result = float("inf"), []
     for _ in range(repeats):
         start = time.perf_counter()

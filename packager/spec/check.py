@@ -7,11 +7,11 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from . import model as spec
-from ..report import Checked
 from ..errors import InputTooLarge, shorten
 from ..infra.userfile import SPEC_BYTES, read_at_most, say_size
+from ..report import Checked
 from ..report.findings import Finding
+from . import model as spec
 
 _TOML_AT = re.compile(r"\(at line (\d+), column (\d+)\)")
 _HEADER = re.compile(r"^\s*(\[\[?)\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
@@ -30,8 +30,9 @@ def check_spec(path: Path) -> Checked:
     except (OSError, UnicodeDecodeError) as exc:
         return _one(shown, f"cannot be read ({shorten(str(exc))})")
     if len(raw) > SPEC_BYTES:  # no spec at all (a device, a stray large file): an input error, not a finding
-        raise InputTooLarge(f"release spec {shorten(shown, 120)} is over {say_size(SPEC_BYTES)}: too large for a "
-                            "release spec")
+        raise InputTooLarge(
+            f"release spec {shorten(shown, 120)} is over {say_size(SPEC_BYTES)}: too large for a release spec"
+        )
     try:
         data = spec.parse(text)
     except tomllib.TOMLDecodeError as exc:
@@ -44,8 +45,9 @@ def check_spec(path: Path) -> Checked:
     findings = []
     for problem in spec.problems(data):
         line = locate(lines, problem.path)
-        findings.append(Finding(shown, "", "error", f"{problem.dotted}: {problem.message}",
-                                line=line, column=1 if line else None))
+        findings.append(
+            Finding(shown, "", "error", f"{problem.dotted}: {problem.message}", line=line, column=1 if line else None)
+        )
     findings.sort(key=lambda f: f.line or 0)
     return Checked("spec", shown, tuple(findings), (shown,))
 

@@ -219,8 +219,9 @@ def _card(data: dict[str, Any] | None, path: Path | None) -> CardText | None:
     app = _build(App, data.get("app"))
     links = tuple((name, url) for name, url in data.get("links", {}).items())
     reports = tuple(_relative(path, item) for item in data.get("speculate_reports", ()))
-    return replace(card, app=app, links=links, pair_report=_relative(path, data.get("pair_report")),
-                   speculate_reports=reports)  # type: ignore[arg-type]
+    return replace(
+        card, app=app, links=links, pair_report=_relative(path, data.get("pair_report")), speculate_reports=reports
+    )
 
 
 def from_dict(data: dict[str, Any], path: Path | None = None) -> ReleaseSpec:
@@ -228,24 +229,37 @@ def from_dict(data: dict[str, Any], path: Path | None = None) -> ReleaseSpec:
     runtime = data.get("runtime", {})
     verify = data.get("verify", {})
     return ReleaseSpec(
-        path=path, data=data,
-        convert=ConvertSettings(source=_relative(path, convert.get("source")), lora=_relative(path, convert.get("lora")),
-                                quant_bits=convert.get("quant_bits"), quant_block=convert.get("quant_block"),
-                                engine=convert.get("engine"), symmetric=convert.get("symmetric"),
-                                algorithm=convert.get("algorithm"), lm_bits=convert.get("lm_bits"),
-                                lm_block=convert.get("lm_block"),
-                                quant_sweep=_relative(path, convert.get("quant_sweep")),
-                                kind=convert.get("kind"), eagle=_relative(path, convert.get("eagle")),
-                                lookahead=_lookahead(path, convert.get("lookahead"))),
-        runtime=RuntimeOverrides(main=runtime.get("main", {}), draft=runtime.get("draft", {}),
-                                 opencl=runtime.get("opencl", {}),
-                                 compatible_targets=runtime.get("compatible_targets"),
-                                 notes=runtime.get("notes")),
-        release=_build(Release, data.get("release")), model=_build(Model, data.get("model")),
+        path=path,
+        data=data,
+        convert=ConvertSettings(
+            source=_relative(path, convert.get("source")),
+            lora=_relative(path, convert.get("lora")),
+            quant_bits=convert.get("quant_bits"),
+            quant_block=convert.get("quant_block"),
+            engine=convert.get("engine"),
+            symmetric=convert.get("symmetric"),
+            algorithm=convert.get("algorithm"),
+            lm_bits=convert.get("lm_bits"),
+            lm_block=convert.get("lm_block"),
+            quant_sweep=_relative(path, convert.get("quant_sweep")),
+            kind=convert.get("kind"),
+            eagle=_relative(path, convert.get("eagle")),
+            lookahead=_lookahead(path, convert.get("lookahead")),
+        ),
+        runtime=RuntimeOverrides(
+            main=runtime.get("main", {}),
+            draft=runtime.get("draft", {}),
+            opencl=runtime.get("opencl", {}),
+            compatible_targets=runtime.get("compatible_targets"),
+            notes=runtime.get("notes"),
+        ),
+        release=_build(Release, data.get("release")),
+        model=_build(Model, data.get("model")),
         training=_build(Training, data.get("training")),
         pairing=tuple(_build(Pairing, p) for p in data.get("pairing", [])),
         benchmarks=tuple(_build(Benchmark, b) for b in data.get("benchmarks", [])),
         card=_card(data.get("card"), path),
         credits=tuple(_build(Credit, c) for c in data.get("credits", [])),
         verify={k: v for k, v in verify.items() if k != "prompts"},
-        verify_prompts=_relative(path, verify.get("prompts")))
+        verify_prompts=_relative(path, verify.get("prompts")),
+    )

@@ -42,8 +42,11 @@ def _link_problems(card: Any, found: list[SpecProblem]) -> list[SpecProblem]:
     if not isinstance(links, dict):
         return []
     refused = {p.path[2] for p in found if p.path[:2] == ("card", "links") and len(p.path) > 2}
-    return [SpecProblem(("card", "links", name), said) for name, url in links.items()
-            if name not in refused and isinstance(url, str) and (said := _url_problem(url))]
+    return [
+        SpecProblem(("card", "links", name), said)
+        for name, url in links.items()
+        if name not in refused and isinstance(url, str) and (said := _url_problem(url))
+    ]
 
 
 def _placeholder(error: Any) -> bool:
@@ -66,12 +69,23 @@ def _training_problems(training: dict[str, Any] | None) -> list[SpecProblem]:
         samples, batch, accum, epochs = parts
         expected = math.ceil(samples / (batch * accum)) * epochs
         if steps != expected:
-            found.append(SpecProblem(("training", "optimizer_steps"), f"{steps} != ceil(samples / (batch_size x "
-                                     f"grad_accum)) x epochs = {expected}"))
-    if training.get("loss_kl") is not None and training.get("loss_ce") is not None:
-        if abs(training["loss_kl"] + training["loss_ce"] - 1) > 1e-9:
-            found.append(SpecProblem(("training", "loss_ce"), f"loss_kl + loss_ce must be 1, they add up to "
-                                     f"{training['loss_kl'] + training['loss_ce']:g}"))
+            found.append(
+                SpecProblem(
+                    ("training", "optimizer_steps"),
+                    f"{steps} != ceil(samples / (batch_size x grad_accum)) x epochs = {expected}",
+                )
+            )
+    if (
+        training.get("loss_kl") is not None
+        and training.get("loss_ce") is not None
+        and abs(training["loss_kl"] + training["loss_ce"] - 1) > 1e-9
+    ):
+        found.append(
+            SpecProblem(
+                ("training", "loss_ce"),
+                f"loss_kl + loss_ce must be 1, they add up to {training['loss_kl'] + training['loss_ce']:g}",
+            )
+        )
     return found
 
 

@@ -25,22 +25,30 @@ def load_key(path: Path, passphrase: bytes | None) -> object:
     shown = shorten(str(path), 120)
     if not path.is_file():  # a folder, or a FIFO that would block the read
         raise SigningKeyInvalid(f"signing key {shown} is not a file")
-    data = read_bytes(path, MAX_KEY_BYTES, what="signing key", unreadable=SigningKeyInvalid,
-                      too_large=SigningKeyInvalid)
+    data = read_bytes(
+        path, MAX_KEY_BYTES, what="signing key", unreadable=SigningKeyInvalid, too_large=SigningKeyInvalid
+    )
     try:
         key = serialization.load_pem_private_key(data, passphrase)
     except TypeError:  # encrypted without a passphrase, or a passphrase for a key that has none
         if passphrase is None:
             raise SigningKeyLocked(f"signing key {shown} is protected by a passphrase and none was given") from None
-        raise SigningKeyInvalid(f"signing key {shown} is not protected, yet a passphrase was given",
-                                f"unset {PASSPHRASE_ENV} or drop --passphrase-file") from None
+        raise SigningKeyInvalid(
+            f"signing key {shown} is not protected, yet a passphrase was given",
+            f"unset {PASSPHRASE_ENV} or drop --passphrase-file",
+        ) from None
     except ValueError:
         if b"ENCRYPTED" in data and passphrase is not None:
             raise SigningKeyLocked(f"the passphrase does not unlock signing key {shown}") from None
-        kind = "a public key" if b"PUBLIC KEY-----" in data else "a certificate" if b"CERTIFICATE" in data else \
-            "not a PEM private key"
+        kind = (
+            "a public key"
+            if b"PUBLIC KEY-----" in data
+            else "a certificate"
+            if b"CERTIFICATE" in data
+            else "not a PEM private key"
+        )
         raise SigningKeyInvalid(f"signing key {shown} is {kind}, not a private key") from None
-    except Exception:  # noqa: BLE001 - cryptography's UnsupportedAlgorithm and the like: still not usable
+    except Exception:
         raise SigningKeyInvalid(f"signing key {shown} is no private key packager can use") from None
     if not isinstance(key, ec.EllipticCurvePrivateKey):
         raise SigningKeyCurve(f"signing key {shown} is {type(key).__name__.removeprefix('_')}, not an EC key")
@@ -52,8 +60,11 @@ def load_key(path: Path, passphrase: bytes | None) -> object:
 def public_pem(private: object) -> bytes:
     from cryptography.hazmat.primitives import serialization
 
-    return bytes(private.public_key().public_bytes(  # type: ignore[attr-defined]
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    return bytes(
+        private.public_key().public_bytes(  # type: ignore[attr-defined]
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
 
 
 def key_id(pem: bytes) -> str:
@@ -71,8 +82,14 @@ def read_passphrase(passphrase_file: Path | None) -> bytes | None:
     if passphrase_file is not None:
         from ..infra.userfile import PASSPHRASE_BYTES, read_bytes
 
-        line = read_bytes(passphrase_file, PASSPHRASE_BYTES, what="--passphrase-file", first_line=True,
-                          unreadable=PassphraseFileUnusable, too_large=PassphraseFileUnusable)
+        line = read_bytes(
+            passphrase_file,
+            PASSPHRASE_BYTES,
+            what="--passphrase-file",
+            first_line=True,
+            unreadable=PassphraseFileUnusable,
+            too_large=PassphraseFileUnusable,
+        )
         return line.removesuffix(b"\r")  # a file saved with Windows line ends
     value = os.environ.get(PASSPHRASE_ENV)
     return value.encode("utf-8") if value else None

@@ -12,8 +12,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..bundle.kinds import CARD, FILES, release_names
 from ..bundle.checksum import MANIFEST, SIGNATURE, check_manifest
+from ..bundle.kinds import CARD, FILES, release_names
 from ..bundle.staging import write_atomic
 from ..errors import BundleError, PackagerError, SigstoreFailed, shorten
 from .keys import load_key, public_pem
@@ -38,20 +38,28 @@ def check_release_set(bundle: Path) -> None:
     missing = sorted(set(wanted) - present)
     extra = sorted(present - set(wanted))
     if missing:
-        raise BundleError(f"{bundle} lacks {', '.join(missing)}; nothing was signed",
-                          "sign after packager card and packager checksum")
+        raise BundleError(
+            f"{bundle} lacks {', '.join(missing)}; nothing was signed", "sign after packager card and packager checksum"
+        )
     if extra:
-        raise BundleError(f"{bundle} holds {', '.join(shorten(n, 60) for n in extra[:5])}, which no release has; "
-                          "nothing was signed", "move it out of the bundle folder")
+        raise BundleError(
+            f"{bundle} holds {', '.join(shorten(n, 60) for n in extra[:5])}, which no release has; nothing was signed",
+            "move it out of the bundle folder",
+        )
     for name in (*wanted, *([SIGNATURE] if os.path.lexists(bundle / SIGNATURE) else [])):
         if (bundle / name).is_symlink() or not (bundle / name).is_file():
-            raise BundleError(f"{shorten(str(bundle / name), 120)} is not a regular file; nothing was signed",
-                              "a release holds regular files only: replace it with the file itself (an old "
-                              f"{SIGNATURE}: delete it, sign writes a new one)")
+            raise BundleError(
+                f"{shorten(str(bundle / name), 120)} is not a regular file; nothing was signed",
+                "a release holds regular files only: replace it with the file itself (an old "
+                f"{SIGNATURE}: delete it, sign writes a new one)",
+            )
     result = check_manifest(bundle)
     if not result.ok:
-        raise BundleError(f"{bundle} does not match its {MANIFEST} (changed: {', '.join(result.mismatched) or '-'}); "
-                          "nothing was signed", "rewrite it with packager checksum, then sign")
+        raise BundleError(
+            f"{bundle} does not match its {MANIFEST} (changed: {', '.join(result.mismatched) or '-'}); "
+            "nothing was signed",
+            "rewrite it with packager checksum, then sign",
+        )
 
 
 def sign(bundle: Path, key: Path, passphrase: bytes | None = None) -> SignResult:
@@ -72,8 +80,8 @@ def sign(bundle: Path, key: Path, passphrase: bytes | None = None) -> SignResult
 def _still_valid(bundle: Path, private: object) -> SignResult | None:
     """An existing model.sig by this key over exactly these files is kept: ECDSA signatures differ each time,
     and a new one would make an unchanged re-release commit again."""
-    from .signature import Trust, read_signature, verify_folder
     from .keys import key_hint
+    from .signature import Trust, read_signature, verify_folder
 
     if not os.path.lexists(bundle / SIGNATURE):
         return None
@@ -85,8 +93,9 @@ def _still_valid(bundle: Path, private: object) -> SignResult | None:
         except PackagerError:  # no longer valid (files changed, another key): signed anew
             return None
     data = read_signature(bundle / SIGNATURE)
-    return SignResult(signature=bundle / SIGNATURE, files=release_names(bundle, CARD, MANIFEST), key_id=key_hint(data),
-                      unchanged=True)
+    return SignResult(
+        signature=bundle / SIGNATURE, files=release_names(bundle, CARD, MANIFEST), key_id=key_hint(data), unchanged=True
+    )
 
 
 def sign_keyless(bundle: Path, identity_token: str | None = None) -> SignResult:
@@ -102,9 +111,10 @@ def sign_keyless(bundle: Path, identity_token: str | None = None) -> SignResult:
         return _write(bundle, config)
     except PackagerError:
         raise
-    except Exception as exc:  # noqa: BLE001 - sigstore's trust root, Fulcio and Rekor failures are many kinds
-        raise SigstoreFailed(f"keyless signing failed: {type(exc).__name__}: {shorten(str(exc), 160)}; "
-                             "nothing was signed") from None
+    except Exception as exc:
+        raise SigstoreFailed(
+            f"keyless signing failed: {type(exc).__name__}: {shorten(str(exc), 160)}; nothing was signed"
+        ) from None
 
 
 def _identity_token(given: str | None) -> str:
@@ -113,16 +123,18 @@ def _identity_token(given: str | None) -> str:
 
     try:
         token = given or oidc.detect_credential()
-    except Exception as exc:  # noqa: BLE001 - id's AmbientCredentialError and the like
+    except Exception as exc:
         raise SigstoreFailed(f"no OIDC identity: {shorten(str(exc), 160)}; nothing was signed") from None
     if not token:
-        raise SigstoreFailed("no OIDC identity token (no --identity-token-file, and no CI identity "
-                             "detected); nothing was signed")
+        raise SigstoreFailed(
+            "no OIDC identity token (no --identity-token-file, and no CI identity detected); nothing was signed"
+        )
     try:
         oidc.IdentityToken(token.strip())
-    except Exception as exc:  # noqa: BLE001 - IdentityError on a malformed or non-sigstore token
-        raise SigstoreFailed(f"the OIDC identity token is not usable: {shorten(str(exc), 160)}; "
-                             "nothing was signed") from None
+    except Exception as exc:
+        raise SigstoreFailed(
+            f"the OIDC identity token is not usable: {shorten(str(exc), 160)}; nothing was signed"
+        ) from None
     return token.strip()
 
 
@@ -132,8 +144,9 @@ def _hashing(bundle: Path) -> object:
     made over a folder that already held a model.sig would otherwise sign the old signature too."""
     from model_signing import hashing
 
-    config = hashing.Config().use_file_serialization(hashing_algorithm="sha256", allow_symlinks=False,
-                                                     ignore_paths=[Path(SIGNATURE)])
+    config = hashing.Config().use_file_serialization(
+        hashing_algorithm="sha256", allow_symlinks=False, ignore_paths=[Path(SIGNATURE)]
+    )
     config.add_ignored_paths(model_path=bundle, paths=[SIGNATURE])
     return config
 

@@ -17,9 +17,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..bundle.checksum import SIGNATURE
+from ..errors import (
+    BundleError,
+    ContentMismatch,
+    SignatureCoverage,
+    SignatureMalformed,
+    SignatureUnsafePath,
+    SignatureUntrusted,
+    SigstoreFailed,
+    from_os_error,
+    shorten,
+)
 from .keys import key_hint
-from ..errors import (BundleError, ContentMismatch, SignatureCoverage, SignatureMalformed,
-                      SignatureUnsafePath, SignatureUntrusted, SigstoreFailed, from_os_error, shorten)
 
 MAX_SIGNATURE_BYTES = 1024 * 1024  # a key-signed bundle of twelve files is ~3 KB, a keyless one ~10 KB
 HASH_TYPES = ("sha256", "blake2", "blake3")
@@ -44,8 +53,10 @@ class Trust:
         if self.public_key is not None and self.identity is not None:
             raise InvalidOption("--public-key and --identity both given", "trust either a key or a sigstore identity")
         if (self.identity is None) != (self.issuer is None):
-            raise InvalidOption("--identity and --issuer go together",
-                                "give both, e.g. --issuer https://token.actions.githubusercontent.com")
+            raise InvalidOption(
+                "--identity and --issuer go together",
+                "give both, e.g. --issuer https://token.actions.githubusercontent.com",
+            )
 
     def describe(self) -> str:
         if self.public_key is not None:
@@ -69,8 +80,10 @@ def read_signature(path: Path) -> bytes:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
-        raise SignatureUntrusted(f"{shorten(str(path.parent), 120)} holds no {SIGNATURE} (it is not signed)",
-                                 "sign it with packager sign, or ask its publisher for a signed release") from None
+        raise SignatureUntrusted(
+            f"{shorten(str(path.parent), 120)} holds no {SIGNATURE} (it is not signed)",
+            "sign it with packager sign, or ask its publisher for a signed release",
+        ) from None
     except OSError as exc:
         if exc.errno != errno.ELOOP:  # ELOOP: the last component is a link
             raise from_os_error(exc, f"cannot read {SIGNATURE}") from None
@@ -80,8 +93,10 @@ def read_signature(path: Path) -> bytes:
         if not stat.S_ISREG(info.st_mode):
             raise _not_regular(shown)
         if info.st_size > MAX_SIGNATURE_BYTES:
-            raise SignatureMalformed(f"{SIGNATURE} is {info.st_size:,} bytes, more than any signature "
-                                     f"({MAX_SIGNATURE_BYTES:,} at most); it was not read")
+            raise SignatureMalformed(
+                f"{SIGNATURE} is {info.st_size:,} bytes, more than any signature "
+                f"({MAX_SIGNATURE_BYTES:,} at most); it was not read"
+            )
         data = bytearray()
         while len(data) <= MAX_SIGNATURE_BYTES and (chunk := os.read(fd, MAX_SIGNATURE_BYTES + 1 - len(data))):
             data += chunk
@@ -93,9 +108,11 @@ def read_signature(path: Path) -> bytes:
 
 
 def _not_regular(shown: str) -> BundleError:
-    return BundleError(f"{shown} is not a regular file (a link, folder, FIFO or device); nothing was read from it",
-                       f"a signed bundle holds its {SIGNATURE} as a regular file: replace it with the publisher's, "
-                       "or sign again with packager sign")
+    return BundleError(
+        f"{shown} is not a regular file (a link, folder, FIFO or device); nothing was read from it",
+        f"a signed bundle holds its {SIGNATURE} as a regular file: replace it with the publisher's, "
+        "or sign again with packager sign",
+    )
 
 
 def _parsed(data: bytes) -> dict:
@@ -123,8 +140,10 @@ def _keyless(document: dict) -> bool:
 def _verifier(trust: Trust, keyless: bool) -> object:
     if trust.public_key is not None:
         if keyless:
-            raise SignatureUntrusted(f"{SIGNATURE} was signed keyless (sigstore), not with a key; nothing was "
-                                     "trusted", "verify it with --identity and --issuer")
+            raise SignatureUntrusted(
+                f"{SIGNATURE} was signed keyless (sigstore), not with a key; nothing was trusted",
+                "verify it with --identity and --issuer",
+            )
         from model_signing._signing import sign_ec_key
 
         return sign_ec_key.Verifier(_public_key(trust.public_key))
@@ -134,9 +153,11 @@ def _verifier(trust: Trust, keyless: bool) -> object:
 
     try:
         return sign_sigstore.Verifier(identity=trust.identity or "", oidc_issuer=trust.issuer or "")
-    except Exception as exc:  # noqa: BLE001 - TUF, network and parsing failures of the trust root
-        raise SigstoreFailed(f"sigstore's trust root could not be loaded to verify {SIGNATURE}: "
-                             f"{type(exc).__name__}: {shorten(str(exc), 160)}") from None
+    except Exception as exc:
+        raise SigstoreFailed(
+            f"sigstore's trust root could not be loaded to verify {SIGNATURE}: "
+            f"{type(exc).__name__}: {shorten(str(exc), 160)}"
+        ) from None
 
 
 def _public_key(path: Path) -> Path:
@@ -144,9 +165,9 @@ def _public_key(path: Path) -> Path:
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import ec
 
-    from .keys import CURVES, MAX_KEY_BYTES
     from ..errors import PublicKeyInvalid, SigningKeyCurve, SigningKeyInvalid
     from ..infra.userfile import read_bytes
+    from .keys import CURVES, MAX_KEY_BYTES
 
     shown = shorten(str(path), 120)
     if not path.is_file():  # a folder, or a FIFO that would block the read
@@ -154,7 +175,7 @@ def _public_key(path: Path) -> Path:
     data = read_bytes(path, MAX_KEY_BYTES, what="public key", unreadable=PublicKeyInvalid, too_large=PublicKeyInvalid)
     try:
         key = serialization.load_pem_public_key(data)
-    except Exception:  # noqa: BLE001 - ValueError, UnsupportedAlgorithm: not a usable public key either way
+    except Exception:
         raise SigningKeyInvalid(f"public key {shown} is not a PEM public key", "pass the publisher's key.pub") from None
     if not isinstance(key, ec.EllipticCurvePublicKey) or key.curve.name not in CURVES:
         raise SigningKeyCurve(f"public key {shown} is not an EC key on P-256, P-384 or P-521")
@@ -174,11 +195,11 @@ def read_signed(path: Path, trust: Trust) -> Signed:
             copy = Path(work) / SIGNATURE
             copy.write_bytes(data)
             signature = kind.read(copy)
-    except Exception:  # noqa: BLE001 - the library's parsers raise KeyError, TypeError, ValueError, ...
+    except Exception:
         raise SignatureMalformed(f"{SIGNATURE} is JSON but not a sigstore bundle model-signing can read") from None
     try:
         manifest = verifier.verify(signature)  # type: ignore[attr-defined]
-    except Exception as exc:  # noqa: BLE001 - a wrong key is ValueError, a bad envelope InvalidSignature, ...
+    except Exception as exc:
         reason = shorten(str(exc).split(". ")[0], 120) or type(exc).__name__
         raise SignatureUntrusted(f"{SIGNATURE} is not signed by {trust.describe()} ({reason})") from None
     return _signed(manifest, key_hint(data) or (trust.identity or ""))
@@ -188,8 +209,10 @@ def _signed(manifest: object, signer: str) -> Signed:
     kind = manifest.serialization_type  # type: ignore[attr-defined]
     hash_type = kind.get("hash_type")
     if kind.get("method") != "files" or hash_type not in HASH_TYPES:
-        raise SignatureMalformed(f"{SIGNATURE} signs {shorten(str(kind.get('method')), 40)!r} serialization with "
-                                 f"{shorten(str(hash_type), 40)!r}; packager signs and checks whole files")
+        raise SignatureMalformed(
+            f"{SIGNATURE} signs {shorten(str(kind.get('method')), 40)!r} serialization with "
+            f"{shorten(str(hash_type), 40)!r}; packager signs and checks whole files"
+        )
     digests: dict[str, bytes] = {}
     for item in manifest.resource_descriptors():  # type: ignore[attr-defined]
         name = item.identifier
@@ -212,7 +235,7 @@ def unverified(path: Path) -> Signed:
     try:
         payload = json.loads(base64.b64decode(document["dsseEnvelope"]["payload"]))
         manifest = signing.dsse_payload_to_manifest(payload)
-    except Exception:  # noqa: BLE001 - KeyError, binascii.Error, ValueError: not a statement model-signing reads
+    except Exception:
         raise SignatureMalformed(f"{SIGNATURE} holds no in-toto statement model-signing can read") from None
     return _signed(manifest, key_hint(data))
 
@@ -223,17 +246,20 @@ def check_current(folder: Path) -> None:
     held = {p.name for p in folder.iterdir() if p.name not in (SIGNATURE, ".gitattributes")}
     check_coverage(signed, held, str(folder))
     if bad := mismatched(folder, signed, sorted(held)):
-        raise ContentMismatch(f"{SIGNATURE} in {shorten(str(folder), 120)} no longer matches {', '.join(bad[:5])}",
-                              "sign the bundle again (packager sign, or release with a signing key), or delete "
-                              f"{SIGNATURE} to publish it unsigned")
+        raise ContentMismatch(
+            f"{SIGNATURE} in {shorten(str(folder), 120)} no longer matches {', '.join(bad[:5])}",
+            "sign the bundle again (packager sign, or release with a signing key), or delete "
+            f"{SIGNATURE} to publish it unsigned",
+        )
 
 
 def check_coverage(signed: Signed, held: set[str], where: str) -> None:
     """The signature names exactly the files `where` holds (besides itself and git's .gitattributes)."""
     unknown = sorted(set(signed.digests) - held)
     if unknown:
-        raise SignatureCoverage(f"{SIGNATURE} names {', '.join(shorten(n, 60) for n in unknown[:5])}, which "
-                                f"{where} does not hold")
+        raise SignatureCoverage(
+            f"{SIGNATURE} names {', '.join(shorten(n, 60) for n in unknown[:5])}, which {where} does not hold"
+        )
     unsigned = sorted(held - set(signed.digests))
     if unsigned:
         raise SignatureCoverage(f"{SIGNATURE} leaves out {', '.join(shorten(n, 60) for n in unsigned[:5])} of {where}")
@@ -259,8 +285,10 @@ def verify_folder(folder: Path, trust: Trust) -> Signed:
     read_signature(path)  # absent: not signed; a link, FIFO or folder: refused as such, before any other check
     odd = sorted(p.name for p in folder.iterdir() if p.is_symlink() or not p.is_file())
     if odd:
-        raise BundleError(f"{shorten(odd[0], 120)} in {shorten(str(folder), 120)} is not a regular file",
-                          "a signed bundle holds only regular files")
+        raise BundleError(
+            f"{shorten(odd[0], 120)} in {shorten(str(folder), 120)} is not a regular file",
+            "a signed bundle holds only regular files",
+        )
     signed = read_signed(path, trust)
     held = {p.name for p in folder.iterdir() if p.name not in (SIGNATURE, ".gitattributes")}
     check_coverage(signed, held, str(folder))

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from ..bundle.checksum import MANIFEST, check_manifest
-from ..errors import ManifestError
-from ..errors import BundleError, shorten
-from ..bundle.kinds import DRAFT, kind_of
-from . import crossfile, speculative, weights
 from ..bundle import graph
+from ..bundle.checksum import MANIFEST, check_manifest
+from ..bundle.kinds import DRAFT, kind_of
+from ..errors import BundleError, ManifestError, shorten
+from ..report.findings import Collector, Finding, ValidationReport
+from . import crossfile, speculative, weights
 from .documents import JSON_FILES, SCHEMA_FOR, check_schema, load_json
 from .files import check_files, open_folder
-from ..report.findings import Collector, Finding, ValidationReport
 
 __all__ = ["Finding", "ValidationReport", "validate"]
 
@@ -27,8 +27,11 @@ def validate(bundle: Path, checksums: bool = True) -> ValidationReport:
     usable = check_files(bundle, present, out, kind)
     docs = _documents(bundle, usable, out)
     facts = _graph(docs.get("llm.mnn.json"), out)
-    weight_size = _guard(out, "llm.mnn.weight", lambda: (bundle / "llm.mnn.weight").stat().st_size) \
-        if "llm.mnn.weight" in usable else None
+    weight_size = (
+        _guard(out, "llm.mnn.weight", lambda: (bundle / "llm.mnn.weight").stat().st_size)
+        if "llm.mnn.weight" in usable
+        else None
+    )
     crossfile.check_draft_configs(docs, out)
     crossfile.check_recommendation(docs, out)
     crossfile.check_paths(bundle, docs, out)
@@ -38,14 +41,21 @@ def validate(bundle: Path, checksums: bool = True) -> ValidationReport:
         _guard(out, "llm.mnn.weight", lambda: weights.check(bundle / "llm.mnn.weight", facts, weight_size, out))
     if "llm.mnn" in usable:
         _guard(out, "llm.mnn", lambda: crossfile.check_graph_copy(bundle, facts, out))
-    header = _guard(out, "tokenizer.txt", lambda: crossfile.check_tokenizer(bundle / "tokenizer.txt", facts, out)) \
-        if "tokenizer.txt" in usable else None
+    header = (
+        _guard(out, "tokenizer.txt", lambda: crossfile.check_tokenizer(bundle / "tokenizer.txt", facts, out))
+        if "tokenizer.txt" in usable
+        else None
+    )
     crossfile.check_engine(docs, facts, header, out)
     speculative.check(bundle, kind, docs, facts, usable, out)  # a draft may run lookahead too
     llm = docs.get("llm_config.json")
     if kind is DRAFT and isinstance(llm, dict) and "tie_embeddings" not in llm:
-        out.error("llm_config.json", "", "'tie_embeddings' is a required property of a draft bundle (it has no "
-                                         "embeddings file, so its embeddings must be tied to lm_head)")
+        out.error(
+            "llm_config.json",
+            "",
+            "'tie_embeddings' is a required property of a draft bundle (it has no "
+            "embeddings file, so its embeddings must be tied to lm_head)",
+        )
     if checksums and MANIFEST in present and present[MANIFEST].is_file(follow_symlinks=False):
         _guard(out, MANIFEST, lambda: _check_manifest(bundle, out))
     return ValidationReport(bundle=bundle, findings=tuple(out.items), checked_files=tuple(usable), kind=kind.name)
@@ -67,8 +77,11 @@ def _graph(dump: Any, out: Collector) -> graph.GraphFacts | None:
     try:
         return graph.read(dump)
     except (TypeError, ValueError, AttributeError) as exc:  # a hand-edited dump: a field of the wrong shape
-        out.error("llm.mnn.json", "", f"is not a graph dump MNN wrote ({type(exc).__name__}: {shorten(str(exc))}); "
-                                      "the graph checks were skipped")
+        out.error(
+            "llm.mnn.json",
+            "",
+            f"is not a graph dump MNN wrote ({type(exc).__name__}: {shorten(str(exc))}); the graph checks were skipped",
+        )
         return None
 
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
-from ..report import FOLDER, Checked, Report
 from ..errors import PackagerError
+from ..report import FOLDER, Checked, Report
 from ..report.findings import Finding
 
 

@@ -6,17 +6,21 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from ..families.qwen3 import QWEN3_STOP_IDS
-from ..bundle.tokenizer_txt import MIN_ENGINE, TYPES, HeaderError, TokenizerHeader, read_header
-from ..bundle.engine import C4_FUSION, OLDEST, WHY_OLDEST, format_version, parse_version
 from ..bundle import folder as mnnfolder
-from ..errors import shorten
-from ..report.findings import Collector, pointer, report_capped
+from ..bundle.engine import C4_FUSION, OLDEST, WHY_OLDEST, format_version, parse_version
 from ..bundle.graph import GraphFacts, Linear
+from ..bundle.tokenizer_txt import MIN_ENGINE, TYPES, HeaderError, TokenizerHeader, read_header
+from ..errors import shorten
+from ..families.qwen3 import QWEN3_STOP_IDS
+from ..report.findings import Collector, pointer, report_capped
 
 Docs = dict[str, Any]  # file name -> parsed JSON object, or None when missing/unparsable
-_PATH_DEFAULTS = {"llm_model": "llm.mnn", "llm_weight": "llm.mnn.weight", "tokenizer_file": "tokenizer.txt",
-                  "llm_config": "llm_config.json"}
+_PATH_DEFAULTS = {
+    "llm_model": "llm.mnn",
+    "llm_weight": "llm.mnn.weight",
+    "tokenizer_file": "tokenizer.txt",
+    "llm_config": "llm_config.json",
+}
 
 
 def check_draft_configs(docs: Docs, out: Collector) -> None:
@@ -25,8 +29,12 @@ def check_draft_configs(docs: Docs, out: Collector) -> None:
         return
     for key in sorted(set(cpu) | set(draft)):
         if cpu.get(key) != draft.get(key):
-            out.error("draft_config_cpu.json", pointer([key]), f"differs from config_cpu.json "
-                      f"({_shown(draft.get(key))} vs {_shown(cpu.get(key))}); the two must be identical")
+            out.error(
+                "draft_config_cpu.json",
+                pointer([key]),
+                f"differs from config_cpu.json "
+                f"({_shown(draft.get(key))} vs {_shown(cpu.get(key))}); the two must be identical",
+            )
 
 
 def check_recommendation(docs: Docs, out: Collector) -> None:
@@ -36,19 +44,25 @@ def check_recommendation(docs: Docs, out: Collector) -> None:
         return
     pairs = []
     if cpu is not None:
-        pairs += [("draft_backend", "config_cpu.json", "backend_type", cpu.get("backend_type", "cpu")),
-                  ("draft_thread_num", "config_cpu.json", "thread_num", cpu.get("thread_num", 4)),
-                  ("draft_power", "config_cpu.json", "power", cpu.get("power", "normal")),
-                  ("draft_sampler_type", "config_cpu.json", "sampler_type", cpu.get("sampler_type", "mixed"))]
+        pairs += [
+            ("draft_backend", "config_cpu.json", "backend_type", cpu.get("backend_type", "cpu")),
+            ("draft_thread_num", "config_cpu.json", "thread_num", cpu.get("thread_num", 4)),
+            ("draft_power", "config_cpu.json", "power", cpu.get("power", "normal")),
+            ("draft_sampler_type", "config_cpu.json", "sampler_type", cpu.get("sampler_type", "mixed")),
+        ]
     if opencl is not None:
         pairs.append(("target_backend", "config_opencl.json", "backend_type", opencl.get("backend_type", "cpu")))
         if "draft_predict_length" in opencl:
-            pairs.append(("draft_predict_length", "config_opencl.json", "draft_predict_length",
-                          opencl["draft_predict_length"]))
+            pairs.append(
+                ("draft_predict_length", "config_opencl.json", "draft_predict_length", opencl["draft_predict_length"])
+            )
     for key, other, other_key, value in pairs:
         if key in rec and rec[key] != value:
-            out.error("runtime_config.json", pointer(["recommended", key]),
-                      f"recommends {_shown(rec[key])} but {other} has {other_key} {_shown(value)}")
+            out.error(
+                "runtime_config.json",
+                pointer(["recommended", key]),
+                f"recommends {_shown(rec[key])} but {other} has {other_key} {_shown(value)}",
+            )
 
 
 def check_paths(bundle: Path, docs: Docs, out: Collector) -> None:
@@ -57,16 +71,21 @@ def check_paths(bundle: Path, docs: Docs, out: Collector) -> None:
         if config is None:
             continue
         keys = dict(_PATH_DEFAULTS) if name == "config.json" else {}
-        keys.update({k: v for k, v in config.items() if k in _PATH_DEFAULTS or k in ("embedding_file",
-                                                                                      "draft_config_path")})
+        keys.update(
+            {k: v for k, v in config.items() if k in _PATH_DEFAULTS or k in ("embedding_file", "draft_config_path")}
+        )
         base = config.get("base_dir", "") if isinstance(config.get("base_dir", ""), str) else ""
         for key, value in sorted(keys.items()):
             if not isinstance(value, str):
                 continue
             where = pointer([key]) if key in config else f"{pointer([key])} (default)"
             if key == "draft_config_path" and value.startswith("/"):
-                out.warning(name, where, f"{_shown(value)} is an absolute device path; a bundle should name "
-                                         "draft_config_cpu.json relative to itself")
+                out.warning(
+                    name,
+                    where,
+                    f"{_shown(value)} is an absolute device path; a bundle should name "
+                    "draft_config_cpu.json relative to itself",
+                )
                 continue
             problem = _path_problem(bundle, base + value)
             if problem:
@@ -106,8 +125,12 @@ def check_model_settings(docs: Docs, graph: GraphFacts | None, weight_size: int 
     w, a, s, bits, block = tie.weight_offset, tie.alpha_offset, tie.alpha_size, tie.bits, tie.block
     hidden, vocab = lm.in_features, lm.out_features
     if a - w != vocab * hidden * bits // 8:
-        out.error("llm_config.json", "/tie_embeddings", f"weight span {a - w} bytes != vocab {vocab} x hidden "
-                                                         f"{hidden} x {bits} bits / 8 = {vocab * hidden * bits // 8}")
+        out.error(
+            "llm_config.json",
+            "/tie_embeddings",
+            f"weight span {a - w} bytes != vocab {vocab} x hidden "
+            f"{hidden} x {bits} bits / 8 = {vocab * hidden * bits // 8}",
+        )
     per_row = (hidden // block if block else 1) * (2 if lm.asymmetric else 1) * tie.alpha_bytes
     if s != vocab * per_row:
         out.error("llm_config.json", "/tie_embeddings", f"alpha size {s} != {vocab * per_row} for block {block}")
@@ -133,8 +156,13 @@ def _differing(lin: Linear, bits: int | None, block: int | None, asymmetric: boo
     if lin.block is not None and block and lin.block != block:
         return [(where, f"quant block {lin.block}, the bundle declares {block}")]
     if lin.bits is not None and lin.asymmetric != asymmetric:
-        return [(where, f"{'a' if lin.asymmetric else ''}symmetric weights, the others are "
-                        f"{'a' if asymmetric else ''}symmetric")]
+        return [
+            (
+                where,
+                f"{'a' if lin.asymmetric else ''}symmetric weights, the others are "
+                f"{'a' if asymmetric else ''}symmetric",
+            )
+        ]
     return []
 
 
@@ -143,8 +171,9 @@ def check_weight_ranges(graph: GraphFacts, weight_size: int, out: Collector) -> 
     position, past = 0, []
     for name, offset, length in sorted(graph.ranges, key=lambda r: r[1]):
         if offset + length > weight_size:
-            past.append((f"/oplists ({name})", f"weight range {offset}+{length} ends past llm.mnn.weight "
-                                               f"({weight_size} bytes)"))
+            past.append(
+                (f"/oplists ({name})", f"weight range {offset}+{length} ends past llm.mnn.weight ({weight_size} bytes)")
+            )
         elif offset < position:
             out.error("llm.mnn.json", f"/oplists ({name})", f"weight range at {offset} overlaps the previous one")
         elif offset > position:
@@ -152,8 +181,11 @@ def check_weight_ranges(graph: GraphFacts, weight_size: int, out: Collector) -> 
         position = max(position, offset + length)
     report_capped(out, "llm.mnn.json", past, "ops whose weights end past the file")
     if position < weight_size:
-        out.error("llm.mnn.weight", "", f"{weight_size - position} trailing bytes belong to no op "
-                                         f"(the graph covers {position} of {weight_size})")
+        out.error(
+            "llm.mnn.weight",
+            "",
+            f"{weight_size - position} trailing bytes belong to no op (the graph covers {position} of {weight_size})",
+        )
 
 
 def check_tokenizer(path: Path, graph: GraphFacts | None, out: Collector) -> TokenizerHeader | None:
@@ -164,8 +196,11 @@ def check_tokenizer(path: Path, graph: GraphFacts | None, out: Collector) -> Tok
         return None
     missing = [i for i in QWEN3_STOP_IDS if i not in header.stop]
     if missing:
-        out.error("tokenizer.txt", "", f"stop ids {list(header.stop)} lack {missing} (Qwen3 ends turns with 151645 "
-                                       "and text with 151643)")
+        out.error(
+            "tokenizer.txt",
+            "",
+            f"stop ids {list(header.stop)} lack {missing} (Qwen3 ends turns with 151645 and text with 151643)",
+        )
     vocab = graph.lm_head.out_features if graph and graph.lm_head else None
     if vocab is not None:
         size = _text_vocab_size(path) if header.type == 3 else None
@@ -200,13 +235,19 @@ def check_engine(docs: Docs, graph: GraphFacts | None, header: TokenizerHeader |
     if header is not None and TYPES.get(header.type) == "pipeline":
         needs.append((MIN_ENGINE["pipeline"], "tokenizer.txt is in the PIPELINE format"))
     if version < OLDEST:  # --engine bundles: no C4 fusion and a text tokenizer still need a proven engine
-        out.warning("runtime_config.json", "/min_mnn_engine/version",
-                    f"declares {shorten(declared['version'])}, older than any engine a bundle is proven to load in "
-                    f"({format_version(OLDEST)}: {WHY_OLDEST})")
+        out.warning(
+            "runtime_config.json",
+            "/min_mnn_engine/version",
+            f"declares {shorten(declared['version'])}, older than any engine a bundle is proven to load in "
+            f"({format_version(OLDEST)}: {WHY_OLDEST})",
+        )
     for need, why in needs:
         if version < need:
-            out.error("runtime_config.json", "/min_mnn_engine/version",
-                      f"declares {shorten(declared['version'])} but {why}, which needs {'.'.join(map(str, need))}")
+            out.error(
+                "runtime_config.json",
+                "/min_mnn_engine/version",
+                f"declares {shorten(declared['version'])} but {why}, which needs {'.'.join(map(str, need))}",
+            )
 
 
 def check_graph_copy(bundle: Path, graph: GraphFacts | None, out: Collector) -> None:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 from ..bundle.kinds import FILES, RELEASE_EXTRAS
 
@@ -21,7 +21,8 @@ class Discovered:
 def bundle_folders(paths: Iterable[Path]) -> Discovered:
     """A file belongs to the folder it is in when that folder holds any of the ten bundle files; a folder named
     itself counts the same way. A folder that cannot be listed (gone since the commit, unreadable) still counts
-    when the file's name is a bundle file's, so that validate reports it instead of passing in silence. Aliases (`a/../b`, links) are one."""
+    when the file's name is a bundle file's, so that validate reports it instead of passing in silence. Aliases
+    (`a/../b`, links) are one."""
     bundles: dict[str, Path] = {}
     skipped: list[str] = []
     for path in paths:

@@ -8,13 +8,19 @@ from typing import Any
 
 from .. import resources
 from ..errors import MAX_SHOWN, shorten
-from ..infra.userfile import JSON_BYTES as MAX_JSON_BYTES, read_at_most
+from ..infra.userfile import JSON_BYTES as MAX_JSON_BYTES
+from ..infra.userfile import read_at_most
 from ..report.findings import Collector, pointer, suggest
 
 # File -> schema name. llm.mnn.json is the graph dump: parsed for syntax, checked by the graph checks.
-SCHEMA_FOR = {"config.json": "config", "config_cpu.json": "draft_config", "draft_config_cpu.json": "draft_config",
-              "config_opencl.json": "config_opencl", "llm_config.json": "llm_config",
-              "runtime_config.json": "runtime_config"}
+SCHEMA_FOR = {
+    "config.json": "config",
+    "config_cpu.json": "draft_config",
+    "draft_config_cpu.json": "draft_config",
+    "config_opencl.json": "config_opencl",
+    "llm_config.json": "llm_config",
+    "runtime_config.json": "runtime_config",
+}
 JSON_FILES = (*SCHEMA_FOR, "llm.mnn.json")
 APP_SPECIFIC = {"draft_config_path"}
 RUNTIME_FILES = ("config.json", "config_cpu.json", "draft_config_cpu.json", "config_opencl.json")
@@ -44,8 +50,13 @@ def load_json(path: Path, name: str, out: Collector) -> Any:
         # The graph dump is machine-written and large; duplicate keys are a hand-editing hazard.
         data = json.loads(text) if name == "llm.mnn.json" else json.loads(text, object_pairs_hook=pairs)
     except json.JSONDecodeError as exc:
-        out.error(name, "", f"invalid JSON: {exc.msg} (MNN ignores an unparsable file and runs on defaults)",
-                  line=exc.lineno, column=exc.colno)
+        out.error(
+            name,
+            "",
+            f"invalid JSON: {exc.msg} (MNN ignores an unparsable file and runs on defaults)",
+            line=exc.lineno,
+            column=exc.colno,
+        )
         return None
     except RecursionError:  # the C parser's own depth guard: this is no config MNN or packager wrote
         out.error(name, "", "nested too deeply to parse; a bundle file is a few levels deep")
@@ -99,18 +110,26 @@ def check_schema(name: str, data: dict[str, Any], out: Collector) -> None:
             for key in sorted(set(error.instance) - allowed):
                 _unknown_key(name, where + [key], key, sorted(allowed), out)
         elif error.validator == "enum" and error.instance == "draftmodel":
-            out.error(name, pointer(where), "speculative_type 'draftmodel' is app-specific (upstream MNN falls back "
-                                            "to plain decoding) and belongs only in config_opencl.json")
+            out.error(
+                name,
+                pointer(where),
+                "speculative_type 'draftmodel' is app-specific (upstream MNN falls back "
+                "to plain decoding) and belongs only in config_opencl.json",
+            )
         elif error.validator == "enum" and isinstance(error.instance, str):
             options = [str(o) for o in error.validator_value]
             close = suggest(error.instance, options) if len(error.instance) <= MAX_SHOWN else None
             hint = f"; did you mean {close!r}?" if close else f"; allowed: {', '.join(map(repr, options))}"
             out.error(name, pointer(where), f"{shorten(repr(error.instance))} is not an allowed value{hint}")
         elif error.validator == "pattern" and error.validator_value == _inside_pattern():
-            out.error(name, pointer(where), f"{shorten(repr(error.instance))} is not a path inside the bundle: MNN "
-                                            "opens base_dir + this value, so it must be relative, without '..'")
+            out.error(
+                name,
+                pointer(where),
+                f"{shorten(repr(error.instance))} is not a path inside the bundle: MNN "
+                "opens base_dir + this value, so it must be relative, without '..'",
+            )
         elif error.validator == "type":
-            out.error(name, pointer(where), f"{_message(error)} (MNN silently reads a wrong type as 0/false/\"\")")
+            out.error(name, pointer(where), f'{_message(error)} (MNN silently reads a wrong type as 0/false/"")')
         else:
             out.error(name, pointer(where), _message(error))
 
@@ -132,8 +151,9 @@ def _message(error: Any) -> str:
 def _unknown_key(name: str, where: list[Any], key: str, allowed: list[str], out: Collector) -> None:
     at = pointer(where)
     if name == "llm_config.json" and key in runtime_keys():
-        out.error(name, at, f"runtime key {key!r} in llm_config.json silently overrides config.json; "
-                            "move it to config.json")
+        out.error(
+            name, at, f"runtime key {key!r} in llm_config.json silently overrides config.json; move it to config.json"
+        )
     elif key in APP_SPECIFIC:
         out.error(name, at, f"{key!r} is app-specific (TokForge) and belongs only in config_opencl.json")
     else:

@@ -22,8 +22,10 @@ def open_folder(bundle: Path) -> dict[str, os.DirEntry[str]]:
         mode = os.stat(bundle).st_mode
         if not stat.S_ISDIR(mode):
             kind = "a file" if stat.S_ISREG(mode) else "a device, pipe or socket"
-            raise BundleError(f"{shown} is {kind}, not a bundle folder",
-                              "pass the folder that holds the ten bundle files (config.json, llm.mnn, ...)")
+            raise BundleError(
+                f"{shown} is {kind}, not a bundle folder",
+                "pass the folder that holds the ten bundle files (config.json, llm.mnn, ...)",
+            )
         with os.scandir(bundle) as entries:
             return {entry.name: entry for entry in entries}
     except FileNotFoundError:
@@ -32,14 +34,22 @@ def open_folder(bundle: Path) -> dict[str, os.DirEntry[str]]:
         raise from_os_error(exc, "cannot read the bundle folder") from None
 
 
-def check_files(bundle: Path, present: dict[str, os.DirEntry[str]], out: Collector,
-                kind: BundleKind = DRAFT) -> list[str]:
+def check_files(
+    bundle: Path, present: dict[str, os.DirEntry[str]], out: Collector, kind: BundleKind = DRAFT
+) -> list[str]:
     """Report missing, extra, linked and non-regular entries of the kind's files; return those safe to read."""
     if not ALL_NAMES & set(present):
-        others = f"it holds {len(present)} other entries (e.g. {', '.join(sorted(present)[:3])})" if present else \
-            "it is empty"
-        out.error(FOLDER, "", f"none of the ten bundle files is here ({', '.join(DRAFT.files)}); {others}. "
-                              "Pass the folder packager convert wrote")
+        others = (
+            f"it holds {len(present)} other entries (e.g. {', '.join(sorted(present)[:3])})"
+            if present
+            else "it is empty"
+        )
+        out.error(
+            FOLDER,
+            "",
+            f"none of the ten bundle files is here ({', '.join(DRAFT.files)}); {others}. "
+            "Pass the folder packager convert wrote",
+        )
         return []
     usable = []
     wanted = kind.all_files()
@@ -62,19 +72,34 @@ def check_files(bundle: Path, present: dict[str, os.DirEntry[str]], out: Collect
 def _symlink(bundle: Path, name: str, entry: os.DirEntry[str], out: Collector) -> None:
     target = os.readlink(entry.path)
     leaves = not Path(bundle, target).resolve().is_relative_to(bundle.resolve())
-    out.error(name, "", f"is a symbolic link to {shorten(target, 120)!r}" + (", outside the bundle" if leaves else "")
-              + "; the Hub and apps need a regular file")
+    out.error(
+        name,
+        "",
+        f"is a symbolic link to {shorten(target, 120)!r}"
+        + (", outside the bundle" if leaves else "")
+        + "; the Hub and apps need a regular file",
+    )
 
 
 def _extras(present: dict[str, os.DirEntry[str]], out: Collector, kind: BundleKind = DRAFT) -> None:
     belong = f"only the {kind.name} bundle's files" if kind is not DRAFT else "only the ten files"
-    extras = [name for name in sorted(set(present) - set(kind.all_files()))
-              if not (name in RELEASE_EXTRAS and present[name].is_file(follow_symlinks=False))]
+    extras = [
+        name
+        for name in sorted(set(present) - set(kind.all_files()))
+        if not (name in RELEASE_EXTRAS and present[name].is_file(follow_symlinks=False))
+    ]
     for name in extras[:SHOWN_EXTRAS]:
         entry = present[name]
         what = "folder" if entry.is_dir(follow_symlinks=False) else "link" if entry.is_symlink() else "file"
-        out.error(shorten(name, 120), "", f"unexpected {what} in the bundle ({belong}, {CARD}, "
-                                          f"{MANIFEST} and {SIGNATURE} belong)")
+        out.error(
+            shorten(name, 120),
+            "",
+            f"unexpected {what} in the bundle ({belong}, {CARD}, {MANIFEST} and {SIGNATURE} belong)",
+        )
     if len(extras) > SHOWN_EXTRAS:
-        out.error(FOLDER, "", f"{len(extras) - SHOWN_EXTRAS} more unexpected entries ({belong}, {CARD}, "
-                              f"{MANIFEST} and {SIGNATURE} belong)")
+        out.error(
+            FOLDER,
+            "",
+            f"{len(extras) - SHOWN_EXTRAS} more unexpected entries ({belong}, {CARD}, "
+            f"{MANIFEST} and {SIGNATURE} belong)",
+        )

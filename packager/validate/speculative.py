@@ -17,15 +17,16 @@ from typing import Any
 
 import numpy as np
 
-from ..bundle.kinds import DRAFT, EAGLE_FILES, LOOKUP, TARGET_EAGLE, BundleKind
-from ..bundle.modes import ARGMAX_MODES, EAGLE_KEYS, graph_io
-from ..bundle.lookahead import MAX_CORPUS, MIB, WARN_CORPUS, text_problem
-from ..report.findings import Collector
 from ..bundle.graph import GraphFacts
+from ..bundle.kinds import DRAFT, EAGLE_FILES, LOOKUP, TARGET_EAGLE, BundleKind
+from ..bundle.lookahead import MAX_CORPUS, MIB, WARN_CORPUS, text_problem
+from ..bundle.modes import ARGMAX_MODES, EAGLE_KEYS, graph_io
+from ..report.findings import Collector
 
 
-def check(bundle: Path, kind: BundleKind, docs: dict[str, Any], facts: GraphFacts | None, usable: list[str],
-          out: Collector) -> None:
+def check(
+    bundle: Path, kind: BundleKind, docs: dict[str, Any], facts: GraphFacts | None, usable: list[str], out: Collector
+) -> None:
     config = docs.get("config.json")
     llm = docs.get("llm_config.json")
     if kind is not DRAFT and isinstance(llm, dict) and isinstance(config, dict) and "tie_embeddings" not in llm:
@@ -34,18 +35,29 @@ def check(bundle: Path, kind: BundleKind, docs: dict[str, Any], facts: GraphFact
     if isinstance(config, dict):
         _check_lookahead(bundle, config, mode, usable, out)
     if kind is TARGET_EAGLE and mode != "eagle":
-        out.error("config.json", "/speculative_type", f"is {mode!r}, but the bundle holds an EAGLE-3 head; MNN then "
-                                                      "decodes without it (set \"eagle\")")
+        out.error(
+            "config.json",
+            "/speculative_type",
+            f'is {mode!r}, but the bundle holds an EAGLE-3 head; MNN then decodes without it (set "eagle")',
+        )
     if not isinstance(mode, str) or not mode:
         return
     dump = docs.get("llm.mnn.json")
     inputs, outputs = graph_io(dump) if dump is not None else ({}, [])
     if dump is not None and not inputs.get("logits_index"):
-        out.error("llm.mnn.json", "", f"the graph has no logits_index input with dims, so MNN runs "
-                                      f"speculative_type {mode!r} as plain decoding (re-export with llmexport 0.0.5+)")
+        out.error(
+            "llm.mnn.json",
+            "",
+            f"the graph has no logits_index input with dims, so MNN runs "
+            f"speculative_type {mode!r} as plain decoding (re-export with llmexport 0.0.5+)",
+        )
     if mode in ARGMAX_MODES and config.get("sampler_type", "greedy") != "greedy":
-        out.error("config.json", "/sampler_type", f"is {config.get('sampler_type')!r}; {mode} verifies drafts by "
-                                                  "argmax, so only greedy sampling keeps its output the target's")
+        out.error(
+            "config.json",
+            "/sampler_type",
+            f"is {config.get('sampler_type')!r}; {mode} verifies drafts by "
+            "argmax, so only greedy sampling keeps its output the target's",
+        )
     if mode == "eagle":
         _check_eagle(bundle, config, facts, inputs, outputs, dump is not None, usable, out)
 
@@ -54,20 +66,31 @@ def _check_lookahead(bundle: Path, config: dict[str, Any], mode: Any, usable: li
     """The corpus lookahead reads: named inside the bundle, present, text; a corpus no mode reads is unused."""
     if mode != "lookahead":
         if LOOKUP in usable:
-            out.warning(LOOKUP, "", f"unused: MNN reads a lookahead corpus only with speculative_type \"lookahead\" "
-                                    f"(config.json has {mode!r})")
+            out.warning(
+                LOOKUP,
+                "",
+                f'unused: MNN reads a lookahead corpus only with speculative_type "lookahead" '
+                f"(config.json has {mode!r})",
+            )
         return
     named = config.get("lookup_file")
     if named is not None and (not isinstance(named, str) or not _inside(named)):
         return  # the schema reports it
     if named not in (None, LOOKUP):
-        out.error("config.json", "/lookup_file", f"names {named[:120]!r}; a bundle carries its corpus as {LOOKUP}, "
-                                                 "the one name checksum, sign and upload ship")
+        out.error(
+            "config.json",
+            "/lookup_file",
+            f"names {named[:120]!r}; a bundle carries its corpus as {LOOKUP}, "
+            "the one name checksum, sign and upload ship",
+        )
         return
     if LOOKUP not in usable:
         if named is not None and not (bundle / LOOKUP).is_symlink() and not (bundle / LOOKUP).exists():
-            out.error("config.json", "/lookup_file", f"names {LOOKUP}, which is missing: MNN then decodes without "
-                                                     "the corpus, without a word")
+            out.error(
+                "config.json",
+                "/lookup_file",
+                f"names {LOOKUP}, which is missing: MNN then decodes without the corpus, without a word",
+            )
         return  # a link or another kind of entry: the file checks report it
     try:
         with open(bundle / LOOKUP, "rb") as handle:
@@ -79,14 +102,19 @@ def _check_lookahead(bundle: Path, config: dict[str, Any], mode: Any, usable: li
     if problem:
         out.error(LOOKUP, "", f"the lookahead corpus {problem}")
     elif len(data) > WARN_CORPUS:
-        out.warning(LOOKUP, "", f"{len(data) / MIB:.1f} MiB: MNN tokenizes all of the corpus at every generate() call "
-                                "(1 MiB took 0.4 s on a desktop core)")
+        out.warning(
+            LOOKUP,
+            "",
+            f"{len(data) / MIB:.1f} MiB: MNN tokenizes all of the corpus at every generate() call "
+            "(1 MiB took 0.4 s on a desktop core)",
+        )
 
 
 def _inside(name: str) -> bool:
     """A path MNN's base_dir + name keeps in the bundle: relative, no drive, no '..' (the schema's pattern)."""
-    return not name.startswith(("/", "\\")) and not re.match(r"[A-Za-z]:", name) and \
-        ".." not in re.split(r"[/\\]", name)
+    return (
+        not name.startswith(("/", "\\")) and not re.match(r"[A-Za-z]:", name) and ".." not in re.split(r"[/\\]", name)
+    )
 
 
 def _check_embeddings(bundle: Path, config: dict[str, Any], llm: dict[str, Any], out: Collector) -> None:
@@ -96,27 +124,48 @@ def _check_embeddings(bundle: Path, config: dict[str, Any], llm: dict[str, Any],
     path = bundle / name
     where = "config.json" if "embedding_file" in config else "llm_config.json"
     if not path.is_file():
-        out.error(where, "/embedding_file" if where == "config.json" else "/tie_embeddings",
-                  f"the embeddings are not tied to lm_head and {name} is missing; MNN cannot embed a token without it")
+        out.error(
+            where,
+            "/embedding_file" if where == "config.json" else "/tie_embeddings",
+            f"the embeddings are not tied to lm_head and {name} is missing; MNN cannot embed a token without it",
+        )
         return
     hidden = llm.get("hidden_size")
     if isinstance(hidden, int) and hidden > 0 and path.stat().st_size % (2 * hidden):
         out.error(name, "", f"{path.stat().st_size} bytes is not a whole number of {hidden}-wide bf16 rows")
 
 
-def _check_eagle(bundle: Path, config: dict[str, Any], facts: GraphFacts | None, inputs: dict[str, list[int]],
-                 outputs: list[str], have_graph: bool, usable: list[str], out: Collector) -> None:
+def _check_eagle(
+    bundle: Path,
+    config: dict[str, Any],
+    facts: GraphFacts | None,
+    inputs: dict[str, list[int]],
+    outputs: list[str],
+    have_graph: bool,
+    usable: list[str],
+    out: Collector,
+) -> None:
     if config.get("hidden_states") is not True:
-        out.error("config.json", "/hidden_states", "must be true: EAGLE reads the target's hidden states, which MNN "
-                                                   "asks the graph for only then")
+        out.error(
+            "config.json",
+            "/hidden_states",
+            "must be true: EAGLE reads the target's hidden states, which MNN asks the graph for only then",
+        )
     if have_graph and "hidden_states" not in outputs:
-        out.error("llm.mnn.json", "", "the graph has no hidden_states output; export the target together with its "
-                                      "head (llmexport --eagle_path, or packager convert --eagle)")
+        out.error(
+            "llm.mnn.json",
+            "",
+            "the graph has no hidden_states output; export the target together with its "
+            "head (llmexport --eagle_path, or packager convert --eagle)",
+        )
     files = {key: config.get(key, default) for key, default in EAGLE_KEYS.items()}
     for key, name in files.items():
         if not isinstance(name, str) or not (bundle / name).is_file():
-            out.error("config.json", f"/{key}", f"{name!r} is not a file in the bundle; MNN 3.6.1 crashes loading "
-                                                "an EAGLE bundle without it")
+            out.error(
+                "config.json",
+                f"/{key}",
+                f"{name!r} is not a file in the bundle; MNN 3.6.1 crashes loading an EAGLE bundle without it",
+            )
             return
     if not all(name in usable for name in EAGLE_FILES if (bundle / name).exists()):
         return  # links or non-regular files, already reported
@@ -135,12 +184,16 @@ def _check_head_graphs(bundle: Path, files: dict[str, str], facts: GraphFacts | 
             import MNN.expr as F
             import MNN.nn as nn
 
-            from ..runtime.eagle_head import EAGLE_INPUTS, EAGLE_OUTPUTS, const, causal_mask
+            from ..runtime.eagle_head import EAGLE_INPUTS, EAGLE_OUTPUTS, causal_mask, const
     except ImportError as exc:  # base dependencies only (the pre-commit hook): nothing is known of the head
         missing = (exc.name or "MNN").split(".")[0]
-        out.note(files["eagle_model"], "", f"the engine check was skipped: {missing} is not installed here, so the "
-                                           "EAGLE-3 head was not loaded and run in MNN (install packager with its "
-                                           "full dependencies to run it)")
+        out.note(
+            files["eagle_model"],
+            "",
+            f"the engine check was skipped: {missing} is not installed here, so the "
+            "EAGLE-3 head was not loaded and run in MNN (install packager with its "
+            "full dependencies to run it)",
+        )
         return
     try:
         with quiet_stdout():
@@ -150,20 +203,33 @@ def _check_head_graphs(bundle: Path, files: dict[str, str], facts: GraphFacts | 
             state = fc.forward([const(np.zeros((1, 1, 3 * hidden), np.float32))])[0]
             width = int(np.array(state.read()).size)
             head = nn.load_module_from_file(str(bundle / files["eagle_model"]), EAGLE_INPUTS, EAGLE_OUTPUTS)
-            logits, _ = head.forward([const(np.zeros((1, hidden), np.float32)), const(np.zeros((1, 1, hidden),
-                                      np.float32)), const(causal_mask(1)[None, None]), const(np.zeros((1, 1)), "int"),
-                                      const(np.array([0]), "int")])
+            logits, _ = head.forward(
+                [
+                    const(np.zeros((1, hidden), np.float32)),
+                    const(np.zeros((1, 1, hidden), np.float32)),
+                    const(causal_mask(1)[None, None]),
+                    const(np.zeros((1, 1)), "int"),
+                    const(np.array([0]), "int"),
+                ]
+            )
             draft_vocab = int(np.array(logits.read()).size)
     except Exception as exc:  # MNN raises plain RuntimeError/ValueError for a graph it cannot load or run
-        out.error(files["eagle_model"], "", f"MNN cannot load or run the EAGLE-3 head ({type(exc).__name__}: "
-                                            f"{str(exc)[:160]})")
+        out.error(
+            files["eagle_model"],
+            "",
+            f"MNN cannot load or run the EAGLE-3 head ({type(exc).__name__}: {str(exc)[:160]})",
+        )
         return
     if width != hidden:
-        out.error(files["eagle_fc"], "", f"maps the target's three hidden states to width {width}, not the target's "
-                                         f"hidden size {hidden}")
+        out.error(
+            files["eagle_fc"],
+            "",
+            f"maps the target's three hidden states to width {width}, not the target's hidden size {hidden}",
+        )
     if d2t.size != draft_vocab:
-        out.error(files["eagle_d2t"], "", f"holds {d2t.size} entries, but the head scores a draft vocabulary of "
-                                          f"{draft_vocab}")
+        out.error(
+            files["eagle_d2t"], "", f"holds {d2t.size} entries, but the head scores a draft vocabulary of {draft_vocab}"
+        )
         return
     vocab = facts.lm_head.out_features if facts is not None and facts.lm_head is not None else 0
     mapped = np.arange(d2t.size) + d2t

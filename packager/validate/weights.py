@@ -9,14 +9,14 @@ or int32 when shapeInt32, then the int8 weight map), the packed weights, then th
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 
-from ..report.findings import Collector, report_capped
 from ..bundle.graph import GraphFacts, Linear
+from ..report.findings import Collector, report_capped
 
 WEIGHT = "llm.mnn.weight"
 WINDOW = 512  # bytes per sampled window
@@ -31,23 +31,39 @@ def check(path: Path, graph: GraphFacts, size: int, out: Collector) -> None:
     with _Reader(path) as reader:
         byte = _one_byte(reader, size)
         if byte is not None:
-            out.error(WEIGHT, "", f"all {FILE_WINDOWS} blocks sampled across its {size} bytes are the byte "
-                                  f"0x{byte:02x} repeated: the weights were zeroed or overwritten; reconvert")
+            out.error(
+                WEIGHT,
+                "",
+                f"all {FILE_WINDOWS} blocks sampled across its {size} bytes are the byte "
+                f"0x{byte:02x} repeated: the weights were zeroed or overwritten; reconvert",
+            )
             return
         linears = [lin for lin in graph.linears if _quantized(lin) and _inside(lin.external[:3], size)]
-        wrong = [lin for lin in linears if reader[lin.external[0]:lin.external[0] + _header_len(lin)] != _header(lin)]
-        _report(out, wrong, lambda lin: f"quant header does not match the graph ({lin.out_features}x{lin.in_features}"
-                                        f", {lin.bits}-bit) at offset {lin.external[0]}: these bytes are not this "
-                                        "tensor's weights")
+        wrong = [lin for lin in linears if reader[lin.external[0] : lin.external[0] + _header_len(lin)] != _header(lin)]
+        _report(
+            out,
+            wrong,
+            lambda lin: (
+                f"quant header does not match the graph ({lin.out_features}x{lin.in_features}"
+                f", {lin.bits}-bit) at offset {lin.external[0]}: these bytes are not this "
+                "tensor's weights"
+            ),
+        )
         skip = {id(lin) for lin in wrong}
         sound = [lin for lin in linears if id(lin) not in skip]
         _check_packed(reader, sound, out)
         _check_scales(reader, sound, out)
-        norms = [(name, offset, length) for name, offset, length in graph.norms
-                 if length >= 8 and _inside((offset, length), size)]
+        norms = [
+            (name, offset, length)
+            for name, offset, length in graph.norms
+            if length >= 8 and _inside((offset, length), size)
+        ]
         floats = _sample(reader, [[(offset, min(length, WINDOW) // 8 * 8)] for _, offset, length in norms], "<f4")
-        _report(out, [name for (name, _, _), bad in zip(norms, floats.any_not_finite()) if bad],
-                lambda _: "norm weights hold NaN or infinity")
+        _report(
+            out,
+            [name for (name, _, _), bad in zip(norms, floats.any_not_finite()) if bad],
+            lambda _: "norm weights hold NaN or infinity",
+        )
 
 
 class _Reader:
@@ -87,13 +103,13 @@ class _Samples:
 
 def _sample(reader: _Reader, spans: Sequence[list[Span]], dtype: str) -> _Samples:
     itemsize = np.dtype(dtype).itemsize
-    raw = b"".join(reader[a:a + n] for tensor in spans for a, n in tensor)
+    raw = b"".join(reader[a : a + n] for tensor in spans for a, n in tensor)
     return _Samples(np.frombuffer(raw, dtype), [sum(n for _, n in tensor) // itemsize for tensor in spans])
 
 
 def _one_byte(reader: _Reader, size: int) -> int | None:
     width = min(WINDOW, size)
-    raw = b"".join(reader[int(a):int(a) + width] for a in np.linspace(0, size - width, FILE_WINDOWS))
+    raw = b"".join(reader[int(a) : int(a) + width] for a in np.linspace(0, size - width, FILE_WINDOWS))
     return raw[0] if raw.count(raw[:1]) == len(raw) else None
 
 
@@ -135,35 +151,52 @@ def _windows(start: int, length: int, align: int, count: int) -> list[Span]:
 
 
 def _check_packed(reader: _Reader, linears: list[Linear], out: Collector) -> None:
-    spans = [_windows(lin.external[0] + _header_len(lin), lin.external[1] - _header_len(lin), 1, 2)
-             for lin in linears]
+    spans = [_windows(lin.external[0] + _header_len(lin), lin.external[1] - _header_len(lin), 1, 2) for lin in linears]
     low, high = _sample(reader, spans, "u1").low_high()
-    _report(out, [lin for lin, lo, hi in zip(linears, low, high) if lo == hi],
-            lambda lin: "packed weights are one byte repeated in every sampled block: they were overwritten")
+    _report(
+        out,
+        [lin for lin, lo, hi in zip(linears, low, high) if lo == hi],
+        lambda lin: "packed weights are one byte repeated in every sampled block: they were overwritten",
+    )
 
 
 def _check_scales(reader: _Reader, linears: list[Linear], out: Collector) -> None:
     """Scales (every second float when asymmetric) of two sampled alpha windows per linear."""
     alpha = _sample(reader, [_windows(sum(lin.external[:2]), lin.external[2], 8, 2) for lin in linears], "<f4")
     bad = alpha.any_not_finite()
-    _report(out, [lin for lin, b in zip(linears, bad) if b], lambda _: "quantization scales or zero points hold NaN "
-                                                                        "or infinity")
+    _report(
+        out,
+        [lin for lin, b in zip(linears, bad) if b],
+        lambda _: "quantization scales or zero points hold NaN or infinity",
+    )
     keep = [i for i, b in enumerate(bad) if not b]
-    scales = [alpha.values[alpha.starts[i] + 1:alpha.starts[i] + alpha.sizes[i]:2] if linears[i].asymmetric
-              else alpha.values[alpha.starts[i]:alpha.starts[i] + alpha.sizes[i]] for i in keep]
+    scales = [
+        alpha.values[alpha.starts[i] + 1 : alpha.starts[i] + alpha.sizes[i] : 2]
+        if linears[i].asymmetric
+        else alpha.values[alpha.starts[i] : alpha.starts[i] + alpha.sizes[i]]
+        for i in keep
+    ]
     joined = _Samples(np.concatenate(scales) if scales else np.zeros(0, np.float32), [len(s) for s in scales])
     low, high = joined.low_high()
     rest = [(linears[i], lo, hi) for i, lo, hi, n in zip(keep, low, high, joined.sizes) if n > 1]
-    _report(out, [lin for lin, lo, _ in rest if lo < 0],
-            lambda _: "negative quantization scales (the quantizer writes (max - min) / levels >= 0)")
+    _report(
+        out,
+        [lin for lin, lo, _ in rest if lo < 0],
+        lambda _: "negative quantization scales (the quantizer writes (max - min) / levels >= 0)",
+    )
     same = {lin.name: float(lo) for lin, lo, hi in rest if lo == hi and lo >= 0}
-    _report(out, [lin for lin, _, _ in rest if lin.name in same],
-            lambda lin: "every sampled quantization scale is 0: the tensor dequantizes to a constant"
-            if same[lin.name] == 0 else f"every sampled quantization scale is {same[lin.name]:.6g}: real weights "
-                                        "never give identical scales")
+    _report(
+        out,
+        [lin for lin, _, _ in rest if lin.name in same],
+        lambda lin: (
+            "every sampled quantization scale is 0: the tensor dequantizes to a constant"
+            if same[lin.name] == 0
+            else f"every sampled quantization scale is {same[lin.name]:.6g}: real weights never give identical scales"
+        ),
+    )
 
 
-def _report(out: Collector, bad: list, message: Callable) -> None:  # type: ignore[type-arg]
+def _report(out: Collector, bad: list, message: Callable) -> None:
     """One finding per tensor, named."""
     rows = [(f"tensor {item if isinstance(item, str) else item.name}", message(item)) for item in bad]
     report_capped(out, WEIGHT, rows, "tensors with the same problem")

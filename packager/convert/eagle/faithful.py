@@ -19,11 +19,11 @@ from typing import Any
 
 import numpy as np
 
+from ...errors import EagleHeadUnfaithful
 from ..inspect.checkpoint import CheckpointInfo
+from ..inspect.eagle_head import HeadInfo
 from ..stream.layout import EMBED
 from ..stream.weightwriter import index
-from ...errors import EagleHeadUnfaithful
-from ..inspect.eagle_head import HeadInfo
 
 LLMEXPORT_THETA = 10000.0
 # Relative error allowed of the exported head against the checkpoint's with the same quantization (measured on a
@@ -31,8 +31,10 @@ LLMEXPORT_THETA = 10000.0
 MAX_RELATIVE_ERROR = 0.05
 # The exported head is at least this many times closer to its own theta than to llmexport's 10000.
 THETA_MARGIN = 3.0
-PROBE = "<|im_start|>user\nWhat is a list comprehension in Python, and when should I use one?<|im_end|>\n" \
-        "<|im_start|>assistant\nA list comprehension builds a list from an iterable in one expression."
+PROBE = (
+    "<|im_start|>user\nWhat is a list comprehension in Python, and when should I use one?<|im_end|>\n"
+    "<|im_start|>assistant\nA list comprehension builds a list from an iterable in one expression."
+)
 
 
 @dataclass(frozen=True)
@@ -65,19 +67,29 @@ def _target_hidden(bundle: Path, embeds: np.ndarray, threads: int) -> np.ndarray
 
     Loaded in MNN's low-memory mode, as MNN.llm runs a bundle: its weights stay 4-bit (the default mode expands
     them to float32, 3.3 GB for a 0.6B target, twice the time). These states are only the inputs both heads get."""
+    from ...runtime.eagle_head import causal_mask, const
     from ...runtime.mnn import quiet_stdout
-    from ...runtime.eagle_head import const, causal_mask
 
     seq = embeds.shape[0]
     with quiet_stdout():
         import MNN.expr as F
         import MNN.nn as nn
 
-        graph = nn.load_module_from_file(str(bundle / "llm.mnn"), ["input_ids", "attention_mask", "position_ids",
-                                                                   "logits_index"], ["logits", "hidden_states"],
-                                         thread_num=threads, memory_mode=F.MemoryMode.Low)
-        out = graph.forward([const(embeds[:, None, :]), const(causal_mask(seq)[None, None]),
-                             const(np.arange(seq)[None], "int"), const(np.array([-1]), "int")])
+        graph = nn.load_module_from_file(
+            str(bundle / "llm.mnn"),
+            ["input_ids", "attention_mask", "position_ids", "logits_index"],
+            ["logits", "hidden_states"],
+            thread_num=threads,
+            memory_mode=F.MemoryMode.Low,
+        )
+        out = graph.forward(
+            [
+                const(embeds[:, None, :]),
+                const(causal_mask(seq)[None, None]),
+                const(np.arange(seq)[None], "int"),
+                const(np.array([-1]), "int"),
+            ]
+        )
         return np.array(out[1].read(), dtype=np.float32).reshape(seq, -1)
 
 
@@ -125,8 +137,16 @@ def prepare(head: HeadInfo, info: CheckpointInfo, bits: int, block: int, symmetr
     return Reference(_embeddings(info, ids), model)
 
 
-def measure(bundle: Path, head: HeadInfo, info: CheckpointInfo, bits: int, block: int, symmetric: bool = False,
-            threads: int = 2, prepared: Reference | None = None) -> Faithfulness:
+def measure(
+    bundle: Path,
+    head: HeadInfo,
+    info: CheckpointInfo,
+    bits: int,
+    block: int,
+    symmetric: bool = False,
+    threads: int = 2,
+    prepared: Reference | None = None,
+) -> Faithfulness:
     import torch
 
     from ...runtime.eagle_head import MNNHead
@@ -143,8 +163,9 @@ def measure(bundle: Path, head: HeadInfo, info: CheckpointInfo, bits: int, block
     def reference(theta: float) -> tuple[np.ndarray, np.ndarray]:
         model.theta = theta
         with torch.no_grad():
-            ref_lp, ref_h, _ = model(torch.from_numpy(following), model.fc(torch.from_numpy(aux)),
-                                     torch.from_numpy(positions))
+            ref_lp, ref_h, _ = model(
+                torch.from_numpy(following), model.fc(torch.from_numpy(aux)), torch.from_numpy(positions)
+            )
         return ref_lp.numpy(), ref_h.numpy()
 
     # The layer's own contribution (its output state minus the state it was given, which both got from MNN's fc):
@@ -153,21 +174,36 @@ def measure(bundle: Path, head: HeadInfo, info: CheckpointInfo, bits: int, block
     other = None
     if head.rope_theta != LLMEXPORT_THETA:
         other = _relative(hidden - fc, reference(LLMEXPORT_THETA)[1] - fc)
-    return Faithfulness(positions=len(positions), hidden_error=_relative(hidden - fc, ref_h - fc),
-                        logprob_error=_relative(logprobs, ref_lp), other_theta_error=other,
-                        top1_agreement=float((logprobs.argmax(-1) == ref_lp.argmax(-1)).mean()))
+    return Faithfulness(
+        positions=len(positions),
+        hidden_error=_relative(hidden - fc, ref_h - fc),
+        logprob_error=_relative(logprobs, ref_lp),
+        other_theta_error=other,
+        top1_agreement=float((logprobs.argmax(-1) == ref_lp.argmax(-1)).mean()),
+    )
 
 
-def check(bundle: Path, head: HeadInfo, info: CheckpointInfo, bits: int, block: int,
-          symmetric: bool = False, prepared: Reference | None = None) -> Faithfulness:
+def check(
+    bundle: Path,
+    head: HeadInfo,
+    info: CheckpointInfo,
+    bits: int,
+    block: int,
+    symmetric: bool = False,
+    prepared: Reference | None = None,
+) -> Faithfulness:
     found = measure(bundle, head, info, bits, block, symmetric, prepared=prepared)
     if max(found.hidden_error, found.logprob_error) > MAX_RELATIVE_ERROR:
-        raise EagleHeadUnfaithful(f"the exported EAGLE-3 head differs from the checkpoint's head by "
-                                  f"{found.hidden_error:.1%} (state) and {found.logprob_error:.1%} (log-probabilities) "
-                                  f"over {found.positions} positions, more than the {MAX_RELATIVE_ERROR:.0%} "
-                                  "quantization leaves")
+        raise EagleHeadUnfaithful(
+            f"the exported EAGLE-3 head differs from the checkpoint's head by "
+            f"{found.hidden_error:.1%} (state) and {found.logprob_error:.1%} (log-probabilities) "
+            f"over {found.positions} positions, more than the {MAX_RELATIVE_ERROR:.0%} "
+            "quantization leaves"
+        )
     if found.other_theta_error is not None and found.other_theta_error < THETA_MARGIN * found.hidden_error:
-        raise EagleHeadUnfaithful(f"the exported EAGLE-3 head is not computed with the head's rope theta "
-                                  f"{head.rope_theta:g} (error {found.hidden_error:.2%} against it, "
-                                  f"{found.other_theta_error:.2%} against llmexport's 10000)")
+        raise EagleHeadUnfaithful(
+            f"the exported EAGLE-3 head is not computed with the head's rope theta "
+            f"{head.rope_theta:g} (error {found.hidden_error:.2%} against it, "
+            f"{found.other_theta_error:.2%} against llmexport's 10000)"
+        )
     return found

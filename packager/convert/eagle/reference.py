@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -56,13 +57,18 @@ class HeadConfig:
             hidden = int(raw["hidden_size"])
             heads = int(raw["num_attention_heads"])
             return cls(
-                hidden_size=hidden, target_hidden_size=int(raw.get("target_hidden_size") or hidden),
-                vocab_size=int(raw["vocab_size"]), draft_vocab_size=int(raw["draft_vocab_size"]),
-                intermediate_size=int(raw["intermediate_size"]), rms_norm_eps=float(raw["rms_norm_eps"]),
-                hidden_act=str(raw.get("hidden_act", "silu")), num_attention_heads=heads,
+                hidden_size=hidden,
+                target_hidden_size=int(raw.get("target_hidden_size") or hidden),
+                vocab_size=int(raw["vocab_size"]),
+                draft_vocab_size=int(raw["draft_vocab_size"]),
+                intermediate_size=int(raw["intermediate_size"]),
+                rms_norm_eps=float(raw["rms_norm_eps"]),
+                hidden_act=str(raw.get("hidden_act", "silu")),
+                num_attention_heads=heads,
                 num_key_value_heads=int(raw.get("num_key_value_heads") or heads),
                 head_dim=int(raw.get("head_dim") or hidden // heads),
-                rope_theta=float(raw.get("rope_theta", 10000.0)))
+                rope_theta=float(raw.get("rope_theta", 10000.0)),
+            )
         except KeyError as missing:
             raise InvalidCheckpointConfig(f"the EAGLE head's config.json has no {missing.args[0]}", HEAD_HINT) from None
 
@@ -79,14 +85,24 @@ class HeadConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """The config.json a head folder of this shape carries (SpecForge's field names)."""
-        return {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama",
-                "hidden_size": self.hidden_size, "target_hidden_size": self.target_hidden_size,
-                "vocab_size": self.vocab_size, "draft_vocab_size": self.draft_vocab_size,
-                "intermediate_size": self.intermediate_size, "rms_norm_eps": self.rms_norm_eps,
-                "hidden_act": self.hidden_act, "num_attention_heads": self.num_attention_heads,
-                "num_key_value_heads": self.num_key_value_heads, "head_dim": self.head_dim,
-                "rope_theta": self.rope_theta, "num_hidden_layers": 1, "tie_word_embeddings": False,
-                "torch_dtype": "float32"}
+        return {
+            "architectures": ["LlamaForCausalLMEagle3"],
+            "model_type": "llama",
+            "hidden_size": self.hidden_size,
+            "target_hidden_size": self.target_hidden_size,
+            "vocab_size": self.vocab_size,
+            "draft_vocab_size": self.draft_vocab_size,
+            "intermediate_size": self.intermediate_size,
+            "rms_norm_eps": self.rms_norm_eps,
+            "hidden_act": self.hidden_act,
+            "num_attention_heads": self.num_attention_heads,
+            "num_key_value_heads": self.num_key_value_heads,
+            "head_dim": self.head_dim,
+            "rope_theta": self.rope_theta,
+            "num_hidden_layers": 1,
+            "tie_word_embeddings": False,
+            "torch_dtype": "float32",
+        }
 
 
 class RMSNorm(nn.Module):
@@ -124,7 +140,11 @@ class _Attention(nn.Module):
         self.k_proj = nn.Linear(2 * config.hidden_size, kv_width, bias=False)
         self.v_proj = nn.Linear(2 * config.hidden_size, kv_width, bias=False)
         self.o_proj = nn.Linear(width, config.hidden_size, bias=False)
-        self.heads, self.kv_heads, self.head_dim = config.num_attention_heads, config.num_key_value_heads, config.head_dim
+        self.heads, self.kv_heads, self.head_dim = (
+            config.num_attention_heads,
+            config.num_key_value_heads,
+            config.head_dim,
+        )
 
 
 def _gelu_tanh(x: Tensor) -> Tensor:
@@ -133,8 +153,14 @@ def _gelu_tanh(x: Tensor) -> Tensor:
 
 # transformers' ACT2FN for the activations a head may name (importing transformers for them costs ~3 s per
 # conversion); gelu_new is the tanh approximation written out, which F.gelu computes too.
-_ACTIVATIONS = {"silu": nn.functional.silu, "swish": nn.functional.silu, "gelu": nn.functional.gelu,
-                "gelu_new": _gelu_tanh, "gelu_pytorch_tanh": _gelu_tanh, "relu": nn.functional.relu}
+_ACTIVATIONS = {
+    "silu": nn.functional.silu,
+    "swish": nn.functional.silu,
+    "gelu": nn.functional.gelu,
+    "gelu_new": _gelu_tanh,
+    "gelu_pytorch_tanh": _gelu_tanh,
+    "relu": nn.functional.relu,
+}
 
 
 class _Mlp(nn.Module):
@@ -172,8 +198,14 @@ class EagleHead(nn.Module):
         self.lm_head = nn.Linear(config.hidden_size, config.draft_vocab_size, bias=False)
         self.register_buffer("d2t", torch.zeros(config.draft_vocab_size, dtype=torch.long))
 
-    def forward(self, input_embeds: Tensor, hidden: Tensor, position_ids: Tensor, past: KV | None = None,
-                mask: Tensor | None = None) -> tuple[Tensor, Tensor, KV]:
+    def forward(
+        self,
+        input_embeds: Tensor,
+        hidden: Tensor,
+        position_ids: Tensor,
+        past: KV | None = None,
+        mask: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor, KV]:
         """input_embeds, hidden [seq, hidden] (or [batch, seq, hidden]); position_ids [seq] (or [batch, seq]);
         past: the keys/values returned by the previous call. mask: bool [seq, past+seq], True where a query may
         attend (default causal: query i sees the past and current positions 0..i).
@@ -232,7 +264,8 @@ def load_head(folder: Path, theta: float | None = None, pickle: bool = False) ->
         if tuple(state[name].shape) != tuple(tensor.shape):
             raise InvalidCheckpointConfig(
                 f"the EAGLE head's {name} is {list(state[name].shape)}, its config.json says {list(tensor.shape)}",
-                HEAD_HINT)
+                HEAD_HINT,
+            )
     # t2d (and a copied embed_tokens) are not part of what the head computes
     head.load_state_dict({name: state[name].to(tensor.dtype) for name, tensor in expected.items()})
     return head.eval()
@@ -242,8 +275,10 @@ def aux_layers(num_layers: int) -> list[int]:
     """The decoder layers whose INPUTS the target exports as `hidden_states` for the head (llmexport's
     utils/model.py: layers 2, N//2 and N-3, in layer order); HF's output_hidden_states[i] is layer i's input."""
     if num_layers < 7:
-        raise InvalidCheckpointConfig(f"an EAGLE-3 target needs at least 7 layers, this one has {num_layers}",
-                                      "llmexport reads the inputs of layers 2, N//2 and N-3, which coincide below 7")
+        raise InvalidCheckpointConfig(
+            f"an EAGLE-3 target needs at least 7 layers, this one has {num_layers}",
+            "llmexport reads the inputs of layers 2, N//2 and N-3, which coincide below 7",
+        )
     from ..inspect.eagle_head import aux_layers as layers
 
     return list(layers(num_layers))
@@ -282,14 +317,16 @@ def draft_chain(head: EagleHead, embed: nn.Module, aux: Tensor, tokens: list[int
         logprobs, hidden, past = head(embed(torch.tensor(tokens[1:])), head.fc(aux), torch.arange(length - 1))
         drafts = [int(head.to_target(logprobs[-1].argmax()))]
         for step in range(1, depth):
-            logprobs, hidden, past = head(embed(torch.tensor(drafts[-1:])), hidden[-1:],
-                                          torch.tensor([length - 2 + step]), past)
+            logprobs, hidden, past = head(
+                embed(torch.tensor(drafts[-1:])), hidden[-1:], torch.tensor([length - 2 + step]), past
+            )
             drafts.append(int(head.to_target(logprobs[-1].argmax())))
     return drafts
 
 
-def eagle_decode(target: Any, head: EagleHead, prompt: list[int], n: int, depth: int = 3,
-                 stop: tuple[int, ...] = ()) -> Decoded:
+def eagle_decode(
+    target: Any, head: EagleHead, prompt: list[int], n: int, depth: int = 3, stop: tuple[int, ...] = ()
+) -> Decoded:
     """Greedy EAGLE decoding as MNN's EagleGeneration runs it with eagle_topk 1 (a chain of `depth` drafts per
     step, the longest prefix the target's argmax agrees with accepted, plus the target's next token). The
     tokens equal the target's plain greedy decoding; at least `n` are generated unless a stop id comes first."""
@@ -298,9 +335,9 @@ def eagle_decode(target: Any, head: EagleHead, prompt: list[int], n: int, depth:
     generated, accepted = [tokens[-1]], []
     embed = target.get_input_embeddings()
     while len(generated) < n and generated[-1] not in stop:
-        drafts = draft_chain(head, embed, aux[:len(tokens) - 1], tokens, depth)
+        drafts = draft_chain(head, embed, aux[: len(tokens) - 1], tokens, depth)
         predicted, aux = _target_pass(target, tokens + drafts)
-        verdict = predicted[len(tokens) - 1:].tolist()
+        verdict = predicted[len(tokens) - 1 :].tolist()
         matched = 0
         while matched < depth and drafts[matched] == verdict[matched]:
             matched += 1

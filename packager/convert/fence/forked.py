@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 import os
 import traceback
-from typing import IO, Any, Callable
+from collections.abc import Callable
+from typing import IO, Any
 
 from ...infra.lifeline import die_with, exit_now
 from .sandbox import Fence
@@ -75,7 +76,7 @@ def _child(job: Callable[[Send], dict[str, Any]], fd: int, parent: int, nice: in
             result = job(send)
             out.write(json.dumps({"result": result}).encode("utf-8") + b"\n")
         code = 0
-    except BaseException:  # noqa: BLE001 - the worker does the job itself instead
+    except BaseException:
         traceback.print_exc()
     finally:
         exit_now(code)  # never the worker's own exit path (atexit, the result event)

@@ -44,8 +44,9 @@ def export_head_beside(exporter: Any, fence: Fence, folder: Path) -> None:
     def export_config(*args: Any, **kwargs: Any) -> Any:
         while copies:
             if copies.pop().result() is None:
-                raise RuntimeError("exporting the EAGLE-3 head failed beside the target (its traceback is in the "
-                                   "converter's log)")
+                raise RuntimeError(
+                    "exporting the EAGLE-3 head failed beside the target (its traceback is in the converter's log)"
+                )
         return write_config(*args, **kwargs)
 
     exporter.export_eagle = export_eagle

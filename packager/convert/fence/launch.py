@@ -11,21 +11,33 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ...errors import ConversionFailed, FileSystemError, SandboxViolation
-from ...resources import package_root
 from ...infra.progress import Progress
-
+from ...resources import package_root
 
 # The worker module, named from this package (it is never imported here: it imports torch and llmexport).
 WORKER = f"{__package__}.worker"
 # Offline switches for every library the worker loads; tokens are not passed on (the worker needs none).
 _ENV_SET = {
-    "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-    "HF_HUB_DISABLE_TELEMETRY": "1", "DO_NOT_TRACK": "1", "PIP_NO_INDEX": "1",
-    "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PYTHONDONTWRITEBYTECODE": "1", "TOKENIZERS_PARALLELISM": "false",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "HF_HUB_DISABLE_TELEMETRY": "1",
+    "DO_NOT_TRACK": "1",
+    "PIP_NO_INDEX": "1",
+    "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+    "PYTHONDONTWRITEBYTECODE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
     "PYTHONNOUSERSITE": "1",
 }
-_CACHE_DIRS = ("TMPDIR", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "XDG_CACHE_HOME", "HF_HOME",
-               "HF_HUB_CACHE", "TORCH_HOME")
+_CACHE_DIRS = (
+    "TMPDIR",
+    "TORCHINDUCTOR_CACHE_DIR",
+    "TRITON_CACHE_DIR",
+    "XDG_CACHE_HOME",
+    "HF_HOME",
+    "HF_HUB_CACHE",
+    "TORCH_HOME",
+)
 _ENV_DROP = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_API_TOKEN", "PYTHONSTARTUP", "PYTHONINSPECT")
 
 
@@ -79,15 +91,31 @@ def worker_env() -> dict[str, str]:
 def run_worker(job: WorkerJob, progress: Progress) -> WorkerResult:
     """Run the conversion worker and return what it produced; its output goes to `workdir/worker.log`."""
     job_file = job.workdir / "job.json"
-    job_file.write_text(json.dumps({
-        "source": str(job.source), "adapter": str(job.adapter) if job.adapter else None,
-        "workdir": str(job.workdir), "quant_bits": job.quant_bits, "quant_block": job.quant_block,
-        "stop_ids": list(job.stop_ids), "corpus": list(job.corpus),
-        "graph_only": job.graph_only, "graph_dtype": job.graph_dtype,
-        "equal_tensors": dict(job.equal_tensors), "fuse_c4": job.fuse_c4, "symmetric": job.symmetric,
-        "hqq": job.hqq, "lm_bits": job.lm_bits, "lm_block": job.lm_block, "also": list(job.also),
-        "eagle": str(job.eagle) if job.eagle else None, "eagle_rope_theta": job.eagle_rope_theta}),
-        encoding="utf-8")
+    job_file.write_text(
+        json.dumps(
+            {
+                "source": str(job.source),
+                "adapter": str(job.adapter) if job.adapter else None,
+                "workdir": str(job.workdir),
+                "quant_bits": job.quant_bits,
+                "quant_block": job.quant_block,
+                "stop_ids": list(job.stop_ids),
+                "corpus": list(job.corpus),
+                "graph_only": job.graph_only,
+                "graph_dtype": job.graph_dtype,
+                "equal_tensors": dict(job.equal_tensors),
+                "fuse_c4": job.fuse_c4,
+                "symmetric": job.symmetric,
+                "hqq": job.hqq,
+                "lm_bits": job.lm_bits,
+                "lm_block": job.lm_block,
+                "also": list(job.also),
+                "eagle": str(job.eagle) if job.eagle else None,
+                "eagle_rope_theta": job.eagle_rope_theta,
+            }
+        ),
+        encoding="utf-8",
+    )
     log = job.workdir / "worker.log"
     read_fd, write_fd = os.pipe()
     env = worker_env()
@@ -99,9 +127,15 @@ def run_worker(job: WorkerJob, progress: Progress) -> WorkerResult:
     for key in _CACHE_DIRS:
         env[key] = str(tmp)
     with open(log, "wb") as log_file:
-        process = subprocess.Popen([sys.executable, "-m", WORKER, str(job_file)],
-                                   cwd=job.workdir, env=env, stdin=subprocess.DEVNULL, stdout=log_file,
-                                   stderr=subprocess.STDOUT, pass_fds=(write_fd,))
+        process = subprocess.Popen(
+            [sys.executable, "-m", WORKER, str(job_file)],
+            cwd=job.workdir,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            pass_fds=(write_fd,),
+        )
         os.close(write_fd)
         progress("starting the converter (loading torch, transformers, llmexport)")
         try:
@@ -140,11 +174,15 @@ def _result(final: dict[str, Any] | None, code: int, log: Path, workdir: Path) -
         reason = (final or {}).get("message") or _ended(code)
         raise ConversionFailed(f"conversion failed: {reason}", details=_tail(log))
     data = final["result"]
-    return WorkerResult(export_dir=Path(data["export_dir"]),
-                        tokenizers={k: Path(v) for k, v in data["tokenizers"].items()},
-                        encodings=data["encodings"], versions=data["versions"],
-                        blocked=tuple(final.get("blocked", [])), log=log,
-                        also={k: Path(v) for k, v in data.get("also", {}).items()})
+    return WorkerResult(
+        export_dir=Path(data["export_dir"]),
+        tokenizers={k: Path(v) for k, v in data["tokenizers"].items()},
+        encodings=data["encodings"],
+        versions=data["versions"],
+        blocked=tuple(final.get("blocked", [])),
+        log=log,
+        also={k: Path(v) for k, v in data.get("also", {}).items()},
+    )
 
 
 def _ended(code: int) -> str:
@@ -165,8 +203,11 @@ def _raise_os_reason(final: dict[str, Any], workdir: Path, log: Path) -> None:
     except OSError:
         return
     if free < LOW_SPACE:
-        raise FileSystemError(f"conversion failed: No space left on device (only {free >> 20} MiB free in "
-                              f"{workdir.parent.parent})", "free space there or choose another --out", details=_tail(log))
+        raise FileSystemError(
+            f"conversion failed: No space left on device (only {free >> 20} MiB free in {workdir.parent.parent})",
+            "free space there or choose another --out",
+            details=_tail(log),
+        )
 
 
 def _tail(log: Path, count: int = 40) -> str:

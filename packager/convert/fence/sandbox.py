@@ -13,13 +13,37 @@ import sys
 from pathlib import Path
 from typing import Any
 
-_PROCESS_EVENTS = {"os.system", "os.exec", "os.posix_spawn", "os.spawn", "subprocess.Popen", "os.fork",
-                   "os.forkpty", "pty.spawn"}
-_NETWORK_EVENTS = {"socket.connect", "socket.getaddrinfo", "socket.gethostbyname", "socket.gethostbyaddr",
-                   "socket.sendto", "socket.sendmsg", "socket.bind"}
-_PATH_EVENTS = {"os.mkdir": (0,), "os.remove": (0,), "os.rmdir": (0,), "os.rename": (0, 1),
-                "os.symlink": (1,), "os.link": (1,), "shutil.rmtree": (0,), "os.truncate": (0,),
-                "os.chmod": (0,), "os.utime": (0,)}
+_PROCESS_EVENTS = {
+    "os.system",
+    "os.exec",
+    "os.posix_spawn",
+    "os.spawn",
+    "subprocess.Popen",
+    "os.fork",
+    "os.forkpty",
+    "pty.spawn",
+}
+_NETWORK_EVENTS = {
+    "socket.connect",
+    "socket.getaddrinfo",
+    "socket.gethostbyname",
+    "socket.gethostbyaddr",
+    "socket.sendto",
+    "socket.sendmsg",
+    "socket.bind",
+}
+_PATH_EVENTS = {
+    "os.mkdir": (0,),
+    "os.remove": (0,),
+    "os.rmdir": (0,),
+    "os.rename": (0, 1),
+    "os.symlink": (1,),
+    "os.link": (1,),
+    "shutil.rmtree": (0,),
+    "os.truncate": (0,),
+    "os.chmod": (0,),
+    "os.utime": (0,),
+}
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
 _DEVICES = ("/dev/null", "/dev/tty", "/dev/stdout", "/dev/stderr")
 
@@ -68,7 +92,8 @@ class Fence:
     def _check_open(self, args: tuple[Any, ...]) -> None:
         path, mode, flags = (list(args) + [None, None, None])[:3]
         writing = bool(mode and any(c in str(mode) for c in "wax+")) or bool(
-            isinstance(flags, int) and flags & _WRITE_FLAGS)
+            isinstance(flags, int) and flags & _WRITE_FLAGS
+        )
         if writing:
             self._check_path("open for writing", path)
 

@@ -7,7 +7,8 @@ embeds only a three-token sample), so their memory is allocated and never writte
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 # Rows of a linear or the embedding that get values (the sample llmexport embeds reads rows 0-2).
 _SAMPLE_ROWS = 8
@@ -48,8 +49,12 @@ def _fill(model: Any, classes: dict[str, int]) -> Any:
         # to_empty gave the tied pair separate storage; make them one Parameter again, as loading does
         # (set in the module's dict: accelerate's empty-weights context would move a re-registered one to meta).
         model.get_output_embeddings()._parameters["weight"] = embed.weight
-    untraced = {id(p) for m in model.modules() if isinstance(m, (torch.nn.Linear, torch.nn.Embedding))
-                for p in m.parameters(recurse=False)}
+    untraced = {
+        id(p)
+        for m in model.modules()
+        if isinstance(m, (torch.nn.Linear, torch.nn.Embedding))
+        for p in m.parameters(recurse=False)
+    }
     with torch.no_grad():
         for index, (name, param) in enumerate(model.named_parameters()):
             values = param[:_SAMPLE_ROWS] if id(param) in untraced else param
@@ -102,8 +107,11 @@ def without_discarded_tokenizer() -> None:
 
 
 # The facts of llmexport's tokenizer its graph-only export reads, and how each is read from the real one.
-_FACTS: dict[str, Callable[[Any], Any]] = {"chat_template": lambda t: t.get_chat_template(),
-                                           "bos_token": lambda t: t.bos_token, "eos_token": lambda t: t.eos_token}
+_FACTS: dict[str, Callable[[Any], Any]] = {
+    "chat_template": lambda t: t.get_chat_template(),
+    "bos_token": lambda t: t.bos_token,
+    "eos_token": lambda t: t.eos_token,
+}
 
 
 class FactsTokenizer:

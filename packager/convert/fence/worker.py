@@ -14,13 +14,14 @@ import shutil
 import sys
 import traceback
 import types
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ...bundle.engine import NO_C4_FUSION
+from ...infra.lifeline import die_with, exit_now
 from ...infra.versions import installed
 from .forked import Forked, Send
-from ...infra.lifeline import die_with, exit_now
 from .sandbox import Fence
 
 # The versions provenance records (those that shape the bundle's bytes).
@@ -71,8 +72,15 @@ GRAPH_STAGE = "building the graph from config.json (llmexport, weights skipped)"
 QUANT_CHUNK_ELEMENTS = 8 * 1024 * 1024
 
 
-def _export(job: dict[str, Any], source: Path, tokenizer_dir: Path, events: Events, tokenizer: bool = True,
-            facts: Callable[[], dict[str, Any] | None] | None = None, fence: Fence | None = None) -> Path:
+def _export(
+    job: dict[str, Any],
+    source: Path,
+    tokenizer_dir: Path,
+    events: Events,
+    tokenizer: bool = True,
+    facts: Callable[[], dict[str, Any] | None] | None = None,
+    fence: Fence | None = None,
+) -> Path:
     """llmexport's export; without `tokenizer` it writes no tokenizer.mtok (a forked side job makes it, and
     sends the tokenizer's `facts` the graph reads). With `fence` (the graph-only worker), an EAGLE-3 head is
     exported by a forked copy beside the target (packager.convert.fence.headbeside)."""
@@ -87,19 +95,33 @@ def _export(job: dict[str, Any], source: Path, tokenizer_dir: Path, events: Even
     dst = Path(job["workdir"]) / "export"
     parser = llmexport.argparse.ArgumentParser()
     llmexport.build_args(parser)
-    args = parser.parse_args([
-        "--path", str(source), "--tokenizer_path", str(tokenizer_dir), "--dst_path", str(dst), "--export", "mnn",
-        "--quant_bit", str(job["quant_bits"]), "--quant_block", str(job["quant_block"]),
-        # A path that does not exist makes llmexport use pymnn's converter in this process, not os.popen.
-        "--mnnconvert", str(Path(job["workdir"]) / "no-native-mnnconvert"),
-        # Graph only: llmexport builds the model from config.json alone and lays the weight file out
-        # without computing it (packager's streaming writer fills it).
-        *(["--skip_weight"] if job.get("graph_only") else []),
-        *(["--sym"] if job.get("symmetric") else []), *(["--hqq"] if job.get("hqq") else []),
-        *(["--lm_quant_bit", str(job["lm_bits"])] if job.get("lm_bits") is not None else []),
-        *(["--lm_quant_block", str(job["lm_block"])] if job.get("lm_block") is not None else []),
-        *(["--eagle_path", str(job["eagle"])] if job.get("eagle") else []),
-    ])
+    args = parser.parse_args(
+        [
+            "--path",
+            str(source),
+            "--tokenizer_path",
+            str(tokenizer_dir),
+            "--dst_path",
+            str(dst),
+            "--export",
+            "mnn",
+            "--quant_bit",
+            str(job["quant_bits"]),
+            "--quant_block",
+            str(job["quant_block"]),
+            # A path that does not exist makes llmexport use pymnn's converter in this process, not os.popen.
+            "--mnnconvert",
+            str(Path(job["workdir"]) / "no-native-mnnconvert"),
+            # Graph only: llmexport builds the model from config.json alone and lays the weight file out
+            # without computing it (packager's streaming writer fills it).
+            *(["--skip_weight"] if job.get("graph_only") else []),
+            *(["--sym"] if job.get("symmetric") else []),
+            *(["--hqq"] if job.get("hqq") else []),
+            *(["--lm_quant_bit", str(job["lm_bits"])] if job.get("lm_bits") is not None else []),
+            *(["--lm_quant_block", str(job["lm_block"])] if job.get("lm_block") is not None else []),
+            *(["--eagle_path", str(job["eagle"])] if job.get("eagle") else []),
+        ]
+    )
     if job.get("eagle"):
         _head_rope(float(job["eagle_rope_theta"]))
     if job.get("graph_only"):
@@ -111,8 +133,7 @@ def _export(job: dict[str, Any], source: Path, tokenizer_dir: Path, events: Even
     if not job.get("fuse_c4", True):
         _without_c4_fusion(MNNConverter)
     _wrap(MNNConverter, "onnx2mnn", "converting the ONNX graph with MNN", events)
-    _wrap(MNNConverter, "rebuild", f"quantizing weights ({job['quant_bits']}-bit, block {job['quant_block']})",
-          events)
+    _wrap(MNNConverter, "rebuild", f"quantizing weights ({job['quant_bits']}-bit, block {job['quant_block']})", events)
     events.send("stage", name=GRAPH_STAGE if job.get("graph_only") else "loading the checkpoint into llmexport")
     exporter = llmexport.LlmExporter(args)
     exporter.tokenizer.stop_ids = list(job["stop_ids"])
@@ -207,12 +228,15 @@ def tokenizer_source(source: Path, dst: Path) -> Path:
     to the bytes the same tokenizer gives with the files present; the checkpoint itself is never written.
     """
     from ...errors import MissingTokenizer
-    from ..inspect.checkpoint import bpe_tables
     from ...infra.jsonfile import read_json
+    from ..inspect.checkpoint import bpe_tables
 
     config = read_json(source / "tokenizer_config.json", MissingTokenizer)
-    complete = all((source / n).is_file() for n in ("vocab.json", "merges.txt")) and \
-        "added_tokens_decoder" in config and bool(config.get("chat_template"))
+    complete = (
+        all((source / n).is_file() for n in ("vocab.json", "merges.txt"))
+        and "added_tokens_decoder" in config
+        and bool(config.get("chat_template"))
+    )
     if complete:
         return source
     dst.mkdir()
@@ -245,8 +269,13 @@ def _encodings(export_dir: Path, tokenizer_file: Path, probe_dir: Path, corpus: 
     probe_dir.mkdir()
     shutil.copy(tokenizer_file, probe_dir / "tokenizer.txt")
     shutil.copy(export_dir / "llm_config.json", probe_dir / "llm_config.json")
-    config = {"llm_model": "llm.mnn", "llm_weight": "llm.mnn.weight", "tokenizer_file": "tokenizer.txt",
-              "backend_type": "cpu", "thread_num": 1}
+    config = {
+        "llm_model": "llm.mnn",
+        "llm_weight": "llm.mnn.weight",
+        "tokenizer_file": "tokenizer.txt",
+        "backend_type": "cpu",
+        "thread_num": 1,
+    }
     (probe_dir / "config.json").write_text(json.dumps(config), encoding="utf-8")
     for name in ("llm.mnn", "llm.mnn.weight"):
         (probe_dir / name).write_bytes(b"")
@@ -276,19 +305,22 @@ def _pipeline_tokenizer(job: dict[str, Any], source: Path, out: Path, send: Send
     return Path(tokenizer.export(str(out)))
 
 
-def _tokenizer_candidates(job: dict[str, Any], source: Path, folder: Path, export_dir: Path,
-                          send: Send | None = None) -> dict[str, Any]:
+def _tokenizer_candidates(
+    job: dict[str, Any], source: Path, folder: Path, export_dir: Path, send: Send | None = None
+) -> dict[str, Any]:
     """Both tokenizer candidates and MNN's ids for the corpus with each (graph-only jobs)."""
     folder.mkdir()
-    candidates = {"pipeline": _pipeline_tokenizer(job, source, folder / "tokenizer-pipeline", send),
-                  "text": _text_tokenizer(job, source, folder)}
-    encoded = {name: _encodings(export_dir, path, folder / f"probe-{name}", job["corpus"])
-               for name, path in candidates.items()}
+    candidates = {
+        "pipeline": _pipeline_tokenizer(job, source, folder / "tokenizer-pipeline", send),
+        "text": _text_tokenizer(job, source, folder),
+    }
+    encoded = {
+        name: _encodings(export_dir, path, folder / f"probe-{name}", job["corpus"]) for name, path in candidates.items()
+    }
     return {"tokenizers": {k: str(v) for k, v in candidates.items()}, "encodings": encoded}
 
 
-def _graph_only(job: dict[str, Any], source: Path, tokenizer_dir: Path, events: Events,
-                fence: Fence) -> dict[str, Any]:
+def _graph_only(job: dict[str, Any], source: Path, tokenizer_dir: Path, events: Events, fence: Fence) -> dict[str, Any]:
     """The graph, with the tokenizer candidates made meanwhile by a forked copy of this worker.
 
     The tokenizer needs nothing of the graph: MNN's probe reads only the tokenizer file (the probe's
@@ -297,24 +329,25 @@ def _graph_only(job: dict[str, Any], source: Path, tokenizer_dir: Path, events: 
     llmexport, and sends the three facts of it the graph reads, which spares the graph's own load (about a
     second on its critical path; bench/RESULTS.md).
     """
-    from utils.tokenizer import LlmTokenizer  # noqa: F401 - imported before the fork, so the copy shares it
-
     import MNN.llm  # noqa: F401 - the same
+    from utils.tokenizer import LlmTokenizer  # noqa: F401 - imported before the fork, so the copy shares it
 
     work = Path(job["workdir"])
     config_only = work / "probe-config"
     config_only.mkdir()
     (config_only / "llm_config.json").write_text("{}", encoding="utf-8")
     events.send("stage", name="writing both tokenizer candidates and measuring their agreement (beside the graph)")
-    side = Forked(fence, lambda send: _tokenizer_candidates(job, tokenizer_dir, work / "tokenizers", config_only,
-                                                            send), nice=TOKENIZER_NICE)
+    side = Forked(
+        fence,
+        lambda send: _tokenizer_candidates(job, tokenizer_dir, work / "tokenizers", config_only, send),
+        nice=TOKENIZER_NICE,
+    )
     export_dir = _export(job, source, tokenizer_dir, events, tokenizer=False, facts=side.early, fence=fence)
     tokenizers = side.result()
     if tokenizers is None:  # the copy failed (see the log): the same work here, with the graph at hand
         events.send("stage", name="writing both tokenizer candidates and measuring their agreement")
         tokenizers = _tokenizer_candidates(job, tokenizer_dir, work / "tokenizers-again", export_dir)
-    return {"export_dir": str(export_dir), **tokenizers, "merged_source": None,
-            "versions": installed(WORKER_VERSIONS)}
+    return {"export_dir": str(export_dir), **tokenizers, "merged_source": None, "versions": installed(WORKER_VERSIONS)}
 
 
 def run(job: dict[str, Any], events: Events, fence: Fence | None = None) -> dict[str, Any]:
@@ -334,13 +367,17 @@ def run(job: dict[str, Any], events: Events, fence: Fence | None = None) -> dict
     events.send("stage", name="writing the text tokenizer candidate")
     candidates = {"pipeline": export_dir / "tokenizer.mtok", "text": _text_tokenizer(job, tokenizer_dir)}
     events.send("stage", name="measuring tokenizer agreement with the Hugging Face tokenizer")
-    encoded = {name: _encodings(export_dir, path, work / f"probe-{name}", job["corpus"])
-               for name, path in candidates.items()}
-    return {"export_dir": str(export_dir), "tokenizers": {k: str(v) for k, v in candidates.items()},
-            "encodings": encoded, "merged_source": str(source) if job.get("adapter") else None,
-            "versions": installed(WORKER_VERSIONS),
-            "also": {extra["name"]: str(work / f"export-{number}")
-                     for number, extra in enumerate(job.get("also", ()))}}
+    encoded = {
+        name: _encodings(export_dir, path, work / f"probe-{name}", job["corpus"]) for name, path in candidates.items()
+    }
+    return {
+        "export_dir": str(export_dir),
+        "tokenizers": {k: str(v) for k, v in candidates.items()},
+        "encodings": encoded,
+        "merged_source": str(source) if job.get("adapter") else None,
+        "versions": installed(WORKER_VERSIONS),
+        "also": {extra["name"]: str(work / f"export-{number}") for number, extra in enumerate(job.get("also", ()))},
+    }
 
 
 def _os_error(exc: BaseException) -> dict[str, Any]:
@@ -348,8 +385,11 @@ def _os_error(exc: BaseException) -> dict[str, Any]:
     seen: BaseException | None = exc
     while seen is not None:
         if isinstance(seen, OSError) and seen.errno:
-            return {"errno": seen.errno, "strerror": seen.strerror or os.strerror(seen.errno),
-                    "filename": str(seen.filename) if seen.filename is not None else None}
+            return {
+                "errno": seen.errno,
+                "strerror": seen.strerror or os.strerror(seen.errno),
+                "filename": str(seen.filename) if seen.filename is not None else None,
+            }
         seen = seen.__cause__ or seen.__context__
     return {}
 
@@ -363,7 +403,7 @@ def main(argv: list[str]) -> int:
     fence.install()
     try:
         result = run(job, events, fence)
-    except BaseException as exc:  # noqa: BLE001 - everything must reach the parent as one event
+    except BaseException as exc:
         traceback.print_exc()
         message = f"{type(exc).__name__}: {exc}" if not isinstance(exc, SystemExit) else "llmexport exited"
         os_error = _os_error(exc)

@@ -8,10 +8,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ...infra import heap
-from ...errors import (CheckpointNotFound, CorruptWeights, InvalidCheckpointConfig, MissingTokenizer, UnsupportedModel,
-                       UntiedEmbeddings, shorten)
+from ...errors import (
+    CheckpointNotFound,
+    CorruptWeights,
+    InvalidCheckpointConfig,
+    MissingTokenizer,
+    UnsupportedModel,
+    UntiedEmbeddings,
+    shorten,
+)
 from ...families.qwen3 import QWEN3_STOP_IDS
+from ...infra import heap
 from ...infra.jsonfile import read_json
 from . import safetensors_header
 
@@ -19,8 +26,12 @@ from . import safetensors_header
 # longer saves) are derived from it when absent; the chat template may sit in its own file.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 DERIVABLE_TOKENIZER_FILES = ("vocab.json", "merges.txt")
-OPTIONAL_TOKENIZER_FILES = ("chat_template.jinja", "special_tokens_map.json", "added_tokens.json",
-                            "generation_config.json")
+OPTIONAL_TOKENIZER_FILES = (
+    "chat_template.jinja",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "generation_config.json",
+)
 # The checkpoint files a conversion reads (provenance hashes these and nothing else).
 MODEL_FILES = ("config.json", "model.safetensors.index.json")
 
@@ -78,10 +89,16 @@ def inspect_checkpoint(path: Path, allow_untied: bool = False) -> CheckpointInfo
     vocab_size = _check_tokenizer(folder, shape)
     heap.give_back()  # the parsed tokenizer.json
     return CheckpointInfo(
-        path=folder, model_type=model_type, shape=shape,
+        path=folder,
+        model_type=model_type,
+        shape=shape,
         dtype=str(config.get("dtype") or config.get("torch_dtype") or "float32"),
-        weight_files=weight_files, tensor_shapes=tensors,
-        stop_ids=_stop_ids(folder, config), tokenizer_vocab_size=vocab_size, tied=tied)
+        weight_files=weight_files,
+        tensor_shapes=tensors,
+        stop_ids=_stop_ids(folder, config),
+        tokenizer_vocab_size=vocab_size,
+        tied=tied,
+    )
 
 
 def _folder(path: Path) -> Path:
@@ -117,8 +134,9 @@ def _shape(folder: Path, config: dict[str, Any]) -> ModelShape:
     def need(key: str) -> int:
         value = config.get(key)
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            raise InvalidCheckpointConfig(f"{folder}/config.json: {key} must be a positive integer, "
-                                          f"found {shorten(repr(value))}")
+            raise InvalidCheckpointConfig(
+                f"{folder}/config.json: {key} must be a positive integer, found {shorten(repr(value))}"
+            )
         return value
 
     hidden, heads = need("hidden_size"), need("num_attention_heads")
@@ -127,11 +145,19 @@ def _shape(folder: Path, config: dict[str, Any]) -> ModelShape:
         raise InvalidCheckpointConfig(f"{folder}/config.json: head_dim must be a positive integer")
     layer_types = config.get("layer_types") or []
     if any(kind != "full_attention" for kind in layer_types):
-        raise UnsupportedModel(f"{folder}/config.json has layer_types other than full_attention: "
-                               f"{shorten(sorted(set(map(str, layer_types))))}")
-    return ModelShape(hidden_size=hidden, num_layers=need("num_hidden_layers"), num_heads=heads,
-                      num_kv_heads=config.get("num_key_value_heads") or heads, head_dim=head_dim,
-                      intermediate_size=need("intermediate_size"), vocab_size=need("vocab_size"))
+        raise UnsupportedModel(
+            f"{folder}/config.json has layer_types other than full_attention: "
+            f"{shorten(sorted(set(map(str, layer_types))))}"
+        )
+    return ModelShape(
+        hidden_size=hidden,
+        num_layers=need("num_hidden_layers"),
+        num_heads=heads,
+        num_kv_heads=config.get("num_key_value_heads") or heads,
+        head_dim=head_dim,
+        intermediate_size=need("intermediate_size"),
+        vocab_size=need("vocab_size"),
+    )
 
 
 def _weight_files(folder: Path) -> tuple[Path, ...]:
@@ -154,21 +180,29 @@ def _check_tensors(folder: Path, tensors: dict[str, tuple[int, ...]], shape: Mod
     if embed is None:
         raise CorruptWeights(f"{folder} weights have no model.embed_tokens.weight")
     if embed != (shape.vocab_size, shape.hidden_size):
-        raise CorruptWeights(f"model.embed_tokens.weight has shape {list(embed)}, config.json says "
-                             f"[{shape.vocab_size}, {shape.hidden_size}]", "the weights do not belong to this config.json")
+        raise CorruptWeights(
+            f"model.embed_tokens.weight has shape {list(embed)}, config.json says "
+            f"[{shape.vocab_size}, {shape.hidden_size}]",
+            "the weights do not belong to this config.json",
+        )
     head = tensors.get("lm_head.weight")
     if tied and head is not None:
         raise UntiedEmbeddings(f"{folder} weights hold a separate lm_head.weight")
     if not tied and head != (shape.vocab_size, shape.hidden_size):
-        raise CorruptWeights(f"{folder}: config.json unties the embeddings but lm_head.weight is "
-                             f"{'missing' if head is None else list(head)}, expected [{shape.vocab_size}, "
-                             f"{shape.hidden_size}]", "the weights do not belong to this config.json")
+        raise CorruptWeights(
+            f"{folder}: config.json unties the embeddings but lm_head.weight is "
+            f"{'missing' if head is None else list(head)}, expected [{shape.vocab_size}, "
+            f"{shape.hidden_size}]",
+            "the weights do not belong to this config.json",
+        )
     for layer in range(shape.num_layers):
         name = f"model.layers.{layer}.self_attn.q_proj.weight"
         expected = (shape.num_heads * shape.head_dim, shape.hidden_size)
         if tensors.get(name) != expected:
-            raise CorruptWeights(f"{name} is {'missing' if name not in tensors else list(tensors[name])}, "
-                                 f"expected {list(expected)}", "the weights do not belong to this config.json")
+            raise CorruptWeights(
+                f"{name} is {'missing' if name not in tensors else list(tensors[name])}, expected {list(expected)}",
+                "the weights do not belong to this config.json",
+            )
 
 
 def _check_tokenizer(folder: Path, shape: ModelShape) -> int:
@@ -179,8 +213,9 @@ def _check_tokenizer(folder: Path, shape: ModelShape) -> int:
     if not isinstance(tok_config, dict):
         raise MissingTokenizer(f"{folder}/tokenizer_config.json is not a JSON object")
     if not (tok_config.get("chat_template") or (folder / "chat_template.jinja").is_file()):
-        raise MissingTokenizer(f"{folder} has no chat template (tokenizer_config.json chat_template "
-                               "or chat_template.jinja)")
+        raise MissingTokenizer(
+            f"{folder} has no chat template (tokenizer_config.json chat_template or chat_template.jinja)"
+        )
     data = read_json(folder / "tokenizer.json", MissingTokenizer)
     vocab, merges, added = bpe_tables(data, folder, first_merge=True)
     if not merges and not (folder / "merges.txt").is_file():
@@ -188,13 +223,16 @@ def _check_tokenizer(folder: Path, shape: ModelShape) -> int:
     ids = [*vocab.values(), *(int(token["id"]) for token in added)]
     top = max(ids) + 1 if ids else 0
     if top > shape.vocab_size:
-        raise MissingTokenizer(f"the tokenizer has ids up to {top - 1} but the model's vocab_size is "
-                               f"{shape.vocab_size}", "use the tokenizer the model was trained with")
+        raise MissingTokenizer(
+            f"the tokenizer has ids up to {top - 1} but the model's vocab_size is {shape.vocab_size}",
+            "use the tokenizer the model was trained with",
+        )
     return top
 
 
-def bpe_tables(data: Any, folder: Path,
-               first_merge: bool = False) -> tuple[dict[str, int], list[str], list[dict[str, Any]]]:
+def bpe_tables(
+    data: Any, folder: Path, first_merge: bool = False
+) -> tuple[dict[str, int], list[str], list[dict[str, Any]]]:
     """tokenizer.json's BPE vocabulary, merges (as "a b" lines) and added tokens, checked for shape.
 
     With `first_merge` only the first well-formed merge is returned (enough to know there are merges; building
@@ -202,10 +240,15 @@ def bpe_tables(data: Any, folder: Path,
     model = data.get("model") if isinstance(data, dict) else None
     vocab = model.get("vocab") if isinstance(model, dict) else None
     if not isinstance(model, dict) or model.get("type") != "BPE" or not isinstance(vocab, dict):
-        raise MissingTokenizer(f"{folder}/tokenizer.json does not hold a BPE model with a vocabulary",
-                               "use the Qwen3 tokenizer the model was trained with")
-    lines = (m if isinstance(m, str) else " ".join(m) for m in model.get("merges") or []
-             if isinstance(m, str) or (isinstance(m, list) and len(m) == 2 and all(isinstance(p, str) for p in m)))
+        raise MissingTokenizer(
+            f"{folder}/tokenizer.json does not hold a BPE model with a vocabulary",
+            "use the Qwen3 tokenizer the model was trained with",
+        )
+    lines = (
+        m if isinstance(m, str) else " ".join(m)
+        for m in model.get("merges") or []
+        if isinstance(m, str) or (isinstance(m, list) and len(m) == 2 and all(isinstance(p, str) for p in m))
+    )
     merges = list(itertools.islice(lines, 1)) if first_merge else list(lines)
     added = [t for t in data.get("added_tokens") or [] if isinstance(t, dict) and isinstance(t.get("id"), int)]
     if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in vocab.values()):

@@ -12,11 +12,18 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from .checkpoint import CheckpointInfo
+from ...errors import (
+    CorruptWeights,
+    EagleHeadLayout,
+    EagleHeadMismatch,
+    EagleVocabularyMap,
+    PickleHeadRefused,
+    TargetTooShallow,
+    shorten,
+)
 from ...infra.jsonfile import read_json
+from .checkpoint import CheckpointInfo
 from .safetensors_header import TensorRef, tensor_refs
-from ...errors import (CorruptWeights, EagleHeadLayout, EagleHeadMismatch, EagleVocabularyMap, PickleHeadRefused,
-                       TargetTooShallow, shorten)
 
 MIN_TARGET_LAYERS = 7
 # Activations llmexport's head can build (transformers' ACT2FN names a Llama-style head uses).
@@ -55,14 +62,22 @@ def aux_layers(num_layers: int) -> tuple[int, ...]:
 def expected_shapes(head: HeadInfo) -> dict[str, tuple[int, ...]]:
     h, inter = head.hidden_size, head.intermediate_size
     q, kv = head.num_heads * head.head_dim, head.num_kv_heads * head.head_dim
-    return {"fc.weight": (h, 3 * head.target_hidden_size),
-            "midlayer.hidden_norm.weight": (h,), "midlayer.input_layernorm.weight": (h,),
-            "midlayer.post_attention_layernorm.weight": (h,),
-            "midlayer.self_attn.q_proj.weight": (q, 2 * h), "midlayer.self_attn.k_proj.weight": (kv, 2 * h),
-            "midlayer.self_attn.v_proj.weight": (kv, 2 * h), "midlayer.self_attn.o_proj.weight": (h, q),
-            "midlayer.mlp.gate_proj.weight": (inter, h), "midlayer.mlp.up_proj.weight": (inter, h),
-            "midlayer.mlp.down_proj.weight": (h, inter), "norm.weight": (h,),
-            "lm_head.weight": (head.draft_vocab_size, h), "d2t": (head.draft_vocab_size,)}
+    return {
+        "fc.weight": (h, 3 * head.target_hidden_size),
+        "midlayer.hidden_norm.weight": (h,),
+        "midlayer.input_layernorm.weight": (h,),
+        "midlayer.post_attention_layernorm.weight": (h,),
+        "midlayer.self_attn.q_proj.weight": (q, 2 * h),
+        "midlayer.self_attn.k_proj.weight": (kv, 2 * h),
+        "midlayer.self_attn.v_proj.weight": (kv, 2 * h),
+        "midlayer.self_attn.o_proj.weight": (h, q),
+        "midlayer.mlp.gate_proj.weight": (inter, h),
+        "midlayer.mlp.up_proj.weight": (inter, h),
+        "midlayer.mlp.down_proj.weight": (h, inter),
+        "norm.weight": (h,),
+        "lm_head.weight": (head.draft_vocab_size, h),
+        "d2t": (head.draft_vocab_size,),
+    }
 
 
 def inspect_head(path: Path, target: CheckpointInfo, allow_pickle: bool = False) -> HeadInfo:
@@ -70,13 +85,16 @@ def inspect_head(path: Path, target: CheckpointInfo, allow_pickle: bool = False)
     folder = _folder(path)
     config = read_json(folder / "config.json", EagleHeadLayout) if (folder / "config.json").is_file() else None
     if not isinstance(config, dict):
-        raise EagleHeadLayout(f"{folder} has no config.json object" if config is None
-                              else f"{folder}/config.json is not a JSON object")
+        raise EagleHeadLayout(
+            f"{folder} has no config.json object" if config is None else f"{folder}/config.json is not a JSON object"
+        )
     weights, pickle = _weights(folder, allow_pickle)
     shape = target.shape
     if shape.num_layers < MIN_TARGET_LAYERS:
-        raise TargetTooShallow(f"the target {target.path.name} has {shape.num_layers} layers; an EAGLE-3 head needs "
-                               f"a target with at least {MIN_TARGET_LAYERS}")
+        raise TargetTooShallow(
+            f"the target {target.path.name} has {shape.num_layers} layers; an EAGLE-3 head needs "
+            f"a target with at least {MIN_TARGET_LAYERS}"
+        )
     head = _describe(folder, config, weights, pickle, target)
     refs = _refs(weights, pickle)
     head = replace(head, dtype=_check_tensors(head, refs))
@@ -113,8 +131,10 @@ def _describe(folder: Path, config: dict[str, Any], weights: Path, pickle: bool,
         value = config.get(key, default)
         ok = isinstance(value, (int, float) if kind is float else int) and not isinstance(value, bool)
         if not ok or value <= 0 or (kind is float and not math.isfinite(value)):
-            raise EagleHeadLayout(f"{where}: {key} must be a positive {'number' if kind is float else 'integer'}, "
-                                  f"found {shorten(repr(value))}")
+            raise EagleHeadLayout(
+                f"{where}: {key} must be a positive {'number' if kind is float else 'integer'}, "
+                f"found {shorten(repr(value))}"
+            )
         return value
 
     hidden = positive("hidden_size")
@@ -122,14 +142,20 @@ def _describe(folder: Path, config: dict[str, Any], weights: Path, pickle: bool,
         raise EagleHeadMismatch(f"{where}: hidden_size {hidden} differs from the target's {shape.hidden_size}")
     target_hidden = positive("target_hidden_size", hidden)
     if target_hidden != shape.hidden_size:
-        raise EagleHeadMismatch(f"{where}: target_hidden_size {target_hidden} differs from the target's "
-                                f"hidden_size {shape.hidden_size}")
-    for key, mine in (("num_attention_heads", shape.num_heads), ("num_key_value_heads", shape.num_kv_heads),
-                      ("head_dim", shape.head_dim)):
+        raise EagleHeadMismatch(
+            f"{where}: target_hidden_size {target_hidden} differs from the target's hidden_size {shape.hidden_size}"
+        )
+    for key, mine in (
+        ("num_attention_heads", shape.num_heads),
+        ("num_key_value_heads", shape.num_kv_heads),
+        ("head_dim", shape.head_dim),
+    ):
         # llmexport builds the head's attention with the target's counts, and its head_dim replaces the target's
         if key in config and config[key] != mine:
-            raise EagleHeadMismatch(f"{where}: {key} {shorten(repr(config[key]))} differs from the target's {mine} "
-                                    "(llmexport builds the head with the target's attention shape)")
+            raise EagleHeadMismatch(
+                f"{where}: {key} {shorten(repr(config[key]))} differs from the target's {mine} "
+                "(llmexport builds the head with the target's attention shape)"
+            )
     vocab = positive("vocab_size")
     if vocab != shape.vocab_size:
         raise EagleHeadMismatch(f"{where}: vocab_size {vocab} differs from the target's {shape.vocab_size}")
@@ -138,18 +164,34 @@ def _describe(folder: Path, config: dict[str, Any], weights: Path, pickle: bool,
         raise EagleVocabularyMap(f"{where}: draft_vocab_size {draft_vocab} exceeds the target vocabulary {vocab}")
     act = config.get("hidden_act", "silu")
     if act not in ACTIVATIONS:
-        raise EagleHeadLayout(f"{where}: hidden_act {shorten(repr(act))} is not one packager can check "
-                              f"({', '.join(ACTIVATIONS)})")
+        raise EagleHeadLayout(
+            f"{where}: hidden_act {shorten(repr(act))} is not one packager can check ({', '.join(ACTIVATIONS)})"
+        )
     scaling = config.get("rope_scaling")
     if scaling not in (None, {}) and not (isinstance(scaling, dict) and scaling.get("rope_type") == "default"):
-        raise EagleHeadLayout(f"{where}: rope_scaling {shorten(repr(scaling))} is not supported (the exported head "
-                              "applies plain rope only)")
+        raise EagleHeadLayout(
+            f"{where}: rope_scaling {shorten(repr(scaling))} is not supported (the exported head "
+            "applies plain rope only)"
+        )
     theta = positive("rope_theta", 10000.0, float)
-    return HeadInfo(path=folder, weights=weights, pickle=pickle, hidden_size=hidden, target_hidden_size=target_hidden,
-                    intermediate_size=positive("intermediate_size"), draft_vocab_size=draft_vocab, vocab_size=vocab,
-                    num_heads=shape.num_heads, num_kv_heads=shape.num_kv_heads, head_dim=shape.head_dim,
-                    rms_norm_eps=float(positive("rms_norm_eps", 1e-6, float)), hidden_act=str(act),
-                    rope_theta=float(theta), dtype="", aux_layers=aux_layers(shape.num_layers))
+    return HeadInfo(
+        path=folder,
+        weights=weights,
+        pickle=pickle,
+        hidden_size=hidden,
+        target_hidden_size=target_hidden,
+        intermediate_size=positive("intermediate_size"),
+        draft_vocab_size=draft_vocab,
+        vocab_size=vocab,
+        num_heads=shape.num_heads,
+        num_kv_heads=shape.num_kv_heads,
+        head_dim=shape.head_dim,
+        rms_norm_eps=float(positive("rms_norm_eps", 1e-6, float)),
+        hidden_act=str(act),
+        rope_theta=float(theta),
+        dtype="",
+        aux_layers=aux_layers(shape.num_layers),
+    )
 
 
 def _refs(weights: Path, pickle: bool) -> dict[str, tuple[str, tuple[int, ...]]]:
@@ -158,21 +200,29 @@ def _refs(weights: Path, pickle: bool) -> dict[str, tuple[str, tuple[int, ...]]]
         try:
             return {name: (ref.dtype, ref.shape) for name, ref in tensor_refs(weights).items()}
         except CorruptWeights as exc:
-            raise EagleHeadLayout(f"the EAGLE head's {exc.message}",
-                                  "re-save the head's model.safetensors (safetensors.torch.save_file)") from None
+            raise EagleHeadLayout(
+                f"the EAGLE head's {exc.message}", "re-save the head's model.safetensors (safetensors.torch.save_file)"
+            ) from None
     import torch
 
-    names = {torch.bfloat16: "BF16", torch.float16: "F16", torch.float32: "F32", torch.int64: "I64",
-             torch.int32: "I32", torch.bool: "BOOL"}
+    names = {
+        torch.bfloat16: "BF16",
+        torch.float16: "F16",
+        torch.float32: "F32",
+        torch.int64: "I64",
+        torch.int32: "I32",
+        torch.bool: "BOOL",
+    }
     try:
         state = torch.load(weights, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises many kinds for a bad pickle
-        raise EagleHeadLayout(f"{weights} cannot be read as a weights-only torch file "
-                              f"({shorten(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)})") from None
+        raise EagleHeadLayout(
+            f"{weights} cannot be read as a weights-only torch file "
+            f"({shorten(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)})"
+        ) from None
     if not isinstance(state, dict):
         raise EagleHeadLayout(f"{weights} does not hold a state dict")
-    return {str(k): (names.get(v.dtype, str(v.dtype)), tuple(v.shape)) for k, v in state.items()
-            if hasattr(v, "dtype")}
+    return {str(k): (names.get(v.dtype, str(v.dtype)), tuple(v.shape)) for k, v in state.items() if hasattr(v, "dtype")}
 
 
 def _check_tensors(head: HeadInfo, refs: dict[str, tuple[str, tuple[int, ...]]]) -> str:
@@ -181,8 +231,10 @@ def _check_tensors(head: HeadInfo, refs: dict[str, tuple[str, tuple[int, ...]]])
     missing = [n for n in expected if n not in refs]
     unexpected = sorted(n for n in refs if n not in expected and n not in OPTIONAL)
     if any(n.startswith("model.layers.") for n in unexpected) and len(missing) > len(expected) // 2:
-        raise EagleHeadLayout(f"{head.path.name} holds a model checkpoint ({len(refs)} tensors such as "
-                              f"{unexpected[0]}), not an EAGLE-3 head")
+        raise EagleHeadLayout(
+            f"{head.path.name} holds a model checkpoint ({len(refs)} tensors such as "
+            f"{unexpected[0]}), not an EAGLE-3 head"
+        )
     if missing or unexpected:
         parts = []
         if missing:
@@ -195,14 +247,18 @@ def _check_tensors(head: HeadInfo, refs: dict[str, tuple[str, tuple[int, ...]]])
     if "t2d" in refs and refs["t2d"][1] != (head.vocab_size,):
         wrong.append(f"t2d is {list(refs['t2d'][1])}, expected [{head.vocab_size}]")
     if "embed_tokens.weight" in refs and refs["embed_tokens.weight"][1] != (head.vocab_size, head.hidden_size):
-        wrong.append(f"embed_tokens.weight is {list(refs['embed_tokens.weight'][1])}, expected "
-                     f"[{head.vocab_size}, {head.hidden_size}]")
+        wrong.append(
+            f"embed_tokens.weight is {list(refs['embed_tokens.weight'][1])}, expected "
+            f"[{head.vocab_size}, {head.hidden_size}]"
+        )
     if wrong:
         raise EagleHeadMismatch(shorten(f"{head.weights.name} of {head.path.name}: {'; '.join(wrong)}", 400))
     floats = {refs[n][0] for n in expected if n != "d2t"}
     if not floats <= set(_FLOAT) or len(floats) != 1:
-        raise EagleHeadLayout(f"{head.weights.name}: the head's weights are stored as {', '.join(sorted(floats))}; "
-                              "one of BF16, F16 or F32 is expected")
+        raise EagleHeadLayout(
+            f"{head.weights.name}: the head's weights are stored as {', '.join(sorted(floats))}; "
+            "one of BF16, F16 or F32 is expected"
+        )
     if refs["d2t"][0] not in _INT:
         raise EagleVocabularyMap(f"{head.weights.name}: d2t is stored as {refs['d2t'][0]}, expected an integer type")
     return {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}[floats.pop()]
@@ -245,5 +301,7 @@ def _check_d2t(head: HeadInfo) -> None:
     outside = np.flatnonzero((targets < 0) | (targets >= head.vocab_size))
     if outside.size:
         first = int(outside[0])
-        raise EagleVocabularyMap(f"{head.weights.name}: d2t maps {outside.size} draft id(s) outside the target "
-                                 f"vocabulary of {head.vocab_size} (first: draft id {first} -> {int(targets[first])})")
+        raise EagleVocabularyMap(
+            f"{head.weights.name}: d2t maps {outside.size} draft id(s) outside the target "
+            f"vocabulary of {head.vocab_size} (first: draft id {first} -> {int(targets[first])})"
+        )

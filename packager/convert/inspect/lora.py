@@ -8,13 +8,15 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import AdapterMismatch, shorten
+from ...infra.jsonfile import read_json
 from . import safetensors_header
 from .checkpoint import CheckpointInfo
-from ...infra.jsonfile import read_json
 
 _LORA_KEY = re.compile(r"^(?:base_model\.model\.)?(?P<module>.+)\.lora_(?P<part>[AB])(?:\.default)?\.weight$")
 # A whole trained module (peft's modules_to_save) is stored under its base name.
-_SAVED_KEY = re.compile(r"^(?:base_model\.model\.)?(?P<name>.+?)(?:\.modules_to_save\.default)?(?P<leaf>\.weight|\.bias)$")
+_SAVED_KEY = re.compile(
+    r"^(?:base_model\.model\.)?(?P<name>.+?)(?:\.modules_to_save\.default)?(?P<leaf>\.weight|\.bias)$"
+)
 EMBED, LM_HEAD = "model.embed_tokens.weight", "lm_head.weight"
 # The adapter files a conversion reads (provenance hashes these).
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
@@ -57,13 +59,21 @@ def inspect_adapter(path: Path, base: CheckpointInfo) -> AdapterInfo:
     alpha = config.get("lora_alpha") or rank
     if not isinstance(alpha, (int, float)) or isinstance(alpha, bool):
         raise AdapterMismatch(f"{config_path}: lora_alpha must be a number, found {shorten(repr(alpha))}")
-    return AdapterInfo(path=path.resolve(), rank=rank, alpha=float(alpha),
-                       target_modules=tuple(sorted(map(str, targets if isinstance(targets, list) else [targets]))),
-                       base_model=str(config.get("base_model_name_or_path") or ""),
-                       weight_file=weight_file, modules=modules, saved_modules=saved)
+    return AdapterInfo(
+        path=path.resolve(),
+        rank=rank,
+        alpha=float(alpha),
+        target_modules=tuple(sorted(map(str, targets if isinstance(targets, list) else [targets]))),
+        base_model=str(config.get("base_model_name_or_path") or ""),
+        weight_file=weight_file,
+        modules=modules,
+        saved_modules=saved,
+    )
 
 
-def _check_saved_modules(tensors: dict[str, tuple[int, ...]], base: CheckpointInfo, weight_file: Path) -> tuple[str, ...]:
+def _check_saved_modules(
+    tensors: dict[str, tuple[int, ...]], base: CheckpointInfo, weight_file: Path
+) -> tuple[str, ...]:
     """Whole modules the adapter replaces (modules_to_save): each must fit the base, and the tied table must stay tied.
 
     The ten-file bundle has one table that is both the input embedding and lm_head, so an adapter may
@@ -79,8 +89,10 @@ def _check_saved_modules(tensors: dict[str, tuple[int, ...]], base: CheckpointIn
             saved[name] = shape
             continue
         if base.tensor_shapes.get(name) != shape:
-            raise AdapterMismatch(f"the adapter replaces {shorten(name)} with shape {list(shape)}, which the base "
-                                  f"{'does not have' if name not in base.tensor_shapes else 'has as ' + str(list(base.tensor_shapes[name]))}")
+            raise AdapterMismatch(
+                f"the adapter replaces {shorten(name)} with shape {list(shape)}, which the base "
+                + ("does not have" if name not in base.tensor_shapes else f"has as {list(base.tensor_shapes[name])}")
+            )
         saved[name] = shape
     table = {EMBED, LM_HEAD} & set(saved)
     if table and not _tied(table, saved, weight_file, base):
@@ -88,7 +100,9 @@ def _check_saved_modules(tensors: dict[str, tuple[int, ...]], base: CheckpointIn
         raise AdapterMismatch(
             f"the adapter replaces {which} (modules_to_save) so the output layer no longer equals the tied "
             "embedding table, which the ten-file bundle stores once for both",
-            "train with the embeddings and lm_head frozen (no modules_to_save for them), or save both as one tied table")
+            "train with the embeddings and lm_head frozen (no modules_to_save for them), or save both as one tied "
+            "table",
+        )
     return tuple(sorted(saved))
 
 
@@ -99,7 +113,7 @@ def _tied(table: set[str], saved: dict[str, tuple[int, ...]], weight_file: Path,
 
     keys = {}
     with safe_open(str(weight_file), "numpy") as handle:
-        for key in handle.keys():
+        for key in handle:
             match = _SAVED_KEY.match(key)
             if match and ".lora_" not in key and match["name"] + match["leaf"] in table:
                 keys[match["name"] + match["leaf"]] = key
@@ -114,7 +128,7 @@ def other_base_warning(adapter: AdapterInfo, base: CheckpointInfo) -> str | None
     ours = {base.path.name.lower(), str(base.path).lower()}
     for part in base.path.parts:  # a Hugging Face cache snapshot: .../models--org--name/snapshots/<rev>
         if part.startswith("models--"):
-            ours |= {part[len("models--"):].replace("--", "/").lower(), part.split("--")[-1].lower()}
+            ours |= {part[len("models--") :].replace("--", "/").lower(), part.split("--")[-1].lower()}
     candidates = {named.lower(), named.lower().split("/")[-1]}
     local = Path(named).expanduser()
     if local.is_absolute() or local.exists():
@@ -124,8 +138,10 @@ def other_base_warning(adapter: AdapterInfo, base: CheckpointInfo) -> str | None
             pass
     if candidates & ours:
         return None
-    return (f"the adapter says it was trained on {shorten(named, 120)!r}, which is not {base.path}; "
-            "check that you pass the adapter's own base model")
+    return (
+        f"the adapter says it was trained on {shorten(named, 120)!r}, which is not {base.path}; "
+        "check that you pass the adapter's own base model"
+    )
 
 
 def _check_pairs(tensors: dict[str, tuple[int, ...]], base: CheckpointInfo, rank: int) -> int:
@@ -145,8 +161,10 @@ def _check_pairs(tensors: dict[str, tuple[int, ...]], base: CheckpointInfo, rank
         out_features, in_features = base_shape
         a, b = parts["A"], parts["B"]
         if a[1] != in_features or b[0] != out_features or a[0] != b[1] or (rank and a[0] != rank):
-            raise AdapterMismatch(f"the adapter's {module} has lora_A {list(a)} and lora_B {list(b)}, which do "
-                                  f"not fit the base weight {list(base_shape)} (rank {rank})")
+            raise AdapterMismatch(
+                f"the adapter's {module} has lora_A {list(a)} and lora_B {list(b)}, which do "
+                f"not fit the base weight {list(base_shape)} (rank {rank})"
+            )
     return len(pairs)
 
 
@@ -162,6 +180,9 @@ def merge(base_dir: Path, adapter_dir: Path, out_dir: Path) -> None:
     merged = PeftModel.from_pretrained(model, adapter_dir).merge_and_unload()
     merged.save_pretrained(out_dir, safe_serialization=True)
     for item in base_dir.iterdir():
-        if item.is_file() and not item.name.endswith(".safetensors") and item.name not in {
-                "config.json", "model.safetensors.index.json"}:
+        if (
+            item.is_file()
+            and not item.name.endswith(".safetensors")
+            and item.name not in {"config.json", "model.safetensors.index.json"}
+        ):
             shutil.copy2(item, out_dir / item.name)

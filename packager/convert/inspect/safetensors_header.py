@@ -10,8 +10,23 @@ from pathlib import Path
 from ...errors import CorruptWeights
 
 _MAX_HEADER = 100 * 1024 * 1024
-_DTYPE_BYTES = {"F64": 8, "I64": 8, "U64": 8, "F32": 4, "I32": 4, "U32": 4, "F16": 2, "BF16": 2,
-                "I16": 2, "U16": 2, "I8": 1, "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
+_DTYPE_BYTES = {
+    "F64": 8,
+    "I64": 8,
+    "U64": 8,
+    "F32": 4,
+    "I32": 4,
+    "U32": 4,
+    "F16": 2,
+    "BF16": 2,
+    "I16": 2,
+    "U16": 2,
+    "I8": 1,
+    "U8": 1,
+    "BOOL": 1,
+    "F8_E4M3": 1,
+    "F8_E5M2": 1,
+}
 
 
 @dataclass(frozen=True)
@@ -39,8 +54,9 @@ def tensor_refs(path: Path) -> dict[str, TensorRef]:
             raise CorruptWeights(f"{path.name} is truncated ({size} bytes, no safetensors header)")
         (length,) = struct.unpack("<Q", head)
         if length > min(_MAX_HEADER, size - 8):
-            raise CorruptWeights(f"{path.name} is not a valid safetensors file (header length {length} "
-                                 f"exceeds the file size {size})")
+            raise CorruptWeights(
+                f"{path.name} is not a valid safetensors file (header length {length} exceeds the file size {size})"
+            )
         raw = handle.read(length)
     try:
         header = json.loads(raw)
@@ -55,13 +71,13 @@ def tensor_refs(path: Path) -> dict[str, TensorRef]:
             continue
         shape = _check_entry(path, name, info)
         start, stop = info["data_offsets"]
-        refs[name] = TensorRef(file=path, dtype=info["dtype"], shape=shape, start=8 + length + start,
-                               nbytes=stop - start)
+        refs[name] = TensorRef(
+            file=path, dtype=info["dtype"], shape=shape, start=8 + length + start, nbytes=stop - start
+        )
         end = max(end, stop)
     if 8 + length + end != size:
         state = "truncated" if 8 + length + end > size else "longer than its header says"
-        raise CorruptWeights(f"{path.name} is {state}: header describes {8 + length + end} bytes, "
-                             f"file has {size}")
+        raise CorruptWeights(f"{path.name} is {state}: header describes {8 + length + end} bytes, file has {size}")
     return refs
 
 

@@ -122,8 +122,7 @@ def _intact(folder: Path) -> bool:
     try:
         digests = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
         # contents() is FILES and the EXTRA files present: the manifest must name exactly those
-        return set(digests) == set(contents(folder)) and \
-            all(xxh3_128_file(folder / n) == d for n, d in digests.items())
+        return set(digests) == set(contents(folder)) and all(xxh3_128_file(folder / n) == d for n, d in digests.items())
     except (OSError, ValueError, AttributeError):
         return False
 

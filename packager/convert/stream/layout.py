@@ -53,21 +53,39 @@ def regions(graph: dict[str, Any], spec: QuantSpec, tied: bool) -> tuple[Region,
             continue
         name = str(op.get("name"))
         if op.get("type") == "LayerNorm":
-            found.append(Region(name, "norm", _norm_tensor(name), int(external[0]),
-                                tuple(int(x) for x in external[1:])))
+            found.append(
+                Region(name, "norm", _norm_tensor(name), int(external[0]), tuple(int(x) for x in external[1:]))
+            )
         elif op.get("type") == "Convolution":
             common = main.get("common") or {}
-            found.append(Region(name, "linear", _linear_tensor(name, tied), int(external[0]),
-                                tuple(int(x) for x in external[1:]), int(common.get("outputCount", 0)),
-                                int(common.get("inputCount", 0))))
+            found.append(
+                Region(
+                    name,
+                    "linear",
+                    _linear_tensor(name, tied),
+                    int(external[0]),
+                    tuple(int(x) for x in external[1:]),
+                    int(common.get("outputCount", 0)),
+                    int(common.get("inputCount", 0)),
+                )
+            )
         else:
             raise LayoutUnknown(f"graph op {name} ({op.get('type')}) holds weights packager cannot map")
     _check(found, spec)
     return tuple(found)
 
 
-def predict(hidden: int, layers: int, heads: int, kv_heads: int, head_dim: int, intermediate: int, vocab: int,
-            spec: QuantSpec, tied: bool = True) -> tuple[Region, ...]:
+def predict(
+    hidden: int,
+    layers: int,
+    heads: int,
+    kv_heads: int,
+    head_dim: int,
+    intermediate: int,
+    vocab: int,
+    spec: QuantSpec,
+    tied: bool = True,
+) -> tuple[Region, ...]:
     """The regions llmexport lays out for a dense Qwen3 of this shape, before the graph exists (so the weights
     can be written while it is built); checked against the graph's own layout before use."""
     found: list[Region] = []
@@ -87,8 +105,11 @@ def predict(hidden: int, layers: int, heads: int, kv_heads: int, head_dim: int, 
         add(p + "self_attn.v_proj.weight", "linear", kv_heads * head_dim, hidden)
         add(p + "self_attn.o_proj.weight", "linear", hidden, heads * head_dim)
         add(p + "post_attention_layernorm.weight", "norm", width=hidden)
-        for proj, (out_f, in_f) in (("gate_proj", (intermediate, hidden)), ("up_proj", (intermediate, hidden)),
-                                    ("down_proj", (hidden, intermediate))):
+        for proj, (out_f, in_f) in (
+            ("gate_proj", (intermediate, hidden)),
+            ("up_proj", (intermediate, hidden)),
+            ("down_proj", (hidden, intermediate)),
+        ):
             add(p + f"mlp.{proj}.weight", "linear", out_f, in_f)
     add("model.norm.weight", "norm", width=hidden)
     add(EMBED if tied else LM_HEAD, "linear", vocab, hidden)
@@ -126,8 +147,9 @@ def _check(found: list[Region], spec: QuantSpec) -> None:
     end = 0
     for region in sorted(found, key=lambda r: r.offset):
         if region.offset != end:
-            raise LayoutUnknown(f"weight regions do not tile the file at {region.op} (offset {region.offset}, "
-                                f"expected {end})")
+            raise LayoutUnknown(
+                f"weight regions do not tile the file at {region.op} (offset {region.offset}, expected {end})"
+            )
         if region.kind == "linear":
             expected = (*spec.sizes(region.out_features, region.in_features), 0, 0)
         else:

@@ -9,8 +9,9 @@ dtype, bit width and block size packager offers.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Literal
+from typing import Literal
 
 import numpy as np
 
@@ -33,8 +34,11 @@ class QuantSpec:
         offset = 1 << (self.bits - 1)
         value_map = list(range(-offset, offset))
         value_map.insert(0, 0 if len(value_map) == 256 else len(value_map))
-        return b"\x02" + np.array([out_features, in_features], shape_dtype).tobytes() + \
-            np.array(value_map, np.int8).tobytes()
+        return (
+            b"\x02"
+            + np.array([out_features, in_features], shape_dtype).tobytes()
+            + np.array(value_map, np.int8).tobytes()
+        )
 
     def sizes(self, out_features: int, in_features: int) -> tuple[int, int]:
         """(header + packed weight bytes, alpha bytes) of one quantized Linear."""
@@ -73,7 +77,10 @@ def _identity(x: np.ndarray) -> np.ndarray:
 
 
 ROUNDING: dict[str, Callable[[np.ndarray], np.ndarray]] = {
-    "bfloat16": _round_bf16, "float16": _round_f16, "float32": _identity}
+    "bfloat16": _round_bf16,
+    "float16": _round_f16,
+    "float32": _identity,
+}
 
 
 def quantize_rows(rows: np.ndarray, dtype: str, spec: QuantSpec) -> tuple[bytes, bytes]:
@@ -107,8 +114,7 @@ def quantize_rows(rows: np.ndarray, dtype: str, spec: QuantSpec) -> tuple[bytes,
     np.clip(q, 0, 2 * offset - 1, out=q)
     # NaN (0/0 in a constant block, or a NaN weight) becomes 0, as torch's cast gives; a block with finite ends
     # and a positive scale has none, so the full-size check runs only when a block is degenerate.
-    if not (np.isfinite(low).all() and np.isfinite(high).all() and np.isfinite(scale).all()
-            and (scale > 0).all()):
+    if not (np.isfinite(low).all() and np.isfinite(high).all() and np.isfinite(scale).all() and (scale > 0).all()):
         q[np.isnan(q)] = 0
     packed = q.astype(np.uint8).reshape(-1)
     with np.errstate(invalid="ignore", over="ignore"):
@@ -122,14 +128,15 @@ def quantize_rows(rows: np.ndarray, dtype: str, spec: QuantSpec) -> tuple[bytes,
     return packed.tobytes(), alpha.tobytes()
 
 
-def quantize(weight: np.ndarray, dtype: str, spec: QuantSpec,
-             to_float32: Callable[[np.ndarray], np.ndarray]) -> tuple[bytes, bytes]:
+def quantize(
+    weight: np.ndarray, dtype: str, spec: QuantSpec, to_float32: Callable[[np.ndarray], np.ndarray]
+) -> tuple[bytes, bytes]:
     """Quantize a whole [out, in] weight a few rows at a time (rows are independent, so the bytes are the same)."""
     out_features, in_features = weight.shape
     step = max(1, ROW_CHUNK_ELEMENTS // in_features)
     packed, alpha = [], []
     for start in range(0, out_features, step):
-        p, a = quantize_rows(to_float32(weight[start:start + step]), dtype, spec)
+        p, a = quantize_rows(to_float32(weight[start : start + step]), dtype, spec)
         packed.append(p)
         alpha.append(a)
     return b"".join(packed), b"".join(alpha)

@@ -17,27 +17,36 @@ from typing import Any
 
 from ... import __version__
 from ...bundle.kinds import EAGLE_FILES, EMBEDDINGS
-from ..inspect.eagle_head import HeadInfo
 from ...infra.hashing import xxh3_128_bytes, xxh3_128_file
-from ...infra.versions import installed
-from . import graphcache, layout, weightwriter
-from ..inspect.checkpoint import DERIVABLE_TOKENIZER_FILES, OPTIONAL_TOKENIZER_FILES, TOKENIZER_FILES, CheckpointInfo
 from ...infra.jsonfile import read_json
 from ...infra.progress import Progress
+from ...infra.versions import installed
 from ..fence.launch import Runner, WorkerJob, WorkerResult
-from ..inspect.lora import _LORA_KEY, _SAVED_KEY, AdapterInfo
-from .quant import QuantSpec
-from ..inspect.safetensors_header import TensorRef
-from .weightwriter import Lora, StreamingUnsupported
 from ..fence.worker import BESIDE_NICE, GRAPH_STAGE
+from ..inspect.checkpoint import DERIVABLE_TOKENIZER_FILES, OPTIONAL_TOKENIZER_FILES, TOKENIZER_FILES, CheckpointInfo
+from ..inspect.eagle_head import HeadInfo
+from ..inspect.lora import _LORA_KEY, _SAVED_KEY, AdapterInfo
+from ..inspect.safetensors_header import TensorRef
+from . import graphcache, layout, weightwriter
+from .quant import QuantSpec
+from .weightwriter import Lora, StreamingUnsupported
 
 _STORED = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}
 GRAPH_VERSIONS = ("mnn", "llmexport", "torch", "transformers", "onnx", "tokenizers", "peft")
 
 
-def export(info: CheckpointInfo, adapter: AdapterInfo | None, bits: int, block: int, workdir: Path,
-           corpus: tuple[str, ...], runner: Runner, progress: Progress, fuse_c4: bool = True,
-           head: HeadInfo | None = None) -> WorkerResult:
+def export(
+    info: CheckpointInfo,
+    adapter: AdapterInfo | None,
+    bits: int,
+    block: int,
+    workdir: Path,
+    corpus: tuple[str, ...],
+    runner: Runner,
+    progress: Progress,
+    fuse_c4: bool = True,
+    head: HeadInfo | None = None,
+) -> WorkerResult:
     """Fill `workdir/export` with the graph files, both tokenizer candidates and the streamed weight file; an
     untied checkpoint's embeddings file streamed too; with `head`, its EAGLE-3 files, exported by llmexport
     beside the target's graph (the head is small; it is cached with the graph, keyed by its own bytes)."""
@@ -59,11 +68,16 @@ def export(info: CheckpointInfo, adapter: AdapterInfo | None, bits: int, block: 
 
     embeddings = export_dir / EMBEDDINGS if not info.tied else None
 
-    def write(regions: tuple[layout.Region, ...], nice: int = 0, widen: threading.Event | None = None,
-              stop: threading.Event | None = None) -> None:
+    def write(
+        regions: tuple[layout.Region, ...],
+        nice: int = 0,
+        widen: threading.Event | None = None,
+        stop: threading.Event | None = None,
+    ) -> None:
         tasks = weightwriter.plan(regions, refs, saved, loras, adapted=adapter is not None)
-        if weightwriter.write(weight_file, layout.total_size(regions), tasks, spec, workers, progress, nice, widen,
-                              stop):
+        if weightwriter.write(
+            weight_file, layout.total_size(regions), tasks, spec, workers, progress, nice, widen, stop
+        ):
             write_embeddings()
 
     def write_embeddings() -> None:
@@ -78,11 +92,22 @@ def export(info: CheckpointInfo, adapter: AdapterInfo | None, bits: int, block: 
     entry = graphcache.lookup(entry_key, report=progress)
     predicted: tuple[layout.Region, ...] | None = None
     if entry is None:
-        progress("graph cache miss: building the graph once for this shape (llmexport, weights skipped), "
-                 "writing the weights meanwhile")
+        progress(
+            "graph cache miss: building the graph once for this shape (llmexport, weights skipped), "
+            "writing the weights meanwhile"
+        )
         shape = info.shape
-        predicted = layout.predict(shape.hidden_size, shape.num_layers, shape.num_heads, shape.num_kv_heads,
-                                   shape.head_dim, shape.intermediate_size, shape.vocab_size, spec, info.tied)
+        predicted = layout.predict(
+            shape.hidden_size,
+            shape.num_layers,
+            shape.num_heads,
+            shape.num_kv_heads,
+            shape.head_dim,
+            shape.intermediate_size,
+            shape.vocab_size,
+            spec,
+            info.tied,
+        )
         # The weights are written beside the graph build from the start, on one process while the converter
         # imports its libraries (a single-threaded wait the other core would spend idle) and on every core
         # once it reports the graph stage. (Two writers during the imports slowed them by a third; one costs
@@ -97,8 +122,21 @@ def export(info: CheckpointInfo, adapter: AdapterInfo | None, bits: int, block: 
         with ThreadPoolExecutor(max_workers=1) as background:
             early = background.submit(write, predicted, BESIDE_NICE, imported, failed)
             try:
-                entry = _build(info, adapter, bits, block, workdir, corpus, runner, build_progress, dtype, classes,
-                               entry_key, fuse_c4, head)
+                entry = _build(
+                    info,
+                    adapter,
+                    bits,
+                    block,
+                    workdir,
+                    corpus,
+                    runner,
+                    build_progress,
+                    dtype,
+                    classes,
+                    entry_key,
+                    fuse_c4,
+                    head,
+                )
             except BaseException:
                 failed.set()  # no further weight task starts; the error is what the user sees
                 raise
@@ -113,16 +151,22 @@ def export(info: CheckpointInfo, adapter: AdapterInfo | None, bits: int, block: 
     for name in held:
         shutil.copyfile(entry / name, export_dir / name)
     meta = json.loads((export_dir / "meta.json").read_text(encoding="utf-8"))
-    regions = layout.regions(json.loads((export_dir / "llm.mnn.json").read_text(encoding="utf-8")), spec,
-                             tied=info.tied)
+    regions = layout.regions(
+        json.loads((export_dir / "llm.mnn.json").read_text(encoding="utf-8")), spec, tied=info.tied
+    )
     if predicted is None or layout.placement(predicted) != layout.placement(regions):
         if predicted is not None:
             progress("the graph lays the weights out otherwise than predicted; writing them again")
         write(regions)
     write_embeddings()
-    return WorkerResult(export_dir=export_dir,
-                        tokenizers={"pipeline": export_dir / "tokenizer.mtok", "text": export_dir / "tokenizer-text.txt"},
-                        encodings=meta["encodings"], versions=meta["versions"], blocked=(), log=workdir / "worker.log")
+    return WorkerResult(
+        export_dir=export_dir,
+        tokenizers={"pipeline": export_dir / "tokenizer.mtok", "text": export_dir / "tokenizer-text.txt"},
+        encodings=meta["encodings"],
+        versions=meta["versions"],
+        blocked=(),
+        log=workdir / "worker.log",
+    )
 
 
 def _compute_dtype(info: CheckpointInfo, refs: dict[str, TensorRef], adapter: AdapterInfo | None) -> str:
@@ -131,8 +175,9 @@ def _compute_dtype(info: CheckpointInfo, refs: dict[str, TensorRef], adapter: Ad
     named = config.get("dtype") or config.get("torch_dtype")
     stored = {_STORED.get(ref.dtype, ref.dtype) for ref in refs.values()}
     if named not in _STORED.values() or stored != {named}:
-        raise StreamingUnsupported(f"config.json names dtype {named!r} but the weights are stored as "
-                                   f"{', '.join(sorted(stored))}")
+        raise StreamingUnsupported(
+            f"config.json names dtype {named!r} but the weights are stored as {', '.join(sorted(stored))}"
+        )
     return "float32" if adapter else str(named)
 
 
@@ -151,22 +196,40 @@ def _adapter_tensors(adapter: AdapterInfo, info: CheckpointInfo) -> tuple[dict[s
             parts.setdefault(f"{match['module']}.weight", {})[match["part"]] = ref
         elif ".lora_" in key:
             raise StreamingUnsupported(f"the adapter holds {key}")
-        elif (saved_match := _SAVED_KEY.match(key)):
+        elif saved_match := _SAVED_KEY.match(key):
             saved[saved_match["name"] + saved_match["leaf"]] = ref
     saved.pop("lm_head.weight", None)  # only ever equal to the embedding (checked when the adapter was inspected)
     return saved, {name: Lora(p["A"], p["B"], scaling) for name, p in parts.items()}
 
 
-def _key_fields(info: CheckpointInfo, bits: int, block: int, dtype: str, classes: tuple[tuple[str, int], ...],
-                corpus: tuple[str, ...], fuse_c4: bool = True) -> dict[str, Any]:
-    config = {k: v for k, v in read_json(info.path / "config.json", StreamingUnsupported).items()
-              if k not in ("_name_or_path", "transformers_version")}
+def _key_fields(
+    info: CheckpointInfo,
+    bits: int,
+    block: int,
+    dtype: str,
+    classes: tuple[tuple[str, int], ...],
+    corpus: tuple[str, ...],
+    fuse_c4: bool = True,
+) -> dict[str, Any]:
+    config = {
+        k: v
+        for k, v in read_json(info.path / "config.json", StreamingUnsupported).items()
+        if k not in ("_name_or_path", "transformers_version")
+    }
     names = (*TOKENIZER_FILES, *DERIVABLE_TOKENIZER_FILES, *OPTIONAL_TOKENIZER_FILES)
     tokenizer = {n: xxh3_128_file(info.path / n) for n in names if (info.path / n).is_file()}
-    fields = {"config": config, "dtype": dtype, "equal_tensors": [c for _, c in classes], "bits": bits,
-              "block": block, "tokenizer": tokenizer, "stop_ids": list(info.stop_ids), "packager": __version__,
-              "versions": installed(GRAPH_VERSIONS),
-              "corpus": xxh3_128_bytes(json.dumps(corpus, ensure_ascii=True).encode("ascii"))}
+    fields = {
+        "config": config,
+        "dtype": dtype,
+        "equal_tensors": [c for _, c in classes],
+        "bits": bits,
+        "block": block,
+        "tokenizer": tokenizer,
+        "stop_ids": list(info.stop_ids),
+        "packager": __version__,
+        "versions": installed(GRAPH_VERSIONS),
+        "corpus": xxh3_128_bytes(json.dumps(corpus, ensure_ascii=True).encode("ascii")),
+    }
     if not fuse_c4:  # only then, so the default's keys (and cached entries) stay what they were
         fields["fuse_c4"] = False
     return fields
@@ -178,26 +241,54 @@ def _head_fields(head: HeadInfo) -> dict[str, Any]:
     return {"config": config, "weights": xxh3_128_file(head.weights), "rope_theta": head.rope_theta}
 
 
-def _build(info: CheckpointInfo, adapter: AdapterInfo | None, bits: int, block: int, workdir: Path,
-           corpus: tuple[str, ...], runner: Runner, progress: Progress, dtype: str,
-           classes: tuple[tuple[str, int], ...], entry_key: str, fuse_c4: bool = True,
-           head: HeadInfo | None = None) -> Path:
+def _build(
+    info: CheckpointInfo,
+    adapter: AdapterInfo | None,
+    bits: int,
+    block: int,
+    workdir: Path,
+    corpus: tuple[str, ...],
+    runner: Runner,
+    progress: Progress,
+    dtype: str,
+    classes: tuple[tuple[str, int], ...],
+    entry_key: str,
+    fuse_c4: bool = True,
+    head: HeadInfo | None = None,
+) -> Path:
     graph_work = workdir / "graph"
     graph_work.mkdir()
-    result = runner(WorkerJob(source=info.path, adapter=None, workdir=graph_work, quant_bits=bits, quant_block=block,
-                              stop_ids=info.stop_ids, corpus=corpus, graph_only=True, graph_dtype=dtype,
-                              equal_tensors=classes, fuse_c4=fuse_c4, eagle=head.path if head else None,
-                              eagle_rope_theta=head.rope_theta if head else None), progress)
+    result = runner(
+        WorkerJob(
+            source=info.path,
+            adapter=None,
+            workdir=graph_work,
+            quant_bits=bits,
+            quant_block=block,
+            stop_ids=info.stop_ids,
+            corpus=corpus,
+            graph_only=True,
+            graph_dtype=dtype,
+            equal_tensors=classes,
+            fuse_c4=fuse_c4,
+            eagle=head.path if head else None,
+            eagle_rope_theta=head.rope_theta if head else None,
+        ),
+        progress,
+    )
     export = result.export_dir
-    files = {name: export / name for name in ("llm.mnn", "llm.mnn.json", "llm_config.json",
-                                              *(EAGLE_FILES if head is not None else ()))}
+    files = {
+        name: export / name
+        for name in ("llm.mnn", "llm.mnn.json", "llm_config.json", *(EAGLE_FILES if head is not None else ()))
+    }
     files["tokenizer.mtok"] = result.tokenizers["pipeline"]
     files["tokenizer-text.txt"] = result.tokenizers["text"]
     shape = info.shape
-    describe = (f"{info.model_type} hidden {shape.hidden_size} x {shape.num_layers} layers, {dtype}, "
-                f"{bits}-bit {'per-channel' if block == 0 else f'block {block}'}"
-                f"{'' if info.tied else ', untied'}{'' if fuse_c4 else ', no C4 fusion'}"
-                f"{', with an EAGLE-3 head' if head is not None else ''}")
-    meta = {"describe": describe, "encodings": result.encodings, "versions": result.versions,
-            "adapter": bool(adapter)}
+    describe = (
+        f"{info.model_type} hidden {shape.hidden_size} x {shape.num_layers} layers, {dtype}, "
+        f"{bits}-bit {'per-channel' if block == 0 else f'block {block}'}"
+        f"{'' if info.tied else ', untied'}{'' if fuse_c4 else ', no C4 fusion'}"
+        f"{', with an EAGLE-3 head' if head is not None else ''}"
+    )
+    meta = {"describe": describe, "encodings": result.encodings, "versions": result.versions, "adapter": bool(adapter)}
     return graphcache.store(entry_key, files, meta)

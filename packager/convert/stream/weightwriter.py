@@ -11,19 +11,19 @@ import math
 import os
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
-from .layout import EMBED, Region
 from ...infra.lifeline import die_with
-from .quant import QuantSpec, quantize
-from ..inspect.safetensors_header import TensorRef, tensor_refs
 from ...infra.progress import Progress
+from ..inspect.safetensors_header import TensorRef, tensor_refs
+from .layout import EMBED, Region
+from .quant import QuantSpec, quantize
 
 # Rows per task: enough work to amortize a task, small enough to balance two cores and bound memory.
 TASK_ELEMENTS = 8 * 1024 * 1024
@@ -89,8 +89,13 @@ def equality_classes(refs: dict[str, TensorRef], unique: set[str] = frozenset())
     return tuple(classes)
 
 
-def plan(layout: tuple[Region, ...], source: dict[str, TensorRef], saved: dict[str, TensorRef],
-         loras: dict[str, Lora], adapted: bool) -> list[Task]:
+def plan(
+    layout: tuple[Region, ...],
+    source: dict[str, TensorRef],
+    saved: dict[str, TensorRef],
+    loras: dict[str, Lora],
+    adapted: bool,
+) -> list[Task]:
     """Tasks for every region; saved modules (modules_to_save) replace base tensors; largest work first."""
     tasks = []
     for region in layout:
@@ -106,9 +111,17 @@ def plan(layout: tuple[Region, ...], source: dict[str, TensorRef], saved: dict[s
     return sorted(tasks, key=lambda t: -(t.rows[1] - t.rows[0]) * max(1, t.region.in_features))
 
 
-def write(path: Path, layout_size: int, tasks: list[Task], spec: QuantSpec, workers: int,
-          progress: Progress, nice: int = 0, widen: threading.Event | None = None,
-          stop: threading.Event | None = None) -> bool:
+def write(
+    path: Path,
+    layout_size: int,
+    tasks: list[Task],
+    spec: QuantSpec,
+    workers: int,
+    progress: Progress,
+    nice: int = 0,
+    widen: threading.Event | None = None,
+    stop: threading.Event | None = None,
+) -> bool:
     """Fill `path` (created at its final size) by running the tasks on `workers` processes, `nice` lower in
     priority than this one (while something more urgent runs beside them).
 
@@ -120,8 +133,9 @@ def write(path: Path, layout_size: int, tasks: list[Task], spec: QuantSpec, work
     done, start, shown = 0, time.monotonic(), 0.0
     pending = list(reversed(tasks))
     running: set[Future[int]] = set()
-    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"), initializer=_start_writer,
-                             initargs=(os.getpid(), nice)) as pool:
+    with ProcessPoolExecutor(
+        max_workers=workers, mp_context=get_context("spawn"), initializer=_start_writer, initargs=(os.getpid(), nice)
+    ) as pool:
         while pending or running:
             if stop is not None and stop.is_set():
                 for future in running:
@@ -137,8 +151,10 @@ def write(path: Path, layout_size: int, tasks: list[Task], spec: QuantSpec, work
             if finished and (now - shown >= 1.0 or done == total):
                 shown = now
                 rate = done / max(now - start, 1e-6) / 1e6
-                progress(f"quantizing weights: {done / 1e6:.0f} / {total / 1e6:.0f} MB of source weights "
-                         f"({rate:.0f} MB/s on {limit} processes)")
+                progress(
+                    f"quantizing weights: {done / 1e6:.0f} / {total / 1e6:.0f} MB of source weights "
+                    f"({rate:.0f} MB/s on {limit} processes)"
+                )
     return True
 
 
@@ -168,9 +184,13 @@ def _encode(task: Task, spec: QuantSpec) -> list[tuple[bytes, int]]:
     weight = _read(task.source, first, last)
     if task.lora is not None:
         weight = _merge(task.source, weight, task.lora)
-        convert: Callable[[np.ndarray], np.ndarray] = lambda x: x
+        convert: Callable[[np.ndarray], np.ndarray] = _unchanged
     else:
-        convert = lambda x: _as_float32(x, task.source.dtype)  # noqa: E731
+        dtype = task.source.dtype
+
+        def convert(x: np.ndarray) -> np.ndarray:
+            return _as_float32(x, dtype)
+
     # llmexport turns every non-Linear module to float32; the tied embedding is one Parameter with lm_head, so
     # lm_head is quantized from float32 values too.
     name = "float32" if task.float32 or region.tensor == EMBED else name
@@ -178,8 +198,10 @@ def _encode(task: Task, spec: QuantSpec) -> list[tuple[bytes, int]]:
     header = spec.header(region.out_features, region.in_features)
     row_packed = region.in_features * spec.bits // 8
     row_alpha = (region.in_features // spec.block_size(region.in_features)) * 8
-    parts = [(packed, region.offset + len(header) + first * row_packed),
-             (alpha, region.offset + region.lengths[0] + first * row_alpha)]
+    parts = [
+        (packed, region.offset + len(header) + first * row_packed),
+        (alpha, region.offset + region.lengths[0] + first * row_alpha),
+    ]
     if first == 0:
         parts.append((header, region.offset))
     return parts
@@ -190,8 +212,9 @@ def _read(ref: TensorRef, first: int = 0, last: int | None = None) -> np.ndarray
     shape = ref.shape if len(ref.shape) > 1 else (1, *ref.shape)
     last = shape[0] if last is None else last
     row_bytes = ref.nbytes // shape[0]
-    data = np.memmap(ref.file, dtype=dtype, mode="r", offset=ref.start + first * row_bytes,
-                     shape=(last - first, *shape[1:]))
+    data = np.memmap(
+        ref.file, dtype=dtype, mode="r", offset=ref.start + first * row_bytes, shape=(last - first, *shape[1:])
+    )
     return np.array(data) if len(ref.shape) > 1 else np.array(data).reshape(-1)
 
 
@@ -237,3 +260,7 @@ def _to_bfloat16(values: np.ndarray) -> bytes:
     bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
     rounded = (bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)
     return rounded.astype(np.uint16).tobytes()
+
+
+def _unchanged(x: np.ndarray) -> np.ndarray:
+    return x

@@ -10,8 +10,19 @@ from urllib.parse import parse_qs
 
 from aiohttp import web
 
-from .app import (answer, base_url, can_read, can_write, hub_of, identity, parse_json, read_body, read_json, repo_of,
-                  role)
+from .app import (
+    answer,
+    base_url,
+    can_read,
+    can_write,
+    hub_of,
+    identity,
+    parse_json,
+    read_body,
+    read_json,
+    repo_of,
+    role,
+)
 from .rules import HubError, bad_request, check, path_problem, ref_problem, repo_id_problem
 from .state import COMMIT_CAP
 from .store import Entry, lfs_entry, regular_entry
@@ -52,8 +63,9 @@ async def settings(request: web.Request) -> web.Response:
     can_read(request)
     can_write(request)
     data = await read_json(request)
-    private = data.get("private", {"private": True, "public": False}.get(data.get("visibility"), "?")
-                       if "visibility" in data else None)
+    private = data.get(
+        "private", {"private": True, "public": False}.get(data.get("visibility"), "?") if "visibility" in data else None
+    )
     if private is not None and not isinstance(private, bool):
         raise bad_request("settings: give visibility 'private' or 'public'")
     if "gated" in data and not (data["gated"] is False or data["gated"] in ("auto", "manual")):
@@ -93,9 +105,20 @@ async def model_info(request: web.Request) -> web.Response:
                 item["lfs"] = {"sha256": entry.lfs, "size": entry.size, "pointerSize": 134}
         siblings.append(item)
     last = store.commit_info(commit)["date"] if commit else info["created"]
-    return answer({"id": repo, "modelId": repo, "sha": commit, "private": info["private"], "disabled": False,
-                   "gated": store.gated(repo), "tags": [], "siblings": siblings, "lastModified": last,
-                   "createdAt": info["created"]})
+    return answer(
+        {
+            "id": repo,
+            "modelId": repo,
+            "sha": commit,
+            "private": info["private"],
+            "disabled": False,
+            "gated": store.gated(repo),
+            "tags": [],
+            "siblings": siblings,
+            "lastModified": last,
+            "createdAt": info["created"],
+        }
+    )
 
 
 async def no_xet(request: web.Request) -> web.Response:
@@ -181,8 +204,7 @@ async def commit(request: web.Request) -> web.Response:
     hub.commits_received += 1
     hub.unpinned_commits += parent is None
     oid = await asyncio.to_thread(hub.store.commit, repo, branch, parent, summary, description, changes, blobs)
-    return answer({"commitOid": oid, "commitUrl": f"{base_url(request)}/{repo}/commit/{oid}",
-                   "pullRequestUrl": None})
+    return answer({"commitOid": oid, "commitUrl": f"{base_url(request)}/{repo}/commit/{oid}", "pullRequestUrl": None})
 
 
 def _entry_json(request: web.Request, entry: Entry, commit: str, expand: bool) -> dict[str, Any]:
@@ -205,7 +227,7 @@ async def list_tree(request: web.Request) -> web.Response:
     for path, entry in sorted(store.tree(commit).items()):
         if prefix and not path.startswith(prefix + "/"):
             continue
-        rest = path[len(prefix) + 1:] if prefix else path
+        rest = path[len(prefix) + 1 :] if prefix else path
         if "/" in rest and not recursive:
             folders.add((prefix + "/" if prefix else "") + rest.split("/")[0])
             continue
@@ -238,8 +260,18 @@ async def commits(request: web.Request) -> web.Response:
     can_read(request)
     store = hub_of(request).store
     history = store.history(store.resolve(repo_of(request), request.match_info["rev"]))
-    return answer([{"id": c["id"], "authors": [{"user": "local"}], "date": c["date"], "title": c["title"],
-                    "message": c["message"]} for c in history])
+    return answer(
+        [
+            {
+                "id": c["id"],
+                "authors": [{"user": "local"}],
+                "date": c["date"],
+                "title": c["title"],
+                "message": c["message"],
+            }
+            for c in history
+        ]
+    )
 
 
 async def tag(request: web.Request) -> web.Response:

@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from aiohttp import web
 
@@ -34,10 +35,10 @@ def base_url(request: web.Request) -> str:
     return f"http://{request.host}"
 
 
-def answer(data: Any, status: int = 200, headers: dict[str, str] | None = None,
-           content_type: str = "application/json") -> web.Response:
-    return web.Response(status=status, body=json.dumps(data).encode(), content_type=content_type,
-                        headers=headers)
+def answer(
+    data: Any, status: int = 200, headers: dict[str, str] | None = None, content_type: str = "application/json"
+) -> web.Response:
+    return web.Response(status=status, body=json.dumps(data).encode(), content_type=content_type, headers=headers)
 
 
 def error_response(exc: HubError) -> web.Response:
@@ -78,11 +79,19 @@ def can_download(request: web.Request, repo: str) -> None:
         return
     found = identity(request, required=False)
     if found is None:
-        raise HubError(401, "GatedRepo", f"Access to model {repo} is restricted. You must have access to it and be "
-                       "authenticated to access it. Please log in.")
+        raise HubError(
+            401,
+            "GatedRepo",
+            f"Access to model {repo} is restricted. You must have access to it and be "
+            "authenticated to access it. Please log in.",
+        )
     if not hub_of(request).config.may_write(found[0], repo.split("/")[0]):
-        raise HubError(403, "GatedRepo", f"Access to model {repo} is restricted and you are not in the authorized "
-                       f"list. Visit {base_url(request)}/{repo} to ask for access.")
+        raise HubError(
+            403,
+            "GatedRepo",
+            f"Access to model {repo} is restricted and you are not in the authorized "
+            f"list. Visit {base_url(request)}/{repo} to ask for access.",
+        )
 
 
 def can_write(request: web.Request, namespace: str | None = None) -> str:
@@ -102,7 +111,7 @@ async def read_chunk(request: web.Request) -> bytes:
     """The next piece of the body; 408 if the client sends nothing for the configured idle time."""
     try:
         return await asyncio.wait_for(request.content.readany(), hub_of(request).config.body_idle_seconds)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         raise HubError(408, "RequestTimeout", "the request body stopped arriving") from None
 
 
@@ -146,7 +155,7 @@ async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return error_response(HubError(exc.status, "NotFound" if exc.status == 404 else "BadRequest", exc.reason))
     except (asyncio.CancelledError, ConnectionError):
         raise
-    except Exception as exc:  # noqa: BLE001 - a server bug answers 500 without its text (it may hold paths)
+    except Exception as exc:
         print(f"packager hub: internal error {type(exc).__name__} on {request.method}", file=sys.stderr)
         return error_response(HubError(500, "InternalError", "internal error"))
 
@@ -173,8 +182,9 @@ async def faults(request: web.Request, handler: Handler) -> web.StreamResponse:
     if not (fault.after or fault.foreign):
         return error_response(HubError(fault.status, "InjectedFault", "injected fault", fault.headers()))
     await handler(request)
-    return error_response(HubError(fault.status, "InjectedFault", "injected fault after the operation",
-                                   fault.headers()))
+    return error_response(
+        HubError(fault.status, "InjectedFault", "injected fault after the operation", fault.headers())
+    )
 
 
 class _Stalled(web.StreamResponse):

@@ -38,8 +38,10 @@ class Collections:
             if row:
                 return False, row[0]
             slug = slug_of(owner, title)
-            self._db.execute(f"INSERT INTO collections ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)",
-                             (slug, owner, title, description, int(private), now))
+            self._db.execute(
+                f"INSERT INTO collections ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)",
+                (slug, owner, title, description, int(private), now),
+            )
             return True, slug
 
     def get(self, slug: str) -> dict[str, Any] | None:
@@ -51,26 +53,32 @@ class Collections:
         """Every collection of these owners (all collections when none is named), newest change first."""
         where = f" WHERE owner IN ({', '.join('?' * len(owners))})" if owners else ""
         with self._lock:
-            rows = self._db.execute(f"SELECT {COLUMNS} FROM collections{where} ORDER BY updated DESC, slug",
-                                    tuple(owners)).fetchall()
+            rows = self._db.execute(
+                f"SELECT {COLUMNS} FROM collections{where} ORDER BY updated DESC, slug", tuple(owners)
+            ).fetchall()
         return [dict(zip(COLUMNS.split(", "), row)) for row in rows]
 
     def items(self, slug: str) -> list[dict[str, Any]]:
         with self._lock:
-            rows = self._db.execute("SELECT oid, item_id, item_type, position, note FROM collection_items "
-                                    "WHERE slug=? ORDER BY position, oid", (slug,)).fetchall()
+            rows = self._db.execute(
+                "SELECT oid, item_id, item_type, position, note FROM collection_items "
+                "WHERE slug=? ORDER BY position, oid",
+                (slug,),
+            ).fetchall()
         return [{"oid": r[0], "id": r[1], "type": r[2], "position": r[3], "note": r[4]} for r in rows]
 
     def add(self, slug: str, item_id: str, item_type: str, note: str | None, now: str) -> bool:
         """False when the item is already in the collection (nothing changes then)."""
         with self._lock:
-            if self._db.execute("SELECT 1 FROM collection_items WHERE slug=? AND item_type=? AND item_id=?",
-                                (slug, item_type, item_id)).fetchone():
+            if self._db.execute(
+                "SELECT 1 FROM collection_items WHERE slug=? AND item_type=? AND item_id=?", (slug, item_type, item_id)
+            ).fetchone():
                 return False
             last = self._db.execute("SELECT MAX(position) FROM collection_items WHERE slug=?", (slug,)).fetchone()[0]
-            self._db.execute("INSERT INTO collection_items VALUES (?, ?, ?, ?, ?, ?)",
-                             (secrets.token_hex(12), slug, item_id, item_type, 0 if last is None else last + 1,
-                              note))
+            self._db.execute(
+                "INSERT INTO collection_items VALUES (?, ?, ?, ?, ?, ?)",
+                (secrets.token_hex(12), slug, item_id, item_type, 0 if last is None else last + 1, note),
+            )
             self._touch(slug, now)
             return True
 

@@ -37,10 +37,19 @@ def _text(value: object, what: str, limit: int, required: bool) -> str | None:
 
 def _json(hub: Any, row: dict[str, Any], items: list[dict[str, Any]]) -> dict[str, Any]:
     owner = row["owner"]
-    return {"slug": row["slug"], "title": row["title"], "description": row["description"],
-            "owner": {"name": owner, "fullname": owner, "type": hub.config.kind(owner)},
-            "items": [_item_json(i) for i in items], "lastUpdated": row["updated"], "position": 0,
-            "private": bool(row["private"]), "theme": "blue", "upvotes": 0, "gating": False}
+    return {
+        "slug": row["slug"],
+        "title": row["title"],
+        "description": row["description"],
+        "owner": {"name": owner, "fullname": owner, "type": hub.config.kind(owner)},
+        "items": [_item_json(i) for i in items],
+        "lastUpdated": row["updated"],
+        "position": 0,
+        "private": bool(row["private"]),
+        "theme": "blue",
+        "upvotes": 0,
+        "gating": False,
+    }
 
 
 def _item_json(item: dict[str, Any]) -> dict[str, Any]:
@@ -104,7 +113,7 @@ async def listing(request: web.Request) -> web.Response:
         listed = _json(hub, row, items[:PREVIEW_ITEMS])
         del listed["position"]  # a listing leaves it out: the client numbers the collections itself
         out.append(listed)
-    return answer(out[:int(limit)] if limit is not None else out)
+    return answer(out[: int(limit)] if limit is not None else out)
 
 
 async def add_item(request: web.Request) -> web.Response:

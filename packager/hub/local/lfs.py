@@ -41,9 +41,20 @@ async def batch(request: web.Request) -> web.Response:
             answers.append({"oid": oid, "size": size})
             continue
         cap = hub.capability(repo, oid)
-        answers.append({"oid": oid, "size": size, "authenticated": True, "actions": {
-            "upload": {"href": f"{base_url(request)}/lfs-upload/{repo}/{oid}?t={cap}&size={size}", "header": {}},
-            "verify": {"href": f"{base_url(request)}/lfs-verify/{repo}/{oid}", "header": {}}}})
+        answers.append(
+            {
+                "oid": oid,
+                "size": size,
+                "authenticated": True,
+                "actions": {
+                    "upload": {
+                        "href": f"{base_url(request)}/lfs-upload/{repo}/{oid}?t={cap}&size={size}",
+                        "header": {},
+                    },
+                    "verify": {"href": f"{base_url(request)}/lfs-verify/{repo}/{oid}", "header": {}},
+                },
+            }
+        )
     return answer({"transfer": "basic", "objects": answers}, content_type="application/vnd.git-lfs+json")
 
 
@@ -83,7 +94,7 @@ class _StoredFile(web.FileResponse):
         super().__init__(path, headers=headers)
         self._hub_etag = etag
 
-    @property  # type: ignore[override]
+    @property
     def etag(self) -> Any:
         return web.StreamResponse.etag.fget(self)  # type: ignore[attr-defined]
 
@@ -102,7 +113,11 @@ async def resolve(request: web.Request) -> web.StreamResponse:
         raise HubError(404, "EntryNotFound", f"{path} does not exist", {"X-Repo-Commit": str(commit)})
     stored = store.content_path(repo, entry)
     if not store.objects.sound(stored, entry.size):
-        raise HubError(500, "StoredObjectDamaged", f"the stored content of {path} is damaged or missing; "
-                       "upload the file again to replace it", {"X-Repo-Commit": str(commit)})
+        raise HubError(
+            500,
+            "StoredObjectDamaged",
+            f"the stored content of {path} is damaged or missing; upload the file again to replace it",
+            {"X-Repo-Commit": str(commit)},
+        )
     headers = {"X-Repo-Commit": str(commit), "Content-Type": "application/octet-stream"}
     return _StoredFile(stored, entry.lfs or entry.oid, headers)

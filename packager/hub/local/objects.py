@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 import tempfile
 import threading
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Awaitable, Callable
 
 from huggingface_hub.utils.sha import sha_fileobj
 
@@ -72,8 +72,14 @@ class Objects:
                 self._verified[path] = stamp
         return ok
 
-    async def receive_lfs(self, repo: str, oid: str, size: int, read: Callable[[], Awaitable[bytes]],
-                          offload: Callable[..., Awaitable[object]]) -> None:
+    async def receive_lfs(
+        self,
+        repo: str,
+        oid: str,
+        size: int,
+        read: Callable[[], Awaitable[bytes]],
+        offload: Callable[..., Awaitable[object]],
+    ) -> None:
         """Stream an upload to a temporary file; keep it only if complete, not too long, and hashing to `oid`."""
         target = self.lfs_path(repo, oid)
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -90,7 +96,7 @@ class Objects:
                     raise HubError(400, "IncompleteUpload", f"the upload of {oid} ended after {received} bytes")
                 handle.flush()
                 handle.seek(0)
-                if (await offload(sha_fileobj, handle)).hex() != oid:  # type: ignore[union-attr]
+                if (await offload(sha_fileobj, handle)).hex() != oid:
                     raise HubError(400, "ShaMismatch", f"the uploaded bytes do not hash to {oid}")
             os.replace(tmp, target)
         finally:

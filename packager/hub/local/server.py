@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from http import HTTPStatus
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
@@ -33,13 +34,20 @@ async def stats(request: web.Request) -> web.Response:
     hub = hub_of(request)
     if not hub.config.test_hooks:
         raise HubError(404, "NotFound", "test hooks are off")
-    return answer({"lfs_bytes_received": hub.lfs_bytes_received, "commits_received": hub.commits_received,
-                   "unpinned_commits": hub.unpinned_commits, "faults_left": hub.faults.left()})
+    return answer(
+        {
+            "lfs_bytes_received": hub.lfs_bytes_received,
+            "commits_received": hub.commits_received,
+            "unpinned_commits": hub.unpinned_commits,
+            "faults_left": hub.faults.left(),
+        }
+    )
 
 
 def make_app(config: HubConfig) -> web.Application:
     app = web.Application(middlewares=[errors, faults], client_max_size=1024)  # bodies: app.read_body's caps
     app[HUB] = Hub(config)
+
     def add(method: str, path: str, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> None:
         # GET routes answer HEAD too (aiohttp's add_get), as the Hub's resolve must.
         app.router.add_get(path, handler) if method == "GET" else app.router.add_route(method, path, handler)
@@ -81,8 +89,9 @@ class _Connection(RequestHandler):
     answered with the status's name alone and logged without the exception: aiohttp's own text quotes the raw
     request line or header, which may hold a token (`Authorization: Bearer hf_...` with a control character)."""
 
-    def handle_error(self, request: Any, status: int = 500, exc: BaseException | None = None,
-                     message: str | None = None) -> web.StreamResponse:
+    def handle_error(
+        self, request: Any, status: int = 500, exc: BaseException | None = None, message: str | None = None
+    ) -> web.StreamResponse:
         try:
             phrase = HTTPStatus(status).phrase
         except ValueError:
@@ -107,8 +116,16 @@ class _Runner(web.AppRunner):
 async def serve(config: HubConfig, host: str, port: int, announce: Callable[[str, int], None]) -> None:
     """Serve until cancelled. lingering_time=0: an unread body closes its connection, never becomes a request;
     keepalive_timeout also closes a connection whose first request line or headers never finish (slowloris)."""
-    runner = _Runner(make_app(config), access_log=None, handle_signals=True, shutdown_timeout=2,
-                     lingering_time=0, keepalive_timeout=30, max_line_size=8190, max_field_size=8190)
+    runner = _Runner(
+        make_app(config),
+        access_log=None,
+        handle_signals=True,
+        shutdown_timeout=2,
+        lingering_time=0,
+        keepalive_timeout=30,
+        max_line_size=8190,
+        max_field_size=8190,
+    )
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     await site.start()

@@ -11,9 +11,10 @@ import datetime
 import json
 import sqlite3
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import xxhash
 from huggingface_hub.utils.sha import git_hash
@@ -33,8 +34,10 @@ CREATE TABLE IF NOT EXISTS lfs (repo TEXT NOT NULL, oid TEXT NOT NULL, size INTE
 CREATE TABLE IF NOT EXISTS gating (repo TEXT PRIMARY KEY, mode TEXT NOT NULL);
 """
 POINTER = "version https://git-lfs.github.com/spec/v1\noid sha256:{oid}\nsize {size}\n"
-GITATTRIBUTES = "".join(f"*.{ext} filter=lfs diff=lfs merge=lfs -text\n" for ext in
-                        ("bin", "gguf", "h5", "mnn", "onnx", "pt", "pth", "safetensors", "weight", "zip"))
+GITATTRIBUTES = "".join(
+    f"*.{ext} filter=lfs diff=lfs merge=lfs -text\n"
+    for ext in ("bin", "gguf", "h5", "mnn", "onnx", "pt", "pth", "safetensors", "weight", "zip")
+)
 
 
 @dataclass(frozen=True)
@@ -57,7 +60,7 @@ def lfs_entry(path: str, oid: str, size: int) -> Entry:
 
 
 def now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.000Z")
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z")
 
 
 class Store:
@@ -132,7 +135,8 @@ class Store:
         out: dict[str, list[dict[str, str]]] = {"branches": [], "tags": [], "converts": []}
         for kind, name, target in rows:
             out["branches" if kind == "branch" else "tags"].append(
-                {"name": name, "ref": prefix[kind] + name, "targetCommit": target})
+                {"name": name, "ref": prefix[kind] + name, "targetCommit": target}
+            )
         return out
 
     def tree(self, commit: str | None) -> dict[str, Entry]:
@@ -143,7 +147,8 @@ class Store:
 
     def commit_info(self, commit: str) -> dict[str, Any]:
         oid, parent, title, message, date = self._read(
-            "SELECT oid, parent, title, message, date FROM commits WHERE oid=?", (commit,))[0]
+            "SELECT oid, parent, title, message, date FROM commits WHERE oid=?", (commit,)
+        )[0]
         return {"id": oid, "parent": parent, "title": title, "message": message, "date": date}
 
     def history(self, commit: str | None) -> list[dict[str, Any]]:
@@ -173,14 +178,23 @@ class Store:
         return self.objects.lfs_path(repo, entry.lfs) if entry.lfs else self.objects.blob_path(repo, entry.oid)
 
     # -- commits -----------------------------------------------------------------------------------------
-    def commit(self, repo: str, branch: str, parent_expected: str | None, title: str, message: str,
-               changes: list[tuple[str, Entry | None]], blobs: dict[str, bytes]) -> str:
+    def commit(
+        self,
+        repo: str,
+        branch: str,
+        parent_expected: str | None,
+        title: str,
+        message: str,
+        changes: list[tuple[str, Entry | None]],
+        blobs: dict[str, bytes],
+    ) -> str:
         """Apply adds (Entry) and deletes (None) on top of the branch head in one transaction."""
         for key, data in blobs.items():
             self.objects.write_blob(repo, key, data)
         with self._lock:
-            head = self._db.execute("SELECT target FROM refs WHERE repo=? AND kind='branch' AND name=?",
-                                    (repo, branch)).fetchone()
+            head = self._db.execute(
+                "SELECT target FROM refs WHERE repo=? AND kind='branch' AND name=?", (repo, branch)
+            ).fetchone()
             if head is None and branch != "main":
                 raise HubError(404, "RevisionNotFound", f"Invalid rev id: {branch}")
             head = head[0] if head else None
@@ -197,9 +211,14 @@ class Store:
                         del tree[p]
                     continue
                 if entry.lfs:
-                    stored = self._db.execute("SELECT size FROM lfs WHERE repo=? AND oid=?", (repo, entry.lfs)).fetchone()
-                    if not stored or stored[0] != entry.size or not self.objects.sound(
-                            self.objects.lfs_path(repo, entry.lfs), entry.size):
+                    stored = self._db.execute(
+                        "SELECT size FROM lfs WHERE repo=? AND oid=?", (repo, entry.lfs)
+                    ).fetchone()
+                    if (
+                        not stored
+                        or stored[0] != entry.size
+                        or not self.objects.sound(self.objects.lfs_path(repo, entry.lfs), entry.size)
+                    ):
                         raise HubError(422, "LfsObjectMissing", f"the LFS object of {path} was not uploaded")
                 tree[path] = entry
             with self._transaction():
@@ -215,14 +234,19 @@ class Store:
             raise
         self._db.execute("COMMIT")
 
-    def _insert_commit(self, repo: str, branch: str, head: str | None, title: str, message: str,
-                       tree: dict[str, Entry]) -> str:
+    def _insert_commit(
+        self, repo: str, branch: str, head: str | None, title: str, message: str, tree: dict[str, Entry]
+    ) -> str:
         date = now()
         entries = {p: e.as_json() for p, e in sorted(tree.items())}
-        body = json.dumps({"repo": repo, "parent": head, "tree": entries, "title": title, "message": message,
-                           "date": date}, sort_keys=True).encode()
+        body = json.dumps(
+            {"repo": repo, "parent": head, "tree": entries, "title": title, "message": message, "date": date},
+            sort_keys=True,
+        ).encode()
         oid = xxhash.xxh3_128_hexdigest(body) + xxhash.xxh32_hexdigest(body)
-        self._db.execute("INSERT INTO commits VALUES (?, ?, ?, ?, ?, ?, ?)",
-                         (oid, repo, head, title, message, date, json.dumps(entries)))
+        self._db.execute(
+            "INSERT INTO commits VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (oid, repo, head, title, message, date, json.dumps(entries)),
+        )
         self._db.execute("INSERT OR REPLACE INTO refs VALUES (?, 'branch', ?, ?)", (repo, branch, oid))
         return oid

@@ -9,23 +9,28 @@ import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
 from ...bundle.engine import PYPI_ENGINES, parse_version
 from ...errors import BundleError, InvalidOption, RuntimeCrashed, shorten
+from ...infra.progress import Progress as Report
 from ...infra.versions import installed
 from . import venvs
-from ...infra.progress import Progress as Report
 
 PROBE = Path(__file__).with_name("probe.py")
 # Prompts of the check: English, code, Chinese and accented Latin (where the text and PIPELINE tokenizers
 # differ), each ending mid-sentence so the next token is a real prediction.
-PROMPTS = ("The capital of France is", "def fibonacci(n):\n    return", "今天天气很好，我们去",
-           "Grüße aus München, café naïve résumé and")
+PROMPTS = (
+    "The capital of France is",
+    "def fibonacci(n):\n    return",
+    "今天天气很好，我们去",
+    "Grüße aus München, café naïve résumé and",
+)
 MIN_COSINE = 0.99
 # A generous guard against an engine that hangs (not a timing assertion: a healthy probe takes seconds).
 CHILD_LIMIT_S = 900
@@ -62,9 +67,14 @@ class CheckReport:
         return [r for r in self.results if parse_version(r.version) >= floor and not (r.loads and r.agrees)]
 
     def as_dict(self) -> dict[str, Any]:
-        return {"bundle": str(self.bundle), "declared_min_engine": self.declared, "reference_engine": self.reference,
-                "prompts": list(PROMPTS), "min_cosine": MIN_COSINE,
-                "results": [{**asdict(r), "verdict": r.verdict} for r in self.results]}
+        return {
+            "bundle": str(self.bundle),
+            "declared_min_engine": self.declared,
+            "reference_engine": self.reference,
+            "prompts": list(PROMPTS),
+            "min_cosine": MIN_COSINE,
+            "results": [{**asdict(r), "verdict": r.verdict} for r in self.results],
+        }
 
 
 def requested_versions(text: str | None) -> tuple[str, ...]:
@@ -74,8 +84,10 @@ def requested_versions(text: str | None) -> tuple[str, ...]:
     chosen = []
     for item in (p.strip() for p in text.split(",")):
         if item not in PYPI_ENGINES:
-            raise InvalidOption(f"--versions: {shorten(item)!s} is not an MNN release on PyPI",
-                                f"choose from {', '.join(PYPI_ENGINES)} (or all)")
+            raise InvalidOption(
+                f"--versions: {shorten(item)!s} is not an MNN release on PyPI",
+                f"choose from {', '.join(PYPI_ENGINES)} (or all)",
+            )
         if item not in chosen:
             chosen.append(item)
     return tuple(sorted(chosen, key=parse_version))
@@ -99,13 +111,16 @@ def check(bundle: Path, versions: Sequence[str], report: Report = lambda _: None
     report(f"loading the bundle in the current engine (MNN {reference_version})")
     reference = run_probe(Path(sys.executable), bundle, None)
     if not reference.get("loads"):
-        raise RuntimeCrashed(f"the current engine (MNN {reference_version}) cannot run {bundle}: "
-                             f"{reference.get('reason')}")
+        raise RuntimeCrashed(
+            f"the current engine (MNN {reference_version}) cannot run {bundle}: {reference.get('reason')}"
+        )
     ids, logits = reference["ids"], reference["logits"]
     if not np.isfinite(logits).all() or (logits.std(axis=1) == 0).any():
-        raise BundleError(f"the current engine (MNN {reference_version}) runs {bundle} but its next-token logits "
-                          "are constant or not finite (damaged weights?), so there is nothing to compare",
-                          "run packager validate on the bundle")
+        raise BundleError(
+            f"the current engine (MNN {reference_version}) runs {bundle} but its next-token logits "
+            "are constant or not finite (damaged weights?), so there is nothing to compare",
+            "run packager validate on the bundle",
+        )
     results = []
     for version in versions:
         engine = venvs.ensure(version, report)
@@ -125,8 +140,7 @@ def compare(version: str, found: dict[str, Any], ids: list[list[int]], logits: n
     finite = bool(np.isfinite(theirs).all())
     agrees = finite and min(cosines) >= MIN_COSINE and top1 == len(PROMPTS)
     same = sum(int(a == b) for a, b in zip(found["ids"], ids))
-    return EngineResult(version, True, "", agrees, round(min(cosines), 6) if finite else None, top1, len(PROMPTS),
-                        same)
+    return EngineResult(version, True, "", agrees, round(min(cosines), 6) if finite else None, top1, len(PROMPTS), same)
 
 
 def run_probe(python: Path, bundle: Path, ids: list[list[int]] | None) -> dict[str, Any]:
@@ -134,12 +148,18 @@ def run_probe(python: Path, bundle: Path, ids: list[list[int]] | None) -> dict[s
     with tempfile.TemporaryDirectory(prefix="packager-engine-probe-") as work:
         out = Path(work)
         request = out / "request.json"
-        request.write_text(json.dumps({"bundle": str(bundle), "prompts": list(PROMPTS), "ids": ids,
-                                       "out": str(out)}), encoding="utf-8")
+        request.write_text(
+            json.dumps({"bundle": str(bundle), "prompts": list(PROMPTS), "ids": ids, "out": str(out)}), encoding="utf-8"
+        )
         with open(out / "log", "wb") as log:
-            process = subprocess.Popen([str(python), "-I", str(PROBE), str(request)], cwd=work,
-                                       stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                       env=_child_env())
+            process = subprocess.Popen(
+                [str(python), "-I", str(PROBE), str(request)],
+                cwd=work,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=_child_env(),
+            )
             try:
                 code = process.wait(timeout=CHILD_LIMIT_S)
             except subprocess.TimeoutExpired:
@@ -170,8 +190,13 @@ def _child_env() -> dict[str, str]:
     return env
 
 
-_STAGES = {"import": "importing MNN", "create": "reading config.json", "load": "loading llm.mnn and its weights",
-           "tokenize": "tokenizing with tokenizer.txt", "write": "writing its result"}
+_STAGES = {
+    "import": "importing MNN",
+    "create": "reading config.json",
+    "load": "loading llm.mnn and its weights",
+    "tokenize": "tokenizing with tokenizer.txt",
+    "write": "writing its result",
+}
 
 
 def _stage(out: Path) -> str:
@@ -191,4 +216,3 @@ def _ended(code: int) -> str:
         except ValueError:
             return f"signal {-code}"
     return f"exit code {code}"
-

@@ -34,8 +34,10 @@ def main(request_path):
     _no_telemetry()
     _stage(out, "import")
     import numpy as np
+
     try:
         import MNN.llm as mnn_llm
+
         create = mnn_llm.create
     except (ImportError, AttributeError) as exc:
         missing = getattr(exc, "name", None) or f"{type(exc).__name__}: {exc}"
@@ -66,14 +68,16 @@ def main(request_path):
 def _third_party():
     """Top-level modules from outside the standard library this process imported (MNN and numpy only)."""
     names = {name.split(".")[0] for name in sys.modules}
-    return sorted(n for n in names if n not in sys.stdlib_module_names and not n.startswith("_") or n == "_mnncengine")
+    return sorted(
+        n for n in names if (n not in sys.stdlib_module_names and not n.startswith("_")) or n == "_mnncengine"
+    )
 
 
 if __name__ == "__main__":
     target = json.loads(open(sys.argv[1], encoding="utf-8").read())["out"]
     try:
         result = main(sys.argv[1])
-    except Exception as exc:  # noqa: BLE001 - any failure of the engine is a result for the parent
+    except Exception as exc:
         result = {"loads": False, "reason": f"{type(exc).__name__}: {str(exc)[:300]}"}
     with open(os.path.join(target, "result.json"), "w", encoding="utf-8") as handle:
         json.dump(result, handle)

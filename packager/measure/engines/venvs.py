@@ -54,16 +54,23 @@ def _intact(folder: Path, version: str) -> bool:
     if not isinstance(marker, dict) or marker.get("mnn") != version or not (folder / "bin" / "python").exists():
         return False
     site = list(folder.glob("lib/python*/site-packages"))
-    return bool(site) and any((s / "MNN" / "__init__.py").is_file() for s in site) and any(
-        d.name.lower() == f"mnn-{version}.dist-info" for s in site for d in s.glob("*.dist-info"))
+    return (
+        bool(site)
+        and any((s / "MNN" / "__init__.py").is_file() for s in site)
+        and any(d.name.lower() == f"mnn-{version}.dist-info" for s in site for d in s.glob("*.dist-info"))
+    )
 
 
 def _runs(folder: Path) -> bool:
     """The environment's interpreter starts and imports MNN's engine (a removed base Python, a truncated
     library or a broken numpy show here, not as a verdict on the bundle)."""
     try:
-        done = subprocess.run([str(folder / "bin" / "python"), "-I", "-c", "import numpy, _mnncengine"],
-                              stdin=subprocess.DEVNULL, capture_output=True, cwd=folder)
+        done = subprocess.run(
+            [str(folder / "bin" / "python"), "-I", "-c", "import numpy, _mnncengine"],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            cwd=folder,
+        )
     except OSError:
         return False
     return done.returncode == 0
@@ -92,8 +99,19 @@ def _install(version: str, base: Path, folder: Path, report: Report) -> None:
     try:
         report(f"installing MNN {version} from PyPI into {folder} (once)")
         _run([sys.executable, "-m", "venv", str(temp)], version)
-        _run([str(temp / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-              "--no-input", f"mnn=={version}"], version)
+        _run(
+            [
+                str(temp / "bin" / "python"),
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--no-input",
+                f"mnn=={version}",
+            ],
+            version,
+        )
         (temp / MARKER).write_text(json.dumps({"mnn": version, "python": sys.version.split()[0]}), encoding="utf-8")
         if not (_intact(temp, version) and _runs(temp)):
             raise EngineInstallFailed(f"pip installed MNN {version} into {temp}, but it does not import")
@@ -113,13 +131,17 @@ def _run(command: list[str], version: str) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP")}
     env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
     try:
-        done = subprocess.run(command, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                              errors="replace")
+        done = subprocess.run(
+            command, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, errors="replace"
+        )
     except OSError as exc:
         raise EngineInstallFailed(f"could not install MNN {version}: {exc.strerror or exc}") from None
     if done.returncode != 0:
-        lines = [line for line in (done.stderr + done.stdout).splitlines() if line.strip()
-                 and not line.startswith("WARNING: Location")]
+        lines = [
+            line
+            for line in (done.stderr + done.stdout).splitlines()
+            if line.strip() and not line.startswith("WARNING: Location")
+        ]
         last = lines[-1] if lines else f"exit code {done.returncode}"
         raise EngineInstallFailed(f"could not install MNN {version} ({shorten(last)})", details="\n".join(lines[-40:]))
 
@@ -128,7 +150,7 @@ def installed() -> list[Engine]:
     base = root()
     found = []
     for folder in sorted(base.glob("mnn-*")) if base.is_dir() else []:
-        version = folder.name[len("mnn-"):]
+        version = folder.name[len("mnn-") :]
         if _intact(folder, version):
             found.append(Engine(version, folder))
     return found

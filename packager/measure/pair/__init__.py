@@ -6,21 +6,19 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-
 import numpy as np
 
-from ..digests import measured_digests
 from ...errors import InvalidOption
-from . import acceptance, costs, memory, targetcache
-from .. import compat, workload
-from ..intervals import Interval, ratio
+from ...infra.progress import Progress
 from ...runtime.models import Dtype, Model, all_cores, is_bundle, load
+from .. import compat, workload
+from ..digests import measured_digests
+from ..intervals import Interval, ratio
+from . import acceptance, costs, memory, targetcache
 from .report import DepthReport, PairReport, depth_report
 from .sampling import Sampling
 from .sampling import acceptance as sampled_acceptance
 from .targetcache import TargetCache, TargetRun
-from ...infra.progress import Progress
-
 
 
 @dataclass(frozen=True)
@@ -36,8 +34,11 @@ class Options:
 
     def check(self) -> None:
         if self.new_tokens < self.max_d + 1:
-            raise InvalidOption(f"--tokens {self.new_tokens} is too few: measuring every d up to {self.max_d} "
-                                f"needs at least {self.max_d + 1} tokens per prompt", "pass --tokens 32 or more")
+            raise InvalidOption(
+                f"--tokens {self.new_tokens} is too few: measuring every d up to {self.max_d} "
+                f"needs at least {self.max_d + 1} tokens per prompt",
+                "pass --tokens 32 or more",
+            )
         if self.repeats < 1 or (self.threads is not None and self.threads < 1):
             raise InvalidOption("repeats and threads must be at least 1")
 
@@ -49,15 +50,17 @@ class PromptResult:
     sampled: np.ndarray | None  # per position: acceptance probability under speculative sampling
 
 
-def runs_for(draft: Model, target: Model, prompt_ids: list[int], new_tokens: int,
-             stop: tuple[int, ...] = ()) -> tuple[list[int], list[int]]:
+def runs_for(
+    draft: Model, target: Model, prompt_ids: list[int], new_tokens: int, stop: tuple[int, ...] = ()
+) -> tuple[list[int], list[int]]:
     """The target's greedy continuation and, for each of its positions, how many draft tokens it accepts."""
     result = measure_prompt(draft, target, prompt_ids, new_tokens, stop, None)
     return result.continuation, result.runs
 
 
-def target_run(target: Model, prompt_ids: list[int], new_tokens: int, stop: tuple[int, ...],
-               cache: TargetCache | None = None) -> tuple[TargetRun, np.ndarray | None]:
+def target_run(
+    target: Model, prompt_ids: list[int], new_tokens: int, stop: tuple[int, ...], cache: TargetCache | None = None
+) -> tuple[TargetRun, np.ndarray | None]:
     """The target's greedy continuation and teacher-forced argmaxes: from the cache, else decoded (and stored),
     with the target's logits at those positions when they were computed."""
     found = cache.get(prompt_ids) if cache is not None else None
@@ -65,15 +68,22 @@ def target_run(target: Model, prompt_ids: list[int], new_tokens: int, stop: tupl
         return found, None
     continuation = target.greedy(prompt_ids, new_tokens, stop)
     start = len(prompt_ids) - 1
-    logits = target.logits_all(prompt_ids + continuation)[start:start + len(continuation)]
+    logits = target.logits_all(prompt_ids + continuation)[start : start + len(continuation)]
     run = TargetRun(tuple(continuation), tuple(int(row.argmax()) for row in logits))
     if cache is not None:
         cache.put(prompt_ids, run)
     return run, logits
 
 
-def measure_prompt(draft: Model, target: Model, prompt_ids: list[int], new_tokens: int, stop: tuple[int, ...],
-                   sampling: Sampling | None, cache: TargetCache | None = None) -> PromptResult:
+def measure_prompt(
+    draft: Model,
+    target: Model,
+    prompt_ids: list[int],
+    new_tokens: int,
+    stop: tuple[int, ...],
+    sampling: Sampling | None,
+    cache: TargetCache | None = None,
+) -> PromptResult:
     run, target_logits = target_run(target, prompt_ids, new_tokens, stop, cache)
     continuation = list(run.continuation)
     sequence, start = prompt_ids + continuation, len(prompt_ids) - 1
@@ -94,15 +104,21 @@ def open_cache(target_path: Path, options: Options, threads: int) -> TargetCache
     if not options.target_cache:
         return None
     bundle = is_bundle(target_path)
-    settings = {"new_tokens": options.new_tokens, "threads": threads, "kind": "mnn" if bundle else "checkpoint",
-                "dtype": None if bundle else options.dtype}
+    settings = {
+        "new_tokens": options.new_tokens,
+        "threads": threads,
+        "kind": "mnn" if bundle else "checkpoint",
+        "dtype": None if bundle else options.dtype,
+    }
     return TargetCache(targetcache.identity(target_path, bundle, settings), str(target_path.resolve()))
 
 
-def _load_both(draft_path: Path, target_path: Path, options: Options, threads: int,
-               progress: Progress) -> tuple[Model, Model]:
-    estimates = [memory.estimate(p, mnn=is_bundle(p), as_float32=options.dtype == "float32")
-                 for p in (target_path, draft_path)]
+def _load_both(
+    draft_path: Path, target_path: Path, options: Options, threads: int, progress: Progress
+) -> tuple[Model, Model]:
+    estimates = [
+        memory.estimate(p, mnn=is_bundle(p), as_float32=options.dtype == "float32") for p in (target_path, draft_path)
+    ]
     memory.check(estimates)  # both stay loaded while the costs are timed
     progress(f"loading the target ({estimates[0].weight_bytes / memory.GIB:.2f} GiB of weights, {threads} threads)")
     target = load(target_path, threads, options.dtype)
@@ -110,8 +126,13 @@ def _load_both(draft_path: Path, target_path: Path, options: Options, threads: i
     return load(draft_path, threads, options.dtype), target
 
 
-def pair(draft_path: Path, target_path: Path, prompts: tuple[str, ...] | None = None,
-         options: Options = Options(), progress: Progress = lambda _: None) -> PairReport:
+def pair(
+    draft_path: Path,
+    target_path: Path,
+    prompts: tuple[str, ...] | None = None,
+    options: Options = Options(),
+    progress: Progress = lambda _: None,
+) -> PairReport:
     options.check()
     device_costs = costs.read(options.costs_file, options.max_d) if options.costs_file else None
     draft_facts, target_facts = compat.facts(draft_path), compat.facts(target_path)
@@ -144,26 +165,50 @@ def pair(draft_path: Path, target_path: Path, prompts: tuple[str, ...] | None = 
         found = costs.measure(draft, target, longest[:cut], longest[cut:], options.max_d, options.repeats, where)
     else:
         found = device_costs
-    return replace(_report(draft_path, target_path, options, threads, compared, results, found,
-                           cache.hits if cache else 0), draft_files=draft_files)
+    return replace(
+        _report(draft_path, target_path, options, threads, compared, results, found, cache.hits if cache else 0),
+        draft_files=draft_files,
+    )
 
 
-def _report(draft_path: Path, target_path: Path, options: Options, threads: int, compared: int,
-            results: list[PromptResult], found: costs.Costs, cached: int = 0) -> PairReport:
+def _report(
+    draft_path: Path,
+    target_path: Path,
+    options: Options,
+    threads: int,
+    compared: int,
+    results: list[PromptResult],
+    found: costs.Costs,
+    cached: int = 0,
+) -> PairReport:
     alpha = ratio([sum(1 for r in p.runs if r > 0) for p in results], [len(p.runs) for p in results])
     sampled = None
     if options.sampling is not None:
-        sampled = ratio([float(p.sampled.sum()) for p in results if p.sampled is not None],
-                        [len(p.runs) for p in results])
-    depths = tuple(depth_report(d, [p.runs for p in results], alpha, sampled, found)
-                   for d in range(1, options.max_d + 1))
+        sampled = ratio(
+            [float(p.sampled.sum()) for p in results if p.sampled is not None], [len(p.runs) for p in results]
+        )
+    depths = tuple(
+        depth_report(d, [p.runs for p in results], alpha, sampled, found) for d in range(1, options.max_d + 1)
+    )
     gaining = {d.d: s.median for d in depths if (s := d.speedup_from_measured_tau) is not None and s.low > 1.0}
     best = max(gaining, key=gaining.__getitem__) if gaining else None
     return PairReport(
-        draft=draft_path, target=target_path, prompts=len(results), positions=sum(len(p.runs) for p in results),
-        new_tokens=options.new_tokens, threads=threads, dtype=options.dtype, tokenizer_strings_compared=compared,
-        alpha=alpha or Interval(0.0, 0.0, 0.0), sampling=options.sampling, sampled_acceptance=sampled, costs=found,
-        depths=depths, best_d=best, target_cached=cached)
+        draft=draft_path,
+        target=target_path,
+        prompts=len(results),
+        positions=sum(len(p.runs) for p in results),
+        new_tokens=options.new_tokens,
+        threads=threads,
+        dtype=options.dtype,
+        tokenizer_strings_compared=compared,
+        alpha=alpha or Interval(0.0, 0.0, 0.0),
+        sampling=options.sampling,
+        sampled_acceptance=sampled,
+        costs=found,
+        depths=depths,
+        best_d=best,
+        target_cached=cached,
+    )
 
 
 __all__ = ["DepthReport", "Options", "PairReport", "pair", "runs_for"]

@@ -44,8 +44,13 @@ def accepted_per_step(runs: list[int], d: int) -> list[int]:
 
 def simulate(runs: list[int], d: int) -> Steps:
     taken = accepted_per_step(runs, d)
-    return Steps(steps=len(taken), accepted=sum(taken), proposed=len(taken) * d, tokens=sum(taken) + len(taken),
-                 full=sum(1 for k in taken if k == d))
+    return Steps(
+        steps=len(taken),
+        accepted=sum(taken),
+        proposed=len(taken) * d,
+        tokens=sum(taken) + len(taken),
+        full=sum(1 for k in taken if k == d),
+    )
 
 
 def expected_tokens(alpha: float, d: int) -> float:
@@ -55,8 +60,15 @@ def expected_tokens(alpha: float, d: int) -> float:
     return (1 - alpha ** (d + 1)) / (1 - alpha)
 
 
-def speedup(tokens_per_step: float, d: int, draft_step: float, verify: float, target_step: float,
-            full: float = 0.0, catchup: float | None = None) -> float:
+def speedup(
+    tokens_per_step: float,
+    d: int,
+    draft_step: float,
+    verify: float,
+    target_step: float,
+    full: float = 0.0,
+    catchup: float | None = None,
+) -> float:
     """Time per token without a draft over time per token with it. A step costs d draft forwards and one
     verification; in the fraction `full` of steps that accept all d proposals, one of the draft's forwards is
     the two-token catch-up (its last proposal and the bonus token), costing `catchup` instead of a step."""

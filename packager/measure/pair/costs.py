@@ -20,9 +20,11 @@ from pathlib import Path
 from ...errors import InvalidOption, from_os_error, shorten
 from ...runtime.models import Model
 
-COSTS_HINT = ('write {"draft_step_seconds": 0.012, "target_step_seconds": 0.05, "verify_seconds": {"1": 0.06, '
-              '"2": 0.065, ...}} with a figure for every d, measured on the device (optional: '
-              '"draft_catchup_seconds", a two-token draft forward)')
+COSTS_HINT = (
+    'write {"draft_step_seconds": 0.012, "target_step_seconds": 0.05, "verify_seconds": {"1": 0.06, '
+    '"2": 0.065, ...}} with a figure for every d, measured on the device (optional: '
+    '"draft_catchup_seconds", a two-token draft forward)'
+)
 
 
 @dataclass(frozen=True)
@@ -52,8 +54,9 @@ class Costs:
     draft_catchup: Spread  # the draft's two-token forward after a full acceptance
 
 
-def measure(draft: Model, target: Model, context: list[int], probe: list[int], max_d: int, repeats: int,
-            source: str) -> Costs:
+def measure(
+    draft: Model, target: Model, context: list[int], probe: list[int], max_d: int, repeats: int, source: str
+) -> Costs:
     """Each repeat: three target steps on one cache (the baseline's pattern), then for every d (in rotating order)
     d draft steps, the verification of d + 1 tokens and the draft's catch-up, both caches rolled back to
     `context` after each. `probe` needs max_d + 2 tokens."""
@@ -63,23 +66,28 @@ def measure(draft: Model, target: Model, context: list[int], probe: list[int], m
     depths = list(range(1, max_d + 1))
     for repeat in range(repeats):
         base = target.start(context)
-        target_step = statistics.median(target.timed_step(probe[i:i + 1], False) for i in range(3))
+        target_step = statistics.median(target.timed_step(probe[i : i + 1], False) for i in range(3))
         draft.start(context)
         target.keep(base)
         steps: list[float] = []
         catchups: list[float] = []
         verify: dict[int, float] = {}
-        for d in depths[repeat % max_d:] + depths[:repeat % max_d]:
-            steps += [draft.timed_step(probe[i:i + 1], False) for i in range(d)]
-            verify[d] = target.timed_step(probe[:d + 1], True)
-            catchups.append(draft.timed_step(probe[d:d + 2], False))
+        for d in depths[repeat % max_d :] + depths[: repeat % max_d]:
+            steps += [draft.timed_step(probe[i : i + 1], False) for i in range(d)]
+            verify[d] = target.timed_step(probe[: d + 1], True)
+            catchups.append(draft.timed_step(probe[d : d + 2], False))
             target.keep(base)
             draft.keep(base)
         rows.append((statistics.median(steps), target_step, verify, statistics.median(catchups)))
-    return Costs(source=source, device=False, draft_step=Spread.of([r[0] for r in rows]),
-                 target_step=Spread.of([r[1] for r in rows]),
-                 verify={d: Spread.of([r[2][d] for r in rows]) for d in depths}, repeats=tuple(rows),
-                 draft_catchup=Spread.of([r[3] for r in rows]))
+    return Costs(
+        source=source,
+        device=False,
+        draft_step=Spread.of([r[0] for r in rows]),
+        target_step=Spread.of([r[1] for r in rows]),
+        verify={d: Spread.of([r[2][d] for r in rows]) for d in depths},
+        repeats=tuple(rows),
+        draft_catchup=Spread.of([r[3] for r in rows]),
+    )
 
 
 def read(path: Path, max_d: int) -> Costs:
@@ -93,15 +101,27 @@ def read(path: Path, max_d: int) -> Costs:
         raise InvalidOption(f"{where} is not a JSON file", COSTS_HINT) from None
     try:
         draft, target = _seconds(data["draft_step_seconds"]), _seconds(data["target_step_seconds"])
-        verify = {d: _seconds(data["verify_seconds"][str(d)] if isinstance(data["verify_seconds"], dict)
-                              else data["verify_seconds"][d - 1]) for d in range(1, max_d + 1)}
+        verify = {
+            d: _seconds(
+                data["verify_seconds"][str(d)]
+                if isinstance(data["verify_seconds"], dict)
+                else data["verify_seconds"][d - 1]
+            )
+            for d in range(1, max_d + 1)
+        }
         # Without it, a catch-up costs one draft step: the textbook model, which ignores it.
         catchup = _seconds(data.get("draft_catchup_seconds", draft))
     except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
         raise InvalidOption(f"{where} lacks a positive figure ({shorten(str(exc), 60)})", COSTS_HINT) from None
-    return Costs(source=f"--costs {path.name}", device=True, draft_step=Spread.exact(draft),
-                 target_step=Spread.exact(target), verify={d: Spread.exact(v) for d, v in verify.items()},
-                 repeats=((draft, target, verify, catchup),), draft_catchup=Spread.exact(catchup))
+    return Costs(
+        source=f"--costs {path.name}",
+        device=True,
+        draft_step=Spread.exact(draft),
+        target_step=Spread.exact(target),
+        verify={d: Spread.exact(v) for d, v in verify.items()},
+        repeats=((draft, target, verify, catchup),),
+        draft_catchup=Spread.exact(catchup),
+    )
 
 
 def _seconds(value: object) -> float:

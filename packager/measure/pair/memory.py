@@ -15,8 +15,20 @@ GIB = 1024**3
 # hundred MB, rounded up; plus a share of the weights for loading's transient copies.
 FIXED_MARGIN = 768 * 1024**2
 SHARE_MARGIN = 0.10
-DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
-               "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
+DTYPE_BYTES = {
+    "F64": 8,
+    "F32": 4,
+    "F16": 2,
+    "BF16": 2,
+    "I64": 8,
+    "I32": 4,
+    "I16": 2,
+    "I8": 1,
+    "U8": 1,
+    "BOOL": 1,
+    "F8_E4M3": 1,
+    "F8_E5M2": 1,
+}
 MNN_FILES = ("llm.mnn", "llm.mnn.weight", "embeddings_bf16.bin", "embeddings_int8.bin", "embeddings_int4.bin")
 
 
@@ -67,9 +79,10 @@ def available() -> int:
     for line in Path("/proc/meminfo").read_text().splitlines():
         if line.startswith("MemAvailable:"):
             free = int(line.split()[1]) * 1024
-    for limit_file, usage_file in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
-                                   ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
-                                    "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
+    for limit_file, usage_file in (
+        ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+        ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"),
+    ):
         limit, usage = _read_int(Path(limit_file)), _read_int(Path(usage_file))
         if limit is not None and usage is not None and limit < 1 << 60:
             free = min(free, max(0, limit - usage))
@@ -83,5 +96,7 @@ def check(estimates: list[Estimate], free: int | None = None) -> None:
     if need <= free:
         return
     parts = ", ".join(f"{e.path.name} {e.weight_bytes / GIB:.1f} GiB" for e in estimates)
-    raise NotEnoughMemory(f"pairing needs about {need / GIB:.1f} GiB ({parts}, plus runtime margin) but only "
-                          f"{free / GIB:.1f} GiB of memory is available")
+    raise NotEnoughMemory(
+        f"pairing needs about {need / GIB:.1f} GiB ({parts}, plus runtime margin) but only "
+        f"{free / GIB:.1f} GiB of memory is available"
+    )

@@ -19,8 +19,9 @@ class Sampling:
 
     def __post_init__(self) -> None:
         if not self.temperature > 0:
-            raise InvalidOption(f"--temperature {self.temperature} must be above 0", "greedy is the default (no "
-                                "sampling options)")
+            raise InvalidOption(
+                f"--temperature {self.temperature} must be above 0", "greedy is the default (no sampling options)"
+            )
         if self.top_k < 0:
             raise InvalidOption(f"--top-k {self.top_k} must be 0 (off) or more", "Qwen3 recommends 20")
         if not 0 < self.top_p <= 1:
@@ -44,5 +45,9 @@ class Sampling:
 
 def acceptance(settings: Sampling, target_logits: np.ndarray, draft_logits: np.ndarray) -> np.ndarray:
     """Per position (row), the probability that speculative sampling accepts the draft's token."""
-    return np.array([np.minimum(settings.distribution(t), settings.distribution(d)).sum()
-                     for t, d in zip(target_logits, draft_logits, strict=True)])
+    return np.array(
+        [
+            np.minimum(settings.distribution(t), settings.distribution(d)).sum()
+            for t, d in zip(target_logits, draft_logits, strict=True)
+        ]
+    )

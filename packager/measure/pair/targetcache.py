@@ -25,10 +25,25 @@ from ...infra.versions import installed
 FORMAT = 1
 MAX_ENTRIES = 20000  # about 60 prompt sets of the built-in workload; least recently used go first
 # Files a runtime reads (an MNN folder or a checkpoint); anything else in the folder does not change a result.
-MNN_FILES = ("llm.mnn", "llm.mnn.weight", "llm_config.json", "config.json", "tokenizer.txt", "tokenizer.mtok",
-             "embeddings_bf16.bin", "embeddings_int8.bin", "embeddings_int4.bin")
-CHECKPOINT_GLOBS = ("config.json", "generation_config.json", "*.safetensors", "tokenizer.json", "tokenizer_config.json",
-                    "chat_template.jinja")
+MNN_FILES = (
+    "llm.mnn",
+    "llm.mnn.weight",
+    "llm_config.json",
+    "config.json",
+    "tokenizer.txt",
+    "tokenizer.mtok",
+    "embeddings_bf16.bin",
+    "embeddings_int8.bin",
+    "embeddings_int4.bin",
+)
+CHECKPOINT_GLOBS = (
+    "config.json",
+    "generation_config.json",
+    "*.safetensors",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "chat_template.jinja",
+)
 
 
 @dataclass(frozen=True)
@@ -47,10 +62,19 @@ def root() -> Path:
 
 def identity(target: Path, bundle: bool, settings: dict[str, Any]) -> str:
     """What a target run depends on, as one digest (reads every model file once)."""
-    files = ([target / n for n in MNN_FILES if (target / n).is_file()] if bundle else
-             sorted({p for pattern in CHECKPOINT_GLOBS for p in target.glob(pattern) if p.is_file()}))
-    return graphcache.key({"format": FORMAT, "files": {f.name: xxh3_128_file(f) for f in files},
-                           "settings": settings, "versions": installed(("mnn", "torch", "transformers"))})
+    files = (
+        [target / n for n in MNN_FILES if (target / n).is_file()]
+        if bundle
+        else sorted({p for pattern in CHECKPOINT_GLOBS for p in target.glob(pattern) if p.is_file()})
+    )
+    return graphcache.key(
+        {
+            "format": FORMAT,
+            "files": {f.name: xxh3_128_file(f) for f in files},
+            "settings": settings,
+            "versions": installed(("mnn", "torch", "transformers")),
+        }
+    )
 
 
 class TargetCache:
@@ -85,8 +109,13 @@ class TargetCache:
         return run
 
     def put(self, ids: list[int], run: TargetRun) -> None:
-        body = {"identity": self.identity, "ids": ids, "continuation": list(run.continuation),
-                "argmax": list(run.argmax), "describe": self.describe}
+        body = {
+            "identity": self.identity,
+            "ids": ids,
+            "continuation": list(run.continuation),
+            "argmax": list(run.argmax),
+            "describe": self.describe,
+        }
         base = root()
         try:
             base.mkdir(parents=True, exist_ok=True)
@@ -110,16 +139,22 @@ def _remove(path: Path) -> None:
 
 
 def _ours(path: Path) -> bool:
-    stem = path.name[:-len(".json")] if path.name.endswith(".json") else ""
-    return path.is_file() and not path.is_symlink() and (
-        (len(stem) == 32 and all(c in "0123456789abcdef" for c in stem)) or path.name.startswith(".incoming-"))
+    stem = path.name[: -len(".json")] if path.name.endswith(".json") else ""
+    return (
+        path.is_file()
+        and not path.is_symlink()
+        and ((len(stem) == 32 and all(c in "0123456789abcdef" for c in stem)) or path.name.startswith(".incoming-"))
+    )
 
 
 def _entry_paths() -> list[tuple[Path, os.stat_result]]:
     """Every entry file (not the incoming ones), most recently used first; reads no entry."""
     base = root()
-    found = [(path, path.stat()) for path in (base.iterdir() if base.is_dir() else [])
-             if not path.name.startswith(".") and _ours(path)]
+    found = [
+        (path, path.stat())
+        for path in (base.iterdir() if base.is_dir() else [])
+        if not path.name.startswith(".") and _ours(path)
+    ]
     return sorted(found, key=lambda item: -item[1].st_mtime)
 
 

@@ -5,15 +5,16 @@ faster does it decode."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
+from ...bundle.modes import EAGLE_KEYS, graph_io
 from ...errors import InvalidOption, SpeculationNotLossless, SpeculationUnavailable, shorten
 from .. import workload
 from ..compat import facts
 from ..pair.costs import host
-from ...bundle.modes import EAGLE_KEYS, graph_io
 from . import files
 from .child import run
 from .summary import Report, summarize
@@ -49,8 +50,15 @@ def speculate(request: Request, progress: Callable[[str], None] = lambda _: None
     texts = [workload.render(info.chat_template, prompt) for prompt in prompts]
     cores = len(os.sched_getaffinity(0))
     threads = request.threads or min(_int(config.get("thread_num")) or cores, cores)
-    job = {"bundle": str(request.bundle), "mode": mode, "prompts": texts, "max_new_tokens": request.max_new_tokens,
-           "repeats": request.repeats, "stops": sorted(info.stop), **_overrides(mode, config, threads)}
+    job = {
+        "bundle": str(request.bundle),
+        "mode": mode,
+        "prompts": texts,
+        "max_new_tokens": request.max_new_tokens,
+        "repeats": request.repeats,
+        "stops": sorted(info.stop),
+        **_overrides(mode, config, threads),
+    }
     raw = run(job, progress)
     return summarize(raw, mode, request, host(threads), job, _digests(request.bundle, read))
 
@@ -61,8 +69,9 @@ def refuse_if_lossy(report: Report) -> None:
         first = report.mismatches[0]
         raise SpeculationNotLossless(
             f"{report.mode} emitted other tokens than plain decoding on {len(report.mismatches)} of {report.prompts} "
-            f"prompts (first: prompt {first.index + 1} at token {first.position}, {first.gap:.3f} below the target's best "
-            f"logit)")
+            f"prompts (first: prompt {first.index + 1} at token {first.position}, {first.gap:.3f} below the target's "
+            "best logit)"
+        )
 
 
 def _digests(bundle: Path, read: tuple[str, ...] = ()) -> dict[str, str]:
@@ -92,24 +101,35 @@ def _mode(request: Request, config: dict[str, Any], dump: Any = None) -> Mode:
     own = config.get("speculative_type") or ""
     mode = request.mode or own
     if mode not in MODES:
-        said = f"is configured for speculative_type {shorten(own, 40)!r}" if own else \
-            "is configured for no speculative mode"
-        raise SpeculationUnavailable(f"{shorten(str(request.bundle), 120)} {said}; packager speculate runs "
-                                     f"{' and '.join(MODES)} (upstream MNN ignores draftmodel)")
+        said = (
+            f"is configured for speculative_type {shorten(own, 40)!r}"
+            if own
+            else "is configured for no speculative mode"
+        )
+        raise SpeculationUnavailable(
+            f"{shorten(str(request.bundle), 120)} {said}; packager speculate runs "
+            f"{' and '.join(MODES)} (upstream MNN ignores draftmodel)"
+        )
     if mode == "eagle":
         names = [config.get(key, default) for key, default in EAGLE_KEYS.items()]
         if not all(isinstance(n, str) and n and "/" not in n and "\\" not in n and n not in (".", "..") for n in names):
-            raise SpeculationUnavailable(f"{shorten(str(request.bundle), 120)}'s config.json names an EAGLE file "
-                                         "outside the bundle folder", _VALIDATE)
+            raise SpeculationUnavailable(
+                f"{shorten(str(request.bundle), 120)}'s config.json names an EAGLE file outside the bundle folder",
+                _VALIDATE,
+            )
         missing = [name for name in names if not (request.bundle / name).is_file()]
         if own != "eagle" or missing or config.get("hidden_states") is not True:
-            raise SpeculationUnavailable(f"{shorten(str(request.bundle), 120)} holds no EAGLE-3 head MNN can run "
-                                         f"({', '.join(map(str, missing)) + ' missing' if missing else 'not configured'})",
-                                         "convert the target with --eagle HEAD, then run packager validate")
+            raise SpeculationUnavailable(
+                f"{shorten(str(request.bundle), 120)} holds no EAGLE-3 head MNN can run "
+                f"({', '.join(map(str, missing)) + ' missing' if missing else 'not configured'})",
+                "convert the target with --eagle HEAD, then run packager validate",
+            )
     if not _can_speculate(request.bundle, dump):
-        raise SpeculationUnavailable(f"{shorten(str(request.bundle), 120)}'s graph has no logits_index input with "
-                                     f"dims, so MNN would decode plainly under any speculative mode",
-                                     "re-export with llmexport 0.0.5+ or packager convert")
+        raise SpeculationUnavailable(
+            f"{shorten(str(request.bundle), 120)}'s graph has no logits_index input with "
+            f"dims, so MNN would decode plainly under any speculative mode",
+            "re-export with llmexport 0.0.5+ or packager convert",
+        )
     return mode  # type: ignore[return-value]
 
 
@@ -144,9 +164,12 @@ def _overrides(mode: str, config: dict[str, Any], threads: int) -> dict[str, Any
     speculative mode (and without the hidden-state output only EAGLE reads)."""
     common = {"sampler_type": "greedy", "thread_num": threads, "reuse_kv": False}
     speculative = {**common, "speculative_type": mode, **({"hidden_states": False} if mode != "eagle" else {})}
-    return {"plain": {**common, "speculative_type": "", "hidden_states": False}, "speculative": speculative,
-            "depth": _int(config.get("eagle_depth")) or 3,
-            "longest": (_int(config.get("draft_predict_length")) or 3) + 1}
+    return {
+        "plain": {**common, "speculative_type": "", "hidden_states": False},
+        "speculative": speculative,
+        "depth": _int(config.get("eagle_depth")) or 3,
+        "longest": (_int(config.get("draft_predict_length")) or 3) + 1,
+    }
 
 
 def _int(value: Any) -> int | None:

@@ -14,7 +14,8 @@ import signal
 import subprocess
 import sys
 import tempfile
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ...errors import RuntimeCrashed, shorten
 from ...resources import package_root
@@ -28,8 +29,9 @@ def run(job: dict[str, Any], stage: Callable[[str], None]) -> dict[str, Any]:
     """Run `job` (see packager.measure.speculate.protocol.measure) in a child; its result, or RuntimeCrashed."""
     root = str(package_root())
     with tempfile.TemporaryFile() as log:
-        process = subprocess.Popen([sys.executable, "-c", _BOOT, root], stdin=subprocess.PIPE,
-                                   stdout=subprocess.PIPE, stderr=log, text=True)
+        process = subprocess.Popen(
+            [sys.executable, "-c", _BOOT, root], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True
+        )
         assert process.stdin is not None and process.stdout is not None
         try:
             process.stdin.write(json.dumps(job))
@@ -45,8 +47,9 @@ def run(job: dict[str, Any], stage: Callable[[str], None]) -> dict[str, Any]:
             log.seek(0)
             tail = log.read().decode("utf-8", "replace")[-_LOG_TAIL:]
             what = answer["error"] if answer else f"the engine {describe_exit(code)}"
-            raise RuntimeCrashed(f"MNN's generation failed on {shorten(job['bundle'], 120)}: {shorten(what, 200)}",
-                                 details=tail)
+            raise RuntimeCrashed(
+                f"MNN's generation failed on {shorten(job['bundle'], 120)}: {shorten(what, 200)}", details=tail
+            )
         result: dict[str, Any] = answer["result"]
         return result
 

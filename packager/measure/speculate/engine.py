@@ -52,8 +52,13 @@ class Engine:
         wall = time.perf_counter() - start
         context, text = self._context(output)
         history = [int(t) for t in context["history_tokens"]]
-        return Generation(tuple(history[len(ids):]), tuple(int(t) for t in context["output_tokens"]),
-                          text, max(wall - context["prefill_us"] / 1e6, 1e-9), int(context["status"]))
+        return Generation(
+            tuple(history[len(ids) :]),
+            tuple(int(t) for t in context["output_tokens"]),
+            text,
+            max(wall - context["prefill_us"] / 1e6, 1e-9),
+            int(context["status"]),
+        )
 
     def _context(self, output: list[int]) -> tuple[dict[str, Any], str | None]:
         """The engine's context and its generate_str. pymnn 3.6.1's get_context() crashes the process (a failed

@@ -12,12 +12,16 @@ from pathlib import Path
 from typing import Any
 
 from ...bundle.kinds import EMBEDDINGS, LOOKUP
-from ...errors import PackagerError, shorten
 from ...bundle.modes import EAGLE_KEYS
+from ...errors import PackagerError, shorten
 
 # config.json's keys for the files every mode reads, with the engine's defaults.
-CORE = {"llm_model": "llm.mnn", "llm_weight": "llm.mnn.weight", "llm_config": "llm_config.json",
-        "tokenizer_file": "tokenizer.txt"}
+CORE = {
+    "llm_model": "llm.mnn",
+    "llm_weight": "llm.mnn.weight",
+    "llm_config": "llm_config.json",
+    "tokenizer_file": "tokenizer.txt",
+}
 _RESTORE = "restore the file (packager pull, or convert again); packager validate names every problem of the bundle"
 _VALIDATE = "run packager validate on the bundle"
 
@@ -35,16 +39,25 @@ def read_by_engine(bundle: Path, config: dict[str, Any], mode: str) -> dict[str,
     names = {key: config.get(key, default) for key, default in keys.items()}
     for key, name in names.items():
         if not isinstance(base, str) or not isinstance(name, str):
-            raise _unavailable(f"{shorten(str(bundle), 120)}'s config.json gives {key} or base_dir as no text",
-                               _VALIDATE)
+            raise _unavailable(
+                f"{shorten(str(bundle), 120)}'s config.json gives {key} or base_dir as no text", _VALIDATE
+            )
         if not _inside(base + name):
-            raise _unavailable(f"{shorten(str(bundle), 120)}'s config.json names {key} {shorten(base + name, 120)!r}, "
-                               "a path outside the bundle folder (MNN would read it, and a report's digests would "
-                               "leave it out)", _VALIDATE)
+            raise _unavailable(
+                f"{shorten(str(bundle), 120)}'s config.json names {key} {shorten(base + name, 120)!r}, "
+                "a path outside the bundle folder (MNN would read it, and a report's digests would "
+                "leave it out)",
+                _VALIDATE,
+            )
     found = {key: base + name for key, name in names.items()}
     if mode == "eagle":  # each head graph's weights beside it, where MNN loads them from
-        found.update({f"{key} weights": f"{found[key]}.weight" for key in ("eagle_model", "eagle_fc")
-                      if os.path.lexists(bundle / f"{found[key]}.weight")})
+        found.update(
+            {
+                f"{key} weights": f"{found[key]}.weight"
+                for key in ("eagle_model", "eagle_fc")
+                if os.path.lexists(bundle / f"{found[key]}.weight")
+            }
+        )
     return found
 
 
@@ -58,8 +71,11 @@ def check(bundle: Path, config: dict[str, Any], mode: str, dump: Any) -> tuple[s
     end = _weights_end(dump)
     size = (bundle / weights).stat().st_size
     if end is not None and size < end:
-        raise _unavailable(f"{shorten(str(bundle / weights), 120)} is truncated: {size:,} bytes, but the graph "
-                           f"(llm.mnn.json) places weights up to byte {end:,}", _RESTORE)
+        raise _unavailable(
+            f"{shorten(str(bundle / weights), 120)} is truncated: {size:,} bytes, but the graph "
+            f"(llm.mnn.json) places weights up to byte {end:,}",
+            _RESTORE,
+        )
     return tuple(dict.fromkeys(names.values()))
 
 
@@ -70,12 +86,16 @@ def _check_file(bundle: Path, name: str) -> None:
         info = path.lstat()
         if stat.S_ISLNK(info.st_mode):
             if not path.resolve().is_relative_to(bundle.resolve()):
-                raise _unavailable(f"{shown} is a link to a file outside the bundle folder (MNN would read it, and a "
-                                   "report's digests would not be of the bundle)", "put the file itself in the bundle")
+                raise _unavailable(
+                    f"{shown} is a link to a file outside the bundle folder (MNN would read it, and a "
+                    "report's digests would not be of the bundle)",
+                    "put the file itself in the bundle",
+                )
             info = path.stat()
     except FileNotFoundError:
-        raise _unavailable(f"{shorten(str(bundle), 120)} is missing {shorten(name, 120)}, which MNN reads to run it",
-                           _RESTORE) from None
+        raise _unavailable(
+            f"{shorten(str(bundle), 120)} is missing {shorten(name, 120)}, which MNN reads to run it", _RESTORE
+        ) from None
     except OSError as exc:  # a loop of links, a name too long
         raise _unavailable(f"{shown} cannot be read ({exc.strerror or type(exc).__name__})", _RESTORE) from None
     if not stat.S_ISREG(info.st_mode):
@@ -101,8 +121,13 @@ def _weights_end(dump: Any) -> int | None:
 def _inside(name: str) -> bool:
     """A relative path that stays in the folder: no drive, no leading separator, no '..' part (MNN concatenates
     base_dir and the name)."""
-    return bool(name) and "\0" not in name and not name.startswith(("/", "\\")) and \
-        not re.match(r"[A-Za-z]:", name) and ".." not in re.split(r"[/\\]", name)
+    return (
+        bool(name)
+        and "\0" not in name
+        and not name.startswith(("/", "\\"))
+        and not re.match(r"[A-Za-z]:", name)
+        and ".." not in re.split(r"[/\\]", name)
+    )
 
 
 def _unavailable(message: str, hint: str) -> PackagerError:

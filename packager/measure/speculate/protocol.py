@@ -6,8 +6,9 @@ goes weighs on both alike; one untimed generation of each comes first (MNN sizes
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from .engine import Engine, Generation
 from .steps import StepsUnreadable, eagle_steps, first_divergence, lookahead_steps
@@ -22,25 +23,38 @@ def measure(job: dict[str, Any], stage: Callable[[str], None]) -> dict[str, Any]
     plain.generate(prompts[0], n), spec.generate(prompts[0], n)
     runs: list[list[dict[str, Any]]] = [[] for _ in prompts]
     for repeat in range(int(job["repeats"])):
-        stage(f"repeat {repeat + 1} of {job['repeats']}: {len(prompts)} prompts, each decoded plainly and with "
-              f"{job['mode']}")
+        stage(
+            f"repeat {repeat + 1} of {job['repeats']}: {len(prompts)} prompts, each decoded plainly and with "
+            f"{job['mode']}"
+        )
         for index, ids in enumerate(prompts):
             order = [("plain", plain), ("speculative", spec)]
-            pair = {name: engine.generate(ids, n) for name, engine in (order if (repeat + index) % 2 == 0
-                                                                        else order[::-1])}
+            pair = {
+                name: engine.generate(ids, n) for name, engine in (order if (repeat + index) % 2 == 0 else order[::-1])
+            }
             runs[index].append(pair)
     stage("comparing the tokens")
     return {"prompts": [_prompt(job, spec, plain, ids, pairs, stops) for ids, pairs in zip(prompts, runs)]}
 
 
-def _prompt(job: dict[str, Any], spec: Engine, plain: Engine, ids: list[int], pairs: list[dict[str, Generation]],
-            stops: frozenset[int]) -> dict[str, Any]:
+def _prompt(
+    job: dict[str, Any],
+    spec: Engine,
+    plain: Engine,
+    ids: list[int],
+    pairs: list[dict[str, Generation]],
+    stops: frozenset[int],
+) -> dict[str, Any]:
     first_plain, first_spec = pairs[0]["plain"], pairs[0]["speculative"]
-    same = all(p["plain"].generated == first_plain.generated and p["speculative"].generated == first_spec.generated
-               for p in pairs)
+    same = all(
+        p["plain"].generated == first_plain.generated and p["speculative"].generated == first_spec.generated
+        for p in pairs
+    )
     out: dict[str, Any] = {
-        "prompt_tokens": len(ids), "plain_tokens": list(first_plain.generated),
-        "speculative_tokens": list(first_spec.generated), "repeatable": same,
+        "prompt_tokens": len(ids),
+        "plain_tokens": list(first_plain.generated),
+        "speculative_tokens": list(first_spec.generated),
+        "repeatable": same,
         "plain_seconds": [p["plain"].decode_seconds for p in pairs],
         "speculative_seconds": [p["speculative"].decode_seconds for p in pairs],
         "plain_counts": [len(p["plain"].generated) for p in pairs],
@@ -70,5 +84,11 @@ def _margin(plain: Engine, ids: list[int], a: Generation, b: Generation, at: int
     logits = plain.next_logits(ids + list(a.generated[:at]))
     x, y = int(a.generated[at]), int(b.generated[at])
     top = float(logits.max())
-    return {"position": at, "plain_token": x, "speculative_token": y, "plain_logit": float(logits[x]),
-            "speculative_logit": float(logits[y]), "top_logit": top}
+    return {
+        "position": at,
+        "plain_token": x,
+        "speculative_token": y,
+        "plain_logit": float(logits[x]),
+        "speculative_logit": float(logits[y]),
+        "top_logit": top,
+    }

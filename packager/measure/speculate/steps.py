@@ -14,8 +14,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 
 @dataclass(frozen=True)
@@ -43,8 +43,13 @@ def eagle_steps(output_tokens: Sequence[int], generated: Sequence[int], depth: i
     return Steps(accepted, steps, steps)
 
 
-def lookahead_steps(generated: Sequence[int], generate_str: str, text: Callable[[int], str], longest: int,
-                    stops: frozenset[int] = frozenset()) -> Steps:
+def lookahead_steps(
+    generated: Sequence[int],
+    generate_str: str,
+    text: Callable[[int], str],
+    longest: int,
+    stops: frozenset[int] = frozenset(),
+) -> Steps:
     """Steps of a lookahead generation, from the segmentation of `generated` that generate_str allows."""
     tokens = list(generated)
     if tokens and tokens[-1] in stops:
@@ -61,8 +66,9 @@ def lookahead_steps(generated: Sequence[int], generate_str: str, text: Callable[
                 continue
             for end in range(start + 1, min(start + longest, len(tokens)) + 1):
                 was = states[end].get(offset + len(piece))
-                states[end][offset + len(piece)] = (low + 1, high + 1) if was is None else \
-                    (min(was[0], low + 1), max(was[1], high + 1))
+                states[end][offset + len(piece)] = (
+                    (low + 1, high + 1) if was is None else (min(was[0], low + 1), max(was[1], high + 1))
+                )
     final = states[-1].get(len(generate_str))
     if final is None:
         raise StepsUnreadable("no segmentation of the tokens spells the engine's generate_str")
@@ -82,5 +88,5 @@ def first_divergence(a: Sequence[int], b: Sequence[int], stops: frozenset[int]) 
 def _cut(tokens: Sequence[int], stops: frozenset[int]) -> list[int]:
     for index, token in enumerate(tokens):
         if token in stops:
-            return list(tokens[:index + 1])
+            return list(tokens[: index + 1])
     return list(tokens)

@@ -8,8 +8,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ...errors import RuntimeCrashed, shorten
-from ..intervals import Interval, ratio
 from ...infra.versions import installed
+from ..intervals import Interval, ratio
 
 
 @dataclass(frozen=True)
@@ -61,8 +61,9 @@ class Report:
         return data
 
 
-def summarize(raw: dict[str, Any], mode: str, request: Any, where: str, job: dict[str, Any],
-              files: dict[str, str] | None = None) -> Report:
+def summarize(
+    raw: dict[str, Any], mode: str, request: Any, where: str, job: dict[str, Any], files: dict[str, str] | None = None
+) -> Report:
     prompts = raw["prompts"]
     per_prompt = tuple(_prompt(i, p, request.tie_tolerance) for i, p in enumerate(prompts))
     counted = [p for p in per_prompt if p.steps is not None]
@@ -73,20 +74,34 @@ def summarize(raw: dict[str, Any], mode: str, request: Any, where: str, job: dic
     if unread:
         notes.append(f"steps not countable on {len(prompts) - len(counted)} prompts: {'; '.join(sorted(unread))}")
     if any(p.steps and p.steps[0] != p.steps[1] for p in counted):
-        notes.append("on some prompts the engine's record allows more than one step count: the interval counts the "
-                     "most steps (fewest accepted per step)")
+        notes.append(
+            "on some prompts the engine's record allows more than one step count: the interval counts the "
+            "most steps (fewest accepted per step)"
+        )
     plain, spec = _rates(prompts, "plain", job["bundle"]), _rates(prompts, "speculative", job["bundle"])
-    return Report(bundle=job["bundle"], mode=mode, prompts=len(prompts), max_new_tokens=request.max_new_tokens,
-                  repeats=request.repeats, measured_on=where, engine=f"MNN {installed().get('mnn', '?')}",
-                  per_prompt=per_prompt,
-                  accepted_per_step=ratio([p.tokens for p in counted], [p.steps[1] for p in counted])  # type: ignore[index]
-                  if counted else None,
-                  accepted_per_step_if_fewest=ratio([p.tokens for p in counted], [p.steps[0] for p in counted])  # type: ignore[index]
-                  if counted else None,
-                  steps_counted=len(counted), plain_tokens_per_second=_spread(plain),
-                  speculative_tokens_per_second=_spread(spec),
-                  speedup=_spread([s / p for s, p in zip(spec, plain)]), tie_tolerance=request.tie_tolerance,
-                  notes=tuple(notes), files_xxh3_128=dict(files or {}))
+    return Report(
+        bundle=job["bundle"],
+        mode=mode,
+        prompts=len(prompts),
+        max_new_tokens=request.max_new_tokens,
+        repeats=request.repeats,
+        measured_on=where,
+        engine=f"MNN {installed().get('mnn', '?')}",
+        per_prompt=per_prompt,
+        accepted_per_step=ratio([p.tokens for p in counted], [p.steps[1] for p in counted])  # type: ignore[index]
+        if counted
+        else None,
+        accepted_per_step_if_fewest=ratio([p.tokens for p in counted], [p.steps[0] for p in counted])  # type: ignore[index]
+        if counted
+        else None,
+        steps_counted=len(counted),
+        plain_tokens_per_second=_spread(plain),
+        speculative_tokens_per_second=_spread(spec),
+        speedup=_spread([s / p for s, p in zip(spec, plain)]),
+        tie_tolerance=request.tie_tolerance,
+        notes=tuple(notes),
+        files_xxh3_128=dict(files or {}),
+    )
 
 
 def _prompt(index: int, raw: dict[str, Any], tolerance: float) -> PromptResult:
@@ -95,12 +110,12 @@ def _prompt(index: int, raw: dict[str, Any], tolerance: float) -> PromptResult:
     divergence = raw["divergence"]
     if divergence is None:
         compared = min(len(raw["plain_tokens"]), len(raw["speculative_tokens"]))
-        return PromptResult(index, "identical", compared, **counted)  # type: ignore[arg-type]
+        return PromptResult(index, "identical", compared, **counted)
     # Lossless means the mode emitted the target's greedy token: the plain model's full forward ranks it first,
     # up to arithmetic (MNN's single-token decode step itself leaves that argmax at near-ties).
     gap = max(divergence["top_logit"] - divergence["speculative_logit"], 0.0)
     verdict = "near-tie" if gap <= tolerance else "mismatch"
-    return PromptResult(index, verdict, divergence["position"], divergence["position"], gap, **counted)  # type: ignore[arg-type]
+    return PromptResult(index, verdict, divergence["position"], divergence["position"], gap, **counted)
 
 
 def _rates(prompts: list[dict[str, Any]], which: str, bundle: str = "") -> list[float]:
@@ -110,9 +125,11 @@ def _rates(prompts: list[dict[str, Any]], which: str, bundle: str = "") -> list[
     tokens = [sum(p[f"{which}_counts"][r] for p in prompts) for r in range(repeats)]
     seconds = [sum(p[f"{which}_seconds"][r] for p in prompts) for r in range(repeats)]
     if not all(tokens) or not all(seconds):
-        raise RuntimeCrashed(f"MNN decoded no tokens from {shorten(bundle, 120)} "
-                             f"({'plain decoding' if which == 'plain' else which}) on "
-                             f"{'any prompt' if not any(tokens) else 'every prompt of a repeat'}")
+        raise RuntimeCrashed(
+            f"MNN decoded no tokens from {shorten(bundle, 120)} "
+            f"({'plain decoding' if which == 'plain' else which}) on "
+            f"{'any prompt' if not any(tokens) else 'every prompt of a repeat'}"
+        )
     return [count / time for count, time in zip(tokens, seconds)]
 
 
@@ -123,18 +140,26 @@ def _spread(values: list[float]) -> Spread:
 def text(report: Report) -> str:
     ties = sum(p.verdict == "near-tie" for p in report.per_prompt)
     compared = sum(p.compared for p in report.per_prompt)
-    lines = [f"{report.mode} in {report.engine}, measured on {report.measured_on}",
-             f"prompts: {report.prompts}, up to {report.max_new_tokens} new tokens, greedy, {report.repeats} repeats",
-             f"tokens: {'lossless' if not report.mismatches else 'NOT lossless'} ({compared} compared; "
-             f"{ties} near-tie divergence(s): the target's argmax within {report.tie_tolerance}, {len(report.mismatches)} mismatch(es))"]
+    lines = [
+        f"{report.mode} in {report.engine}, measured on {report.measured_on}",
+        f"prompts: {report.prompts}, up to {report.max_new_tokens} new tokens, greedy, {report.repeats} repeats",
+        f"tokens: {'lossless' if not report.mismatches else 'NOT lossless'} ({compared} compared; "
+        f"{ties} near-tie divergence(s): the target's argmax within {report.tie_tolerance}, "
+        f"{len(report.mismatches)} mismatch(es))",
+    ]
     if report.accepted_per_step is not None:
         a = report.accepted_per_step
-        lines.append(f"accepted tokens per step: {a.value:.2f} (95% interval {a.low:.2f}-{a.high:.2f}, "
-                     f"{report.steps_counted} prompts)")
+        lines.append(
+            f"accepted tokens per step: {a.value:.2f} (95% interval {a.low:.2f}-{a.high:.2f}, "
+            f"{report.steps_counted} prompts)"
+        )
     else:
         lines.append("accepted tokens per step: not countable from the engine's record")
     p, s, x = report.plain_tokens_per_second, report.speculative_tokens_per_second, report.speedup
-    lines += [f"decode tokens/s: plain {p.median:.1f} ({p.low:.1f}-{p.high:.1f}), {report.mode} {s.median:.1f} "
-              f"({s.low:.1f}-{s.high:.1f})",
-              f"speedup: {x.median:.2f}x (repeats {x.low:.2f}-{x.high:.2f})", *(f"note: {n}" for n in report.notes)]
+    lines += [
+        f"decode tokens/s: plain {p.median:.1f} ({p.low:.1f}-{p.high:.1f}), {report.mode} {s.median:.1f} "
+        f"({s.low:.1f}-{s.high:.1f})",
+        f"speedup: {x.median:.2f}x (repeats {x.low:.2f}-{x.high:.2f})",
+        *(f"note: {n}" for n in report.notes),
+    ]
     return "\n".join(lines)

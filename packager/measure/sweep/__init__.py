@@ -18,9 +18,9 @@ from typing import Any
 from ...convert import recipe as recipes
 from ...convert.recipe import QuantRecipe
 from ...errors import InvalidOption, shorten
+from ...infra.progress import Progress
 from .measure import measure
 from .report import Row, SweepReport, pick
-from ...infra.progress import Progress
 
 TOLERANCE = 0.01  # acceptance (alpha) within this of the best counts as "as good"
 
@@ -42,12 +42,16 @@ def read_recipes(path: Path) -> tuple[QuantRecipe, ...]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise InvalidOption(f"cannot read the recipes file {shorten(str(path))} ({shorten(str(exc))})",
-                            'write a JSON list such as [{"quant_bits": 4, "algorithm": "hqq"}]') from None
+        raise InvalidOption(
+            f"cannot read the recipes file {shorten(str(path))} ({shorten(str(exc))})",
+            'write a JSON list such as [{"quant_bits": 4, "algorithm": "hqq"}]',
+        ) from None
     items = data.get("recipes") if isinstance(data, dict) else data
     if not isinstance(items, list) or not items or not all(isinstance(i, dict) for i in items):
-        raise InvalidOption(f"{shorten(str(path))} holds no list of recipes",
-                            'write a JSON list such as [{"quant_bits": 4, "algorithm": "hqq"}]')
+        raise InvalidOption(
+            f"{shorten(str(path))} holds no list of recipes",
+            'write a JSON list such as [{"quant_bits": 4, "algorithm": "hqq"}]',
+        )
     found = tuple(recipes.build(item, f"{path.name} recipe {n}") for n, item in enumerate(items, 1))
     if len({r.name for r in found}) != len(found):
         raise InvalidOption(f"{shorten(str(path))} names a recipe twice", "list each recipe once")
@@ -62,27 +66,41 @@ def sweep(request: SweepRequest, progress: Progress = lambda _: None) -> SweepRe
     with tempfile.TemporaryDirectory(prefix="merged-", dir=request.workdir) as temp:
         source = request.checkpoint
         if request.adapter is not None:
-            progress("merging the LoRA adapter once (peft, float32): every recipe converts it, and the bundles "
-                     "are measured against it")
+            progress(
+                "merging the LoRA adapter once (peft, float32): every recipe converts it, and the bundles "
+                "are measured against it"
+            )
             source = _merged(request.checkpoint, request.adapter, Path(temp) / "merged")
         progress(f"converting {len(request.recipes)} recipes from one load of the model")
-        results = convert_many([ConvertRequest(checkpoint=source, out=request.workdir / item.name, force=True,
-                                               **_flags(item)) for item in request.recipes],
-                               progress=lambda line: progress(f"  {line}"))
+        results = convert_many(
+            [
+                ConvertRequest(checkpoint=source, out=request.workdir / item.name, force=True, **_flags(item))
+                for item in request.recipes
+            ],
+            progress=lambda line: progress(f"  {line}"),
+        )
         bundles = {item.name: result.out for item, result in zip(request.recipes, results)}
         sizes = {item.name: sum(result.sizes.values()) for item, result in zip(request.recipes, results)}
         paths = {item.name: result.path for item, result in zip(request.recipes, results)}
         converted = time.monotonic()
         quality = measure(bundles, source, request.target, request.threads, request.prompts, progress)
-    rows = tuple(Row(recipe=r, bundle=bundles[r.name], bytes=sizes[r.name], weights=paths[r.name],
-                     quality=quality[r.name]) for r in request.recipes)
+    rows = tuple(
+        Row(recipe=r, bundle=bundles[r.name], bytes=sizes[r.name], weights=paths[r.name], quality=quality[r.name])
+        for r in request.recipes
+    )
     report = pick(rows, request.tolerance, request.checkpoint, request.adapter, request.target)
     return replace(report, seconds=(("converting", converted - start), ("measuring", time.monotonic() - converted)))
 
 
 def _flags(item: QuantRecipe) -> dict[str, Any]:
-    return {"quant_bits": item.bits, "quant_block": item.block, "symmetric": item.symmetric,
-            "algorithm": item.algorithm, "lm_bits": item.lm[0], "lm_block": item.lm[1]}
+    return {
+        "quant_bits": item.bits,
+        "quant_block": item.block,
+        "symmetric": item.symmetric,
+        "algorithm": item.algorithm,
+        "lm_bits": item.lm[0],
+        "lm_block": item.lm[1],
+    }
 
 
 def _merged(checkpoint: Path, adapter: Path, out: Path) -> Path:

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ..pair import Options, acceptance, open_cache, target_run
+from ...infra.progress import Progress
+from ...runtime.models import HFModel, MNNModel, Model, all_cores, load
 from .. import compat, workload
 from ..intervals import Interval, ratio
-from ...runtime.models import HFModel, MNNModel, Model, all_cores, load
+from ..pair import Options, acceptance, open_cache, target_run
 from ..pair.targetcache import TargetCache, trim
 from ..verify import MIN_DECISIVE, Thresholds, _plain, compare_positions, margins
-from ...infra.progress import Progress
 
 CONTINUATION = 24  # verify's default: the source's greedy continuation compared after each prompt
 MAX_D = acceptance.MAX_D
@@ -45,8 +45,14 @@ class Quality:
     per_prompt_alpha: tuple[tuple[int, int], ...] = ()  # (accepted, positions) per prompt, for paired comparisons
 
 
-def measure(bundles: dict[str, Path], source: Path, target: Path | None, threads: int | None = None,
-            prompts: tuple[str, ...] | None = None, progress: Progress = lambda _: None) -> dict[str, Quality]:
+def measure(
+    bundles: dict[str, Path],
+    source: Path,
+    target: Path | None,
+    threads: int | None = None,
+    prompts: tuple[str, ...] | None = None,
+    progress: Progress = lambda _: None,
+) -> dict[str, Quality]:
     """Every bundle against the source (KL, top-1) and, with a target, its greedy acceptance per d."""
     items = workload.from_texts(prompts) if prompts else workload.builtin()
     progress(f"loading the source and {len(bundles)} bundles" + (" and the target" if target else ""))
@@ -77,8 +83,14 @@ def measure(bundles: dict[str, Path], source: Path, target: Path | None, threads
     return {name: _quality(tally) for name, tally in tallies.items()}
 
 
-def _accept(big: Model, target: Path, item: workload.Prompt, drafts: dict[str, MNNModel],
-            tallies: dict[str, Tally], cache: TargetCache | None) -> None:
+def _accept(
+    big: Model,
+    target: Path,
+    item: workload.Prompt,
+    drafts: dict[str, MNNModel],
+    tallies: dict[str, Tally],
+    cache: TargetCache | None,
+) -> None:
     """The target's greedy continuation and its argmaxes once (or from pair's target cache: the same settings
     as pair's defaults, so either reuses the other's); each draft's argmaxes on the same sequence."""
     facts = compat.facts(target)
@@ -102,11 +114,17 @@ def _quality(tally: Tally) -> Quality:
         if found is not None:
             tau[d] = found
     decisive = len(tally.decisive)
-    return Quality(mean_kl=float(np.mean(tally.kl)), top1_agreement=float(np.mean(tally.top1)),
-                   # As verify: too few decisive positions (flat logits) give no figure rather than a noisy one.
-                   top1_decisive=float(np.mean(tally.decisive)) if decisive >= MIN_DECISIVE else None,
-                   decisive_positions=decisive, positions=len(tally.top1), alpha=alpha, tau=tau,
-                   per_prompt_alpha=tuple(zip(tally.accepted, tally.positions)))
+    return Quality(
+        mean_kl=float(np.mean(tally.kl)),
+        top1_agreement=float(np.mean(tally.top1)),
+        # As verify: too few decisive positions (flat logits) give no figure rather than a noisy one.
+        top1_decisive=float(np.mean(tally.decisive)) if decisive >= MIN_DECISIVE else None,
+        decisive_positions=decisive,
+        positions=len(tally.top1),
+        alpha=alpha,
+        tau=tau,
+        per_prompt_alpha=tuple(zip(tally.accepted, tally.positions)),
+    )
 
 
 def paired_difference(a: Quality, b: Quality, resamples: int = 1000, seed: int = 0) -> Interval | None:

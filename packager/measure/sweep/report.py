@@ -45,15 +45,23 @@ class SweepReport:
         return paired_difference(row.quality, base.quality) if base is not None else None
 
 
-def pick(rows: tuple[Row, ...], tolerance: float, checkpoint: Path, adapter: Path | None,
-         target: Path | None) -> SweepReport:
+def pick(
+    rows: tuple[Row, ...], tolerance: float, checkpoint: Path, adapter: Path | None, target: Path | None
+) -> SweepReport:
     """The smallest recipe whose acceptance is within `tolerance` of the best (ties: the better one)."""
     best = max(rows, key=Row.score)
     near = [r for r in rows if r.score() >= best.score() - tolerance]
     chosen = min(near, key=lambda r: (r.bytes, -r.score()))
-    return SweepReport(rows=rows, chosen=chosen, best=best, tolerance=tolerance,
-                       measure="alpha" if best.quality.alpha is not None else "top1", checkpoint=checkpoint,
-                       adapter=adapter, target=target)
+    return SweepReport(
+        rows=rows,
+        chosen=chosen,
+        best=best,
+        tolerance=tolerance,
+        measure="alpha" if best.quality.alpha is not None else "top1",
+        checkpoint=checkpoint,
+        adapter=adapter,
+        target=target,
+    )
 
 
 def _interval(value: Interval | None, digits: int = 3) -> dict[str, float] | None:
@@ -65,24 +73,45 @@ def as_dict(report: SweepReport) -> dict[str, Any]:
     rows = []
     for row in report.rows:
         q = row.quality
-        rows.append({"name": row.recipe.name, "recipe": row.recipe.record(), "bytes": row.bytes,
-                     "bundle": str(row.bundle), "weights": row.weights, "mean_kl": round(q.mean_kl, 5),
-                     "top1_agreement": round(q.top1_agreement, 4),
-                     "top1_decisive": None if q.top1_decisive is None else round(q.top1_decisive, 4),
-                     "decisive_positions": q.decisive_positions, "positions": q.positions,
-                     "alpha": _interval(q.alpha), "tau": {str(d): _interval(t) for d, t in q.tau.items()},
-                     "alpha_vs_baseline": _interval(report.versus_baseline(row)),
-                     "chosen": row is report.chosen})
+        rows.append(
+            {
+                "name": row.recipe.name,
+                "recipe": row.recipe.record(),
+                "bytes": row.bytes,
+                "bundle": str(row.bundle),
+                "weights": row.weights,
+                "mean_kl": round(q.mean_kl, 5),
+                "top1_agreement": round(q.top1_agreement, 4),
+                "top1_decisive": None if q.top1_decisive is None else round(q.top1_decisive, 4),
+                "decisive_positions": q.decisive_positions,
+                "positions": q.positions,
+                "alpha": _interval(q.alpha),
+                "tau": {str(d): _interval(t) for d, t in q.tau.items()},
+                "alpha_vs_baseline": _interval(report.versus_baseline(row)),
+                "chosen": row is report.chosen,
+            }
+        )
     chosen = report.chosen.recipe
-    return {"chosen": chosen.name,
-            "convert": {"quant_bits": chosen.bits, "quant_block": chosen.block, "symmetric": chosen.symmetric,
-                        "algorithm": chosen.algorithm, "lm_bits": chosen.lm[0], "lm_block": chosen.lm[1]},
-            "rule": f"smallest recipe whose {report.measure} is within {report.tolerance} of the best "
-                    f"({report.best.recipe.name})",
-            "measure": report.measure, "tolerance": report.tolerance, "checkpoint": str(report.checkpoint),
-            "adapter": None if report.adapter is None else str(report.adapter),
-            "target": None if report.target is None else str(report.target),
-            "seconds": {phase: round(value, 1) for phase, value in report.seconds}, "rows": rows}
+    return {
+        "chosen": chosen.name,
+        "convert": {
+            "quant_bits": chosen.bits,
+            "quant_block": chosen.block,
+            "symmetric": chosen.symmetric,
+            "algorithm": chosen.algorithm,
+            "lm_bits": chosen.lm[0],
+            "lm_block": chosen.lm[1],
+        },
+        "rule": f"smallest recipe whose {report.measure} is within {report.tolerance} of the best "
+        f"({report.best.recipe.name})",
+        "measure": report.measure,
+        "tolerance": report.tolerance,
+        "checkpoint": str(report.checkpoint),
+        "adapter": None if report.adapter is None else str(report.adapter),
+        "target": None if report.target is None else str(report.target),
+        "seconds": {phase: round(value, 1) for phase, value in report.seconds},
+        "rows": rows,
+    }
 
 
 def _cell(value: dict[str, float] | None) -> str:
@@ -91,14 +120,18 @@ def _cell(value: dict[str, float] | None) -> str:
 
 def table(data: dict[str, Any]) -> str:
     """A Markdown table of bytes vs quality (from as_dict's form, so the card can render a stored sweep)."""
-    lines = ["| recipe | bytes | mean KL | decisive top-1 | top-1 | alpha | tau d=3 | alpha - 4bit-b128 |",
-             "|---|---:|---:|---:|---:|---|---|---|"]
+    lines = [
+        "| recipe | bytes | mean KL | decisive top-1 | top-1 | alpha | tau d=3 | alpha - 4bit-b128 |",
+        "|---|---:|---:|---:|---:|---|---|---|",
+    ]
     for row in data["rows"]:
         mark = " **(chosen)**" if row["chosen"] else ""
         decisive = "-" if row["top1_decisive"] is None else f"{row['top1_decisive']:.4f}"
-        lines.append(f"| {row['name']}{mark} | {row['bytes']:,} | {row['mean_kl']:.4f} | {decisive} | "
-                     f"{row['top1_agreement']:.4f} | {_cell(row['alpha'])} | {_cell(row['tau'].get(str(SHOWN_D)))} | "
-                     f"{_cell(row['alpha_vs_baseline'])} |")
+        lines.append(
+            f"| {row['name']}{mark} | {row['bytes']:,} | {row['mean_kl']:.4f} | {decisive} | "
+            f"{row['top1_agreement']:.4f} | {_cell(row['alpha'])} | {_cell(row['tau'].get(str(SHOWN_D)))} | "
+            f"{_cell(row['alpha_vs_baseline'])} |"
+        )
     return "\n".join(lines)
 
 

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...convert.inspect.checkpoint import inspect_checkpoint
-from ...infra.jsonfile import read_json
 from ...convert.inspect.lora import inspect_adapter
 from ...errors import InvalidCheckpointConfig
+from ...infra.jsonfile import read_json
 
 # A Hub id as people write it: namespace/name (a local path that happens to look like one is not taken).
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -38,10 +38,17 @@ def gather(checkpoint: Path, adapter: Path | None) -> Facts:
     named = [(lora.base_model, "adapter_config.json")] if lora else []
     named += [(_config_name(info.path), "config.json"), (_cache_name(info.path), "the Hugging Face cache path")]
     base = next(((value, where) for value, where in named if value and _is_hub_id(value)), (None, None))
-    return Facts(base_model=base[0], base_named_by=base[1], parameters=say_parameters(count), parameter_count=count,
-                 architecture="Qwen3 (dense, full attention)", layers=info.shape.num_layers,
-                 hidden_size=info.shape.hidden_size, lora_r=lora.rank if lora else None,
-                 lora_alpha=lora.alpha if lora else None)
+    return Facts(
+        base_model=base[0],
+        base_named_by=base[1],
+        parameters=say_parameters(count),
+        parameter_count=count,
+        architecture="Qwen3 (dense, full attention)",
+        layers=info.shape.num_layers,
+        hidden_size=info.shape.hidden_size,
+        lora_r=lora.rank if lora else None,
+        lora_alpha=lora.alpha if lora else None,
+    )
 
 
 def say_parameters(count: int) -> str:
@@ -64,7 +71,7 @@ def _cache_name(folder: Path) -> str | None:
     """huggingface_hub's cache keeps a snapshot under .../models--org--name/snapshots/<revision>."""
     for part in reversed(folder.resolve().parts):
         if part.startswith("models--") and part.count("--") >= 2:
-            return part[len("models--"):].replace("--", "/", 1)
+            return part[len("models--") :].replace("--", "/", 1)
     return None
 
 

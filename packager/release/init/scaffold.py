@@ -13,21 +13,27 @@ from pathlib import Path
 from typing import Any
 
 from ... import DISTRIBUTION, __version__, resources
-from ...spec import model as spec
 from ...convert.recipe import DEFAULT_BITS, DEFAULT_BLOCK
 from ...errors import InitFileExists, InitTargetRefused, InvalidOption, from_os_error, printable, shorten
+from ...spec import model as spec
 from .facts import Facts, gather
 
 # Template (under templates/init/) -> the file it becomes, relative to DIR.
-FILES = {"release.toml.j2": "release.toml", "Makefile.j2": "Makefile",
-         "pre-commit-config.yaml.j2": ".pre-commit-config.yaml",
-         "github-release.yml.j2": ".github/workflows/release.yml", "gitlab-ci.yml.j2": ".gitlab-ci.yml"}
+FILES = {
+    "release.toml.j2": "release.toml",
+    "Makefile.j2": "Makefile",
+    "pre-commit-config.yaml.j2": ".pre-commit-config.yaml",
+    "github-release.yml.j2": ".github/workflows/release.yml",
+    "gitlab-ci.yml.j2": ".gitlab-ci.yml",
+}
 # Written only where the folder has none: a repository's own .gitignore is the user's, never replaced.
 OPTIONAL_FILES = {"gitignore.j2": ".gitignore"}
 TODO_REPO = "TODO: namespace/name of the Hub repo, e.g. your-name/Qwen3-0.6B-draft-MNN"
 TODO_BASE = "TODO: the Hub id of the model the draft was trained from, e.g. Qwen/Qwen3-0.6B"
-TODO_SOURCE = ("TODO: where CI installs packager from: mnn-packager[convert] @ git+https://HOST/OWNER/packager@COMMIT "
-               "(packager init --packager-source)")
+TODO_SOURCE = (
+    "TODO: where CI installs packager from: mnn-packager[convert] @ git+https://HOST/OWNER/packager@COMMIT "
+    "(packager init --packager-source)"
+)
 # A commit id: the only git reference nobody can move (a tag or branch can be pointed at other code).
 _COMMIT = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
 
@@ -78,13 +84,17 @@ def placeholders(text: str) -> tuple[str, ...]:
 def _check_folder(folder: Path, inputs: list[Path]) -> None:
     real = Path(os.path.realpath(folder))
     if real.exists() and not real.is_dir():
-        raise InitTargetRefused(f"{shorten(str(folder), 120)} is a file, not a folder",
-                                "name a new or existing folder for the release repository; init makes it if missing")
+        raise InitTargetRefused(
+            f"{shorten(str(folder), 120)} is a file, not a folder",
+            "name a new or existing folder for the release repository; init makes it if missing",
+        )
     for path in inputs:
         source = Path(os.path.realpath(path))
         if real.is_relative_to(source):
-            raise InitTargetRefused(f"{shorten(str(folder), 120)} {'is' if real == source else 'lies inside'} "
-                                    f"{shorten(str(path), 120)}, an input of the release")
+            raise InitTargetRefused(
+                f"{shorten(str(folder), 120)} {'is' if real == source else 'lies inside'} "
+                f"{shorten(str(path), 120)}, an input of the release"
+            )
 
 
 def _ci_sources(request: InitRequest) -> tuple[str | None, tuple[str | None, str | None]]:
@@ -98,18 +108,24 @@ def _ci_sources(request: InitRequest) -> tuple[str | None, tuple[str | None, str
     return (f"{DISTRIBUTION}[convert] @ git+{origin[0]}@{origin[1]}" if origin else None), hook
 
 
-def _context(request: InitRequest, facts: Facts | None, requirement: str | None,
-             hook: tuple[str | None, str | None]) -> dict[str, Any]:
+def _context(
+    request: InitRequest, facts: Facts | None, requirement: str | None, hook: tuple[str | None, str | None]
+) -> dict[str, Any]:
     folder = Path(os.path.realpath(request.folder))
     return {
-        "name": folder.name or str(folder), "packager_version": __version__, "facts": facts,
+        "name": folder.name or str(folder),
+        "packager_version": __version__,
+        "facts": facts,
         "repo_id": request.repo_id or TODO_REPO,
         "base_model": facts.base_model if facts and facts.base_model else TODO_BASE,
         "base_named_by": facts.base_named_by if facts else None,
         "source": _relative(request.checkpoint, folder) if request.checkpoint else "TODO: the checkpoint folder",
         "lora": _relative(request.adapter, folder) if request.adapter else None,
-        "quant_bits": DEFAULT_BITS, "quant_block": DEFAULT_BLOCK,
-        "hook_repo": hook[0], "hook_rev": hook[1], "pip_requirement": requirement or TODO_SOURCE,
+        "quant_bits": DEFAULT_BITS,
+        "quant_block": DEFAULT_BLOCK,
+        "hook_repo": hook[0],
+        "hook_rev": hook[1],
+        "pip_requirement": requirement or TODO_SOURCE,
     }
 
 
@@ -129,16 +145,20 @@ def install_requirement(source: str, folder: Path) -> str:
         if not wheel.name.startswith(DISTRIBUTION.replace("-", "_") + "-"):
             raise InvalidOption(f"--packager-source {shown} is not a wheel of {DISTRIBUTION}", _SOURCE_HINT)
         if not wheel.is_relative_to(folder):
-            raise InvalidOption(f"--packager-source {shown} is not inside {shorten(str(folder), 120)}",
-                                "CI installs from the checkout: put the wheel in the release repository")
+            raise InvalidOption(
+                f"--packager-source {shown} is not inside {shorten(str(folder), 120)}",
+                "CI installs from the checkout: put the wheel in the release repository",
+            )
         if not wheel.is_file():
             raise InvalidOption(f"--packager-source {shown} does not exist", _SOURCE_HINT)
         return f"./{wheel.relative_to(folder).as_posix()}[convert]"
     raise InvalidOption(f"--packager-source {shown} is neither git+URL@COMMIT nor a .whl file", _SOURCE_HINT)
 
 
-_SOURCE_HINT = ("give packager's git URL pinned to a commit (git+https://HOST/OWNER/packager@<40-hex commit>) or the "
-                f"path of a {DISTRIBUTION.replace('-', '_')}-*.whl inside the release folder")
+_SOURCE_HINT = (
+    "give packager's git URL pinned to a commit (git+https://HOST/OWNER/packager@<40-hex commit>) or the "
+    f"path of a {DISTRIBUTION.replace('-', '_')}-*.whl inside the release folder"
+)
 
 
 def _relative(path: Path, folder: Path) -> str:
@@ -161,10 +181,19 @@ def render(name: str, context: dict[str, Any]) -> str:
     import jinja2
 
     # << >> and <% %>: the files are YAML with GitHub's ${{ }}, TOML with [[ ]], and Makefiles.
-    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False,
-                             variable_start_string="<<", variable_end_string=">>", block_start_string="<%",
-                             block_end_string="%>", comment_start_string="<#", comment_end_string="#>",
-                             trim_blocks=True, lstrip_blocks=True)
+    env = jinja2.Environment(
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,
+        variable_start_string="<<",
+        variable_end_string=">>",
+        block_start_string="<%",
+        block_end_string="%>",
+        comment_start_string="<#",
+        comment_end_string="#>",
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
     env.filters.update(toml=toml_string, yaml=yaml_string, comment=comment_text, num=lambda value: f"{value:g}")
     text = env.from_string(resources.template(f"init/{name}")).render(context)
     return text if text.endswith("\n") else text + "\n"
@@ -232,7 +261,8 @@ def _publish(path: Path, text: str) -> None:
             handle.write(text)
         os.link(tmp, path)  # unlike a rename, fails if the name exists
     except FileExistsError:
-        raise InitFileExists(f"{shorten(str(path), 120)} appeared while packager init was writing; "
-                             "nothing was written") from None
+        raise InitFileExists(
+            f"{shorten(str(path), 120)} appeared while packager init was writing; nothing was written"
+        ) from None
     finally:
         os.unlink(tmp)
