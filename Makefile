@@ -6,12 +6,14 @@ PY := $(VENV)/bin/python
 PACKAGER := $(VENV)/bin/packager
 DEMO := demo-output
 
-.PHONY: help venv system-deps test demo release bench bench-engines fixture fixture-eagle clean clean-bench
+.PHONY: help venv system-deps test test-fast lint demo release bench bench-engines fixture fixture-eagle clean clean-bench
 
 help:
 	@echo "make demo   - tiny Qwen3 checkpoint -> bundle -> validated, carded, checksummed -> released to a local Hub and verified"
 	@echo "make release SPEC=release.toml - release for real (ENDPOINT=... to target another Hub)"
 	@echo "make test   - run the test suite"
+	@echo "make test-fast - the tests that need no converter, trained fixture, Hub server or engine (about a minute)"
+	@echo "make lint   - ruff (lint and format), mypy and the import-linter contracts of the layered house"
 	@echo "make bench  - run the benchmarks in bench/ (slow: builds a 0.6B-shaped model)"
 	@echo "make fixture - train the teacher/draft miniature the quality benches use (cached; minutes on 2 cores)"
 	@echo "make fixture-eagle - train the 8-layer target and its EAGLE-3 head (cached; about 3.5 minutes)"
@@ -23,7 +25,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip==26.0.1
 	# torch first, pinned: this takes the CPU build on disk instead of a multi-GB CUDA build.
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e '.[convert,test]'
+	$(PY) -m pip install --quiet -e '.[convert,test,lint]'
 	touch $@
 
 venv: $(VENV)/.installed
@@ -36,6 +38,17 @@ system-deps:
 TEST_WORKERS ?= 2
 test: venv system-deps
 	$(PY) -m pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+
+# The fast layer: library and CLI behaviour that needs no converter, no trained fixture, no server and no engine
+# (tests are marked by what they use, in tests/conftest.py).
+test-fast: venv system-deps
+	$(PY) -m pytest -q -m "not (converter or trained or hub or engines)"
+
+lint: venv
+	$(VENV)/bin/ruff check packager tests bench
+	$(VENV)/bin/ruff format --check packager tests bench
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 demo: venv system-deps
 	PY=$(PY) DEMO=$(DEMO) bash examples/demo.sh
