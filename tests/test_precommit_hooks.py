@@ -165,6 +165,12 @@ def test_validate_without_mnn_notes_the_skipped_head_check_and_passes_strict(
 def test_the_hook_code_paths_import_neither_torch_nor_mnn(
     bundle4: ConvertResult, tiny_checkpoint: Path, lora_adapter: Path, tmp_path: Path
 ) -> None:
+    runs = [
+        ["validate", "--files", "--format", "junit", str(bundle4.out / "config.json"), str(tmp_path / "x")],
+        ["validate", str(bundle4.out), "--format", "github"],
+        ["check-spec", str(EXAMPLE), "--format", "json"],
+        ["init", str(tmp_path / "r"), "--from", str(tiny_checkpoint), "--lora", str(lora_adapter)],
+    ]
     code = f"""
 import sys
 class Blocked:
@@ -174,14 +180,7 @@ class Blocked:
 sys.meta_path.insert(0, Blocked())
 from packager.cli import cli
 codes = []
-for args in {
-        [
-            ["validate", "--files", "--format", "junit", str(bundle4.out / "config.json"), str(tmp_path / "x")],
-            ["validate", str(bundle4.out), "--format", "github"],
-            ["check-spec", str(EXAMPLE), "--format", "json"],
-            ["init", str(tmp_path / "r"), "--from", str(tiny_checkpoint), "--lora", str(lora_adapter)],
-        ]!r
-    }:
+for args in {runs!r}:
     codes.append(cli(args, standalone_mode=False))
 print(codes, sorted(m for m in sys.modules if m.split(".")[0] in {HEAVY!r}))
 """

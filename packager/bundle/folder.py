@@ -111,8 +111,8 @@ def embeddings_file(folder: Path, config: dict[str, Any], tie: TiedEmbedding | N
 def vocabulary(folder: Path, llm_config: dict[str, Any], config: dict[str, Any], graph_vocab: int | None = None) -> int:
     """The vocabulary every statement in the folder agrees on; 0 when none states it (checked after loading);
     FolderConflict when two disagree. `graph_vocab` is the lm_head width of llm.mnn.json when the caller read it."""
-    hidden = llm_config.get("hidden_size")
-    hidden = int(hidden) if _is_int(hidden) and hidden > 0 else 0
+    stated = llm_config.get("hidden_size")
+    hidden = stated if isinstance(stated, int) and not isinstance(stated, bool) and stated > 0 else 0
     tie = tied_embedding(llm_config.get("tie_embeddings"))
     said: list[tuple[str, int]] = []
     if graph_vocab:

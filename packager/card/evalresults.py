@@ -30,7 +30,7 @@ def pair_results(pairing: dict[str, Any], repo_id: str, default_d: int | None) -
     from huggingface_hub import EvalResult
 
     target = pairing["target"]
-    workload = {
+    workload: dict[str, Any] = {
         "task_type": TASK,
         "task_name": f"Speculative decoding: draft for {target}",
         "dataset_type": PAIR_WORKLOAD,
@@ -94,7 +94,7 @@ def parity_results(parity: dict[str, Any], repo_id: str) -> list[Any]:
     """verify's mean KL and top-1 agreement with the source checkpoint (and top-1 where the source is decisive)."""
     from huggingface_hub import EvalResult
 
-    workload = {
+    workload: dict[str, Any] = {
         "task_type": TASK,
         "task_name": "Parity with the source checkpoint (MNN vs transformers)",
         "dataset_type": VERIFY_WORKLOAD,

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from ..errors import VERIFY_FAILED
 from . import StderrProgress, _path, cli
+
+if TYPE_CHECKING:
+    from ..runtime.models import Dtype
 
 
 @cli.command()
@@ -37,7 +41,7 @@ def verify(
     source: Path,
     prompts_file: Path | None,
     spec_path: Path | None,
-    source_dtype: str,
+    source_dtype: Dtype,  # click's Choice holds it to these
     as_json: bool,
     quiet: bool,
 ) -> None:
@@ -166,7 +170,7 @@ def pair_command(
     prompts_file: Path | None,
     threads: int | None,
     repeats: int,
-    dtype: str,
+    dtype: Dtype,
     costs_file: Path | None,
     temperature: float | None,
     top_k: int,

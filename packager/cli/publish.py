@@ -7,7 +7,7 @@ import math
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import click
 
@@ -98,7 +98,7 @@ def upload(
     collection: str | None,
     collection_owner: str | None,
     collection_note: str | None,
-    gated: str | None,
+    gated: Literal["auto", "manual"] | None,  # click's Choice holds it to these
     as_json: bool,
     quiet: bool,
     token_file: Path | None,

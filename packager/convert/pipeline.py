@@ -519,10 +519,7 @@ def _assemble(
         for graph in ("eagle.mnn", "eagle_fc.mnn"):
             stamp_graph_uuid(built / graph, xxh3_128_file(built / f"{graph}.weight"))
     graph_engine = graph_requirement(built / "llm.mnn.json")
-    agreements = tuple(
-        agreement(fmt, worker.encodings[fmt], reference, corpus)
-        for fmt in ("text", "pipeline")
-    )
+    agreements = tuple(agreement(fmt, worker.encodings[fmt], reference, corpus) for fmt in ("text", "pipeline"))
     if not goal.default and graph_engine.version > goal.version:
         raise ConversionFailed(
             f"the converter made a graph for MNN {graph_engine.text} although MNN {goal.text} "

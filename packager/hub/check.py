@@ -145,7 +145,7 @@ def verify_remote(
         progress(f"checking {name}")
         digest = xxhash.xxh3_128()
         engines = [digest] + ([hasher(signed.hash_type)] if signed is not None else [])
-        stream(name, files[name].size, lambda chunk, engines=engines: [engine.update(chunk) for engine in engines])
+        stream(name, files[name].size, _feeding(engines))
         if digest.hexdigest() != listed[name]:
             mismatched.append(name)
         if signed is not None and engines[1].compute().digest_value != signed.digests.get(name):
@@ -173,3 +173,13 @@ def _as_signed(signed: Any, name: str, parts: list[bytes], hasher: Callable[[str
     for part in parts:
         engine.update(part)
     return bool(engine.compute().digest_value == signed.digests.get(name))
+
+
+def _feeding(engines: list[Any]) -> Callable[[bytes], None]:
+    """A sink that feeds each chunk to every hash engine."""
+
+    def feed(chunk: bytes) -> None:
+        for engine in engines:
+            engine.update(chunk)
+
+    return feed

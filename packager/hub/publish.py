@@ -154,7 +154,7 @@ def upload(
     local = local_facts(request.bundle, local_files(request.bundle))
     progress("hashing the bundle (sha256, as the Hub identifies files) while reading the Hub")
     with ThreadPoolExecutor(max_workers=2) as pool:  # hashlib lets go of the GIL: the requests overlap it
-        hashing = [pool.submit(lambda f=f: f.sha256) for f in local.values()]
+        hashing = [pool.submit(_sha256_of, f) for f in local.values()]
         hub = connect(request.endpoint, request.token)
         check_access(hub, write=not request.dry_run)
         progress(f"reading {request.repo_id} on {hub.endpoint}")
@@ -344,3 +344,7 @@ def _commit(
         return None
 
     return with_retries(hub, f"committing to {request.repo_id}", attempt, before_retry=landed, sleep=sleep)
+
+
+def _sha256_of(local: LocalFile) -> str:
+    return local.sha256

@@ -11,7 +11,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..bundle.checksum import MANIFEST, SIGNATURE, parse_manifest
 from ..bundle.engine import parse_version
@@ -22,7 +22,8 @@ from ..infra.progress import Progress
 from ..trust.signature import MAX_SIGNATURE_BYTES, Signed, Trust, check_coverage, mismatched, read_signed
 
 if TYPE_CHECKING:
-    from .fetch import Meter
+    from .client import Hub
+    from .fetch import Meter, Staging
 
 ENGINE_FILE = "runtime_config.json"  # declares the oldest MNN engine the bundle runs on
 
@@ -111,7 +112,7 @@ def pull(request: PullRequest, progress: Progress = lambda _: None, meter: Meter
     listing = files_at(hub, request.repo_id, commit)
     held = set(listing) - {KEEP, SIGNATURE}
     _check_listing(held, request.files, where)
-    fetch = {"timeout": request.timeout, "progress": progress, "meter": meter}
+    fetch: dict[str, Any] = {"timeout": request.timeout, "progress": progress, "meter": meter}
     with Staging(dest) as stage:
         signed = _signature(hub, stage, request, commit, listing, held, where, progress)
         path = download(
@@ -169,8 +170,8 @@ def _wanted(files: str, listed: dict[str, str], held: set[str], where: str) -> l
 
 
 def _signature(
-    hub: object,
-    stage: object,
+    hub: Hub,
+    stage: Staging,
     request: PullRequest,
     commit: str,
     listing: dict,
@@ -212,8 +213,8 @@ def _signature(
 
 
 def _fetch_checked(
-    hub: object,
-    stage: object,
+    hub: Hub,
+    stage: Staging,
     request: PullRequest,
     commit: str,
     name: str,
@@ -240,10 +241,10 @@ def _fetch_checked(
             fresh=fresh,
             **fetch,
         )
-        problem = _problem(stage.files, path, name, listed, signed)  # type: ignore[attr-defined]
+        problem = _problem(stage.files, path, name, listed, signed)
         if problem is None:
             return
-        if fresh or not stage.resumed:  # type: ignore[attr-defined]
+        if fresh or not stage.resumed:
             break
         progress(f"{name}: the file resumed from an earlier run is not right; downloading it again from the start")
     raise ContentMismatch(f"{name} of {where} {problem}; nothing was written to {shorten(str(request.dest), 120)}")

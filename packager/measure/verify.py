@@ -12,6 +12,7 @@ a LoRA-distilled draft, several seeds; bench/verify_calibration.py, bench/RESULT
 from __future__ import annotations
 
 import gc
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -309,7 +310,7 @@ def _source_pass(
     source: Path,
     dtype: Dtype,
     template: str,
-    items: list[Any],
+    items: Sequence[Any],
     corpus: tuple[str, ...],
     n: int,
     stop: tuple[int, ...],

@@ -214,7 +214,7 @@ def serve(channel: str = _NO_FILES) -> None:
                 runtime = MNNRuntime(Path(args[0]), threads=int(args[1]) if len(args) > 1 else 2)
                 reply: tuple[str, Any] = ("ok", runtime.vocab)
             elif method == "logits_all" and runtime is not None:  # the rows go out from MNN's own buffer
-                reply = ("ok", runtime.logits_all(*args, keep=lambda rows: writer.put(rows, owned=False)))
+                reply = ("ok", runtime.logits_all(args[0], keep=lambda rows: writer.put(rows, owned=False)))
             elif method in METHODS and runtime is not None:
                 reply = ("ok", writer.put(getattr(runtime, method)(*args)))
             else:

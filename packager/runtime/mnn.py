@@ -132,7 +132,8 @@ class MNNRuntime:
             if draft is None:
                 tokens = autoregressive(self, ids, n, stop, clock=clock)
             else:
-                if getattr(self, "_draft", None) is None or self._draft.path != Path(draft):
-                    self._draft = MNNRuntime(Path(draft), threads=self.threads)
-                tokens = speculative(self._draft, self, ids, n, d, accepted=accepted, stop=stop, clock=clock)
+                kept: MNNRuntime | None = getattr(self, "_draft", None)
+                if kept is None or kept.path != Path(draft):
+                    kept = self._draft = MNNRuntime(Path(draft), threads=self.threads)
+                tokens = speculative(kept, self, ids, n, d, accepted=accepted, stop=stop, clock=clock)
         return tokens, accepted, clock[0]

@@ -27,7 +27,7 @@ def autoregressive(
     model: Stepper = target
     model.start(ids[:-1])
     began = time.perf_counter()
-    pending, out = ids[-1], []
+    pending, out = ids[-1], list[int]()
     while len(out) < n and not (out and out[-1] in stop):
         pending = model.step([pending], every=False)[-1]
         out.append(pending)
@@ -55,7 +55,7 @@ def speculative(
     small.start(ids[:-1])
     big.start(ids[:-1])
     began = time.perf_counter()
-    base, pending, out = len(ids) - 1, ids[-1], []
+    base, pending, out = len(ids) - 1, ids[-1], list[int]()
     draft_feed = [pending]
     while len(out) < n and not (out and out[-1] in stop):  # accepted proposals never hold a stop id
         proposals: list[int] = []

@@ -218,7 +218,9 @@ def _card(data: dict[str, Any] | None, path: Path | None) -> CardText | None:
     card: CardText = _build(CardText, plain)
     app = _build(App, data.get("app"))
     links = tuple((name, url) for name, url in data.get("links", {}).items())
-    reports = tuple(_relative(path, item) for item in data.get("speculate_reports", ()))
+    reports = tuple(
+        (path.parent / item) if path is not None else Path(item) for item in data.get("speculate_reports", ())
+    )
     return replace(
         card, app=app, links=links, pair_report=_relative(path, data.get("pair_report")), speculate_reports=reports
     )

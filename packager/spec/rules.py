@@ -65,8 +65,8 @@ def _training_problems(training: dict[str, Any] | None) -> list[SpecProblem]:
     found = []
     parts = [training.get(k) for k in ("samples", "batch_size", "grad_accum", "epochs")]
     steps = training.get("optimizer_steps")
-    if steps is not None and all(p is not None for p in parts):
-        samples, batch, accum, epochs = parts
+    if steps is not None and None not in parts:
+        samples, batch, accum, epochs = (p for p in parts if p is not None)
         expected = math.ceil(samples / (batch * accum)) * epochs
         if steps != expected:
             found.append(

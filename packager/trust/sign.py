@@ -11,6 +11,7 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..bundle.checksum import MANIFEST, SIGNATURE, check_manifest
 from ..bundle.kinds import CARD, FILES, release_names
@@ -138,7 +139,7 @@ def _identity_token(given: str | None) -> str:
     return token.strip()
 
 
-def _hashing(bundle: Path) -> object:
+def _hashing(bundle: Path) -> Any:  # model_signing.hashing.Config
     """sha256 of every file but model.sig. The ignore goes through add_ignored_paths: model-signing 1.1.1
     records use_file_serialization's ignore_paths in the statement but does not apply them, so a signature
     made over a folder that already held a model.sig would otherwise sign the old signature too."""

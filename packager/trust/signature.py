@@ -15,6 +15,7 @@ import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal, cast
 
 from ..bundle.checksum import SIGNATURE
 from ..errors import (
@@ -269,7 +270,8 @@ def mismatched(folder: Path, signed: Signed, names: list[str]) -> list[str]:
     """Which of `names` (files in `folder`) differ from what was signed; the library hashes them."""
     from model_signing import hashing
 
-    config = hashing.Config().use_file_serialization(hashing_algorithm=signed.hash_type, allow_symlinks=False)
+    algorithm = cast("Literal['sha256', 'blake2', 'blake3']", signed.hash_type)  # one of HASH_TYPES: read_signed checks
+    config = hashing.Config().use_file_serialization(hashing_algorithm=algorithm, allow_symlinks=False)
     actual = config.hash(folder, files_to_hash=[folder / name for name in names])
     found = {item.identifier: item.digest.digest_value for item in actual.resource_descriptors()}
     return [name for name in names if found.get(name) != signed.digests.get(name)]

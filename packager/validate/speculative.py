@@ -40,7 +40,7 @@ def check(
             "/speculative_type",
             f'is {mode!r}, but the bundle holds an EAGLE-3 head; MNN then decodes without it (set "eagle")',
         )
-    if not isinstance(mode, str) or not mode:
+    if not isinstance(config, dict) or not isinstance(mode, str) or not mode:  # mode is config's: a dict's
         return
     dump = docs.get("llm.mnn.json")
     inputs, outputs = graph_io(dump) if dump is not None else ({}, [])

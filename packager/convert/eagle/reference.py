@@ -172,7 +172,7 @@ class _Mlp(nn.Module):
         self.act = _ACTIVATIONS[config.hidden_act]
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
+        return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))  # type: ignore[operator]  # ACT2FN-style table
 
 
 class _MidLayer(nn.Module):
@@ -241,7 +241,7 @@ class EagleHead(nn.Module):
 
     def to_target(self, draft_ids: Tensor) -> Tensor:
         """Draft-vocabulary ids -> the target's ids (id + d2t[id])."""
-        return draft_ids + self.d2t[draft_ids]
+        return draft_ids + self.d2t[draft_ids]  # type: ignore[index]  # a registered buffer: a Tensor
 
 
 def load_head(folder: Path, theta: float | None = None, pickle: bool = False) -> EagleHead:

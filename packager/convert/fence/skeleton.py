@@ -35,7 +35,7 @@ def like_checkpoint(dtype: str, classes: dict[str, int]) -> None:
         model.to_empty = lambda **kw: _fill(to_empty(**kw), classes)
         return model
 
-    transformers.AutoModelForCausalLM.from_config = classmethod(from_config)  # type: ignore[method-assign]
+    transformers.AutoModelForCausalLM.from_config = classmethod(from_config)  # type: ignore[method-assign,assignment]  # patched for the trace
 
 
 def _fill(model: Any, classes: dict[str, int]) -> Any:
@@ -126,7 +126,7 @@ class FactsTokenizer:
     def _loaded(self) -> Any:
         if self._real is None:
             self._real = self._load()
-            self._real.stop_ids = self._stop_ids
+            self._real.stop_ids = self._stop_ids  # type: ignore[attr-defined]  # llmexport's tokenizer class
         return self._real
 
     @property

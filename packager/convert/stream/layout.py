@@ -150,6 +150,7 @@ def _check(found: list[Region], spec: QuantSpec) -> None:
             raise LayoutUnknown(
                 f"weight regions do not tile the file at {region.op} (offset {region.offset}, expected {end})"
             )
+        expected: tuple[int, ...]
         if region.kind == "linear":
             expected = (*spec.sizes(region.out_features, region.in_features), 0, 0)
         else:

@@ -12,6 +12,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from multiprocessing import get_context
@@ -59,7 +60,7 @@ def index(files: tuple[Path, ...]) -> dict[str, TensorRef]:
     return found
 
 
-def equality_classes(refs: dict[str, TensorRef], unique: set[str] = frozenset()) -> tuple[tuple[str, int], ...]:
+def equality_classes(refs: dict[str, TensorRef], unique: AbstractSet[str] = frozenset()) -> tuple[tuple[str, int], ...]:
     """Tensor name -> class, one class per set of byte-equal vectors of one dtype and shape (the traced graph
     depends on it); names in `unique` (LoRA-merged tensors, whose values are new) get a class of their own.
 

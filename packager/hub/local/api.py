@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-from typing import Any
+from typing import Any, cast
 from urllib.parse import parse_qs
 
 from aiohttp import web
@@ -59,13 +59,14 @@ async def delete_repo(request: web.Request) -> web.Response:
     return answer({})
 
 
+_VISIBILITY: dict[Any, bool] = {"private": True, "public": False}
+
+
 async def settings(request: web.Request) -> web.Response:
     can_read(request)
     can_write(request)
     data = await read_json(request)
-    private = data.get(
-        "private", {"private": True, "public": False}.get(data.get("visibility"), "?") if "visibility" in data else None
-    )
+    private = data.get("private", _VISIBILITY.get(data.get("visibility"), "?") if "visibility" in data else None)
     if private is not None and not isinstance(private, bool):
         raise bad_request("settings: give visibility 'private' or 'public'")
     if "gated" in data and not (data["gated"] is False or data["gated"] in ("auto", "manual")):
@@ -167,6 +168,7 @@ def _commit_lines(body: bytes) -> tuple[dict[str, Any], list[tuple[str, Entry | 
             continue
         path = value.get("path")
         check(path_problem(path.rstrip("/") if key == "deletedFolder" and isinstance(path, str) else path))
+        path = cast(str, path)  # path_problem refuses anything but a text path
         try:
             if key == "file":
                 data = base64.b64decode(value["content"], validate=True)
@@ -280,6 +282,7 @@ async def tag(request: web.Request) -> web.Response:
     store, repo = hub_of(request).store, repo_of(request)
     name = (await read_json(request)).get("tag")
     check(ref_problem(name) if isinstance(name, str) else "tag: give a tag name")
+    name = cast(str, name)
     commit = store.resolve(repo, request.match_info["rev"])
     if commit is None:
         raise bad_request("cannot tag an empty repo")

@@ -13,6 +13,7 @@ import tempfile
 import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 from huggingface_hub.utils.sha import sha_fileobj
 
@@ -78,7 +79,7 @@ class Objects:
         oid: str,
         size: int,
         read: Callable[[], Awaitable[bytes]],
-        offload: Callable[..., Awaitable[object]],
+        offload: Callable[..., Awaitable[Any]],
     ) -> None:
         """Stream an upload to a temporary file; keep it only if complete, not too long, and hashing to `oid`."""
         target = self.lfs_path(repo, oid)

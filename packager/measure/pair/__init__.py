@@ -147,7 +147,8 @@ def pair(
         progress("digesting the target's files (its cache is content-addressed)")
     cache = open_cache(target_path, options, threads)
     progress(f"measuring acceptance on {len(items)} chat-templated prompts x up to {options.new_tokens} tokens")
-    results, longest = [], []
+    results: list[PromptResult] = []
+    longest: list[int] = []
     for number, item in enumerate(items, 1):
         ids = target.encode(workload.render(template, item))
         results.append(measure_prompt(draft, target, ids, options.new_tokens, stop, options.sampling, cache))

@@ -174,8 +174,8 @@ def text(report: PairReport) -> str:
     sampled_col = "  sampled" if report.sampling is not None else ""
     lines.append(f" d  accept                 tokens/step            formula{sampled_col}  verify ms  speedup (range)")
     for d in report.depths:
-        s = d.speedup_from_measured_tau
-        speed = f"{s.median:.3f} ({s.low:.3f}-{s.high:.3f})" if s else "n/a"
+        spread = d.speedup_from_measured_tau
+        speed = f"{spread.median:.3f} ({spread.low:.3f}-{spread.high:.3f})" if spread else "n/a"
         sampled = f"  {d.tokens_per_step_sampled:7.3f}" if d.tokens_per_step_sampled is not None else ""
         lines.append(
             f"{d.d:2}  {_interval(d.acceptance_rate):21}  {_interval(d.tokens_per_step):21}  "

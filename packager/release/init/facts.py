@@ -35,7 +35,7 @@ def gather(checkpoint: Path, adapter: Path | None) -> Facts:
     info = inspect_checkpoint(checkpoint)
     lora = inspect_adapter(adapter, info) if adapter is not None else None
     count = sum(math.prod(shape) for name, shape in info.tensor_shapes.items() if name != "lm_head.weight")
-    named = [(lora.base_model, "adapter_config.json")] if lora else []
+    named: list[tuple[str | None, str]] = [(lora.base_model, "adapter_config.json")] if lora else []
     named += [(_config_name(info.path), "config.json"), (_cache_name(info.path), "the Hugging Face cache path")]
     base = next(((value, where) for value, where in named if value and _is_hub_id(value)), (None, None))
     return Facts(
