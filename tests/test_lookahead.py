@@ -188,7 +188,7 @@ def test_the_spec_names_a_corpus_relative_to_itself_and_the_flag_wins(tmp_path: 
     assert flagged is not None and flagged.corpus is None and flagged.keys()["draft_predict_length"] == 2
     plain = _spec(tmp_path, "[convert]\nlookahead = true\n")
     plan = lookahead_plan(ConvertRequest(checkpoint=tmp_path, out=tmp_path / "out", spec=plain), TARGET)
-    assert plan is not None and plan.corpus is None and "lookup_file" not in plan
+    assert plan is not None and plan.corpus is None and "lookup_file" not in plan.keys()  # noqa: SIM118 - keys() is a method of Lookahead
     off = _spec(tmp_path, "[convert]\nlookahead = false\n")
     assert lookahead_plan(ConvertRequest(checkpoint=tmp_path, out=tmp_path / "out", spec=off), TARGET) is None
 

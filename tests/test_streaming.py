@@ -431,7 +431,7 @@ _KILLED_WRITER = """
 import multiprocessing, os, signal, sys, threading
 from pathlib import Path
 from packager.convert.stream.quant import QuantSpec
-from packager.convert import weightwriter
+from packager.convert.stream import weightwriter
 from tests.test_streaming import _weight_tasks
 
 tasks, size = _weight_tasks(Path(sys.argv[1]))

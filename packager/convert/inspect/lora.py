@@ -113,7 +113,7 @@ def _tied(table: set[str], saved: dict[str, tuple[int, ...]], weight_file: Path,
 
     keys = {}
     with safe_open(str(weight_file), "numpy") as handle:
-        for key in handle:
+        for key in handle.keys():  # noqa: SIM118 - safe_open is not iterable
             match = _SAVED_KEY.match(key)
             if match and ".lora_" not in key and match["name"] + match["leaf"] in table:
                 keys[match["name"] + match["leaf"]] = key
