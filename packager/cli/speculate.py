@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Literal
 
 import click
 
@@ -55,7 +56,7 @@ from . import StderrProgress, _path, cli
 @click.option("--quiet", is_flag=True, help="No progress on stderr.")
 def speculate(
     bundle: Path,
-    mode: str | None,
+    mode: Literal["eagle", "lookahead"] | None,  # click's Choice holds it to these
     prompts_file: Path | None,
     max_new_tokens: int,
     repeats: int,
@@ -82,7 +83,7 @@ def speculate(
     report = run_speculate(
         Request(
             bundle=bundle,
-            mode=mode,  # type: ignore[arg-type]
+            mode=mode,
             prompts=prompts_from_file(prompts_file) if prompts_file else None,
             max_new_tokens=max_new_tokens,
             repeats=repeats,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import click
 
@@ -145,7 +145,7 @@ def verify_signature(
 def pull(
     target: str,
     dest: Path,
-    which: str,
+    which: Literal["app", "all"],  # click's Choice holds it to these
     public_key: Path | None,
     identity: str | None,
     issuer: str | None,
@@ -176,7 +176,7 @@ def pull(
             repo_id=repo_id,
             dest=dest,
             revision=revision,
-            files=which,  # type: ignore[arg-type]
+            files=which,
             trust=_trust(public_key, identity, issuer),
             require_signature=require_signature,
             engine=engine,

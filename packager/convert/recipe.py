@@ -8,7 +8,7 @@ llmexport 0.0.5 offers each of these (--quant_bit, --quant_block, --sym, --hqq, 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from ..errors import InvalidOption, shorten
 
@@ -71,7 +71,7 @@ def build(values: dict[str, Any], where: str = "") -> QuantRecipe:
         bits=values.get("quant_bits") or 4,
         block=128 if values.get("quant_block") is None else values["quant_block"],
         symmetric=bool(values.get("symmetric")),
-        algorithm=algorithm,  # type: ignore[arg-type]
+        algorithm=cast(Algorithm, algorithm),  # one of ALGORITHMS: checked above
         lm_bits=values.get("lm_bits"),
         lm_block=values.get("lm_block"),
     )

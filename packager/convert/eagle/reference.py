@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -153,7 +153,7 @@ def _gelu_tanh(x: Tensor) -> Tensor:
 
 # transformers' ACT2FN for the activations a head may name (importing transformers for them costs ~3 s per
 # conversion); gelu_new is the tanh approximation written out, which F.gelu computes too.
-_ACTIVATIONS = {
+_ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
     "silu": nn.functional.silu,
     "swish": nn.functional.silu,
     "gelu": nn.functional.gelu,
@@ -172,7 +172,7 @@ class _Mlp(nn.Module):
         self.act = _ACTIVATIONS[config.hidden_act]
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))  # type: ignore[operator]  # ACT2FN-style table
+        return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
 
 
 class _MidLayer(nn.Module):
@@ -187,6 +187,8 @@ class _MidLayer(nn.Module):
 
 class EagleHead(nn.Module):
     """The head; its state_dict keys are the head folder's tensor names."""
+
+    d2t: Tensor  # the registered buffer (nn.Module types its attributes as Tensor | Module)
 
     def __init__(self, config: HeadConfig, theta: float | None = None) -> None:
         super().__init__()
@@ -241,7 +243,7 @@ class EagleHead(nn.Module):
 
     def to_target(self, draft_ids: Tensor) -> Tensor:
         """Draft-vocabulary ids -> the target's ids (id + d2t[id])."""
-        return draft_ids + self.d2t[draft_ids]  # type: ignore[index]  # a registered buffer: a Tensor
+        return draft_ids + self.d2t[draft_ids]
 
 
 def load_head(folder: Path, theta: float | None = None, pickle: bool = False) -> EagleHead:

@@ -119,6 +119,8 @@ class FactsTokenizer:
     from `facts` (which may wait for them); when `facts` gives None, or anything else is read, the real
     tokenizer is loaded with `load` and answers instead."""
 
+    _real: Any  # llmexport's tokenizer once loaded
+
     def __init__(self, load: Callable[[], Any], facts: Callable[[], dict[str, Any] | None]) -> None:
         self._load, self._facts, self._real = load, facts, None
         self._stop_ids: list[int] = []
@@ -126,7 +128,7 @@ class FactsTokenizer:
     def _loaded(self) -> Any:
         if self._real is None:
             self._real = self._load()
-            self._real.stop_ids = self._stop_ids  # type: ignore[attr-defined]  # llmexport's tokenizer class
+            self._real.stop_ids = self._stop_ids
         return self._real
 
     @property

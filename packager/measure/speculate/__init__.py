@@ -8,7 +8,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from ...bundle.modes import EAGLE_KEYS, graph_io
 from ...errors import InvalidOption, SpeculationNotLossless, SpeculationUnavailable, shorten
@@ -130,7 +130,7 @@ def _mode(request: Request, config: dict[str, Any], dump: Any = None) -> Mode:
             f"dims, so MNN would decode plainly under any speculative mode",
             "re-export with llmexport 0.0.5+ or packager convert",
         )
-    return mode  # type: ignore[return-value]
+    return cast(Mode, mode)  # one of MODES: checked above
 
 
 def _graph_dump(bundle: Path) -> Any:
