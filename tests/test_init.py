@@ -316,6 +316,9 @@ def test_packager_installed_from_git_pins_ci_and_hooks_to_that_commit(
         ("git+https://example.invalid/p@" + "a" * 40 + " evil", "holds spaces or control characters"),
         ("/elsewhere/mnn_packager-0.1.0-py3-none-any.whl", "is not inside"),
         ("packager-0.2.0.whl", "is not a wheel of mnn-packager"),
+        ("git+https://example.invalid/p#@" + "a" * 40, "holds #, ?, %, $, ` or credentials"),
+        ("git+https://u:p@example.invalid/p@" + "a" * 40, "holds #, ?, %, $, ` or credentials"),
+        ("git+https://${{github.token}}.example.invalid/p@" + "a" * 40, "holds #, ?, %, $, ` or credentials"),
     ],
 )
 def test_an_install_source_anyone_could_move_is_refused_before_writing(source: str, says: str, tmp_path: Path) -> None:

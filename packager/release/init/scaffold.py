@@ -139,8 +139,13 @@ def install_requirement(source: str, folder: Path) -> str:
         url, _, ref = source.rpartition("@")
         if "://" not in url or not _COMMIT.match(ref):
             raise InvalidOption(f"--packager-source {shown} is not pinned to a full commit id", _SOURCE_HINT)
+        if any(char in source for char in "#?%$`") or "@" in url.split("://", 1)[1]:
+            # pip drops what follows '#', CI systems expand $ and ${{ }}, and credentials would be committed
+            raise InvalidOption(f"--packager-source {shown} holds #, ?, %, $, ` or credentials", _SOURCE_HINT)
         return f"{DISTRIBUTION}[convert] @ {source}"
     wheel = Path(os.path.realpath(source))
+    if source.endswith(".whl") and any(char in source for char in "$`"):
+        raise InvalidOption(f"--packager-source {shown} holds $ or `, which CI would expand", _SOURCE_HINT)
     if source.endswith(".whl"):
         if not wheel.name.startswith(DISTRIBUTION.replace("-", "_") + "-"):
             raise InvalidOption(f"--packager-source {shown} is not a wheel of {DISTRIBUTION}", _SOURCE_HINT)
