@@ -36,7 +36,7 @@ from . import provenance
 from . import recipe as recipes
 from .eagle import faithful
 from .fence.launch import Runner, WorkerJob, WorkerResult, run_worker
-from .inspect.checkpoint import CheckpointInfo, inspect_checkpoint
+from .inspect.checkpoint import CheckpointInfo, family_fields, inspect_checkpoint
 from .inspect.eagle_head import HeadInfo, inspect_head
 from .inspect.lora import AdapterInfo, inspect_adapter, other_base_warning
 from .recipe import QuantRecipe
@@ -166,8 +166,10 @@ def _quant(request: ConvertRequest, info: CheckpointInfo) -> QuantRecipe:
         value = flag if flag is not None else (getattr(settings, key) if settings else None)
         if value is not None:
             values[key] = value
+    inputs = quantized_inputs(info)
+    values.setdefault("quant_block", recipes.default_block(inputs))
     found = recipes.build(values)
-    recipes.check(found, inputs=quantized_inputs(info))
+    recipes.check(found, inputs=inputs)
     return found
 
 
@@ -458,6 +460,7 @@ def _whole_model_job(
         corpus=corpus,
         fuse_c4=goal.fuse_c4,
         also=also,
+        **family_fields(info),
         **_quant_fields(recipe),
     )
 
@@ -519,14 +522,23 @@ def _assemble(
         for graph in ("eagle.mnn", "eagle_fc.mnn"):
             stamp_graph_uuid(built / graph, xxh3_128_file(built / f"{graph}.weight"))
     graph_engine = graph_requirement(built / "llm.mnn.json")
-    agreements = tuple(agreement(fmt, worker.encodings[fmt], reference, corpus) for fmt in ("text", "pipeline"))
+    agreements = tuple(
+        agreement(fmt, worker.encodings[fmt], reference, corpus) for fmt in ("text", "pipeline") if fmt in worker.encodings
+    )
     if not goal.default and graph_engine.version > goal.version:
         raise ConversionFailed(
             f"the converter made a graph for MNN {graph_engine.text} although MNN {goal.text} "
             f"was asked for ({'; '.join(graph_engine.reasons)})"
         )
     # The default keeps every format the graph's engine reads; an --engine target only those it reads.
-    choice = choose(agreements, graph_engine.version if goal.default else goal.version)
+    try:
+        choice = choose(agreements, graph_engine.version if goal.default else goal.version)
+    except ValueError:
+        raise InvalidOption(
+            f"MNN {goal.text} reads no tokenizer format that is right for {info.family.title} "
+            f"({', '.join(a.format for a in agreements)} only, first read by MNN 3.5.0)",
+            "build for MNN 3.5.0 or later (--engine)",
+        ) from None
     shutil.copyfile(worker.tokenizers[choice.format], built / "tokenizer.txt")
     tokenizer_engine = EngineRequirement(
         MIN_ENGINE[choice.format],

@@ -100,6 +100,15 @@ def check(recipe: QuantRecipe, prefix: str = "", inputs: dict[str, int] | None =
                 )
 
 
+def default_block(inputs: dict[str, int]) -> int:
+    """The recipe's block when none is asked for: 128, else the largest of 64 and 32 that divides every input size
+    (SmolLM2-135M's hidden 576), else 0 (per-channel)."""
+    for block in (DEFAULT_BLOCK, 64, 32):
+        if all(size % block == 0 for size in inputs.values()):
+            return block
+    return 0
+
+
 def default_grid() -> tuple[QuantRecipe, ...]:
     """The sweep's default: a small grid around 4-bit block 128, and 8-bit as the ceiling."""
     return (

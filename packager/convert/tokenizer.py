@@ -34,11 +34,15 @@ class TokenizerChoice:
 
 
 def hf_encodings(tokenizer_json: Path, corpus: tuple[str, ...]) -> list[list[int]]:
-    """The reference ids from the Hugging Face `tokenizers` library, without added BOS/EOS."""
+    """The reference ids from the Hugging Face `tokenizers` library: the text's ids after the prefix MNN puts
+    before every encode (a BOS where the tokenizer adds one, as Llama 3's does; none for Qwen)."""
     from tokenizers import Tokenizer
 
+    from ..runtime.models import prefix_ids
+
     tokenizer = Tokenizer.from_file(str(tokenizer_json))
-    ids = [tokenizer.encode(text, add_special_tokens=False).ids for text in corpus]
+    prefix = prefix_ids(tokenizer)
+    ids = [prefix + tokenizer.encode(text, add_special_tokens=False).ids for text in corpus]
     del tokenizer
     heap.give_back()
     return ids

@@ -1,1 +1,85 @@
-"""Model families: the facts of each family packager converts, one module each (a leaf)."""
+"""Model families: the facts of each family packager converts, one module each (a leaf: imports nothing else of
+packager). `of_checkpoint` and `of_bundle` are the only places a model_type is looked at."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from .base import Family, Layout, License, UnknownFamily, find, rope_type
+from .llama3 import LLAMA3
+from .qwen2 import QWEN2
+from .qwen3 import QWEN3
+from .smollm2 import SMOLLM2
+
+FAMILIES: tuple[Family, ...] = (QWEN3, QWEN2, LLAMA3, SMOLLM2)
+BY_NAME = {f.name: f for f in FAMILIES}
+
+# What packager says of the model types people try that it does not convert, and why.
+REFUSED = {
+    "qwen3_moe": "a mixture-of-experts model",
+    "qwen2_moe": "a mixture-of-experts model",
+    "qwen3_5": "Qwen3.5, which uses linear attention: MNN cannot roll rejected draft tokens back",
+    "qwen3_5_text": "Qwen3.5, which uses linear attention: MNN cannot roll rejected draft tokens back",
+    "qwen3_5_moe": "Qwen3.5 MoE, which uses linear attention: MNN cannot roll rejected draft tokens back",
+    "qwen3_next": "Qwen3-Next, which uses linear attention: MNN cannot roll rejected draft tokens back",
+    "lfm2": "LFM2, whose short convolutions are linear attention to MNN: rejected draft tokens are not rolled back",
+    "mixtral": "a mixture-of-experts model",
+    "llama4": "Llama 4, a mixture-of-experts model",
+}
+
+__all__ = [
+    "BY_NAME",
+    "FAMILIES",
+    "Family",
+    "Layout",
+    "License",
+    "UnknownFamily",
+    "of_bundle",
+    "of_checkpoint",
+    "rope_type",
+    "supported",
+]
+
+
+def of_checkpoint(config: Mapping[str, Any], vocabulary: Collection[str], where: str) -> Family:
+    """The family of a checkpoint, from its config.json and its tokenizer's token texts; UnknownFamily (one line
+    naming what was found) for anything packager does not convert, or converts under other facts."""
+    model_type = str(config.get("model_type") or "")
+    if model_type in REFUSED:
+        raise UnknownFamily(f"{where} has model_type {model_type!r}: {REFUSED[model_type]}")
+    if not model_type:
+        raise UnknownFamily(f"{where} names no model_type")
+    family = find(FAMILIES, model_type, vocabulary, where)
+    rope = rope_type(config)
+    if rope not in family.rope_types:
+        raise UnknownFamily(
+            f"{where} asks for rope_type {rope!r:.40}, which packager does not convert for {family.title} "
+            f"(it converts {', '.join(family.rope_types)})"
+        )
+    return family
+
+
+def of_bundle(llm_config: Mapping[str, Any], where: str = "llm_config.json") -> Family:
+    """The family of an MNN bundle, from its llm_config.json (model_type, and the bos/eos tokens llmexport
+    copies into its `jinja` block)."""
+    jinja = llm_config.get("jinja") if isinstance(llm_config.get("jinja"), Mapping) else {}
+    tokens = {str(v) for k, v in jinja.items() if k in ("bos", "eos") and v}
+    # A bundle names only its bos and eos, not its whole vocabulary: a family is known when its end of turn or
+    # its BOS is among them (the markers proper are checked when the checkpoint is converted).
+    model_type = str(llm_config.get("model_type") or "")
+    candidates = [
+        f
+        for f in FAMILIES
+        if model_type in f.model_types and (f.stop_tokens[0] in tokens or (f.bos_token and f.bos_token in tokens))
+    ]
+    if len(candidates) == 1:
+        return candidates[0]
+    if model_type in REFUSED:
+        raise UnknownFamily(f"{where} has model_type {model_type!r}: {REFUSED[model_type]}")
+    return find(FAMILIES, model_type, tokens, where)
+
+
+def supported() -> str:
+    """One line for messages: the families packager converts."""
+    return ", ".join(f"{f.title} ({'/'.join(f.model_types)})" for f in FAMILIES)

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from ..bundle.tokenizer_txt import HeaderError, read_header
 from ..errors import BundleError
 
 
@@ -37,6 +38,17 @@ def _tokenizer_setting(bundle: Path) -> dict[str, str]:
     return {"tokenizer_file": "tokenizer.mtok"} if (bundle / "tokenizer.mtok").is_file() else {}
 
 
+def _prefix(bundle: Path) -> tuple[int, ...]:
+    """The ids MNN puts before every encode: the prefix of the bundle's tokenizer file (none when unreadable)."""
+    for name in ("tokenizer.txt", "tokenizer.mtok"):
+        if (bundle / name).is_file():
+            try:
+                return read_header(bundle / name).prefix
+            except (HeaderError, OSError):
+                return ()
+    return ()
+
+
 class MNNRuntime:
     """Greedy, deterministic access to a bundle: token ids, logits at every position, KV-cached steps."""
 
@@ -60,9 +72,17 @@ class MNNRuntime:
             if not self.llm._c_obj.load():
                 raise BundleError(f"MNN could not load the bundle {bundle}", "run packager validate on it")
         self.vocab = int(self.logits_all([0]).shape[-1])
+        self.prefix = _prefix(bundle)
 
     def encode(self, text: str) -> list[int]:
-        return list(self.llm.tokenizer_encode(text))
+        """MNN's ids for `text`, its tokenizer's prefix (Llama 3's BOS) first. A text that starts with the prefix
+        token itself (a chat template that writes bos_token) gets it once, as transformers' apply_chat_template
+        gives it, not twice."""
+        ids = list(self.llm.tokenizer_encode(text))
+        width = len(self.prefix)
+        if width and tuple(ids[: 2 * width]) == self.prefix * 2:
+            del ids[:width]
+        return ids
 
     def logits_all(self, ids: list[int], keep: Callable[[np.ndarray], Any] | None = None) -> Any:
         """float32 logits, one row per position of `ids` (from an empty cache, whatever was stepped before).

@@ -37,6 +37,13 @@ class Model(Protocol):
     def timed_step(self, tokens: list[int], every: bool) -> float: ...
 
 
+def prefix_ids(tokenizer: Any) -> list[int]:
+    """The ids a `tokenizers.Tokenizer` puts before a text (BOS for Llama 3; none for Qwen), found as llmexport
+    finds the prefix it writes into tokenizer.txt (and MNN puts before every encode): what precedes the last id
+    of encode("A")."""
+    return list(tokenizer.encode("A", add_special_tokens=True).ids[:-1])
+
+
 class HFModel:
     threads = 2  # torch threads when none are given; bench/speculative_bench.py lowers it on a shared machine
 
@@ -53,6 +60,7 @@ class HFModel:
         name = shorten(str(checkpoint), 120)
         try:
             self.tokenizer = Tokenizer.from_file(str(checkpoint / "tokenizer.json"))
+            self.prefix = prefix_ids(self.tokenizer)
         except Exception as exc:
             raise MissingTokenizer(f"cannot load {name}/tokenizer.json ({shorten(str(exc))})") from None
         try:
@@ -71,7 +79,11 @@ class HFModel:
         self._cache: Any = None  # the KV cache `start` makes
 
     def encode(self, text: str) -> list[int]:
-        return self.tokenizer.encode(text, add_special_tokens=False).ids
+        """The text's ids after the tokenizer's prefix (Llama 3's BOS), as MNN encodes; a text that already starts
+        with it (a template that writes bos_token) keeps the one it has."""
+        ids = list(self.tokenizer.encode(text, add_special_tokens=False).ids)
+        prefix = self.prefix
+        return ids if not prefix or ids[: len(prefix)] == prefix else prefix + ids
 
     def logits_all(self, ids: list[int]) -> np.ndarray:
         with self.torch.no_grad():

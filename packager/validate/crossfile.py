@@ -11,7 +11,7 @@ from ..bundle.engine import C4_FUSION, OLDEST, WHY_OLDEST, format_version, parse
 from ..bundle.graph import GraphFacts, Linear
 from ..bundle.tokenizer_txt import MIN_ENGINE, TYPES, HeaderError, TokenizerHeader, read_header
 from ..errors import shorten
-from ..families.qwen3 import QWEN3_STOP_IDS
+from ..families import UnknownFamily, of_bundle
 from ..report.findings import Collector, pointer, report_capped
 
 Docs = dict[str, Any]  # file name -> parsed JSON object, or None when missing/unparsable
@@ -188,19 +188,28 @@ def check_weight_ranges(graph: GraphFacts, weight_size: int, out: Collector) -> 
         )
 
 
-def check_tokenizer(path: Path, graph: GraphFacts | None, out: Collector) -> TokenizerHeader | None:
+def check_tokenizer(
+    path: Path, graph: GraphFacts | None, out: Collector, llm_config: Any = None
+) -> TokenizerHeader | None:
     try:
         header = read_header(path)
     except HeaderError as exc:
         out.error("tokenizer.txt", "", f"malformed header: {shorten(str(exc))}")
         return None
-    missing = [i for i in QWEN3_STOP_IDS if i not in header.stop]
-    if missing:
-        out.error(
-            "tokenizer.txt",
-            "",
-            f"stop ids {list(header.stop)} lack {missing} (Qwen3 ends turns with 151645 and text with 151643)",
-        )
+    if isinstance(llm_config, dict):
+        try:
+            family = of_bundle(llm_config)
+        except UnknownFamily as exc:
+            out.error("llm_config.json", "/model_type", f"{shorten(str(exc))}: not a family packager converts")
+        else:
+            missing = [i for i in family.known_stop_ids if i not in header.stop]
+            if missing:
+                names = ", ".join(f"{n} {i}" for n, i in zip(family.stop_tokens, family.known_stop_ids, strict=False))
+                out.error(
+                    "tokenizer.txt",
+                    "",
+                    f"stop ids {list(header.stop)} lack {missing} ({family.title} stops on {names})",
+                )
     vocab = graph.lm_head.out_features if graph and graph.lm_head else None
     if vocab is not None:
         size = _text_vocab_size(path) if header.type == 3 else None

@@ -124,6 +124,8 @@ def _export(
     )
     if job.get("eagle"):
         _head_rope(float(job["eagle_rope_theta"]))
+    if job.get("rope_fix"):
+        _transformers_rope(source, str(job["rope_fix"]))
     if job.get("graph_only"):
         skeleton.like_checkpoint(job["graph_dtype"], job["equal_tensors"])
         skeleton.lengths_only(MNNConverter)
@@ -173,6 +175,33 @@ def _head_rope(theta: float) -> None:
     utils.eagle.Eagle.__init__ = init
 
 
+def _transformers_rope(source: Path, kind: str) -> None:
+    """llmexport's Rotary knows dynamic, yarn and longrope; any other rope type (llama3) falls back to the default
+    frequencies, wrong by up to 32x on Llama 3.2. The rotary built for the checkpoint's own config gets
+    transformers' frequencies for its rope type instead (the reference the families issue names); a rotary of
+    another config (an EAGLE head's) is left as it was. tests/test_families.py checks the graph's logits at
+    positions past 1,024 against transformers'."""
+    import torch
+    from transformers import AutoConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+    from utils.transformers import Rotary
+
+    config = AutoConfig.from_pretrained(str(source))
+    inv_freq, scaling = ROPE_INIT_FUNCTIONS[kind](config, "cpu")
+    if scaling != 1.0:
+        raise RuntimeError(f"rope type {kind} scales attention by {scaling}, which packager does not export")
+    own = dict(config.rope_parameters or {})
+    original = Rotary.__init__
+
+    def init(self: Any, rotary_config: Any) -> None:
+        original(self, rotary_config)
+        params = getattr(rotary_config, "rope_parameters", None)
+        if isinstance(params, dict) and dict(params) == own and self.rotary_dim == 2 * inv_freq.numel():
+            self.theta = inv_freq.to(torch.float32).clone()
+
+    Rotary.__init__ = init
+
+
 def _export_again(exporter: Any, recipe: dict[str, Any], dst: Path) -> None:
     """Another quantization recipe from the model already loaded: llmexport reads these arguments when it
     exports (each export makes its MNNConverter afresh), as a new process would from its command line.
@@ -214,7 +243,7 @@ def _text_tokenizer(job: dict[str, Any], source: Path, work: Path | None = None)
     for name in ("vocab.json", "merges.txt", "tokenizer_config.json", "generation_config.json"):
         if (source / name).is_file():
             shutil.copy(source / name, src / name)
-    tokenizer = LlmTokenizer.from_pretrained(str(src), model_type="qwen3")
+    tokenizer = LlmTokenizer.from_pretrained(str(src), model_type=job.get("tokenizer_type", "qwen3"))
     tokenizer.stop_ids = list(job["stop_ids"])
     out = work / "tokenizer-text"
     return Path(tokenizer.export(str(out)))
@@ -298,7 +327,7 @@ def _pipeline_tokenizer(job: dict[str, Any], source: Path, out: Path, send: Send
 
     from . import skeleton
 
-    tokenizer = LlmTokenizer.from_pretrained(str(source), model_type="qwen3")
+    tokenizer = LlmTokenizer.from_pretrained(str(source), model_type=job.get("tokenizer_type", "qwen3"))
     if send is not None:
         send(skeleton.facts_of(tokenizer))
     tokenizer.stop_ids = list(job["stop_ids"])
@@ -310,10 +339,9 @@ def _tokenizer_candidates(
 ) -> dict[str, Any]:
     """Both tokenizer candidates and MNN's ids for the corpus with each (graph-only jobs)."""
     folder.mkdir()
-    candidates = {
-        "pipeline": _pipeline_tokenizer(job, source, folder / "tokenizer-pipeline", send),
-        "text": _text_tokenizer(job, source, folder),
-    }
+    candidates = {"pipeline": _pipeline_tokenizer(job, source, folder / "tokenizer-pipeline", send)}
+    if job.get("text_tokenizer", True):
+        candidates["text"] = _text_tokenizer(job, source, folder)
     encoded = {
         name: _encodings(export_dir, path, folder / f"probe-{name}", job["corpus"]) for name, path in candidates.items()
     }
@@ -364,8 +392,10 @@ def run(job: dict[str, Any], events: Events, fence: Fence | None = None) -> dict
     if job.get("graph_only") and fence is not None:
         return _graph_only(job, source, tokenizer_dir, events, fence)
     export_dir = _export(job, source, tokenizer_dir, events)
-    events.send("stage", name="writing the text tokenizer candidate")
-    candidates = {"pipeline": export_dir / "tokenizer.mtok", "text": _text_tokenizer(job, tokenizer_dir)}
+    candidates = {"pipeline": export_dir / "tokenizer.mtok"}
+    if job.get("text_tokenizer", True):
+        events.send("stage", name="writing the text tokenizer candidate")
+        candidates["text"] = _text_tokenizer(job, tokenizer_dir)
     events.send("stage", name="measuring tokenizer agreement with the Hugging Face tokenizer")
     encoded = {
         name: _encodings(export_dir, path, work / f"probe-{name}", job["corpus"]) for name, path in candidates.items()

@@ -17,7 +17,7 @@ from ...errors import (
     UntiedEmbeddings,
     shorten,
 )
-from ...families.qwen3 import QWEN3_STOP_IDS
+from ...families import Family, UnknownFamily, of_checkpoint, rope_type
 from ...infra import heap
 from ...infra.jsonfile import read_json
 from . import safetensors_header
@@ -35,15 +35,6 @@ OPTIONAL_TOKENIZER_FILES = (
 # The checkpoint files a conversion reads (provenance hashes these and nothing else).
 MODEL_FILES = ("config.json", "model.safetensors.index.json")
 
-_OTHER_FAMILIES = {
-    "qwen3_moe": "a mixture-of-experts model",
-    "qwen3_5": "Qwen3.5, which uses linear attention and another vocabulary",
-    "qwen3_5_moe": "Qwen3.5 MoE, which uses linear attention and another vocabulary",
-    "qwen3_next": "Qwen3-Next, which uses linear attention",
-    "qwen2": "Qwen2/2.5, another architecture",
-}
-
-
 @dataclass(frozen=True)
 class ModelShape:
     hidden_size: int
@@ -59,6 +50,7 @@ class ModelShape:
 class CheckpointInfo:
     path: Path
     model_type: str
+    family: Family
     shape: ModelShape
     dtype: str
     weight_files: tuple[Path, ...]
@@ -69,14 +61,13 @@ class CheckpointInfo:
 
 
 def inspect_checkpoint(path: Path, allow_untied: bool = False) -> CheckpointInfo:
-    """Check a Hugging Face Qwen3 checkpoint folder and describe it. Untied embeddings are refused unless
-    `allow_untied` (a target bundle carries them as an embeddings file; a draft bundle cannot)."""
+    """Check a Hugging Face checkpoint folder of a family packager converts and describe it. Untied embeddings are
+    refused unless `allow_untied` (a target bundle carries them as an embeddings file; a draft bundle cannot)."""
     folder = _folder(path)
     config = _config(folder)
     model_type = str(config.get("model_type", ""))
-    if model_type != "qwen3":
-        what = _OTHER_FAMILIES.get(model_type, "not a dense Qwen3 model")
-        raise UnsupportedModel(f"{folder}/config.json has model_type {shorten(repr(model_type or '(none)'))}: {what}")
+    if not model_type:
+        raise UnsupportedModel(f"{folder}/config.json names no model_type")
     shape = _shape(folder, config)
     tied = config.get("tie_word_embeddings") is True
     if not tied and not allow_untied:
@@ -85,20 +76,41 @@ def inspect_checkpoint(path: Path, allow_untied: bool = False) -> CheckpointInfo
     tensors: dict[str, tuple[int, ...]] = {}
     for weight_file in weight_files:
         tensors.update(safetensors_header.tensor_shapes(weight_file))
-    _check_tensors(folder, tensors, shape, tied)
-    vocab_size = _check_tokenizer(folder, shape)
+    vocab_size, ids_of = _check_tokenizer(folder, shape)
     heap.give_back()  # the parsed tokenizer.json
+    try:
+        family = of_checkpoint(config, ids_of, f"{folder}/config.json")
+        stop_ids = _stop_ids(folder, config, family.stop_ids(ids_of))
+    except UnknownFamily as exc:
+        raise UnsupportedModel(str(exc)) from None
+    _check_tensors(folder, tensors, shape, tied, family)
     return CheckpointInfo(
         path=folder,
         model_type=model_type,
+        family=family,
         shape=shape,
         dtype=str(config.get("dtype") or config.get("torch_dtype") or "float32"),
         weight_files=weight_files,
         tensor_shapes=tensors,
-        stop_ids=_stop_ids(folder, config),
+        stop_ids=stop_ids,
         tokenizer_vocab_size=vocab_size,
         tied=tied,
     )
+
+
+# Rope types llmexport 0.0.5 exports with the default frequencies although transformers computes others.
+ROPE_FIXED = frozenset({"llama3"})
+
+
+def family_fields(info: CheckpointInfo) -> dict[str, Any]:
+    """What the converter worker needs of the checkpoint's family (WorkerJob fields)."""
+    config = read_json(info.path / "config.json", InvalidCheckpointConfig)
+    rope = rope_type(config)
+    return {
+        "tokenizer_type": info.family.tokenizer_type(),
+        "rope_fix": rope if rope in ROPE_FIXED else None,
+        "text_tokenizer": "text" in info.family.tokenizer_formats,
+    }
 
 
 def _folder(path: Path) -> Path:
@@ -175,7 +187,9 @@ def _weight_files(folder: Path) -> tuple[Path, ...]:
     return files
 
 
-def _check_tensors(folder: Path, tensors: dict[str, tuple[int, ...]], shape: ModelShape, tied: bool = True) -> None:
+def _check_tensors(
+    folder: Path, tensors: dict[str, tuple[int, ...]], shape: ModelShape, tied: bool, family: Family
+) -> None:
     embed = tensors.get("model.embed_tokens.weight")
     if embed is None:
         raise CorruptWeights(f"{folder} weights have no model.embed_tokens.weight")
@@ -195,17 +209,33 @@ def _check_tensors(folder: Path, tensors: dict[str, tuple[int, ...]], shape: Mod
             f"{shape.hidden_size}]",
             "the weights do not belong to this config.json",
         )
+    rows = family.layout.layer(
+        shape.hidden_size, shape.num_heads, shape.num_kv_heads, shape.head_dim, shape.intermediate_size
+    )
     for layer in range(shape.num_layers):
-        name = f"model.layers.{layer}.self_attn.q_proj.weight"
-        expected = (shape.num_heads * shape.head_dim, shape.hidden_size)
-        if tensors.get(name) != expected:
-            raise CorruptWeights(
-                f"{name} is {'missing' if name not in tensors else list(tensors[name])}, expected {list(expected)}",
-                "the weights do not belong to this config.json",
+        for suffix, kind, out_features, in_features, bias in rows:
+            name = f"model.layers.{layer}.{suffix}"
+            expected: dict[str, tuple[int, ...]] = (
+                {f"{name}.weight": (out_features,)}
+                if kind == "norm"
+                else {f"{name}.weight": (out_features, in_features), **({f"{name}.bias": (out_features,)} if bias else {})}
             )
+            for key, want in expected.items():
+                if tensors.get(key) != want:
+                    raise CorruptWeights(
+                        f"{key} is {'missing' if key not in tensors else list(tensors[key])}, expected {list(want)} "
+                        f"for {family.title}",
+                        "the weights do not belong to this config.json",
+                    )
+            if not bias and f"{name}.bias" in tensors and kind == "linear":
+                raise CorruptWeights(
+                    f"{folder} holds {name}.bias, which {family.title} does not have",
+                    "the weights do not belong to this config.json",
+                )
 
 
-def _check_tokenizer(folder: Path, shape: ModelShape) -> int:
+def _check_tokenizer(folder: Path, shape: ModelShape) -> tuple[int, dict[str, int]]:
+    """The tokenizer's id count, and each token's id by its text (added tokens last, as the tokenizer finds them)."""
     missing = [name for name in TOKENIZER_FILES if not (folder / name).is_file()]
     if missing:
         raise MissingTokenizer(f"{folder} is missing tokenizer file(s): {', '.join(missing)}")
@@ -227,7 +257,9 @@ def _check_tokenizer(folder: Path, shape: ModelShape) -> int:
             f"the tokenizer has ids up to {top - 1} but the model's vocab_size is {shape.vocab_size}",
             "use the tokenizer the model was trained with",
         )
-    return top
+    ids_of = dict(vocab)
+    ids_of.update((str(token.get("content")), int(token["id"])) for token in added)
+    return top, ids_of
 
 
 def bpe_tables(
@@ -242,7 +274,7 @@ def bpe_tables(
     if not isinstance(model, dict) or model.get("type") != "BPE" or not isinstance(vocab, dict):
         raise MissingTokenizer(
             f"{folder}/tokenizer.json does not hold a BPE model with a vocabulary",
-            "use the Qwen3 tokenizer the model was trained with",
+            "use the tokenizer the model was trained with (a byte-level BPE tokenizer.json)",
         )
     lines = (
         m if isinstance(m, str) else " ".join(m)
@@ -256,8 +288,9 @@ def bpe_tables(
     return vocab, merges, added
 
 
-def _stop_ids(folder: Path, config: dict[str, Any]) -> tuple[int, ...]:
-    ids: list[int] = list(QWEN3_STOP_IDS)
+def _stop_ids(folder: Path, config: dict[str, Any], family_stops: tuple[int, ...]) -> tuple[int, ...]:
+    """The family's stop ids (by name, through the tokenizer), then any other end id the checkpoint names."""
+    ids: list[int] = list(family_stops)
     sources: list[Any] = [config.get("eos_token_id")]
     generation = folder / "generation_config.json"
     if generation.is_file():

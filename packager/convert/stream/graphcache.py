@@ -21,9 +21,10 @@ from ...bundle.kinds import EAGLE_FILES
 from ...infra.hashing import xxh3_128_bytes, xxh3_128_file
 from ...infra.progress import Progress as Report
 
-FILES = ("llm.mnn", "llm.mnn.json", "llm_config.json", "tokenizer.mtok", "tokenizer-text.txt", "meta.json")
-# Files an entry may hold beside FILES: an EAGLE-3 head's, exported with the target's graph.
-EXTRA = tuple(EAGLE_FILES)
+FILES = ("llm.mnn", "llm.mnn.json", "llm_config.json", "tokenizer.mtok", "meta.json")
+# Files an entry may hold beside FILES: the text-format tokenizer (for the families it is right for) and an
+# EAGLE-3 head's, exported with the target's graph.
+EXTRA = ("tokenizer-text.txt", *EAGLE_FILES)
 MANIFEST = "manifest.json"
 MAX_ENTRIES = 16  # a few shapes x quantizations; the oldest-used entries go first
 

@@ -3,7 +3,7 @@
 llmexport lays the weight file out as one region per graph op that holds weights, in graph order: a
 LayerNorm region is gamma then beta (float32; Qwen3's RMSNorm has no beta, so zeros) and a Convolution
 (Linear) region is header + packed quantized weight, then alpha (zero point and scale per block, float32),
-then the bias (none in Qwen3). With tied embeddings lm_head's region quantizes the embedding table.
+then the bias (float32; Qwen2's q/k/v projections have one, Qwen3 and Llama none). With tied embeddings lm_head's region quantizes the embedding table.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ...families import Layout
 from .quant import QuantSpec
 
 _LINEAR = re.compile(r"^/layers\.(?P<layer>\d+)/(?P<group>self_attn|mlp)/(?P<proj>[a-z_]+_proj)/Linear$")
@@ -37,6 +38,7 @@ class Region:
     lengths: tuple[int, ...]
     out_features: int = 0
     in_features: int = 0
+    bias: str = ""  # the tensor of a linear's bias, written after its alpha
 
     @property
     def size(self) -> int:
@@ -58,15 +60,18 @@ def regions(graph: dict[str, Any], spec: QuantSpec, tied: bool) -> tuple[Region,
             )
         elif op.get("type") == "Convolution":
             common = main.get("common") or {}
+            tensor = _linear_tensor(name, tied)
+            lengths = tuple(int(x) for x in external[1:])
             found.append(
                 Region(
                     name,
                     "linear",
-                    _linear_tensor(name, tied),
+                    tensor,
                     int(external[0]),
-                    tuple(int(x) for x in external[1:]),
+                    lengths,
                     int(common.get("outputCount", 0)),
                     int(common.get("inputCount", 0)),
+                    tensor.removesuffix(".weight") + ".bias" if len(lengths) > 2 and lengths[2] else "",
                 )
             )
         else:
@@ -85,40 +90,34 @@ def predict(
     vocab: int,
     spec: QuantSpec,
     tied: bool = True,
+    family: Layout = Layout(qk_norm=True, qkv_bias=False),
 ) -> tuple[Region, ...]:
-    """The regions llmexport lays out for a dense Qwen3 of this shape, before the graph exists (so the weights
-    can be written while it is built); checked against the graph's own layout before use."""
+    """The regions llmexport lays out for a dense decoder of this shape and family layout (Qwen3's unless told),
+    before the graph exists (so the weights can be written while it is built); checked against the graph's own
+    layout before use."""
     found: list[Region] = []
 
-    def add(name: str, kind: str, out_features: int = 0, in_features: int = 0, width: int = 0) -> None:
+    def add(name: str, kind: str, out_features: int = 0, in_features: int = 0, bias: bool = False) -> None:
         offset = total_size(tuple(found))
-        lengths = (*spec.sizes(out_features, in_features), 0, 0) if kind == "linear" else (width * 4, width * 4)
-        found.append(Region("", kind, name, offset, lengths, out_features, in_features))  # type: ignore[arg-type]
+        if kind == "linear":
+            lengths = (*spec.sizes(out_features, in_features), out_features * 4 if bias else 0, 0)
+            bias_name = name.removesuffix(".weight") + ".bias" if bias else ""
+            found.append(Region("", "linear", name, offset, lengths, out_features, in_features, bias_name))
+        else:
+            found.append(Region("", "norm", name, offset, (out_features * 4, out_features * 4)))
 
+    rows = family.layer(hidden, heads, kv_heads, head_dim, intermediate)
     for layer in range(layers):
-        p = f"model.layers.{layer}."
-        add(p + "input_layernorm.weight", "norm", width=hidden)
-        add(p + "self_attn.q_proj.weight", "linear", heads * head_dim, hidden)
-        add(p + "self_attn.q_norm.weight", "norm", width=head_dim)
-        add(p + "self_attn.k_proj.weight", "linear", kv_heads * head_dim, hidden)
-        add(p + "self_attn.k_norm.weight", "norm", width=head_dim)
-        add(p + "self_attn.v_proj.weight", "linear", kv_heads * head_dim, hidden)
-        add(p + "self_attn.o_proj.weight", "linear", hidden, heads * head_dim)
-        add(p + "post_attention_layernorm.weight", "norm", width=hidden)
-        for proj, (out_f, in_f) in (
-            ("gate_proj", (intermediate, hidden)),
-            ("up_proj", (intermediate, hidden)),
-            ("down_proj", (hidden, intermediate)),
-        ):
-            add(p + f"mlp.{proj}.weight", "linear", out_f, in_f)
-    add("model.norm.weight", "norm", width=hidden)
+        for suffix, kind, out_features, in_features, bias in rows:
+            add(f"model.layers.{layer}.{suffix}.weight", kind, out_features, in_features, bias)
+    add("model.norm.weight", "norm", hidden)
     add(EMBED if tied else LM_HEAD, "linear", vocab, hidden)
     return tuple(found)
 
 
-def placement(regions: tuple[Region, ...]) -> list[tuple[str, str, int, tuple[int, ...], int, int]]:
+def placement(regions: tuple[Region, ...]) -> list[tuple[str, str, int, tuple[int, ...], int, int, str]]:
     """What decides the weight file's bytes: each region's tensor, kind, offset, lengths and shape."""
-    return sorted((r.tensor, r.kind, r.offset, r.lengths, r.out_features, r.in_features) for r in regions)
+    return sorted((r.tensor, r.kind, r.offset, r.lengths, r.out_features, r.in_features, r.bias) for r in regions)
 
 
 def total_size(layout: tuple[Region, ...]) -> int:
@@ -152,7 +151,8 @@ def _check(found: list[Region], spec: QuantSpec) -> None:
             )
         expected: tuple[int, ...]
         if region.kind == "linear":
-            expected = (*spec.sizes(region.out_features, region.in_features), 0, 0)
+            bias = region.out_features * 4 if region.bias else 0
+            expected = (*spec.sizes(region.out_features, region.in_features), bias, 0)
         else:
             expected = (region.lengths[0], region.lengths[0])
         if region.lengths != expected:

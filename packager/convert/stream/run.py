@@ -23,7 +23,13 @@ from ...infra.progress import Progress
 from ...infra.versions import installed
 from ..fence.launch import Runner, WorkerJob, WorkerResult
 from ..fence.worker import BESIDE_NICE, GRAPH_STAGE
-from ..inspect.checkpoint import DERIVABLE_TOKENIZER_FILES, OPTIONAL_TOKENIZER_FILES, TOKENIZER_FILES, CheckpointInfo
+from ..inspect.checkpoint import (
+    DERIVABLE_TOKENIZER_FILES,
+    OPTIONAL_TOKENIZER_FILES,
+    TOKENIZER_FILES,
+    CheckpointInfo,
+    family_fields,
+)
 from ..inspect.eagle_head import HeadInfo
 from ..inspect.lora import _LORA_KEY, _SAVED_KEY, AdapterInfo
 from ..inspect.safetensors_header import TensorRef
@@ -107,6 +113,7 @@ def export(
             shape.vocab_size,
             spec,
             info.tied,
+            info.family.layout,
         )
         # The weights are written beside the graph build from the start, on one process while the converter
         # imports its libraries (a single-threaded wait the other core would spend idle) and on every core
@@ -161,7 +168,11 @@ def export(
     write_embeddings()
     return WorkerResult(
         export_dir=export_dir,
-        tokenizers={"pipeline": export_dir / "tokenizer.mtok", "text": export_dir / "tokenizer-text.txt"},
+        tokenizers={
+            fmt: export_dir / name
+            for fmt, name in (("pipeline", "tokenizer.mtok"), ("text", "tokenizer-text.txt"))
+            if (export_dir / name).is_file()
+        },
         encodings=meta["encodings"],
         versions=meta["versions"],
         blocked=(),
@@ -273,6 +284,7 @@ def _build(
             fuse_c4=fuse_c4,
             eagle=head.path if head else None,
             eagle_rope_theta=head.rope_theta if head else None,
+            **family_fields(info),
         ),
         progress,
     )
@@ -282,7 +294,8 @@ def _build(
         for name in ("llm.mnn", "llm.mnn.json", "llm_config.json", *(EAGLE_FILES if head is not None else ()))
     }
     files["tokenizer.mtok"] = result.tokenizers["pipeline"]
-    files["tokenizer-text.txt"] = result.tokenizers["text"]
+    if "text" in result.tokenizers:
+        files["tokenizer-text.txt"] = result.tokenizers["text"]
     shape = info.shape
     describe = (
         f"{info.model_type} hidden {shape.hidden_size} x {shape.num_layers} layers, {dtype}, "

@@ -51,6 +51,7 @@ class Task:
     rows: tuple[int, int]
     lora: Lora | None
     float32: bool  # an adapter's merged model is float32 throughout, so every tensor is quantized as float32
+    bias: TensorRef | None = None  # the linear's bias, written (float32) by the task that writes row 0
 
 
 def index(files: tuple[Path, ...]) -> dict[str, TensorRef]:
@@ -106,9 +107,18 @@ def plan(
         if ref.dtype not in _DTYPES:
             raise StreamingUnsupported(f"{region.tensor} is stored as {ref.dtype}")
         lora = loras.get(region.tensor)
+        bias = None
+        if region.bias:
+            if region.bias in loras:
+                raise StreamingUnsupported(f"the adapter changes {region.bias}")
+            bias = saved.get(region.bias) or source.get(region.bias)
+            if bias is None or bias.dtype not in _DTYPES or bias.shape != (region.out_features,):
+                raise StreamingUnsupported(f"the checkpoint has no bias {region.bias} of {region.out_features} values")
         rows = ref.shape[0] if region.kind == "linear" else 1
         step = rows if lora else max(1, TASK_ELEMENTS // max(1, region.in_features))
-        tasks += [Task(region, ref, (start, min(rows, start + step)), lora, adapted) for start in range(0, rows, step)]
+        tasks += [
+            Task(region, ref, (start, min(rows, start + step)), lora, adapted, bias) for start in range(0, rows, step)
+        ]
     return sorted(tasks, key=lambda t: -(t.rows[1] - t.rows[0]) * max(1, t.region.in_features))
 
 
@@ -205,6 +215,9 @@ def _encode(task: Task, spec: QuantSpec) -> list[tuple[bytes, int]]:
     ]
     if first == 0:
         parts.append((header, region.offset))
+        if task.bias is not None:  # llmexport writes bias.float(): exact from any stored dtype
+            values = _as_float32(_read(task.bias), task.bias.dtype).astype(np.float32).reshape(-1)
+            parts.append((values.tobytes(), region.offset + region.lengths[0] + region.lengths[1]))
     return parts
 
 

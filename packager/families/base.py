@@ -1,0 +1,112 @@
+"""What a model family is to packager, and how one is found (a leaf: imports nothing else of packager)."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class UnknownFamily(ValueError):
+    """No family packager converts matches; the message names what was found (one line)."""
+
+
+@dataclass(frozen=True)
+class License:
+    spdx: str  # the Hub's `license` value
+    name: str
+    link: str
+    attribution: str = ""  # a line the license requires wherever the model is offered ("Built with Llama")
+    file: str = ""  # a license file the checkpoint must carry and the release must ship, when the license asks
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How the family's decoder layer lays its weights out (llmexport writes them in graph order)."""
+
+    qk_norm: bool  # per-head RMSNorm of q and k (q_norm, k_norm), written after q_proj and k_proj
+    qkv_bias: bool  # q_proj, k_proj and v_proj carry biases (float32 after each linear's alpha)
+    norm_offset: float = 0.0  # a norm's weight is stored as w - offset (Gemma's 1 + w); 0 for the rest
+
+    def layer(self, hidden: int, heads: int, kv_heads: int, head_dim: int, intermediate: int) -> tuple[Any, ...]:
+        """(tensor suffix, kind, out_features, in_features, bias) of one decoder layer, in weight-file order
+        (for a norm: (suffix, "norm", width, 0, False))."""
+        q, kv = heads * head_dim, kv_heads * head_dim
+        rows: list[tuple[str, str, int, int, bool]] = [("input_layernorm", "norm", hidden, 0, False)]
+        rows.append(("self_attn.q_proj", "linear", q, hidden, self.qkv_bias))
+        rows += [("self_attn.q_norm", "norm", head_dim, 0, False)] if self.qk_norm else []
+        rows.append(("self_attn.k_proj", "linear", kv, hidden, self.qkv_bias))
+        rows += [("self_attn.k_norm", "norm", head_dim, 0, False)] if self.qk_norm else []
+        rows.append(("self_attn.v_proj", "linear", kv, hidden, self.qkv_bias))
+        rows.append(("self_attn.o_proj", "linear", hidden, q, False))
+        rows.append(("post_attention_layernorm", "norm", hidden, 0, False))
+        rows += [
+            ("mlp.gate_proj", "linear", intermediate, hidden, False),
+            ("mlp.up_proj", "linear", intermediate, hidden, False),
+            ("mlp.down_proj", "linear", hidden, intermediate, False),
+        ]
+        return tuple(rows)
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str  # packager's name for it (cards, reports, --json)
+    title: str  # how people call it
+    model_types: tuple[str, ...]  # config.json / llm_config.json model_type values
+    markers: tuple[str, ...]  # tokens its vocabulary holds (tell families of one model_type apart)
+    stop_tokens: tuple[str, ...]  # generation ends on these, by name; the first must exist
+    layout: Layout
+    license: License
+    architecture: str  # the card's architecture line
+    # The ids stop_tokens have in the family's released tokenizers: validate checks a bundle against them (a
+    # bundle's tokenizer file cannot be asked for a token by name); conversion resolves the names themselves.
+    known_stop_ids: tuple[int, ...] = ()
+    bos_token: str = ""  # the token MNN puts before every encode (the tokenizer adds it), "" for none
+    rope_types: tuple[str, ...] = ("default",)
+    template_variables: Mapping[str, Any] = field(default_factory=dict)  # what its chat template reads beyond messages
+    llmexport_type: str = ""  # the model_type llmexport's tokenizer loader is given ("" = model_types[0])
+    tags: tuple[str, ...] = ()
+    base_models: tuple[str, ...] = ()  # the Hub ids of the family's released checkpoints this kind of draft derives from
+    targets: tuple[str, ...] = ()  # targets its drafts are paired with
+    sampling: str = ""  # advice for the card
+    # The tokenizer.txt formats MNN reads right for it: its text format (type 3) hard-codes Qwen2's pre-tokenizer
+    # (single digits), wrong for Llama 3 (digits in threes) and SmolLM2; the pipeline format is generic.
+    tokenizer_formats: tuple[str, ...] = ("text", "pipeline")
+
+    def tokenizer_type(self) -> str:
+        return self.llmexport_type or self.model_types[0]
+
+    def stop_ids(self, ids_of: Mapping[str, int]) -> tuple[int, ...]:
+        """The stop ids, resolved through the tokenizer's `ids_of` (token text -> id); a name the tokenizer lacks
+        is skipped, but the first (the end of a chat turn) must be there."""
+        if self.stop_tokens and self.stop_tokens[0] not in ids_of:
+            raise UnknownFamily(f"the tokenizer has no {self.stop_tokens[0]} (the {self.title} end of turn)")
+        return tuple(ids_of[name] for name in self.stop_tokens if name in ids_of)
+
+
+def rope_type(config: Mapping[str, Any]) -> str:
+    """The rope type a transformers config asks for (`rope_parameters` in transformers 5, `rope_scaling` before)."""
+    for key in ("rope_parameters", "rope_scaling"):
+        value = config.get(key)
+        if isinstance(value, Mapping):
+            kind = value.get("rope_type", value.get("type"))
+            if kind is not None:
+                return str(kind)
+    return "default"
+
+
+def find(families: Collection[Family], model_type: str, tokens: Collection[str], where: str) -> Family:
+    """The one family of `model_type` whose markers are all among `tokens` (a vocabulary, or a bundle's
+    special tokens); UnknownFamily naming what was found otherwise."""
+    of_type = [f for f in families if model_type in f.model_types]
+    if not of_type:
+        raise UnknownFamily(f"{where} has model_type {model_type!r:.60}")
+    matching = [f for f in of_type if all(m in tokens for m in f.markers)]
+    if len(matching) != 1:
+        known = " or ".join(f"{f.title} ({', '.join(f.markers)})" for f in of_type)
+        found = "none" if not matching else ", ".join(f.title for f in matching)
+        raise UnknownFamily(
+            f"{where} has model_type {model_type!r} but its tokens match {found} of the families packager "
+            f"converts for it: {known}"
+        )
+    return matching[0]

@@ -1,0 +1,37 @@
+"""Llama 3.x (3.1, 3.2, 3.3): byte BPE with digits in threes, a BOS before every text, and the llama3 rope.
+
+llmexport 0.0.5 ignores `rope_type: llama3` and exports the default frequencies; packager's converter gives the
+graph transformers' own llama3 frequencies (packager.convert.fence.worker)."""
+
+from __future__ import annotations
+
+from .base import Family, Layout, License
+
+LLAMA32_LICENSE = License(
+    "llama3.2",
+    "Llama 3.2 Community License",
+    "https://www.llama.com/llama3_2/license/",
+    attribution="Built with Llama",
+    file="LICENSE",
+)
+
+LLAMA3 = Family(
+    name="llama3",
+    title="Llama 3.x",
+    model_types=("llama",),
+    markers=("<|begin_of_text|>", "<|eot_id|>"),
+    # <|eot_id|> ends a chat turn, <|end_of_text|> plain text, <|eom_id|> a turn that calls a tool.
+    stop_tokens=("<|eot_id|>", "<|end_of_text|>", "<|eom_id|>"),
+    known_stop_ids=(128009, 128001, 128008),
+    layout=Layout(qk_norm=False, qkv_bias=False),
+    license=LLAMA32_LICENSE,
+    architecture="Llama 3 decoder (grouped-query attention, SwiGLU, llama3 rope scaling, rope theta 5e5)",
+    bos_token="<|begin_of_text|>",
+    rope_types=("default", "llama3"),
+    template_variables={"bos_token": "<|begin_of_text|>"},
+    tokenizer_formats=("pipeline",),
+    tags=("llama", "llama-3"),
+    base_models=("meta-llama/Llama-3.2-1B-Instruct", "meta-llama/Llama-3.2-3B-Instruct"),
+    targets=("meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.3-70B-Instruct"),
+    sampling="Llama 3.2 Instruct ships temperature 0.6, top-p 0.9",
+)

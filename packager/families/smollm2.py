@@ -1,0 +1,27 @@
+"""SmolLM2 (135M, 360M, 1.7B): the Llama architecture with a 49,152-token GPT-2 BPE and ChatML turns.
+
+Hidden 576 (135M) and 960 (360M) are not multiples of 128: the default block is then 64
+(packager.convert.recipe.default_block)."""
+
+from __future__ import annotations
+
+from .base import Family, Layout
+from .qwen3 import APACHE
+
+SMOLLM2 = Family(
+    name="smollm2",
+    title="SmolLM2",
+    model_types=("llama",),
+    markers=("<|im_start|>", "<|im_end|>"),
+    # <|im_end|> (2) ends a chat turn, <|endoftext|> (0) plain text.
+    stop_tokens=("<|im_end|>", "<|endoftext|>"),
+    known_stop_ids=(2, 0),
+    layout=Layout(qk_norm=False, qkv_bias=False),
+    license=APACHE,
+    architecture="Llama decoder (grouped-query attention, SwiGLU, rope theta 1e5) with SmolLM2's GPT-2 BPE",
+    tokenizer_formats=("pipeline",),
+    tags=("smollm2", "llama"),
+    base_models=("HuggingFaceTB/SmolLM2-135M-Instruct", "HuggingFaceTB/SmolLM2-360M-Instruct"),
+    targets=("HuggingFaceTB/SmolLM2-1.7B-Instruct",),
+    sampling="SmolLM2 Instruct is usually run greedy or at temperature 0.2, top-p 0.9",
+)

