@@ -3,7 +3,7 @@ packager). `of_checkpoint` and `of_bundle` are the only places a model_type is l
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from .base import Family, Layout, License, UnknownFamily, find, rope_type
@@ -42,9 +42,10 @@ __all__ = [
 ]
 
 
-def of_checkpoint(config: Mapping[str, Any], vocabulary: Collection[str], where: str) -> Family:
-    """The family of a checkpoint, from its config.json and its tokenizer's token texts; UnknownFamily (one line
-    naming what was found) for anything packager does not convert, or converts under other facts."""
+def of_checkpoint(config: Mapping[str, Any], vocabulary: Mapping[str, int], where: str) -> Family:
+    """The family of a checkpoint, from its config.json and its tokenizer's vocabulary (token text -> id);
+    UnknownFamily (one line naming what was found) for anything packager does not convert, or converts under
+    other facts."""
     model_type = str(config.get("model_type") or "")
     if model_type in REFUSED:
         raise UnknownFamily(f"{where} has model_type {model_type!r}: {REFUSED[model_type]}")
@@ -77,7 +78,10 @@ def of_bundle(llm_config: Mapping[str, Any], where: str = "llm_config.json") -> 
         return candidates[0]
     if model_type in REFUSED:
         raise UnknownFamily(f"{where} has model_type {model_type!r}: {REFUSED[model_type]}")
-    return find(FAMILIES, model_type, tokens, where)
+    if not any(model_type in f.model_types for f in FAMILIES):
+        raise UnknownFamily(f"{where} has model_type {model_type!r:.60}")
+    found = " and ".join(sorted(tokens)) or "none"
+    raise UnknownFamily(f"{where} has model_type {model_type!r} with bos/eos tokens {found:.80}: no family matches")
 
 
 def supported() -> str:

@@ -53,7 +53,9 @@ class Family:
     name: str  # packager's name for it (cards, reports, --json)
     title: str  # how people call it
     model_types: tuple[str, ...]  # config.json / llm_config.json model_type values
-    markers: tuple[str, ...]  # tokens its vocabulary holds (tell families of one model_type apart)
+    # Tokens its vocabulary holds at these ids (tell families of one model_type apart: a Llama-architecture
+    # checkpoint with Qwen's tokenizer is neither Llama 3 nor SmolLM2).
+    markers: Mapping[str, int]
     stop_tokens: tuple[str, ...]  # generation ends on these, by name; the first must exist
     layout: Layout
     license: License
@@ -95,15 +97,15 @@ def rope_type(config: Mapping[str, Any]) -> str:
     return "default"
 
 
-def find(families: Collection[Family], model_type: str, tokens: Collection[str], where: str) -> Family:
-    """The one family of `model_type` whose markers are all among `tokens` (a vocabulary, or a bundle's
-    special tokens); UnknownFamily naming what was found otherwise."""
+def find(families: Collection[Family], model_type: str, ids_of: Mapping[str, int], where: str) -> Family:
+    """The one family of `model_type` whose markers are all in the vocabulary `ids_of` (token text -> id) at
+    their ids; UnknownFamily naming what was found otherwise."""
     of_type = [f for f in families if model_type in f.model_types]
     if not of_type:
         raise UnknownFamily(f"{where} has model_type {model_type!r:.60}")
-    matching = [f for f in of_type if all(m in tokens for m in f.markers)]
+    matching = [f for f in of_type if all(ids_of.get(m) == i for m, i in f.markers.items())]
     if len(matching) != 1:
-        known = " or ".join(f"{f.title} ({', '.join(f.markers)})" for f in of_type)
+        known = " or ".join(f"{f.title} ({', '.join(f'{m} {i}' for m, i in f.markers.items())})" for f in of_type)
         found = "none" if not matching else ", ".join(f.title for f in matching)
         raise UnknownFamily(
             f"{where} has model_type {model_type!r} but its tokens match {found} of the families packager "

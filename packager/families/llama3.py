@@ -19,7 +19,7 @@ LLAMA3 = Family(
     name="llama3",
     title="Llama 3.x",
     model_types=("llama",),
-    markers=("<|begin_of_text|>", "<|eot_id|>"),
+    markers={"<|begin_of_text|>": 128000, "<|eot_id|>": 128009},
     # <|eot_id|> ends a chat turn, <|end_of_text|> plain text, <|eom_id|> a turn that calls a tool.
     stop_tokens=("<|eot_id|>", "<|end_of_text|>", "<|eom_id|>"),
     known_stop_ids=(128009, 128001, 128008),

@@ -9,7 +9,7 @@ QWEN2 = Family(
     name="qwen2",
     title="Qwen2.5",
     model_types=("qwen2",),
-    markers=("<|im_end|>",),
+    markers={"<|im_end|>": 151645},
     stop_tokens=CHATML_STOPS,
     known_stop_ids=(151645, 151643),  # the same vocabulary as Qwen3's
     layout=Layout(qk_norm=False, qkv_bias=True),

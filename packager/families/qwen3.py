@@ -12,7 +12,7 @@ QWEN3 = Family(
     name="qwen3",
     title="Qwen3",
     model_types=("qwen3",),
-    markers=("<|im_end|>",),
+    markers={"<|im_end|>": 151645},
     stop_tokens=CHATML_STOPS,
     known_stop_ids=(151645, 151643),
     layout=Layout(qk_norm=True, qkv_bias=False),

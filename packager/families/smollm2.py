@@ -12,7 +12,7 @@ SMOLLM2 = Family(
     name="smollm2",
     title="SmolLM2",
     model_types=("llama",),
-    markers=("<|im_start|>", "<|im_end|>"),
+    markers={"<|im_start|>": 1, "<|im_end|>": 2},
     # <|im_end|> (2) ends a chat turn, <|endoftext|> (0) plain text.
     stop_tokens=("<|im_end|>", "<|endoftext|>"),
     known_stop_ids=(2, 0),
