@@ -50,7 +50,12 @@ _KINDS = {
     },
     "hub": {"hub", "online", "ready"},
 }
-_MODULE_KINDS = {"tests.trained": "trained", "tests.trained_eagle": "trained", "tests.models": "converter"}
+_MODULE_KINDS = {
+    "tests.trained": "trained",
+    "tests.trained_eagle": "trained",
+    "tests.models": "converter",
+    "tests.families": "converter",
+}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -19,6 +19,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..families.base import Family
+from ..families.qwen3 import QWEN3
 from .engine import EngineRequirement
 
 DRAFT: dict[str, Any] = {
@@ -44,12 +46,6 @@ OPENCL: dict[str, Any] = {
     "speculative_type": "draftmodel",
     "draft_predict_length": 3,
     "draft_config_path": "draft_config_cpu.json",
-}
-COMPATIBLE_TARGETS: dict[str, Any] = {
-    "qwen3_8b": {"enabled": True},
-    "qwen3_14b": {"enabled": True},
-    "qwen3_4b": {"enabled": True},
-    "qwen3_5": {"enabled": False, "reason": "different architecture (linear attention) and vocabulary"},
 }
 NOTES: dict[str, str] = {
     "thread_num": "2 draft threads stay on the performance cores; 4 or more spread onto efficiency cores",
@@ -79,10 +75,14 @@ RENDERED = ("config.json", "config_cpu.json", "draft_config_cpu.json", "config_o
 
 
 def render(
-    overrides: RuntimeOverrides, engine: EngineRequirement, mode: dict[str, Any] | None = None
+    overrides: RuntimeOverrides,
+    engine: EngineRequirement,
+    mode: dict[str, Any] | None = None,
+    family: Family = QWEN3,
 ) -> dict[str, bytes]:
-    """The five config files as bytes, keyed by file name; `mode` (lookahead's keys) goes into config.json last."""
-    draft = {**DRAFT, **overrides.draft}
+    """The five config files as bytes, keyed by file name; `mode` (lookahead's keys) goes into config.json last.
+    The family's runtime keys go over the presets, the spec's over both."""
+    draft = {**DRAFT, **family.runtime, **overrides.draft}
     main = {**PATHS, **draft, **overrides.main, **(mode or {})}
     opencl = {**OPENCL, **overrides.opencl}
     runtime = {
@@ -97,7 +97,7 @@ def render(
         },
         "compatible_targets": overrides.compatible_targets
         if overrides.compatible_targets is not None
-        else COMPATIBLE_TARGETS,
+        else dict(family.compatible_targets),
         "notes": overrides.notes if overrides.notes is not None else NOTES,
         "min_mnn_engine": {"version": engine.text, "because": list(engine.reasons)},
     }
@@ -134,12 +134,17 @@ EAGLE: dict[str, Any] = {
 
 
 def render_target(
-    overrides: RuntimeOverrides, head: Any = None, untied: bool = False, mode: dict[str, Any] | None = None
+    overrides: RuntimeOverrides,
+    head: Any = None,
+    untied: bool = False,
+    mode: dict[str, Any] | None = None,
+    family: Family = QWEN3,
 ) -> dict[str, bytes]:
     """config.json of a target bundle (with the EAGLE keys when it carries a head, or lookahead's `mode` keys)."""
     main = {
         **PATHS,
         **TARGET,
+        **family.runtime,
         **({"embedding_file": "embeddings_bf16.bin"} if untied else {}),
         **(EAGLE if head is not None else {}),
         **overrides.main,

@@ -563,9 +563,9 @@ def _assemble(
     keys = mode.keys() if mode is not None else None
     overrides = request.spec.runtime if request.spec else presets.RuntimeOverrides()
     rendered = (
-        presets.render(overrides, engine, keys)
+        presets.render(overrides, engine, keys, family=info.family)
         if kind is DRAFT
-        else presets.render_target(overrides, head, untied=not info.tied, mode=keys)
+        else presets.render_target(overrides, head, untied=not info.tied, mode=keys, family=info.family)
     )
     for name, data in rendered.items():
         (built / name).write_bytes(data)

@@ -71,6 +71,10 @@ class Family:
     base_models: tuple[str, ...] = ()  # the Hub ids of the family's released checkpoints this kind of draft derives from
     targets: tuple[str, ...] = ()  # targets its drafts are paired with
     sampling: str = ""  # advice for the card
+    # runtime_config.json's compatible_targets for its drafts (keys are short target names).
+    compatible_targets: Mapping[str, Any] = field(default_factory=dict)
+    # Runtime keys its bundles need other than packager's presets (the release spec's [runtime.*] still win).
+    runtime: Mapping[str, Any] = field(default_factory=dict)
     # The tokenizer.txt formats MNN reads right for it: its text format (type 3) hard-codes Qwen2's pre-tokenizer
     # (single digits), wrong for Llama 3 (digits in threes) and SmolLM2; the pipeline format is generic.
     tokenizer_formats: tuple[str, ...] = ("text", "pipeline")

@@ -33,5 +33,10 @@ LLAMA3 = Family(
     tags=("llama", "llama-3"),
     base_models=("meta-llama/Llama-3.2-1B-Instruct", "meta-llama/Llama-3.2-3B-Instruct"),
     targets=("meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.3-70B-Instruct"),
+    compatible_targets={
+        "llama3_1_8b": {"enabled": True},
+        "llama3_3_70b": {"enabled": True},
+        "llama3_2_3b": {"enabled": True},
+    },
     sampling="Llama 3.2 Instruct ships temperature 0.6, top-p 0.9",
 )

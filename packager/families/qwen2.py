@@ -19,5 +19,11 @@ QWEN2 = Family(
     tags=("qwen2.5",),
     base_models=("Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen2.5-1.5B-Instruct"),
     targets=("Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-14B-Instruct", "Qwen/Qwen2.5-32B-Instruct"),
+    compatible_targets={
+        "qwen2_5_7b": {"enabled": True},
+        "qwen2_5_14b": {"enabled": True},
+        "qwen2_5_32b": {"enabled": True},
+        "qwen3": {"enabled": False, "reason": "another chat template and end-of-turn convention"},
+    },
     sampling="Qwen2.5 Instruct ships temperature 0.7, top-p 0.8, top-k 20, repetition penalty 1.05",
 )

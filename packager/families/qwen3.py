@@ -22,6 +22,12 @@ QWEN3 = Family(
     tags=("qwen3",),
     base_models=("Qwen/Qwen3-0.6B", "Qwen/Qwen3-1.7B"),
     targets=("Qwen/Qwen3-4B", "Qwen/Qwen3-8B", "Qwen/Qwen3-14B", "Qwen/Qwen3-32B"),
+    compatible_targets={
+        "qwen3_8b": {"enabled": True},
+        "qwen3_14b": {"enabled": True},
+        "qwen3_4b": {"enabled": True},
+        "qwen3_5": {"enabled": False, "reason": "different architecture (linear attention) and vocabulary"},
+    },
     sampling="Qwen3 recommends temperature 0.7, top-p 0.8 without thinking (0.6 and 0.95 with it); never greedy with thinking on",
 )
 QWEN3_STOP_IDS = QWEN3.known_stop_ids

@@ -36,7 +36,9 @@ class QuantSpec:
         value_map.insert(0, 0 if len(value_map) == 256 else len(value_map))
         return (
             b"\x02"
-            + np.array([out_features, in_features], shape_dtype).tobytes()
+            # llmexport casts with astype: a dimension of 32,768-65,535 (SmolLM2's 49,152 rows) wraps in int16, and
+            # MNN reads the two bytes back unsigned (IDSTDecoder), so the bytes are the same either way.
+            + np.array([out_features, in_features], np.int64).astype(shape_dtype).tobytes()
             + np.array(value_map, np.int8).tobytes()
         )
 
