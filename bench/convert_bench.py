@@ -12,7 +12,13 @@ The baseline is llmexport's own command line (`llmexport.py --path ... --export 
 --quant_block 128`), run with one change only: MNN's telemetry module is stubbed, as packager does, because
 the unmodified tool would `pip install` a package into this environment and post usage logs.
 
-Usage: python bench/convert_bench.py [--runs 3] [--work bench/work] [--shape-4b]
+With --family llama32, qwen25 or smollm2 it converts that family instead (no --reference runs; the tests prove
+the two paths byte-identical): a Llama-3.2-1B-shaped checkpoint (hidden 2048, 16 layers, 32/8 heads, head_dim 64,
+intermediate 8192, vocab 128256, tied, llama3 rope, Meta's tokenizer), a Qwen2.5-0.5B-shaped one (hidden 896,
+24 layers, 14/2 heads, intermediate 4864, q/k/v biases), or the real SmolLM2-135M-Instruct (block 64, its default).
+Reports go to bench/work/convert_bench[-FAMILY].json.
+
+Usage: python bench/convert_bench.py [--runs 3] [--work bench/work] [--shape-4b] [--family NAME]
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ import psutil
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from tests.families import build_llama32, build_qwen25, smollm2_checkpoint  # noqa: E402
 from tests.models import build_qwen3, qwen3_tokenizer_dir  # noqa: E402
 
 BASELINE = """
@@ -54,6 +61,21 @@ OUT = {
     "packager --reference": "out-packager-reference",
 }
 GRAPH_FILES = ("llm.mnn", "llm.mnn.json", "llm.mnn.weight", "llm_config.json", "tokenizer.txt")
+
+
+def family_checkpoint(family: str, work: Path) -> tuple[Path, int]:
+    """The checkpoint a family's runs convert, built once in `work`, and its default quant block."""
+    if family == "smollm2":
+        return smollm2_checkpoint(), 64
+    ckpt = work / f"{family}-shaped"
+    if not ckpt.exists():
+        if family == "qwen3":
+            build_qwen3(ckpt, hidden=1024, layers=28, heads=16, kv_heads=8, intermediate=3072)
+        elif family == "llama32":
+            build_llama32(ckpt, hidden=2048, layers=16, heads=32, kv_heads=8, intermediate=8192)
+        else:
+            build_qwen25(ckpt, hidden=896, layers=24, heads=14, kv_heads=2, intermediate=4864)
+    return ckpt, 128
 
 
 def measure(cmd: list[str], cwd: Path, env: dict[str, str]) -> dict[str, float]:
@@ -239,12 +261,12 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--work", type=Path, default=REPO / "bench" / "work")
     parser.add_argument("--shape-4b", action="store_true", help="also convert a 4B-shaped checkpoint (8 GB)")
+    parser.add_argument("--family", choices=("qwen3", "llama32", "qwen25", "smollm2"), default="qwen3")
     args = parser.parse_args()
-    work = args.work.resolve()
+    family = args.family
+    work = args.work.resolve() if family == "qwen3" else args.work.resolve() / f"family-{family}"
     work.mkdir(parents=True, exist_ok=True)
-    ckpt = work / "qwen3-0.6b-shaped"
-    if not ckpt.exists():
-        build_qwen3(ckpt, hidden=1024, layers=28, heads=16, kv_heads=8, intermediate=3072)
+    ckpt, block = family_checkpoint(family, work)
     cache = work / "graph-cache"
     env = {**os.environ, "PACKAGER_CACHE_DIR": str(cache)}
     packager = [sys.executable, "-m", "packager.cli", "convert", str(ckpt), "--quiet", "--force", "--out"]
@@ -260,7 +282,7 @@ def main() -> None:
             "--quant_bit",
             "4",
             "--quant_block",
-            "128",
+            str(block),
             "--dst_path",
             str(out),
         ],
@@ -268,6 +290,8 @@ def main() -> None:
         "packager cold cache": lambda out: [*packager, str(out)],
         "packager --reference": lambda out: [*packager, str(out), "--reference"],
     }
+    if family != "qwen3":
+        del commands["packager --reference"]
     load_before = [round(x, 2) for x in os.getloadavg()]  # the load conditions go into the report
     results: dict[str, list[dict[str, float]]] = {name: [] for name in commands}
     subprocess.run([*packager, str(work / "warmup")], env=env, check=True)  # fills the cache for the warm runs
@@ -301,15 +325,22 @@ def main() -> None:
             "time_ratio_per_run": spread([w / b for w, b in zip(walls, base)]),
             "peak_rss_ratio": round(max(r["peak_rss_mb"] for r in results[name]) / base_rss, 3),
         }
-    streamed, reference = work / OUT["packager warm cache"], work / OUT["packager --reference"]
-    report["streamed_equals_reference"] = {
-        n: (streamed / n).read_bytes() == (reference / n).read_bytes() for n in GRAPH_FILES
-    }
-    report["quantizer"] = quant_throughput(ckpt)
+    if family == "qwen3":
+        streamed, reference = work / OUT["packager warm cache"], work / OUT["packager --reference"]
+        report["streamed_equals_reference"] = {
+            n: (streamed / n).read_bytes() == (reference / n).read_bytes() for n in GRAPH_FILES
+        }
+        report["quantizer"] = quant_throughput(ckpt)
+    else:  # the weights llmexport wrote are the ones packager streamed (same recipe)
+        report["family"] = family
+        report["weights_equal_llmexports"] = (work / OUT["packager warm cache"] / "llm.mnn.weight").read_bytes() == (
+            work / OUT["llmexport"] / "llm.mnn.weight"
+        ).read_bytes()
     if args.shape_4b:
         report["shape_4b"] = shape_4b(work, env, results, max(1, args.runs - 1))
     report["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
-    (work / "convert_bench.json").write_text(json.dumps(report, indent=2))
+    name = "convert_bench.json" if family == "qwen3" else f"convert_bench-{family}.json"
+    (work / name).write_text(json.dumps(report, indent=2))
     print(json.dumps(report, indent=2))
 
 

@@ -73,6 +73,16 @@ def test_a_rope_type_packager_does_not_convert_is_refused_in_one_line(
     assert len(result.stderr.strip().splitlines()) <= 2  # the error line and its hint
 
 
+def test_an_engine_older_than_the_pipeline_tokenizer_is_refused_for_llama_before_any_work(
+    llama: Path, tmp_path: Path
+) -> None:
+    """MNN's text tokenizer hard-codes Qwen2's pre-tokenizer (single digits); Llama 3 splits digits in threes, so
+    only the pipeline format (MNN 3.5.0 and later) is right for it."""
+    result = run_cli("convert", str(llama), "--out", str(tmp_path / "bundle"), "--engine", "3.4.1")
+    assert result.returncode == 19 and "PIPELINE format" in result.stderr, result.stderr
+    assert "converting" not in result.stderr and not (tmp_path / "bundle").exists()
+
+
 def _convert(checkpoint: Path, out: Path, **options: object) -> Path:
     return convert(ConvertRequest(checkpoint=checkpoint, out=out, **options)).out  # type: ignore[arg-type]
 

@@ -202,6 +202,13 @@ def convert(request: ConvertRequest, progress: Progress = lambda _: None, runner
             "the exported head is checked against the checkpoint's with round-to-nearest weights; drop --algorithm",
         )
     goal = engine_target(request)
+    readable = [f for f in info.family.tokenizer_formats if MIN_ENGINE[f] <= goal.version]  # type: ignore[index]
+    if not goal.default and not readable:
+        raise InvalidOption(
+            f"--engine {goal.requested} reads no tokenizer format that is right for {info.family.title} "
+            f"(it needs the PIPELINE format, first read by MNN 3.5.0)",
+            "build for MNN 3.5.0 or later",
+        )
     out = request.out.absolute()
     protected = Protected(inputs=(info.path, *((adapter.path,) if adapter else ()), *((head.path,) if head else ())))
     check_target(out, request.force, protected)
