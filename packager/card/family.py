@@ -92,10 +92,11 @@ def check_base_model(spec: ReleaseSpec, family: Family) -> None:
     for other in families.FAMILIES:
         if other is not family and base in other.base_models and base not in family.base_models:
             raise FamilyLicenseConflict(
-                f"the release spec's base_model {shorten(base, 80)} is {other.title}, but the bundle is "
-                f"{family.title}",
+                f"the release spec's base_model {shorten(base, 80)} is {other.title}, but the bundle is {family.title}",
                 f"set [model] base_model to the {family.title} checkpoint it was converted from (e.g. "
-                f"{family.base_models[0]})" if family.base_models else "set [model] base_model to its checkpoint",
+                f"{family.base_models[0]})"
+                if family.base_models
+                else "set [model] base_model to its checkpoint",
             )
 
 
@@ -106,6 +107,9 @@ def ship_license(bundle: Path, spec: ReleaseSpec) -> str | None:
     target = bundle / LICENSE_FILE
     if _regular(target) or not _regular(bundle / "llm_config.json"):  # a bundle without it: the card says so
         return None
+    family = bundle_family(bundle, read_json(bundle / "llm_config.json", CardError))
+    card_license(spec, family, bundle)  # a spec the card refuses leaves the bundle as it was
+    check_base_model(spec, family)
     source = spec.convert.source
     found = next((source / name for name in _NAMES if source is not None and _regular(source / name)), None)
     if found is not None:
@@ -114,7 +118,6 @@ def ship_license(bundle: Path, spec: ReleaseSpec) -> str | None:
         data = read_bytes(found, LICENSE_BYTES, what="license file", unreadable=CardError, too_large=CardError)
         write_atomic(target, data)
         return None
-    family = bundle_family(bundle, read_json(bundle / "llm_config.json", CardError))
     if not family.license.file:
         return None
     where = f"the checkpoint {shorten(str(source), 80)}" if source is not None else "a [convert] source"

@@ -12,9 +12,9 @@ from ..bundle import folder as mnnfolder
 from ..bundle.engine import EngineRequirement, format_version, parse_version
 from ..bundle.kinds import DRAFT, LOOKUP, BundleKind, kind_of
 from ..errors import CardError
+from ..families import Family
 from ..infra.hashing import xxh3_128_file
 from ..infra.jsonfile import read_json
-from ..families import Family
 from ..spec.model import ReleaseSpec
 from .evalresults import model_index
 from .family import CardLicense, bundle_family, card_license, check_base_model
