@@ -111,7 +111,8 @@ def ship_license(bundle: Path, spec: ReleaseSpec) -> str | None:
     card_license(spec, family, bundle)  # a spec the card refuses leaves the bundle as it was
     check_base_model(spec, family)
     source = spec.convert.source
-    found = next((source / name for name in _NAMES if source is not None and _regular(source / name)), None)
+    # A checkpoint in Hugging Face's cache holds links to its blobs: the source's file may be one.
+    found = next((source / name for name in _NAMES if source is not None and (source / name).is_file()), None)
     if found is not None:
         from ..bundle.staging import write_atomic
 
