@@ -259,6 +259,12 @@ class CardError(PackagerError):
     hint = "fix the template or the spec field it names"
 
 
+class FamilyLicenseConflict(CardError):
+    """The release spec's license or base model is not the bundle's family's."""
+
+    exit_code = 69
+
+
 class HubError(PackagerError):
     """A transient failure (5xx, lost connection, exhausted retries): the only kind where rerunning helps."""
 

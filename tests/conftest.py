@@ -166,3 +166,25 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
         pytest.skip(f"cannot mount a tmpfs here (needs root): {made.stderr.decode().strip()}")
     yield mount
     subprocess.run(["umount", "-l", str(mount)], check=True)
+
+
+@pytest.fixture(scope="session")
+def llama_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny Llama-3.2-shaped checkpoint with Meta's tokenizer and its LICENSE (tests/families.py)."""
+    from tests.families import build_llama32
+
+    return build_llama32(tmp_path_factory.mktemp("llama") / "tiny-llama32")
+
+
+@pytest.fixture(scope="session")
+def qwen25_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny Qwen2.5-shaped checkpoint (q/k/v biases) with the real Qwen tokenizer (tests/families.py)."""
+    from tests.families import build_qwen25
+
+    return build_qwen25(tmp_path_factory.mktemp("qwen25") / "tiny-qwen25")
+
+
+@pytest.fixture(scope="session")
+def llama_bundle8(llama_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> ConvertResult:
+    """llama_checkpoint converted at 8 bits (tests copy it before changing anything)."""
+    return _convert(tmp_path_factory, "llama8", llama_checkpoint, quant_bits=8)

@@ -50,11 +50,13 @@ OPTIONAL: dict[str, str] = {
     EMBEDDINGS: "Token embeddings (bfloat16; the embeddings are not tied to lm_head)",
     LOOKUP: "Lookahead corpus (MNN matches n-grams of it while decoding)",
 }
-# What a release adds beside a kind's files: the card, the manifest of every file, and the signature over both.
+# What a release adds beside a kind's files: the card, the model's license file when its license asks for a copy
+# with the model (Llama's) or the checkpoint has one, the manifest of every file, and the signature over them.
 CARD = "README.md"
+LICENSE_FILE = "LICENSE"
 MANIFEST = "checksums.xxh128"
 SIGNATURE = "model.sig"  # signs the manifest, so the manifest cannot list it
-RELEASE_EXTRAS = (CARD, MANIFEST, SIGNATURE)
+RELEASE_EXTRAS = (CARD, LICENSE_FILE, MANIFEST, SIGNATURE)
 DRAFT_ONLY = ("config_cpu.json", "config_opencl.json", "draft_config_cpu.json", "runtime_config.json")
 # What an app downloads to run the draft; the rest are reference files.
 APP_FILES = (
@@ -111,8 +113,10 @@ def kind_from_names(names: set[str] | frozenset[str]) -> BundleKind:
 
 
 def release_names(folder: Path, *extras: str) -> tuple[str, ...]:
-    """The files a release of this folder's kind holds, then `extras` (the card, the manifest)."""
-    return (*kind_of(folder).present(folder), *extras)
+    """The files a release of this folder's kind holds, the license file when the folder has one, then `extras`
+    (the card, the manifest)."""
+    license_file = (LICENSE_FILE,) if (folder / LICENSE_FILE).is_file() else ()
+    return (*kind_of(folder).present(folder), *license_file, *extras)
 
 
 def kind_of(folder: Path) -> BundleKind:

@@ -12,10 +12,12 @@ from ..bundle import folder as mnnfolder
 from ..bundle.engine import EngineRequirement, format_version, parse_version
 from ..bundle.kinds import DRAFT, LOOKUP, BundleKind, kind_of
 from ..errors import CardError
+from ..families import Family
 from ..infra.hashing import xxh3_128_file
 from ..infra.jsonfile import read_json
 from ..spec.model import ReleaseSpec
 from .evalresults import model_index
+from .family import CardLicense, bundle_family, card_license, check_base_model
 from .measurements import (
     check_pairing,
     check_same_files,
@@ -27,7 +29,9 @@ from .measurements import (
 
 DEFAULT_TEMPLATE = "model_card.md.j2"
 TARGET_TEMPLATE = "target_card.md.j2"  # target and target+eagle bundles
-BASE_TAGS = ("mnn", "speculative-decoding", "draft-model", "qwen3", "on-device")
+# The family's tags (qwen3, llama, ...) follow "draft-model", where "qwen3" stood when packager knew one family.
+BASE_TAGS = ("mnn", "speculative-decoding", "draft-model")
+DEVICE_TAGS = ("on-device",)
 
 
 @dataclass(frozen=True)
@@ -62,14 +66,22 @@ def spoken_list(items: tuple[str, ...] | list[str]) -> str:
     return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
-def _files(bundle: Path, kind: BundleKind = DRAFT) -> list[FileRow]:
+def _complete(bundle: Path, kind: BundleKind) -> None:
     missing = [name for name in kind.files if not (bundle / name).is_file()]
     if missing:
         raise CardError(
             f"{bundle} is missing {', '.join(missing)} (a {kind.name} bundle holds it)",
             "the card describes a complete bundle; run packager validate",
         )
+
+
+def _files(bundle: Path, kind: BundleKind = DRAFT, license: CardLicense | None = None) -> list[FileRow]:
+    _complete(bundle, kind)
     purposes = kind.all_files()
+    names = kind.present(bundle)
+    if license is not None and license.file is not None:  # a release file, listed with its digest like the rest
+        purposes = {**purposes, license.file: f"The license{f' ({license.name})' if license.name else ''}"}
+        names = [*names, license.file]
     return [
         FileRow(
             name=name,
@@ -78,7 +90,7 @@ def _files(bundle: Path, kind: BundleKind = DRAFT) -> list[FileRow]:
             xxh3_128=xxh3_128_file(bundle / name),
             app_downloads=name in kind.app_set(bundle),
         )
-        for name in kind.present(bundle)
+        for name in names
     ]
 
 
@@ -86,13 +98,14 @@ def _json(bundle: Path, name: str) -> dict[str, Any]:
     return read_json(bundle / name, CardError)
 
 
-def metadata(spec: ReleaseSpec, bits: int) -> dict[str, Any]:
-    """Hub front matter: license, base model and its relation, library, pipeline and tags."""
+def metadata(spec: ReleaseSpec, bits: int, family: Family, license: CardLicense) -> dict[str, Any]:
+    """Hub front matter: license, base model and its relation, library, pipeline and tags (the family's among
+    them)."""
     release, model = spec.need("release"), spec.need("model")
     relation = release.base_model_relation or ("finetune" if spec.training else "quantized")
-    tags = list(dict.fromkeys([*BASE_TAGS, f"{bits}-bit", *release.tags]))
+    tags = list(dict.fromkeys([*BASE_TAGS, *family.tags, *DEVICE_TAGS, f"{bits}-bit", *release.tags]))
     return {
-        "license": release.license,
+        "license": license.spdx,
         "base_model": [model.base_model],
         "base_model_relation": relation,
         "library_name": "mnn",
@@ -107,6 +120,16 @@ def _engine(runtime: dict[str, Any]) -> EngineRequirement:
     return EngineRequirement(version, tuple(declared.get("because", ())))
 
 
+def family_facts(bundle: Path, spec: ReleaseSpec, kind: BundleKind) -> tuple[Family, CardLicense]:
+    """The bundle's family (from llm_config.json) and the license the card states; a spec that contradicts the
+    family (another license, another family's base model) is refused."""
+    _complete(bundle, kind)
+    family = bundle_family(bundle, _json(bundle, "llm_config.json"))
+    license = card_license(spec, family, bundle)
+    check_base_model(spec, family)
+    return family, license
+
+
 def render(
     bundle: Path, spec: ReleaseSpec, template: Path | None = None, measurements: dict[str, Any] | None = None
 ) -> Card:
@@ -115,7 +138,8 @@ def render(
     kind = kind_of(bundle)
     if kind is not DRAFT:
         return _render_target(bundle, spec, kind, template, measurements or {})
-    files = _files(bundle)
+    family, license = family_facts(bundle, spec, kind)
+    files = _files(bundle, license=license)
     llm_config = _json(bundle, "llm_config.json")
     try:
         tie = mnnfolder.tied_embedding(llm_config.get("tie_embeddings"))
@@ -128,7 +152,7 @@ def render(
         )
     bits, block = tie.bits, tie.block
     runtime = _json(bundle, "runtime_config.json")
-    meta = metadata(spec, bits)
+    meta = metadata(spec, bits, family, license)
     lookahead = _lookahead(bundle, _json(bundle, "config.json"))
     meta["tags"] += ["lookahead"] if lookahead else []
     index = model_index(
@@ -165,6 +189,9 @@ def render(
         "lookahead": lookahead,
         "quant_sweep": _sweep(spec, (measurements or {}).get("quant_recipe")),
         "front_matter": _front_matter(meta),
+        "family": family,
+        "license": license,
+        "license_note": license.note(),
     }
     return _finish(source, context, meta)
 
@@ -196,14 +223,15 @@ def _render_target(
     from ..bundle.graph import read as read_graph
     from ..bundle.modes import mode_requirement
 
-    files = _files(bundle, kind)
+    family, license = family_facts(bundle, spec, kind)
+    files = _files(bundle, kind, license)
     config = _json(bundle, "config.json")
     graph = read_graph(_json(bundle, "llm.mnn.json"))
     lm = graph.lm_head
     bits, block = (lm.bits, lm.block) if lm is not None and lm.bits else (4, 128)
     mode = config.get("speculative_type")
     engine = combine(graph_requirement(bundle / "llm.mnn.json"), *mode_requirement(mode))
-    meta = metadata(spec, bits)
+    meta = metadata(spec, bits, family, license)
     meta["tags"] = [t for t in meta["tags"] if t != "draft-model"] + (["eagle3"] if mode == "eagle" else [])
     meta["tags"] += ["lookahead"] if mode == "lookahead" else []
     source = template.read_text(encoding="utf-8") if template else resources.template(TARGET_TEMPLATE)
@@ -226,6 +254,9 @@ def _render_target(
         "measurements": measurements,
         "lookahead": _lookahead(bundle, config),
         "front_matter": _front_matter(meta),
+        "family": family,
+        "license": license,
+        "license_note": license.note(),
     }
     return _finish(source, context, meta)
 

@@ -388,11 +388,13 @@ def card(
     Example: packager card ./bundle-eagle --spec release.toml --speculate eagle.json --speculate lookahead.json
     """
     from ..bundle.staging import write_atomic
+    from ..card.family import ship_license
     from ..card.render import gather_measurements, render
     from ..release.signing import plan, with_card_facts
     from ..spec import model as spec_module
 
     spec = spec_module.load(spec_path)
+    missing_license = ship_license(bundle, spec) if output != Path("-") else None  # stdout: the bundle is left as is
     measurements = gather_measurements(
         bundle,
         provenance=provenance,
@@ -408,3 +410,5 @@ def card(
     target = output or bundle / "README.md"
     write_atomic(target, rendered.text.encode("utf-8"))
     click.echo(f"wrote {target}")
+    if missing_license:
+        click.echo(f"warning: {missing_license}", err=True)

@@ -324,9 +324,13 @@ def _card(
     provenance: Path | None = None,
 ) -> Done:
     from ..bundle.staging import write_atomic
+    from ..card.family import ship_license
     from ..card.render import gather_measurements, render
     from .signing import with_card_facts
 
+    missing_license = ship_license(bundle, spec)
+    if missing_license:  # published without it, the release would break the license it is under
+        raise CardError(missing_license, "then release again")
     measurements = with_card_facts(
         spec,
         gather_measurements(

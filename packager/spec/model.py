@@ -37,8 +37,8 @@ class Release:
     repo_id: str
     title: str
     version: str
-    license: str
     summary: str
+    license: str | None = None  # None: the bundle's family's (packager.card.family)
     date: str | None = None
     publisher: str | None = None
     base_model_relation: str | None = None

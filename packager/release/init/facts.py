@@ -11,6 +11,7 @@ from pathlib import Path
 from ...convert.inspect.checkpoint import inspect_checkpoint
 from ...convert.inspect.lora import inspect_adapter
 from ...errors import InvalidCheckpointConfig
+from ...families import Family
 from ...infra.jsonfile import read_json
 
 # A Hub id as people write it: namespace/name (a local path that happens to look like one is not taken).
@@ -25,6 +26,7 @@ class Facts:
     architecture: str
     layers: int
     hidden_size: int
+    family: Family  # its license, tags, base models and targets fill the spec
     lora_r: int | None = None
     lora_alpha: float | None = None
     base_named_by: str | None = None  # which file named the base model
@@ -43,9 +45,10 @@ def gather(checkpoint: Path, adapter: Path | None) -> Facts:
         base_named_by=base[1],
         parameters=say_parameters(count),
         parameter_count=count,
-        architecture="Qwen3 (dense, full attention)",
+        architecture=f"{info.family.title} (dense, full attention)",
         layers=info.shape.num_layers,
         hidden_size=info.shape.hidden_size,
+        family=info.family,
         lora_r=lora.rank if lora else None,
         lora_alpha=lora.alpha if lora else None,
     )

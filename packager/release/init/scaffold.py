@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ... import DISTRIBUTION, __version__, resources
+from ...card.render import BASE_TAGS, DEVICE_TAGS
 from ...convert.recipe import DEFAULT_BITS, DEFAULT_BLOCK
 from ...errors import InitFileExists, InitTargetRefused, InvalidOption, from_os_error, printable, shorten
 from ...spec import model as spec
@@ -117,7 +118,9 @@ def _context(
         "packager_version": __version__,
         "facts": facts,
         "repo_id": request.repo_id or TODO_REPO,
-        "base_model": facts.base_model if facts and facts.base_model else TODO_BASE,
+        "base_model": facts.base_model if facts and facts.base_model else _todo_base(facts),
+        "family": facts.family if facts else None,
+        "tags": (*BASE_TAGS, *facts.family.tags, *DEVICE_TAGS) if facts else None,
         "base_named_by": facts.base_named_by if facts else None,
         "source": _relative(request.checkpoint, folder) if request.checkpoint else "TODO: the checkpoint folder",
         "lora": _relative(request.adapter, folder) if request.adapter else None,
@@ -127,6 +130,13 @@ def _context(
         "hook_rev": hook[1],
         "pip_requirement": requirement or TODO_SOURCE,
     }
+
+
+def _todo_base(facts: Facts | None) -> str:
+    """The base_model placeholder, its example one of the checkpoint's family's released models."""
+    if facts is None or not facts.family.base_models:
+        return TODO_BASE
+    return f"TODO: the Hub id of the model the draft was trained from, e.g. {facts.family.base_models[0]}"
 
 
 def install_requirement(source: str, folder: Path) -> str:
