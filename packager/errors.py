@@ -38,8 +38,7 @@ class InvalidCheckpointConfig(PackagerError):
 class UnsupportedModel(PackagerError):
     exit_code = 12
     hint = (
-        "packager converts dense Qwen3, Qwen2/Qwen2.5, Llama 3.x and SmolLM2 checkpoints "
-        "(README: Supported families)"
+        "packager converts dense Qwen3, Qwen2/Qwen2.5, Llama 3.x and SmolLM2 checkpoints (README: Supported families)"
     )
 
 

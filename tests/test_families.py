@@ -108,9 +108,9 @@ def test_family_bundles_stream_byte_for_byte_to_the_reference(
     assert streamed.path == "streamed" and reference.path == "reference"
     assert_same_bundle(reference.out, streamed.out)
     if case == "qwen25":  # the biases are really there: not all zero in the file
-        assert any(
-            "bias" in name for name in inspect_checkpoint(source).tensor_shapes
-        ), "the fixture has no biases to write"
+        assert any("bias" in name for name in inspect_checkpoint(source).tensor_shapes), (
+            "the fixture has no biases to write"
+        )
 
 
 # ---------------------------------------------------------------------------------------------- llama3 rope

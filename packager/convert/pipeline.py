@@ -530,7 +530,9 @@ def _assemble(
             stamp_graph_uuid(built / graph, xxh3_128_file(built / f"{graph}.weight"))
     graph_engine = graph_requirement(built / "llm.mnn.json")
     agreements = tuple(
-        agreement(fmt, worker.encodings[fmt], reference, corpus) for fmt in ("text", "pipeline") if fmt in worker.encodings
+        agreement(fmt, worker.encodings[fmt], reference, corpus)
+        for fmt in ("text", "pipeline")
+        if fmt in worker.encodings
     )
     if not goal.default and graph_engine.version > goal.version:
         raise ConversionFailed(

@@ -64,7 +64,8 @@ def of_checkpoint(config: Mapping[str, Any], vocabulary: Mapping[str, int], wher
 def of_bundle(llm_config: Mapping[str, Any], where: str = "llm_config.json") -> Family:
     """The family of an MNN bundle, from its llm_config.json (model_type, and the bos/eos tokens llmexport
     copies into its `jinja` block)."""
-    jinja = llm_config.get("jinja") if isinstance(llm_config.get("jinja"), Mapping) else {}
+    found = llm_config.get("jinja")
+    jinja: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
     tokens = {str(v) for k, v in jinja.items() if k in ("bos", "eos") and v}
     # A bundle names only its bos and eos, not its whole vocabulary: a family is known when its end of turn or
     # its BOS is among them (the markers proper are checked when the checkpoint is converted).

@@ -68,7 +68,9 @@ class Family:
     template_variables: Mapping[str, Any] = field(default_factory=dict)  # what its chat template reads beyond messages
     llmexport_type: str = ""  # the model_type llmexport's tokenizer loader is given ("" = model_types[0])
     tags: tuple[str, ...] = ()
-    base_models: tuple[str, ...] = ()  # the Hub ids of the family's released checkpoints this kind of draft derives from
+    base_models: tuple[
+        str, ...
+    ] = ()  # the Hub ids of the family's released checkpoints this kind of draft derives from
     targets: tuple[str, ...] = ()  # targets its drafts are paired with
     sampling: str = ""  # advice for the card
     # runtime_config.json's compatible_targets for its drafts (keys are short target names).

@@ -28,6 +28,9 @@ QWEN3 = Family(
         "qwen3_4b": {"enabled": True},
         "qwen3_5": {"enabled": False, "reason": "different architecture (linear attention) and vocabulary"},
     },
-    sampling="Qwen3 recommends temperature 0.7, top-p 0.8 without thinking (0.6 and 0.95 with it); never greedy with thinking on",
+    sampling=(
+        "Qwen3 recommends temperature 0.7, top-p 0.8 without thinking (0.6 and 0.95 with it); "
+        "never greedy with thinking on"
+    ),
 )
 QWEN3_STOP_IDS = QWEN3.known_stop_ids

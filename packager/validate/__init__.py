@@ -42,7 +42,11 @@ def validate(bundle: Path, checksums: bool = True) -> ValidationReport:
     if "llm.mnn" in usable:
         _guard(out, "llm.mnn", lambda: crossfile.check_graph_copy(bundle, facts, out))
     header = (
-        _guard(out, "tokenizer.txt", lambda: crossfile.check_tokenizer(bundle / "tokenizer.txt", facts, out, docs.get("llm_config.json")))
+        _guard(
+            out,
+            "tokenizer.txt",
+            lambda: crossfile.check_tokenizer(bundle / "tokenizer.txt", facts, out, docs.get("llm_config.json")),
+        )
         if "tokenizer.txt" in usable
         else None
     )

@@ -35,6 +35,7 @@ OPTIONAL_TOKENIZER_FILES = (
 # The checkpoint files a conversion reads (provenance hashes these and nothing else).
 MODEL_FILES = ("config.json", "model.safetensors.index.json")
 
+
 @dataclass(frozen=True)
 class ModelShape:
     hidden_size: int
@@ -218,7 +219,10 @@ def _check_tensors(
             expected: dict[str, tuple[int, ...]] = (
                 {f"{name}.weight": (out_features,)}
                 if kind == "norm"
-                else {f"{name}.weight": (out_features, in_features), **({f"{name}.bias": (out_features,)} if bias else {})}
+                else {
+                    f"{name}.weight": (out_features, in_features),
+                    **({f"{name}.bias": (out_features,)} if bias else {}),
+                }
             )
             for key, want in expected.items():
                 if tensors.get(key) != want:

@@ -3,7 +3,8 @@
 llmexport lays the weight file out as one region per graph op that holds weights, in graph order: a
 LayerNorm region is gamma then beta (float32; Qwen3's RMSNorm has no beta, so zeros) and a Convolution
 (Linear) region is header + packed quantized weight, then alpha (zero point and scale per block, float32),
-then the bias (float32; Qwen2's q/k/v projections have one, Qwen3 and Llama none). With tied embeddings lm_head's region quantizes the embedding table.
+then the bias (float32; Qwen2's q/k/v projections have one, Qwen3 and Llama none). With tied embeddings
+lm_head's region quantizes the embedding table.
 """
 
 from __future__ import annotations
