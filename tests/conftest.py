@@ -47,6 +47,9 @@ _KINDS = {
         "bundle4",
         "bundle8",
         "lora_bundle8",
+        "llama_checkpoint",
+        "qwen25_checkpoint",
+        "llama_bundle8",
     },
     "hub": {"hub", "online", "ready"},
 }

@@ -316,7 +316,7 @@ def test_a_cache_entry_holds_only_the_files_it_may(own_cache: Path, tmp_path: Pa
         files[name] = tmp_path / name
         files[name].write_bytes(name.encode())
     entry = graphcache.store("a" * 32, files, {"describe": "test"})
-    assert graphcache.contents(entry) == (*graphcache.FILES, "eagle.mnn")
+    assert graphcache.contents(entry) == (*graphcache.FILES, "tokenizer-text.txt", "eagle.mnn")
     assert graphcache.lookup("a" * 32) == entry
     (entry / "eagle_fc.mnn").write_bytes(b"slipped in")  # a file the manifest does not name
     assert graphcache.lookup("a" * 32) is None and not entry.exists()

@@ -69,7 +69,6 @@ def quant_sweep(
     Example: packager quant-sweep ./student --lora ./adapter --target ./teacher --json sweep.json
     """
     from ..bundle.staging import write_atomic
-    from ..convert.recipe import default_grid
     from ..measure.sweep import SweepRequest, read_recipes, sweep
     from ..measure.sweep.report import as_dict, text
 
@@ -78,7 +77,7 @@ def quant_sweep(
         workdir=workdir,
         adapter=lora,
         target=target,
-        recipes=read_recipes(recipes_file) if recipes_file else default_grid(),
+        recipes=read_recipes(recipes_file) if recipes_file else None,
         tolerance=tolerance,
         threads=threads,
     )

@@ -109,15 +109,16 @@ def default_block(inputs: dict[str, int]) -> int:
     return 0
 
 
-def default_grid() -> tuple[QuantRecipe, ...]:
-    """The sweep's default: a small grid around 4-bit block 128, and 8-bit as the ceiling."""
+def default_grid(block: int = DEFAULT_BLOCK) -> tuple[QuantRecipe, ...]:
+    """The sweep's default: a small grid around 4-bit at the checkpoint's default block (128; 64 for SmolLM2-135M,
+    see default_block), halved and quartered blocks, and 8-bit as the ceiling."""
     return (
-        QuantRecipe(),
-        QuantRecipe(block=64),
-        QuantRecipe(block=32),
-        QuantRecipe(symmetric=True),
-        QuantRecipe(algorithm="hqq"),
-        QuantRecipe(lm_bits=8),
-        QuantRecipe(algorithm="hqq", lm_bits=8),
-        QuantRecipe(bits=8),
+        QuantRecipe(block=block),
+        QuantRecipe(block=block // 2),
+        QuantRecipe(block=block // 4),
+        QuantRecipe(block=block, symmetric=True),
+        QuantRecipe(block=block, algorithm="hqq"),
+        QuantRecipe(block=block, lm_bits=8),
+        QuantRecipe(block=block, algorithm="hqq", lm_bits=8),
+        QuantRecipe(block=block, bits=8),
     )

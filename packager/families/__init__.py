@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .base import Family, Layout, License, UnknownFamily, find, rope_type
+from .base import Family, Layout, License, UnknownFamily, find, rope_type, shown
 from .llama3 import LLAMA3
 from .qwen2 import QWEN2
 from .qwen3 import QWEN3
@@ -48,14 +48,14 @@ def of_checkpoint(config: Mapping[str, Any], vocabulary: Mapping[str, int], wher
     other facts."""
     model_type = str(config.get("model_type") or "")
     if model_type in REFUSED:
-        raise UnknownFamily(f"{where} has model_type {model_type!r}: {REFUSED[model_type]}")
+        raise UnknownFamily(f"{where} has model_type {shown(model_type)}: {REFUSED[model_type]}")
     if not model_type:
         raise UnknownFamily(f"{where} names no model_type")
     family = find(FAMILIES, model_type, vocabulary, where)
     rope = rope_type(config)
     if rope not in family.rope_types:
         raise UnknownFamily(
-            f"{where} asks for rope_type {rope!r:.40}, which packager does not convert for {family.title} "
+            f"{where} asks for rope_type {shown(rope, 40)}, which packager does not convert for {family.title} "
             f"(it converts {', '.join(family.rope_types)})"
         )
     return family
@@ -78,11 +78,13 @@ def of_bundle(llm_config: Mapping[str, Any], where: str = "llm_config.json") -> 
     if len(candidates) == 1:
         return candidates[0]
     if model_type in REFUSED:
-        raise UnknownFamily(f"{where} has model_type {model_type!r}: {REFUSED[model_type]}")
+        raise UnknownFamily(f"{where} has model_type {shown(model_type)}: {REFUSED[model_type]}")
     if not any(model_type in f.model_types for f in FAMILIES):
-        raise UnknownFamily(f"{where} has model_type {model_type!r:.60}")
+        raise UnknownFamily(f"{where} has model_type {shown(model_type)}")
     found = " and ".join(sorted(tokens)) or "none"
-    raise UnknownFamily(f"{where} has model_type {model_type!r} with bos/eos tokens {found:.80}: no family matches")
+    raise UnknownFamily(
+        f"{where} has model_type {shown(model_type)} with bos/eos tokens {found:.80}: no family matches"
+    )
 
 
 def supported() -> str:

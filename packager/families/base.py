@@ -7,6 +7,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
+def shown(value: object, limit: int = 60) -> str:
+    """repr(value) cut to `limit` characters with a note of what was left out (packager.errors.shorten's form; a
+    leaf cannot import it); repr escapes control characters, so a value cannot move a terminal's cursor."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text) - limit} more characters)"
+
+
 class UnknownFamily(ValueError):
     """No family packager converts matches; the message names what was found (one line)."""
 
@@ -108,13 +115,13 @@ def find(families: Collection[Family], model_type: str, ids_of: Mapping[str, int
     their ids; UnknownFamily naming what was found otherwise."""
     of_type = [f for f in families if model_type in f.model_types]
     if not of_type:
-        raise UnknownFamily(f"{where} has model_type {model_type!r:.60}")
+        raise UnknownFamily(f"{where} has model_type {shown(model_type)}")
     matching = [f for f in of_type if all(ids_of.get(m) == i for m, i in f.markers.items())]
     if len(matching) != 1:
         known = " or ".join(f"{f.title} ({', '.join(f'{m} {i}' for m, i in f.markers.items())})" for f in of_type)
         found = "none" if not matching else ", ".join(f.title for f in matching)
         raise UnknownFamily(
-            f"{where} has model_type {model_type!r} but its tokens match {found} of the families packager "
+            f"{where} has model_type {shown(model_type)} but its tokens match {found} of the families packager "
             f"converts for it: {known}"
         )
     return matching[0]

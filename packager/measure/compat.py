@@ -3,17 +3,24 @@ and identical token ids on the built-in corpus - checked before anything is meas
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .. import resources
 from ..bundle import folder as mnnfolder
 from ..bundle import graph
 from ..bundle.tokenizer_txt import read_header
+from ..convert.inspect.checkpoint import checkpoint_family
 from ..errors import PairIncompatible, from_os_error, shorten
-from ..families.qwen3 import QWEN3_STOP_IDS
+from ..families import UnknownFamily, of_bundle
 from ..infra.jsonfile import read_json
 from ..runtime.models import Model, is_bundle
+
+# A draft and a target may differ by this many vocabulary rows when the ids they share have the same texts
+# (llama.cpp's SPEC_VOCAB_MAX_SIZE_DIFFERENCE): Qwen2.5-0.5B has 151,936, Qwen2.5-7B 152,064 (padding rows).
+MAX_VOCAB_DIFFERENCE = 128
 
 # Inputs whose ids MNN's runtime and the HF tokenizer disagree on for the same tokenizer (measured by convert):
 # a bundle and a checkpoint are not compared on them.
@@ -30,12 +37,13 @@ NEITHER_HINT = (
 class Facts:
     path: Path
     bundle: bool
-    family: str
+    family: str  # the family's title ("Llama 3.x"), or what the files name when packager knows no such family
     vocab_size: int  # 0: not stated by the files (an MNN folder without llm.mnn.json); checked after loading
     special: frozenset[int]
     special_all: frozenset[int]  # checkpoints: every added token; bundles: what the header lists
     stop: frozenset[int]
     chat_template: str
+    variables: Mapping[str, Any] = field(default_factory=dict)  # what the family's chat template reads
 
 
 def _json(path: Path) -> dict:
@@ -68,7 +76,12 @@ def _checkpoint_facts(path: Path) -> Facts:
     template = tok_config.get("chat_template") or (
         (path / "chat_template.jinja").read_text(encoding="utf-8") if (path / "chat_template.jinja").is_file() else ""
     )
-    stops = set(QWEN3_STOP_IDS) if config.get("model_type") == "qwen3" else set()
+    try:
+        found, ids_of = checkpoint_family(path)
+        family, variables = found.title, dict(found.template_variables)
+        stops = set(found.stop_ids(ids_of))
+    except UnknownFamily:
+        family, variables, stops = f"model_type {config.get('model_type', '?')}", {}, set()
     for source in (
         config.get("eos_token_id"),
         _json(path / "generation_config.json").get("eos_token_id")
@@ -79,12 +92,13 @@ def _checkpoint_facts(path: Path) -> Facts:
     return Facts(
         path=path,
         bundle=False,
-        family=str(config.get("model_type", "")),
+        family=family,
         vocab_size=int(config.get("vocab_size", 0)),
         special=frozenset(int(i) for i, t in added.items() if t.get("special")),
         special_all=frozenset(int(i) for i in added),
         stop=frozenset(stops),
         chat_template=template,
+        variables=variables,
     )
 
 
@@ -93,10 +107,14 @@ def _bundle_facts(path: Path) -> Facts:
     config = _json(path / "config.json") if (path / "config.json").is_file() else {}
     tokenizer = path / str(config.get("tokenizer_file") or "tokenizer.txt")
     header = read_header(tokenizer if tokenizer.is_file() else path / "tokenizer.mtok")
-    family = str(llm_config.get("model_type", ""))
     # The stop ids packager's own generation uses for the family (as for checkpoints): plain llmexport lists
     # only <|im_end|>, packager's bundles <|endoftext|> too.
-    stops = set(header.stop) | (set(QWEN3_STOP_IDS) if family == "qwen3" else set())
+    try:
+        found = of_bundle(llm_config)
+        family, variables = found.title, dict(found.template_variables)
+        stops = set(header.stop) | set(found.known_stop_ids)
+    except UnknownFamily:
+        family, variables, stops = f"model_type {llm_config.get('model_type', '?')}", {}, set(header.stop)
     return Facts(
         path=path,
         bundle=True,
@@ -106,6 +124,7 @@ def _bundle_facts(path: Path) -> Facts:
         special_all=frozenset(header.special),
         stop=frozenset(stops),
         chat_template=str((llm_config.get("jinja") or {}).get("chat_template", "")),
+        variables=variables,
     )
 
 
@@ -129,11 +148,17 @@ def _special_equal(a: Facts, b: Facts) -> bool:
 
 
 def check_files(draft: Facts, target: Facts) -> None:
-    problems = []
     if draft.family != target.family:
-        problems.append(f"family {shorten(draft.family, 60) or '?'} vs {shorten(target.family, 60) or '?'}")
-    if draft.vocab_size and target.vocab_size and draft.vocab_size != target.vocab_size:
-        problems.append(f"vocabulary {draft.vocab_size} vs {target.vocab_size} ids")
+        raise PairIncompatible(
+            f"{draft.path.name} cannot draft for {target.path.name}: the draft is {shorten(draft.family, 60)}, "
+            f"the target {shorten(target.family, 60)}",
+            "pair a draft with a target of its own family (README: Supported families)",
+        )
+    problems = []
+    if draft.vocab_size and target.vocab_size and abs(draft.vocab_size - target.vocab_size) > MAX_VOCAB_DIFFERENCE:
+        problems.append(
+            f"vocabulary {draft.vocab_size} vs {target.vocab_size} ids (more than {MAX_VOCAB_DIFFERENCE} apart)"
+        )
     if not _special_equal(draft, target):
         problems.append("different special tokens")
     if draft.stop != target.stop:
@@ -147,11 +172,13 @@ def check_files(draft: Facts, target: Facts) -> None:
 def check_tokenizers(draft: Model, target: Model, draft_facts: Facts, target_facts: Facts) -> int:
     """Same vocabulary as loaded (the logits' width), and every corpus string must get the same ids from both;
     returns how many strings were compared."""
-    if draft.vocab != target.vocab:
+    if abs(draft.vocab - target.vocab) > MAX_VOCAB_DIFFERENCE:
         raise PairIncompatible(
             f"{draft_facts.path.name} cannot draft for {target_facts.path.name}: "
-            f"vocabulary {draft.vocab} vs {target.vocab} ids"
+            f"vocabulary {draft.vocab} vs {target.vocab} ids (more than {MAX_VOCAB_DIFFERENCE} apart)"
         )
+    if draft.vocab != target.vocab:
+        _same_texts(draft, target, draft_facts, target_facts)
     mixed = draft_facts.bundle != target_facts.bundle
     compared, differing = 0, []
     for item in resources.tokenizer_corpus_items():
@@ -166,3 +193,17 @@ def check_tokenizers(draft: Model, target: Model, draft_facts: Facts, target_fac
             f"{len(differing)} of {compared} corpus strings differently (first: {differing[0]!r})"
         )
     return compared
+
+
+def _same_texts(draft: Model, target: Model, draft_facts: Facts, target_facts: Facts) -> None:
+    """Vocabularies of different sizes pair only when every id they share has the same text (llama.cpp's rule).
+    MNN decodes a special token (and NUL) to nothing and cannot decode a lone byte piece: those ids are compared
+    through the special-token check and the corpus instead."""
+    shared = min(draft.vocab, target.vocab)
+    mine, theirs = draft.texts(shared), target.texts(shared)
+    for index, (a, b) in enumerate(zip(mine, theirs, strict=True)):
+        if a and b and a != b:
+            raise PairIncompatible(
+                f"{draft_facts.path.name} cannot draft for {target_facts.path.name}: the vocabularies differ in size "
+                f"({draft.vocab} vs {target.vocab}) and id {index} is {a!r:.40} in one, {b!r:.40} in the other"
+            )

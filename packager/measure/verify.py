@@ -12,16 +12,16 @@ a LoRA-distilled draft, several seeds; bench/verify_calibration.py, bench/RESULT
 from __future__ import annotations
 
 import gc
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..errors import FileSystemError, InvalidOption, PackagerError, PairIncompatible, shorten
-from ..families.qwen3 import QWEN3_STOP_IDS
+from ..errors import FileSystemError, InvalidOption, PackagerError, shorten
+from ..families.qwen3 import QWEN3
 from ..infra import heap
 from ..infra.progress import Progress
 from ..infra.userfile import PROMPTS_BYTES, read_bytes
@@ -177,7 +177,8 @@ def verify(
         raise CheckpointNotFound(
             f"the source checkpoint {shorten(str(source))} {'is not a folder' if source.exists() else 'does not exist'}"
         )
-    stop, template = _source_facts(source)
+    stop, template, variables = _source_facts(source)
+    stops_missing = _stops_missing(bundle, stop)
     items = workload.from_texts(prompts) if prompts else workload.builtin()
     corpus = resources.tokenizer_corpus()
     with ThreadPoolExecutor(max_workers=1) as pool:  # the child loads the bundle while torch is imported here
@@ -194,7 +195,9 @@ def verify(
             f"the source's greedy continuations of {len(items)} chat-templated prompts (up to {continuation} "
             "tokens), in batches"
         )
-        continued, spill, expected = _source_pass(source, dtype, template, items, corpus, continuation, stop, progress)
+        continued, spill, expected = _source_pass(
+            source, dtype, (template, variables), items, corpus, continuation, stop, progress
+        )
         try:
             progress("the bundle (MNN) on the same tokens")
             ours = ours or MNNModel(bundle, threads=min(2, all_cores()))
@@ -223,7 +226,26 @@ def verify(
     finally:
         if ours is not None:
             ours.close()
-    return _judge(bundle, source, thresholds, matched, len(corpus), len(items), top1, cosine, kl, margin, greedy)
+    report = _judge(bundle, source, thresholds, matched, len(corpus), len(items), top1, cosine, kl, margin, greedy)
+    return replace(report, failures=(*stops_missing, *report.failures)) if stops_missing else report
+
+
+def _stops_missing(bundle: Path, stop: tuple[int, ...]) -> tuple[str, ...]:
+    """A failure line when the bundle's tokenizer file does not stop on the source's stop ids (a bundle made with
+    another family's: MNN would generate past the end of every turn, which no logit shows)."""
+    from ..bundle.tokenizer_txt import HeaderError, read_header
+
+    found = next((bundle / n for n in ("tokenizer.txt", "tokenizer.mtok") if (bundle / n).is_file()), None)
+    try:
+        header = read_header(found) if found is not None else None
+    except (HeaderError, OSError):
+        header = None
+    if header is None:
+        return ()
+    missing = [i for i in stop if i not in header.stop]
+    if not missing:
+        return ()
+    return (f"stop ids: the bundle's tokenizer stops on {list(header.stop)}, not on the source's {missing}",)
 
 
 def _small(bundle: Path, vocab: int) -> bool:
@@ -294,32 +316,37 @@ def _import_source_libraries(source: Path) -> None:
             pass
 
 
-def _source_facts(source: Path) -> tuple[tuple[int, ...], str]:
+def _source_facts(source: Path) -> tuple[tuple[int, ...], str, Mapping[str, Any]]:
+    """The source's stop ids, chat template and the family's template variables."""
+    variables: Mapping[str, Any] = QWEN3.template_variables
     try:
-        stop = tuple(sorted(compat.facts(source).stop))
-    except PairIncompatible:  # an unreadable source: loading it below says what is wrong, as verify's error
-        stop = QWEN3_STOP_IDS
+        found = compat.facts(source)
+        stop, variables = tuple(sorted(found.stop)), found.variables
+    except PackagerError:  # an unreadable source: loading it below says what is wrong, as verify's error
+        stop = QWEN3.known_stop_ids
     try:
         template = workload.chat_template(source)
     except (OSError, ValueError):  # likewise: the source's own load reports it
         template = ""
-    return stop, template
+    return stop, template, variables
 
 
 def _source_pass(
     source: Path,
     dtype: Dtype,
-    template: str,
+    chat: tuple[str, Mapping[str, Any]],
     items: Sequence[Any],
     corpus: tuple[str, ...],
     n: int,
     stop: tuple[int, ...],
     progress: Progress,
 ) -> tuple[list[Continued], Spill, list[list[int]]]:
-    """Load the source, decode, free it (and give its heap back) before the bundle is loaded."""
+    """Load the source, decode, free it (and give its heap back) before the bundle is loaded. `chat`: the chat
+    template and its variables."""
     theirs = HFModel(source, dtype=dtype)
     expected = [theirs.encode(text) for text in corpus]
-    ids = [theirs.encode(workload.render(template, item) if template else _plain(item)) for item in items]
+    template, variables = chat
+    ids = [theirs.encode(workload.render(template, item, variables) if template else _plain(item)) for item in items]
     spill = Spill(theirs.vocab)
     try:
         continued = continue_all(

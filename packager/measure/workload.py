@@ -4,6 +4,7 @@ is measured on what a chat app feeds the target; generation stops at the stop id
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import Any
 
 from .. import resources
 from ..errors import PairIncompatible, shorten
+from ..families.qwen3 import QWEN3
 
 Messages = tuple[tuple[str, str], ...]  # (role, content) turns
 
@@ -65,8 +67,9 @@ def _raise(message: str) -> None:
     raise PairIncompatible(f"the chat template refused the prompt ({shorten(message)})")
 
 
-def render(template: str, prompt: Prompt) -> str:
-    """The conversation as the model sees it, ready for the assistant's turn, thinking switched off."""
+def render(template: str, prompt: Prompt, variables: Mapping[str, Any] | None = None) -> str:
+    """The conversation as the model sees it, ready for the assistant's turn, with the family's template variables
+    (`variables`; Qwen3's, thinking switched off, when not given): Llama 3's bos_token, Qwen3's enable_thinking."""
     if not template:
         raise PairIncompatible(
             "the target has no chat template to render the workload with",
@@ -74,5 +77,10 @@ def render(template: str, prompt: Prompt) -> str:
         )
     messages = [{"role": role, "content": content} for role, content in prompt.messages]
     return str(
-        _compiled(template).render(messages=messages, add_generation_prompt=True, enable_thinking=False, tools=None)
+        _compiled(template).render(
+            messages=messages,
+            add_generation_prompt=True,
+            tools=None,
+            **(QWEN3.template_variables if variables is None else variables),
+        )
     )

@@ -25,7 +25,7 @@ from ..errors import BundleError, PackagerError, RuntimeCrashed, shorten
 from ..resources import package_root
 from . import shared
 
-METHODS = ("encode", "logits_all", "greedy", "start", "step", "timed_step", "keep", "decode")
+METHODS = ("encode", "logits_all", "greedy", "start", "step", "timed_step", "keep", "decode", "texts")
 _BOOT = f"import sys; sys.path.insert(0, sys.argv[1]); from {__name__} import serve; serve(sys.argv[2])"
 _NO_FILES = "-"  # serve()'s argument when there are no shared files
 _LOG_TAIL = 4000
@@ -52,6 +52,9 @@ class MNNModel:
 
     def encode(self, text: str) -> list[int]:
         return list(self._call("encode", text))
+
+    def texts(self, n: int) -> list[str | None]:
+        return list(self._call("texts", n))
 
     def logits_all(self, ids: list[int]) -> np.ndarray:
         return np.asarray(self._call("logits_all", list(ids)), dtype=np.float64)

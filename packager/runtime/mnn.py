@@ -84,6 +84,17 @@ class MNNRuntime:
             del ids[:width]
         return ids
 
+    def texts(self, n: int) -> list[str | None]:
+        """The text MNN decodes each of the first n ids to ("" for a special token; None for a piece that is not
+        UTF-8 on its own, a lone byte)."""
+        found: list[str | None] = []
+        for index in range(n):
+            try:
+                found.append(str(self.llm.tokenizer_decode(index)))
+            except UnicodeDecodeError:
+                found.append(None)
+        return found
+
     def logits_all(self, ids: list[int], keep: Callable[[np.ndarray], Any] | None = None) -> Any:
         """float32 logits, one row per position of `ids` (from an empty cache, whatever was stepped before).
         MNN's read() gives a view of the runtime's own buffer, valid until its next forward or reset: `keep`

@@ -29,6 +29,7 @@ class Model(Protocol):
     vocab: int
 
     def encode(self, text: str) -> list[int]: ...
+    def texts(self, n: int) -> list[str | None]: ...
     def logits_all(self, ids: list[int]) -> np.ndarray: ...
     def greedy(self, ids: list[int], n: int, stop: tuple[int, ...] = ()) -> list[int]: ...
     def start(self, ids: list[int]) -> int: ...
@@ -84,6 +85,10 @@ class HFModel:
         ids = list(self.tokenizer.encode(text, add_special_tokens=False).ids)
         prefix = self.prefix
         return ids if not prefix or ids[: len(prefix)] == prefix else prefix + ids
+
+    def texts(self, n: int) -> list[str | None]:
+        """The text each of the first n ids decodes to, special tokens included."""
+        return [self.tokenizer.decode([index], skip_special_tokens=False) for index in range(n)]
 
     def logits_all(self, ids: list[int]) -> np.ndarray:
         with self.torch.no_grad():

@@ -99,6 +99,17 @@ def inspect_checkpoint(path: Path, allow_untied: bool = False) -> CheckpointInfo
     )
 
 
+def checkpoint_family(folder: Path) -> tuple[Family, dict[str, int]]:
+    """A checkpoint's family and its vocabulary (token text -> id), from config.json and tokenizer.json alone;
+    UnknownFamily when it is none packager converts (InvalidCheckpointConfig or MissingTokenizer when unreadable)."""
+    config = _config(folder)
+    data = read_json(folder / "tokenizer.json", MissingTokenizer)
+    vocab, _, added = bpe_tables(data, folder, first_merge=True)
+    ids_of = dict(vocab)
+    ids_of.update((str(token.get("content")), int(token["id"])) for token in added)
+    return of_checkpoint(config, ids_of, f"{folder}/config.json"), ids_of
+
+
 # Rope types llmexport 0.0.5 exports with the default frequencies although transformers computes others.
 ROPE_FIXED = frozenset({"llama3"})
 

@@ -88,7 +88,7 @@ def measure_prompt(
     continuation = list(run.continuation)
     sequence, start = prompt_ids + continuation, len(prompt_ids) - 1
     rows = slice(start, start + len(continuation))
-    draft_logits = draft.logits_all(sequence)[rows]
+    draft_logits = fit_width(draft.logits_all(sequence)[rows], target.vocab)
     # Both argmaxes from one teacher-forced pass each: the same computation on both sides, so a model paired
     # with itself agrees everywhere (a KV-cached step and a full pass can differ at a near-tie of the logits).
     runs = acceptance.match_runs([int(row.argmax()) for row in draft_logits], list(run.argmax))
@@ -97,6 +97,18 @@ def measure_prompt(
         target_logits = target.logits_all(sequence)[rows] if target_logits is None else target_logits
         sampled = sampled_acceptance(sampling, target_logits, draft_logits)
     return PromptResult(continuation, runs, sampled)
+
+
+def fit_width(logits: np.ndarray, width: int) -> np.ndarray:
+    """The draft's logits over the target's vocabulary: rows the target lacks are never proposed (dropped), ids the
+    draft lacks can never be proposed by it (-inf)."""
+    if logits.shape[-1] == width:
+        return logits
+    if logits.shape[-1] > width:
+        return logits[..., :width]
+    padded = np.full((*logits.shape[:-1], width), -np.inf, dtype=logits.dtype)
+    padded[..., : logits.shape[-1]] = logits
+    return padded
 
 
 def open_cache(target_path: Path, options: Options, threads: int) -> TargetCache | None:
@@ -150,7 +162,7 @@ def pair(
     results: list[PromptResult] = []
     longest: list[int] = []
     for number, item in enumerate(items, 1):
-        ids = target.encode(workload.render(template, item))
+        ids = target.encode(workload.render(template, item, target_facts.variables))
         results.append(measure_prompt(draft, target, ids, options.new_tokens, stop, options.sampling, cache))
         longest = max(longest, ids + results[-1].continuation, key=len)
         if number % 9 == 0 or number == len(items):

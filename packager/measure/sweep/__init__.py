@@ -31,7 +31,7 @@ class SweepRequest:
     workdir: Path  # bundles are kept here, one folder per recipe
     adapter: Path | None = None
     target: Path | None = None
-    recipes: tuple[QuantRecipe, ...] = recipes.default_grid()
+    recipes: tuple[QuantRecipe, ...] | None = None  # None: the default grid, around the checkpoint's default block
     tolerance: float = TOLERANCE
     threads: int | None = None
     prompts: tuple[str, ...] | None = None
@@ -61,6 +61,7 @@ def read_recipes(path: Path) -> tuple[QuantRecipe, ...]:
 def sweep(request: SweepRequest, progress: Progress = lambda _: None) -> SweepReport:
     from ...convert.pipeline import ConvertRequest, convert_many
 
+    grid = request.recipes if request.recipes is not None else _default_grid(request.checkpoint, progress)
     request.workdir.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="merged-", dir=request.workdir) as temp:
@@ -71,25 +72,40 @@ def sweep(request: SweepRequest, progress: Progress = lambda _: None) -> SweepRe
                 "are measured against it"
             )
             source = _merged(request.checkpoint, request.adapter, Path(temp) / "merged")
-        progress(f"converting {len(request.recipes)} recipes from one load of the model")
+        progress(f"converting {len(grid)} recipes from one load of the model")
         results = convert_many(
             [
                 ConvertRequest(checkpoint=source, out=request.workdir / item.name, force=True, **_flags(item))
-                for item in request.recipes
+                for item in grid
             ],
             progress=lambda line: progress(f"  {line}"),
         )
-        bundles = {item.name: result.out for item, result in zip(request.recipes, results)}
-        sizes = {item.name: sum(result.sizes.values()) for item, result in zip(request.recipes, results)}
-        paths = {item.name: result.path for item, result in zip(request.recipes, results)}
+        bundles = {item.name: result.out for item, result in zip(grid, results)}
+        sizes = {item.name: sum(result.sizes.values()) for item, result in zip(grid, results)}
+        paths = {item.name: result.path for item, result in zip(grid, results)}
         converted = time.monotonic()
         quality = measure(bundles, source, request.target, request.threads, request.prompts, progress)
     rows = tuple(
         Row(recipe=r, bundle=bundles[r.name], bytes=sizes[r.name], weights=paths[r.name], quality=quality[r.name])
-        for r in request.recipes
+        for r in grid
     )
     report = pick(rows, request.tolerance, request.checkpoint, request.adapter, request.target)
     return replace(report, seconds=(("converting", converted - start), ("measuring", time.monotonic() - converted)))
+
+
+def _default_grid(checkpoint: Path, progress: Progress) -> tuple[QuantRecipe, ...]:
+    """The default grid around the block every input size of this checkpoint divides (128 for Qwen3; 64 for
+    SmolLM2-135M's hidden 576), said in a line when it is not 128."""
+    from ...convert.inspect.checkpoint import inspect_checkpoint
+    from ...convert.pipeline import quantized_inputs
+
+    block = recipes.default_block(quantized_inputs(inspect_checkpoint(checkpoint, allow_untied=True)))
+    if block != recipes.DEFAULT_BLOCK:
+        progress(
+            f"block {recipes.DEFAULT_BLOCK} does not divide every input size of this checkpoint: "
+            f"the grid is around block {block}"
+        )
+    return recipes.default_grid(block)
 
 
 def _flags(item: QuantRecipe) -> dict[str, Any]:

@@ -61,12 +61,15 @@ def measure(
     big = load(target, threads, dtype="stored") if target else None  # a checkpoint or an MNN folder
     cache = open_cache(target, Options(new_tokens=NEW_TOKENS), threads or all_cores()) if target else None
     tallies = {name: Tally() for name in bundles}
-    source_stop = tuple(sorted(compat.facts(source).stop))
+    source_facts = compat.facts(source)
+    source_stop = tuple(sorted(source_facts.stop))
     source_template = workload.chat_template(source)
     margin = Thresholds().decisive_margin
     for number, item in enumerate(items, 1):
         progress(f"prompt {number}/{len(items)}: source logits once, then {len(bundles)} bundles")
-        ids = theirs.encode(workload.render(source_template, item) if source_template else _plain(item))
+        ids = theirs.encode(
+            workload.render(source_template, item, source_facts.variables) if source_template else _plain(item)
+        )
         sequence = ids + theirs.greedy(ids, CONTINUATION, source_stop)
         reference = theirs.logits_all(sequence)
         decisive = margins(reference) >= margin
@@ -94,7 +97,7 @@ def _accept(
     """The target's greedy continuation and its argmaxes once (or from pair's target cache: the same settings
     as pair's defaults, so either reuses the other's); each draft's argmaxes on the same sequence."""
     facts = compat.facts(target)
-    ids = big.encode(workload.render(facts.chat_template, item))
+    ids = big.encode(workload.render(facts.chat_template, item, facts.variables))
     run, _ = target_run(big, ids, NEW_TOKENS, tuple(sorted(facts.stop)), cache)
     sequence, start = ids + list(run.continuation), len(ids) - 1
     rows = slice(start, start + len(run.continuation))
