@@ -295,7 +295,20 @@ def test_other_vocabulary_is_refused_before_any_measurement(tiny_checkpoint: Pat
     (target / "model.safetensors").unlink()  # nothing to load: the refusal must come from the files alone
     result = run_cli("pair", str(tiny_checkpoint), str(target), "--quiet")
     assert result.returncode == 51 and result.stderr.count("\n") == 1
-    assert "family qwen3 vs qwen3_5" in result.stderr and "vocabulary 151936 vs 248320" in result.stderr
+    assert "the draft is Qwen3, the target model_type qwen3_5" in result.stderr
+
+
+def test_a_vocabulary_more_than_128_rows_wider_is_refused_before_any_measurement(
+    tiny_checkpoint: Path, tmp_path: Path
+) -> None:
+    target = copy_checkpoint(tiny_checkpoint, tmp_path / "qwen3-wider")
+    config = json.loads((target / "config.json").read_text())
+    config.update(vocab_size=248320)
+    (target / "config.json").write_text(json.dumps(config))
+    (target / "model.safetensors").unlink()  # nothing to load: the refusal must come from the files alone
+    result = run_cli("pair", str(tiny_checkpoint), str(target), "--quiet")
+    assert result.returncode == 51 and result.stderr.count("\n") == 1
+    assert "vocabulary 151936 vs 248320 ids (more than 128 apart)" in result.stderr
 
 
 def test_other_chat_template_is_refused(tiny_checkpoint: Path, tmp_path: Path) -> None:

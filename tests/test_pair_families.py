@@ -131,3 +131,11 @@ def test_quant_sweeps_default_grid_is_around_the_block_smollm2_takes() -> None:
 def test_the_same_checkpoint_family_is_found_for_a_copy(llama_checkpoint: Path, tmp_path: Path) -> None:
     copied = copy_checkpoint(llama_checkpoint, tmp_path / "copy")
     assert compat.facts(copied).family == compat.facts(llama_checkpoint).family == "Llama 3.x"
+
+
+def test_verify_refuses_a_bundle_of_another_family_than_its_source_in_one_line(
+    llama_bundle8: ConvertResult, tiny_checkpoint: Path
+) -> None:
+    result = run_cli("verify", str(llama_bundle8.out), "--source", str(tiny_checkpoint))
+    assert result.returncode == 50 and result.stderr.count("\n") == 1, result.stderr[-2000:]
+    assert "the bundle is Llama 3.x, its source Qwen3" in result.stderr

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import FileSystemError, InvalidOption, PackagerError, shorten
+from ..errors import FileSystemError, InvalidOption, PackagerError, VerifyFailed, shorten
 from ..families.qwen3 import QWEN3
 from ..infra import heap
 from ..infra.progress import Progress
@@ -178,6 +178,7 @@ def verify(
             f"the source checkpoint {shorten(str(source))} {'is not a folder' if source.exists() else 'does not exist'}"
         )
     stop, template, variables = _source_facts(source)
+    _same_family(bundle, source)
     stops_missing = _stops_missing(bundle, stop)
     items = workload.from_texts(prompts) if prompts else workload.builtin()
     corpus = resources.tokenizer_corpus()
@@ -228,6 +229,19 @@ def verify(
             ours.close()
     report = _judge(bundle, source, thresholds, matched, len(corpus), len(items), top1, cosine, kl, margin, greedy)
     return replace(report, failures=(*stops_missing, *report.failures)) if stops_missing else report
+
+
+def _same_family(bundle: Path, source: Path) -> None:
+    """A bundle of another family than its source is refused in one line: its logits mean nothing against the
+    source's. (Files that cannot be read are left to the loads below, which say what is wrong.)"""
+    try:
+        ours, theirs = compat.facts(bundle).family, compat.facts(source).family
+    except PackagerError:
+        return
+    if ours != theirs:
+        raise VerifyFailed(
+            f"the bundle is {ours}, its source {theirs}", "verify a bundle against the checkpoint it was converted from"
+        )
 
 
 def _stops_missing(bundle: Path, stop: tuple[int, ...]) -> tuple[str, ...]:
