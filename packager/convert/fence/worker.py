@@ -124,8 +124,9 @@ def _export(
     )
     if job.get("eagle"):
         _head_rope(float(job["eagle_rope_theta"]))
+    rope_fixed: list[Any] = []
     if job.get("rope_fix"):
-        _transformers_rope(source, str(job["rope_fix"]))
+        rope_fixed = _transformers_rope(source, str(job["rope_fix"]))
     if job.get("graph_only"):
         skeleton.like_checkpoint(job["graph_dtype"], job["equal_tensors"])
         skeleton.lengths_only(MNNConverter)
@@ -138,6 +139,8 @@ def _export(
     _wrap(MNNConverter, "rebuild", f"quantizing weights ({job['quant_bits']}-bit, block {job['quant_block']})", events)
     events.send("stage", name=GRAPH_STAGE if job.get("graph_only") else "loading the checkpoint into llmexport")
     exporter = llmexport.LlmExporter(args)
+    if job.get("rope_fix") and not rope_fixed:  # never a graph with llmexport's default frequencies, unsaid
+        raise RuntimeError(f"the {job['rope_fix']} rope frequencies did not reach the model llmexport built")
     exporter.tokenizer.stop_ids = list(job["stop_ids"])
     if job.get("eagle") and fence is not None:
         from .headbeside import export_head_beside
@@ -175,7 +178,7 @@ def _head_rope(theta: float) -> None:
     utils.eagle.Eagle.__init__ = init
 
 
-def _transformers_rope(source: Path, kind: str) -> None:
+def _transformers_rope(source: Path, kind: str) -> list[Any]:
     """llmexport's Rotary knows dynamic, yarn and longrope; any other rope type (llama3) falls back to the default
     frequencies, wrong by up to 32x on Llama 3.2. The rotary built for the checkpoint's own config gets
     transformers' frequencies for its rope type instead (the reference the families issue names); a rotary of
@@ -192,14 +195,17 @@ def _transformers_rope(source: Path, kind: str) -> None:
         raise RuntimeError(f"rope type {kind} scales attention by {scaling}, which packager does not export")
     own = dict(config.rope_parameters or {})
     original = Rotary.__init__
+    fixed: list[Any] = []  # the rotaries given the frequencies (the caller checks there is one)
 
     def init(self: Any, rotary_config: Any) -> None:
         original(self, rotary_config)
         params = getattr(rotary_config, "rope_parameters", None)
         if isinstance(params, dict) and dict(params) == own and self.rotary_dim == 2 * inv_freq.numel():
             self.theta = inv_freq.to(torch.float32).clone()
+            fixed.append(self)
 
     Rotary.__init__ = init
+    return fixed
 
 
 def _export_again(exporter: Any, recipe: dict[str, Any], dst: Path) -> None:
