@@ -177,8 +177,8 @@ def verify(
         raise CheckpointNotFound(
             f"the source checkpoint {shorten(str(source))} {'is not a folder' if source.exists() else 'does not exist'}"
         )
-    stop, template, variables = _source_facts(source)
-    _same_family(bundle, source)
+    stop, template, variables, family = _source_facts(source)
+    _same_family(bundle, family)
     stops_missing = _stops_missing(bundle, stop)
     items = workload.from_texts(prompts) if prompts else workload.builtin()
     corpus = resources.tokenizer_corpus()
@@ -231,14 +231,14 @@ def verify(
     return replace(report, failures=(*stops_missing, *report.failures)) if stops_missing else report
 
 
-def _same_family(bundle: Path, source: Path) -> None:
-    """A bundle of another family than its source is refused in one line: its logits mean nothing against the
-    source's. (Files that cannot be read are left to the loads below, which say what is wrong.)"""
+def _same_family(bundle: Path, theirs: str | None) -> None:
+    """A bundle of another family than its source (`theirs`) is refused in one line: its logits mean nothing
+    against the source's. (Files that cannot be read are left to the loads below, which say what is wrong.)"""
     try:
-        ours, theirs = compat.facts(bundle).family, compat.facts(source).family
+        ours = compat.facts(bundle).family
     except PackagerError:
         return
-    if ours != theirs:
+    if theirs is not None and ours != theirs:
         raise VerifyFailed(
             f"the bundle is {ours}, its source {theirs}", "verify a bundle against the checkpoint it was converted from"
         )
@@ -330,19 +330,20 @@ def _import_source_libraries(source: Path) -> None:
             pass
 
 
-def _source_facts(source: Path) -> tuple[tuple[int, ...], str, Mapping[str, Any]]:
-    """The source's stop ids, chat template and the family's template variables."""
+def _source_facts(source: Path) -> tuple[tuple[int, ...], str, Mapping[str, Any], str | None]:
+    """The source's stop ids, chat template, its family's template variables and its family (None: unreadable)."""
     variables: Mapping[str, Any] = QWEN3.template_variables
+    family: str | None = None
     try:
         found = compat.facts(source)
-        stop, variables = tuple(sorted(found.stop)), found.variables
+        stop, variables, family = tuple(sorted(found.stop)), found.variables, found.family
     except PackagerError:  # an unreadable source: loading it below says what is wrong, as verify's error
         stop = QWEN3.known_stop_ids
     try:
         template = workload.chat_template(source)
     except (OSError, ValueError):  # likewise: the source's own load reports it
         template = ""
-    return stop, template, variables
+    return stop, template, variables, family
 
 
 def _source_pass(

@@ -12,7 +12,7 @@ from ...infra.progress import Progress
 from ...runtime.models import HFModel, MNNModel, Model, all_cores, load
 from .. import compat, workload
 from ..intervals import Interval, ratio
-from ..pair import Options, acceptance, open_cache, target_run
+from ..pair import Options, acceptance, fit_width, open_cache, target_run
 from ..pair.targetcache import TargetCache, trim
 from ..verify import MIN_DECISIVE, Thresholds, _plain, compare_positions, margins
 
@@ -62,6 +62,8 @@ def measure(
     cache = open_cache(target, Options(new_tokens=NEW_TOKENS), threads or all_cores()) if target else None
     tallies = {name: Tally() for name in bundles}
     source_facts = compat.facts(source)
+    # Read once: a checkpoint's facts parse its tokenizer.json (a third of a second for Qwen's)
+    target_facts = compat.facts(target) if target is not None else None
     source_stop = tuple(sorted(source_facts.stop))
     source_template = workload.chat_template(source)
     margin = Thresholds().decisive_margin
@@ -79,8 +81,8 @@ def measure(
             tally.kl += kl
             tally.top1 += top1
             tally.decisive += [t for t, d in zip(top1, decisive) if d]
-        if big is not None and target is not None:
-            _accept(big, target, item, drafts, tallies, cache)
+        if big is not None and target_facts is not None:
+            _accept(big, target_facts, item, drafts, tallies, cache)
     if cache is not None:
         trim()
     return {name: _quality(tally) for name, tally in tallies.items()}
@@ -88,7 +90,7 @@ def measure(
 
 def _accept(
     big: Model,
-    target: Path,
+    facts: compat.Facts,
     item: workload.Prompt,
     drafts: dict[str, MNNModel],
     tallies: dict[str, Tally],
@@ -96,13 +98,13 @@ def _accept(
 ) -> None:
     """The target's greedy continuation and its argmaxes once (or from pair's target cache: the same settings
     as pair's defaults, so either reuses the other's); each draft's argmaxes on the same sequence."""
-    facts = compat.facts(target)
     ids = big.encode(workload.render(facts.chat_template, item, facts.variables))
     run, _ = target_run(big, ids, NEW_TOKENS, tuple(sorted(facts.stop)), cache)
     sequence, start = ids + list(run.continuation), len(ids) - 1
     rows = slice(start, start + len(run.continuation))
     for name, model in drafts.items():
-        runs = acceptance.match_runs([int(row.argmax()) for row in model.logits_all(sequence)[rows]], list(run.argmax))
+        proposed = fit_width(model.logits_all(sequence)[rows], big.vocab)  # never a row the target lacks
+        runs = acceptance.match_runs([int(row.argmax()) for row in proposed], list(run.argmax))
         tallies[name].runs.append(runs)
         tallies[name].accepted.append(sum(1 for r in runs if r > 0))
         tallies[name].positions.append(len(runs))
