@@ -201,6 +201,7 @@ def build_eagle_head(
     intermediate: int = 512,
     rope_theta: float = 1_000_000.0,
     scale: float = 1.0,
+    rope_scaling: dict | None = None,  # type: ignore[type-arg]
 ) -> Path:
     """A random EAGLE-3 head for the checkpoint `target` (its width, heads and head_dim): a draft vocabulary of
     `draft_vocab` random target ids (sorted), d2t mapping them; weights `scale` times torch's default init."""
@@ -222,6 +223,7 @@ def build_eagle_head(
         num_key_value_heads=cfg["num_key_value_heads"],
         head_dim=cfg["head_dim"],
         rope_theta=rope_theta,
+        rope_scaling=rope_scaling,
     )
     head = EagleHead(config)
     with torch.no_grad():

@@ -116,6 +116,33 @@ def test_family_bundles_stream_byte_for_byte_to_the_reference(
 # ---------------------------------------------------------------------------------------------- llama3 rope
 
 
+LLAMA31_SCALING = {
+    "rope_type": "llama3",
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 8192,
+}
+
+
+def test_an_eagle_head_with_the_llama3_rope_converts_and_its_graph_carries_those_frequencies(tmp_path: Path) -> None:
+    """A Llama 3.1 target's EAGLE-3 head carries its target's llama3 scaling: llmexport cannot read such a config
+    under transformers 5 and would trace the head with plain rope at theta 10000. The head with the scaling and
+    the same head without it must give different graphs (the rope constants), each passing the faithful check."""
+    from tests.models import build_eagle_head
+
+    target = build_llama32(tmp_path / "target", tie=False, layers=8, seed=11)
+    graphs = {}
+    for name, scaling in (("llama3", LLAMA31_SCALING), ("plain", None)):
+        head = build_eagle_head(target, tmp_path / f"head-{name}", rope_theta=500000.0, rope_scaling=scaling, scale=3.0)
+        out = _convert(target, tmp_path / f"bundle-{name}", eagle=head)
+        graphs[name] = (out / "eagle.mnn").read_bytes()
+        provenance = json.loads(out.with_name(out.name + ".provenance.json").read_text(encoding="utf-8"))
+        assert provenance["eagle_head"].get("rope_scaling") == scaling
+        assert provenance["eagle_head"]["check"]["state_error_at_theta_10000"] > 0.1  # not llmexport's rope
+    assert graphs["llama3"] != graphs["plain"]
+
+
 def _position_sensitive_llama(out: Path) -> Path:
     """A Llama-3.2-shaped model whose attention depends on position: q and k scaled up so each query attends
     sharply (random weights at default init attend almost uniformly, which hides any rope error)."""

@@ -435,6 +435,7 @@ def _export(
         _whole_model_job(info, adapter, recipe, workdir, corpus, goal),
         eagle=head.path if head else None,
         eagle_rope_theta=head.rope_theta if head else None,
+        eagle_rope_scaling=head.rope_scaling if head else None,
     )
     return runner(job, progress), "reference"
 

@@ -79,6 +79,7 @@ def build(
             "weights": head.weights.name,
             "dtype": head.dtype,
             "rope_theta": head.rope_theta,
+            **({"rope_scaling": head.rope_scaling} if head.rope_scaling else {}),
             "draft_vocab_size": head.draft_vocab_size,
             "aux_layers": list(head.aux_layers),
             "files_xxh3_128": {p.name: xxh3_128_file(p) for p in (head.path / "config.json", head.weights)},

@@ -50,6 +50,7 @@ class HeadConfig:
     num_key_value_heads: int
     head_dim: int
     rope_theta: float
+    rope_scaling: dict[str, Any] | None = None  # a llama3 scaling (Llama 3.1 heads), None for plain rope
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> HeadConfig:
@@ -68,6 +69,7 @@ class HeadConfig:
                 num_key_value_heads=int(raw.get("num_key_value_heads") or heads),
                 head_dim=int(raw.get("head_dim") or hidden // heads),
                 rope_theta=float(raw.get("rope_theta", 10000.0)),
+                rope_scaling=scaling(raw),
             )
         except KeyError as missing:
             raise InvalidCheckpointConfig(f"the EAGLE head's config.json has no {missing.args[0]}", HEAD_HINT) from None
@@ -99,6 +101,8 @@ class HeadConfig:
             "num_key_value_heads": self.num_key_value_heads,
             "head_dim": self.head_dim,
             "rope_theta": self.rope_theta,
+            # A scaled rope comes with the positions it scales to (transformers reads both; SpecForge writes both).
+            **({"rope_scaling": self.rope_scaling, "max_position_embeddings": 131072} if self.rope_scaling else {}),
             "num_hidden_layers": 1,
             "tie_word_embeddings": False,
             "torch_dtype": "float32",
@@ -120,11 +124,39 @@ def rotate_half(x: Tensor) -> Tensor:
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
-def rope(x: Tensor, positions: Tensor, theta: float) -> Tensor:
+def scaling(raw: dict[str, Any]) -> dict[str, Any] | None:
+    """A head config's rope scaling (`rope_scaling`, or transformers 5's `rope_parameters`) when it is not plain."""
+    for key in ("rope_scaling", "rope_parameters"):
+        value = raw.get(key)
+        if isinstance(value, dict) and value.get("rope_type", value.get("type", "default")) != "default":
+            return {k: v for k, v in value.items() if k != "rope_theta"}
+    return None
+
+
+def frequencies(head_dim: int, theta: float, rope_scaling: dict[str, Any] | None = None) -> Tensor:
+    """The rope's inverse frequencies: theta^(-2j/d), or transformers' own for a scaled rope (llama3)."""
+    if rope_scaling:
+        from transformers import LlamaConfig
+        from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+        kind = str(rope_scaling.get("rope_type", rope_scaling.get("type")))
+        config = LlamaConfig(
+            hidden_size=head_dim,
+            num_attention_heads=1,
+            head_dim=head_dim,
+            max_position_embeddings=131072,
+            rope_parameters={**rope_scaling, "rope_type": kind, "rope_theta": theta},
+        )
+        inverse, factor = ROPE_INIT_FUNCTIONS[kind](config, "cpu")
+        if factor != 1.0:
+            raise ValueError(f"rope type {kind} scales attention by {factor}, which the exported head does not")
+        return inverse.to(torch.float32)
+    return 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+
+
+def rope(x: Tensor, positions: Tensor, inverse: Tensor) -> Tensor:
     """x [batch, seq, heads, head_dim] rotated by positions [batch, seq] (llmexport's llama form: the angles
-    position * theta^(-2j/d), cos and sin each repeated over both halves, x*cos + rotate_half(x)*sin)."""
-    dim = x.shape[-1]
-    inverse = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
+    position * inverse frequency, cos and sin each repeated over both halves, x*cos + rotate_half(x)*sin)."""
     angles = positions.to(torch.float32).unsqueeze(-1) * inverse  # [batch, seq, dim/2]
     cos = torch.cat((angles.cos(), angles.cos()), dim=-1).unsqueeze(2)
     sin = torch.cat((angles.sin(), angles.sin()), dim=-1).unsqueeze(2)
@@ -220,8 +252,12 @@ class EagleHead(nn.Module):
         attention = layer.self_attn
         batch, seq, _ = embeds.shape
         x = torch.cat([layer.input_layernorm(embeds), layer.hidden_norm(hidden)], dim=-1)
-        q = rope(attention.q_proj(x).view(batch, seq, attention.heads, attention.head_dim), positions, self.theta)
-        k = rope(attention.k_proj(x).view(batch, seq, attention.kv_heads, attention.head_dim), positions, self.theta)
+        # The head's own rope at its own theta (scaled as its config says); plain rope at any other theta (the
+        # faithfulness check compares against llmexport's built-in 10000).
+        own = self.theta == self.config.rope_theta
+        inverse = frequencies(attention.head_dim, self.theta, self.config.rope_scaling if own else None)
+        q = rope(attention.q_proj(x).view(batch, seq, attention.heads, attention.head_dim), positions, inverse)
+        k = rope(attention.k_proj(x).view(batch, seq, attention.kv_heads, attention.head_dim), positions, inverse)
         v = attention.v_proj(x).view(batch, seq, attention.kv_heads, attention.head_dim)
         if past is not None:
             k, v = torch.cat([past[0], k], dim=1), torch.cat([past[1], v], dim=1)

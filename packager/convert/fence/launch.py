@@ -63,6 +63,7 @@ class WorkerJob:
     also: tuple[dict[str, Any], ...] = ()
     eagle: Path | None = None  # an EAGLE-3 head exported with the target (llmexport --eagle_path)
     eagle_rope_theta: float | None = None  # the head's own rope theta (llmexport hard-codes 10000)
+    eagle_rope_scaling: dict[str, Any] | None = None  # the head's llama3 scaling, None for plain rope
     tokenizer_type: str = "qwen3"  # the model_type llmexport's tokenizer loader is given (the family's)
     # A rope type llmexport exports wrong (it ignores llama3): the graph gets transformers' own frequencies.
     rope_fix: str | None = None
@@ -116,6 +117,7 @@ def run_worker(job: WorkerJob, progress: Progress) -> WorkerResult:
                 "also": list(job.also),
                 "eagle": str(job.eagle) if job.eagle else None,
                 "eagle_rope_theta": job.eagle_rope_theta,
+                "eagle_rope_scaling": job.eagle_rope_scaling,
                 "tokenizer_type": job.tokenizer_type,
                 "rope_fix": job.rope_fix,
                 "text_tokenizer": job.text_tokenizer,

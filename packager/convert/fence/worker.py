@@ -123,7 +123,7 @@ def _export(
         ]
     )
     if job.get("eagle"):
-        _head_rope(float(job["eagle_rope_theta"]))
+        _head_rope(float(job["eagle_rope_theta"]), job.get("eagle_rope_scaling"))
     rope_fixed: list[Any] = []
     if job.get("rope_fix"):
         rope_fixed = _transformers_rope(source, str(job["rope_fix"]))
@@ -161,7 +161,7 @@ def _export(
     return dst
 
 
-def _head_rope(theta: float) -> None:
+def _head_rope(theta: float, scaling: dict[str, Any] | None = None) -> None:
     """llmexport builds every EAGLE head's rope with theta 10000 (utils/eagle.py); Qwen3 heads are trained at
     1e6. The head's own theta goes into the rope its graph is traced with. (The converter then checks the
     exported head against the checkpoint's, so a change here that stopped working could not pass unseen.)"""
@@ -169,13 +169,36 @@ def _head_rope(theta: float) -> None:
     from utils.transformers import Rotary
 
     original = utils.eagle.Eagle.__init__
+    if scaling:
+        _head_config_without_scaling(utils.eagle)
 
     def init(self: Any, eagle_path: str, base: Any) -> None:
         original(self, eagle_path, base)
         self.rope_theta = theta
         self.config.rotary = Rotary(self)
+        if scaling:  # a Llama 3.1 head's llama3 frequencies, as transformers computes them
+            from ..eagle.reference import frequencies
+
+            self.config.rotary.theta = frequencies(self.config.rotary.rotary_dim, theta, scaling)
 
     utils.eagle.Eagle.__init__ = init
+
+
+def _head_config_without_scaling(module: Any) -> None:
+    """llmexport reads the head's config.json with transformers' base PretrainedConfig, which under transformers 5
+    cannot take a rope scaling (it standardizes the rope before max_position_embeddings is set). llmexport never
+    uses the scaling (the frequencies come from _head_rope), so the head's config is read without it."""
+    base = module.PretrainedConfig
+
+    class WithoutScaling(base):  # type: ignore[misc,valid-type]
+        @classmethod
+        def from_json_file(cls, path: Any) -> Any:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+            for key in ("rope_scaling", "rope_parameters"):
+                data.pop(key, None)
+            return base(**data)
+
+    module.PretrainedConfig = WithoutScaling
 
 
 def _transformers_rope(source: Path, kind: str) -> list[Any]:

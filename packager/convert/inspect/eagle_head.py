@@ -52,6 +52,22 @@ class HeadInfo:
     rope_theta: float
     dtype: str  # the stored float dtype of its weights ("" until the tensors are checked)
     aux_layers: tuple[int, ...]  # the target layers whose inputs feed fc, in order
+    rope_scaling: dict[str, Any] | None = None  # a llama3 scaling (Llama 3.1 heads); None: plain rope
+
+
+# Scaled ropes an exported head can carry: transformers' frequencies reach its graph (convert.fence.worker).
+HEAD_ROPE_TYPES = ("llama3",)
+
+
+def rope_scaling_of(config: dict[str, Any]) -> dict[str, Any] | None:
+    """The head config's rope scaling (`rope_scaling`, or transformers 5's `rope_parameters`) when not plain."""
+    for key in ("rope_scaling", "rope_parameters"):
+        value = config.get(key)
+        if isinstance(value, dict) and value.get("rope_type", value.get("type", "default")) != "default":
+            return {k: v for k, v in value.items() if k != "rope_theta"}
+        if value not in (None, {}) and not isinstance(value, dict):
+            return {"rope_type": repr(value)}
+    return None
 
 
 def aux_layers(num_layers: int) -> tuple[int, ...]:
@@ -167,11 +183,11 @@ def _describe(folder: Path, config: dict[str, Any], weights: Path, pickle: bool,
         raise EagleHeadLayout(
             f"{where}: hidden_act {shorten(repr(act))} is not one packager can check ({', '.join(ACTIVATIONS)})"
         )
-    scaling = config.get("rope_scaling")
-    if scaling not in (None, {}) and not (isinstance(scaling, dict) and scaling.get("rope_type") == "default"):
+    scaled = rope_scaling_of(config)
+    if scaled is not None and scaled.get("rope_type", scaled.get("type")) not in HEAD_ROPE_TYPES:
         raise EagleHeadLayout(
-            f"{where}: rope_scaling {shorten(repr(scaling))} is not supported (the exported head "
-            "applies plain rope only)"
+            f"{where}: rope_scaling {shorten(repr(scaled))} is not supported (the exported head applies plain "
+            f"rope or {', '.join(HEAD_ROPE_TYPES)})"
         )
     theta = positive("rope_theta", 10000.0, float)
     return HeadInfo(
@@ -189,6 +205,7 @@ def _describe(folder: Path, config: dict[str, Any], weights: Path, pickle: bool,
         rms_norm_eps=float(positive("rms_norm_eps", 1e-6, float)),
         hidden_act=str(act),
         rope_theta=float(theta),
+        rope_scaling=scaled,
         dtype="",
         aux_layers=aux_layers(shape.num_layers),
     )

@@ -284,6 +284,7 @@ def _build(
             fuse_c4=fuse_c4,
             eagle=head.path if head else None,
             eagle_rope_theta=head.rope_theta if head else None,
+            eagle_rope_scaling=head.rope_scaling if head else None,
             **family_fields(info),
         ),
         progress,
