@@ -31,6 +31,7 @@ REFUSED = {
 __all__ = [
     "BY_NAME",
     "FAMILIES",
+    "REFUSED",
     "Family",
     "Layout",
     "License",
@@ -38,6 +39,7 @@ __all__ = [
     "of_bundle",
     "of_checkpoint",
     "rope_type",
+    "shown",
     "supported",
 ]
 

@@ -17,7 +17,7 @@ from ...errors import (
     UntiedEmbeddings,
     shorten,
 )
-from ...families import Family, UnknownFamily, of_checkpoint, rope_type
+from ...families import REFUSED, Family, UnknownFamily, of_checkpoint, rope_type, shown
 from ...infra import heap
 from ...infra.jsonfile import read_json
 from . import safetensors_header
@@ -69,6 +69,8 @@ def inspect_checkpoint(path: Path, allow_untied: bool = False) -> CheckpointInfo
     model_type = str(config.get("model_type", ""))
     if not model_type:
         raise UnsupportedModel(f"{folder}/config.json names no model_type")
+    if model_type in REFUSED:  # said first: nothing else of such a checkpoint matters
+        raise UnsupportedModel(f"{folder}/config.json has model_type {shown(model_type)}: {REFUSED[model_type]}")
     shape = _shape(folder, config)
     tied = config.get("tie_word_embeddings") is True
     if not tied and not allow_untied:
