@@ -33,6 +33,7 @@ from torch import Tensor, nn
 
 from ...errors import CheckpointNotFound, InvalidCheckpointConfig
 from ...runtime.eagle_head import HEAD_HINT
+from ..rope import frequencies
 
 KV = tuple[Tensor, Tensor]  # (keys, values), each [batch, length, kv_heads, head_dim], rope applied to keys
 
@@ -131,27 +132,6 @@ def scaling(raw: dict[str, Any]) -> dict[str, Any] | None:
         if isinstance(value, dict) and value.get("rope_type", value.get("type", "default")) != "default":
             return {k: v for k, v in value.items() if k != "rope_theta"}
     return None
-
-
-def frequencies(head_dim: int, theta: float, rope_scaling: dict[str, Any] | None = None) -> Tensor:
-    """The rope's inverse frequencies: theta^(-2j/d), or transformers' own for a scaled rope (llama3)."""
-    if rope_scaling:
-        from transformers import LlamaConfig
-        from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
-
-        kind = str(rope_scaling.get("rope_type", rope_scaling.get("type")))
-        config = LlamaConfig(
-            hidden_size=head_dim,
-            num_attention_heads=1,
-            head_dim=head_dim,
-            max_position_embeddings=131072,
-            rope_parameters={**rope_scaling, "rope_type": kind, "rope_theta": theta},
-        )
-        inverse, factor = ROPE_INIT_FUNCTIONS[kind](config, "cpu")
-        if factor != 1.0:
-            raise ValueError(f"rope type {kind} scales attention by {factor}, which the exported head does not")
-        return inverse.to(torch.float32)
-    return 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
 
 
 def rope(x: Tensor, positions: Tensor, inverse: Tensor) -> Tensor:

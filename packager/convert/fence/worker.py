@@ -177,7 +177,7 @@ def _head_rope(theta: float, scaling: dict[str, Any] | None = None) -> None:
         self.rope_theta = theta
         self.config.rotary = Rotary(self)
         if scaling:  # a Llama 3.1 head's llama3 frequencies, as transformers computes them
-            from ..eagle.reference import frequencies
+            from ..rope import frequencies
 
             self.config.rotary.theta = frequencies(self.config.rotary.rotary_dim, theta, scaling)
 
