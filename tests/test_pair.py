@@ -295,7 +295,7 @@ def test_other_vocabulary_is_refused_before_any_measurement(tiny_checkpoint: Pat
     (target / "model.safetensors").unlink()  # nothing to load: the refusal must come from the files alone
     result = run_cli("pair", str(tiny_checkpoint), str(target), "--quiet")
     assert result.returncode == 51 and result.stderr.count("\n") == 1
-    assert "the draft is Qwen3, the target model_type qwen3_5" in result.stderr
+    assert "the draft is Qwen3, the target model_type 'qwen3_5'" in result.stderr
 
 
 def test_a_vocabulary_more_than_128_rows_wider_is_refused_before_any_measurement(

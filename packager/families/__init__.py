@@ -83,10 +83,8 @@ def of_bundle(llm_config: Mapping[str, Any], where: str = "llm_config.json") -> 
         raise UnknownFamily(f"{where} has model_type {shown(model_type)}: {REFUSED[model_type]}")
     if not any(model_type in f.model_types for f in FAMILIES):
         raise UnknownFamily(f"{where} has model_type {shown(model_type)}")
-    found = " and ".join(sorted(tokens)) or "none"
-    raise UnknownFamily(
-        f"{where} has model_type {shown(model_type)} with bos/eos tokens {found:.80}: no family matches"
-    )
+    named = shown(" and ".join(sorted(tokens)), 80) if tokens else "none"
+    raise UnknownFamily(f"{where} has model_type {shown(model_type)} with bos/eos tokens {named}: no family matches")
 
 
 def supported() -> str:

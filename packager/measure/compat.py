@@ -14,7 +14,7 @@ from ..bundle import graph
 from ..bundle.tokenizer_txt import read_header
 from ..convert.inspect.checkpoint import checkpoint_family
 from ..errors import PairIncompatible, from_os_error, shorten
-from ..families import UnknownFamily, of_bundle
+from ..families import UnknownFamily, of_bundle, shown
 from ..infra.jsonfile import read_json
 from ..runtime.models import Model, is_bundle
 
@@ -81,7 +81,7 @@ def _checkpoint_facts(path: Path) -> Facts:
         family, variables = found.title, dict(found.template_variables)
         stops = set(found.stop_ids(ids_of))
     except UnknownFamily:
-        family, variables, stops = f"model_type {config.get('model_type', '?')}", {}, set()
+        family, variables, stops = f"model_type {shown(config.get('model_type', '?'))}", {}, set()
     for source in (
         config.get("eos_token_id"),
         _json(path / "generation_config.json").get("eos_token_id")
@@ -114,7 +114,7 @@ def _bundle_facts(path: Path) -> Facts:
         family, variables = found.title, dict(found.template_variables)
         stops = set(header.stop) | set(found.known_stop_ids)
     except UnknownFamily:
-        family, variables, stops = f"model_type {llm_config.get('model_type', '?')}", {}, set(header.stop)
+        family, variables, stops = f"model_type {shown(llm_config.get('model_type', '?'))}", {}, set(header.stop)
     return Facts(
         path=path,
         bundle=True,
