@@ -269,7 +269,9 @@ def main() -> None:
     ckpt, block = family_checkpoint(family, work)
     cache = work / "graph-cache"
     env = {**os.environ, "PACKAGER_CACHE_DIR": str(cache)}
-    packager = [sys.executable, "-m", "packager.cli", "convert", str(ckpt), "--quiet", "--force", "--out"]
+    # The same recipe on both sides (a family's own default may differ: SmolLM2 converts at 8 bits unless told).
+    recipe = [] if family == "qwen3" else ["--quant-bits", "4", "--quant-block", str(block)]
+    packager = [sys.executable, "-m", "packager.cli", "convert", str(ckpt), "--quiet", "--force", *recipe, "--out"]
     commands = {
         "llmexport": lambda out: [
             sys.executable,

@@ -167,6 +167,7 @@ def _quant(request: ConvertRequest, info: CheckpointInfo) -> QuantRecipe:
         if value is not None:
             values[key] = value
     inputs = quantized_inputs(info)
+    values.setdefault("quant_bits", info.family.default_bits)
     values.setdefault("quant_block", recipes.default_block(inputs))
     found = recipes.build(values)
     recipes.check(found, inputs=inputs)

@@ -82,6 +82,8 @@ class Family:
     sampling: str = ""  # advice for the card
     # runtime_config.json's compatible_targets for its drafts (keys are short target names).
     compatible_targets: Mapping[str, Any] = field(default_factory=dict)
+    # The weight bits a conversion takes when none are asked for (4; 8 where 4 bits lose too much: SmolLM2-135M).
+    default_bits: int = 4
     # Runtime keys its bundles need other than packager's presets (the release spec's [runtime.*] still win).
     runtime: Mapping[str, Any] = field(default_factory=dict)
     # The tokenizer.txt formats MNN reads right for it: its text format (type 3) hard-codes Qwen2's pre-tokenizer
