@@ -287,3 +287,17 @@ def test_packagers_smollm2_bundle_is_at_least_as_faithful_as_llmexports_own(
     (our_top1, our_kl), (their_top1, their_kl) = fidelity(smol8), fidelity(theirs)
     assert our_top1 >= their_top1 and our_kl <= their_kl * 1.05, ((our_top1, our_kl), (their_top1, their_kl))
     assert our_top1 >= 0.9, our_top1
+
+
+def test_the_real_smollm2_bundle_pairs_with_its_source_and_not_with_a_qwen3_target(
+    smollm2: Path, smol8: Path, tiny_checkpoint: Path
+) -> None:
+    """A faithful 8-bit draft of the real model agrees with it nearly everywhere; a target of another family is
+    refused before anything loads."""
+    from packager.measure.pair import Options, pair
+
+    prompts = ("What is the capital of France?", "Name three primary colors.")
+    report = pair(smol8, smollm2, prompts, Options(new_tokens=16, repeats=1, target_cache=False))
+    assert report.alpha.value > 0.8, report.alpha
+    refused = run_cli("pair", str(smol8), str(tiny_checkpoint))
+    assert refused.returncode == 51 and "the draft is SmolLM2, the target Qwen3" in refused.stderr, refused.stderr

@@ -72,7 +72,14 @@ def facts(path: Path) -> Facts:
 def _checkpoint_facts(path: Path) -> Facts:
     config = _json(path / "config.json")
     tok_config = _json(path / "tokenizer_config.json") if (path / "tokenizer_config.json").is_file() else {}
-    added = tok_config.get("added_tokens_decoder", {})
+    added = tok_config.get("added_tokens_decoder")
+    if not isinstance(added, dict):  # transformers 5 saves the added tokens in tokenizer.json only
+        listed = _json(path / "tokenizer.json").get("added_tokens") if (path / "tokenizer.json").is_file() else None
+        added = {
+            str(t["id"]): {"special": bool(t.get("special"))}
+            for t in listed or []
+            if isinstance(t, dict) and isinstance(t.get("id"), int)
+        }
     template = tok_config.get("chat_template") or (
         (path / "chat_template.jinja").read_text(encoding="utf-8") if (path / "chat_template.jinja").is_file() else ""
     )
