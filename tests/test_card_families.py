@@ -31,6 +31,7 @@ def _spec(
     license: str | None = None,
     base: str = "meta-llama/Llama-3.2-1B-Instruct",
     source: Path | None = None,
+    extra: tuple[str, ...] = (),  # lines after the [convert] table (its keys, then other tables)
 ) -> Path:
     lines = [
         "[release]",
@@ -47,6 +48,7 @@ def _spec(
         'runs_on = "Android phones (CPU)"',
         'limitations = ["A test model."]',
         *(["", "[convert]", f'source = "{source}"'] if source else []),
+        *extra,
     ]
     path = folder / "release.toml"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")

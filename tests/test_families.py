@@ -13,19 +13,9 @@ import pytest
 from packager.convert.inspect.checkpoint import inspect_checkpoint
 from packager.convert.pipeline import ConvertRequest, convert
 from tests.conftest import run_cli
-from tests.families import build_llama32, build_qwen25, smollm2_checkpoint
+from tests.families import build_llama32, smollm2_checkpoint
 from tests.models import copy_checkpoint, llmexport_raw
 from tests.test_streaming import assert_same_bundle
-
-
-@pytest.fixture(scope="module")
-def llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_llama32(tmp_path_factory.mktemp("llama") / "llama32")
-
-
-@pytest.fixture(scope="module")
-def qwen25(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_qwen25(tmp_path_factory.mktemp("qwen25") / "qwen25")
 
 
 @pytest.fixture(scope="module")
@@ -34,21 +24,21 @@ def smollm2() -> Path:
 
 
 def test_each_family_is_found_from_its_config_and_tokenizer_and_its_stops_resolved_by_name(
-    llama: Path, qwen25: Path, smollm2: Path
+    llama_checkpoint: Path, qwen25_checkpoint: Path, smollm2: Path
 ) -> None:
-    found = {path.name: inspect_checkpoint(path) for path in (llama, qwen25)}
-    assert found["llama32"].family.name == "llama3"
-    assert found["llama32"].stop_ids == (128009, 128001, 128008)  # <|eot_id|>, <|end_of_text|>, <|eom_id|>
-    assert found["qwen25"].family.name == "qwen2" and found["qwen25"].stop_ids == (151645, 151643)
+    llama, qwen25 = inspect_checkpoint(llama_checkpoint), inspect_checkpoint(qwen25_checkpoint)
+    assert llama.family.name == "llama3"
+    assert llama.stop_ids == (128009, 128001, 128008)  # <|eot_id|>, <|end_of_text|>, <|eom_id|>
+    assert qwen25.family.name == "qwen2" and qwen25.stop_ids == (151645, 151643)
     real = inspect_checkpoint(smollm2)
     assert real.family.name == "smollm2" and real.stop_ids == (2, 0)  # <|im_end|>, <|endoftext|>
     assert real.shape.hidden_size == 576 and real.shape.vocab_size == 49152
 
 
 def test_a_llama_architecture_checkpoint_with_an_unknown_tokenizer_is_refused_in_one_line(
-    llama: Path, tmp_path: Path
+    llama_checkpoint: Path, tmp_path: Path
 ) -> None:
-    folder = copy_checkpoint(llama, tmp_path / "renamed")
+    folder = copy_checkpoint(llama_checkpoint, tmp_path / "renamed")
     data = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))
     for token in data["added_tokens"]:
         if token["content"] == "<|eot_id|>":
@@ -62,9 +52,9 @@ def test_a_llama_architecture_checkpoint_with_an_unknown_tokenizer_is_refused_in
 
 @pytest.mark.parametrize("rope", [{"rope_type": "yarn", "factor": 4.0, "rope_theta": 5e5}])
 def test_a_rope_type_packager_does_not_convert_is_refused_in_one_line(
-    llama: Path, tmp_path: Path, rope: dict[str, object]
+    llama_checkpoint: Path, tmp_path: Path, rope: dict[str, object]
 ) -> None:
-    folder = copy_checkpoint(llama, tmp_path / "yarn")
+    folder = copy_checkpoint(llama_checkpoint, tmp_path / "yarn")
     config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     config["rope_parameters"] = {**rope, "original_max_position_embeddings": 8192}
     (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
@@ -74,11 +64,11 @@ def test_a_rope_type_packager_does_not_convert_is_refused_in_one_line(
 
 
 def test_an_engine_older_than_the_pipeline_tokenizer_is_refused_for_llama_before_any_work(
-    llama: Path, tmp_path: Path
+    llama_checkpoint: Path, tmp_path: Path
 ) -> None:
     """MNN's text tokenizer hard-codes Qwen2's pre-tokenizer (single digits); Llama 3 splits digits in threes, so
     only the pipeline format (MNN 3.5.0 and later) is right for it."""
-    result = run_cli("convert", str(llama), "--out", str(tmp_path / "bundle"), "--engine", "3.4.1")
+    result = run_cli("convert", str(llama_checkpoint), "--out", str(tmp_path / "bundle"), "--engine", "3.4.1")
     assert result.returncode == 19 and "PIPELINE format" in result.stderr, result.stderr
     assert "converting" not in result.stderr and not (tmp_path / "bundle").exists()
 
@@ -96,9 +86,9 @@ def _convert(checkpoint: Path, out: Path, **options: object) -> Path:
     ],
 )
 def test_family_bundles_stream_byte_for_byte_to_the_reference(
-    case: str, options: dict[str, object], llama: Path, qwen25: Path, tmp_path: Path
+    case: str, options: dict[str, object], llama_checkpoint: Path, qwen25_checkpoint: Path, tmp_path: Path
 ) -> None:
-    source = {"llama32": llama, "qwen25": qwen25}.get(case)
+    source = {"llama32": llama_checkpoint, "qwen25": qwen25_checkpoint}.get(case)
     if source is None:
         source = build_llama32(tmp_path / "untied", tie=False, dtype="float16", seed=7)
     streamed = convert(ConvertRequest(checkpoint=source, out=tmp_path / "streamed", **options))  # type: ignore[arg-type]

@@ -10,6 +10,7 @@ import pytest
 
 from tests.families import build_llama32, build_qwen25, smollm2_checkpoint
 from tests.localhub import LocalHub, hub
+from tests.test_card_families import _spec as card_spec
 
 CASES = {
     "llama32": ("meta-llama/Llama-3.2-1B-Instruct", "llama3.2", "Llama 3.x", "Built with Llama"),
@@ -27,33 +28,11 @@ def _source(case: str, root: Path) -> Path:
 
 
 def _spec(folder: Path, source: Path, base: str) -> Path:
+    """The card tests' spec, converting `source` at 8 bits and verifying on three prompts of its own."""
     (folder / "prompts.txt").write_text("The capital of France is\ndef fibonacci(n):\nQ: Why is the sky blue?\n")
-    text = "\n".join(
-        [
-            "[release]",
-            'repo_id = "me/family-draft-mnn"',
-            'title = "A family draft"',
-            'version = "v1"',
-            'summary = "A draft of another family."',
-            "",
-            "[model]",
-            f'base_model = "{base}"',
-            "",
-            "[card]",
-            'runs_on = "Android phones (CPU)"',
-            'limitations = ["A test model."]',
-            "",
-            "[convert]",
-            f'source = "{source}"',
-            "quant_bits = 8",
-            "",
-            "[verify]",
-            'prompts = "prompts.txt"',
-        ]
+    return card_spec(
+        folder, base=base, source=source, extra=("quant_bits = 8", "", "[verify]", 'prompts = "prompts.txt"')
     )
-    path = folder / "release.toml"
-    path.write_text(text + "\n", encoding="utf-8")
-    return path
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -79,6 +58,6 @@ def test_a_family_draft_is_converted_verified_and_released_with_a_card_naming_it
     card = (out / "README.md").read_text(encoding="utf-8")
     assert f"license: {license_id}" in card and base in card and title in card
     assert (attribution in card) if attribution else "Built with Llama" not in card
-    assert hub.cli("verify-remote", "me/family-draft-mnn@v1").returncode == 0
+    assert hub.cli("verify-remote", "me/tiny-draft-mnn@v1").returncode == 0
     llm_config = json.loads((out / "llm_config.json").read_text(encoding="utf-8"))
     assert llm_config["model_type"] == ("qwen2" if case == "qwen25" else "llama")

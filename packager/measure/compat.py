@@ -12,9 +12,9 @@ from .. import resources
 from ..bundle import folder as mnnfolder
 from ..bundle import graph
 from ..bundle.tokenizer_txt import read_header
-from ..convert.inspect.checkpoint import checkpoint_family
-from ..errors import PairIncompatible, from_os_error, shorten
-from ..families import UnknownFamily, of_bundle, shown
+from ..convert.inspect.checkpoint import token_ids
+from ..errors import MissingTokenizer, PairIncompatible, from_os_error, shorten
+from ..families import UnknownFamily, of_bundle, of_checkpoint, shown
 from ..infra.jsonfile import read_json
 from ..runtime.models import Model, is_bundle
 
@@ -72,19 +72,15 @@ def facts(path: Path) -> Facts:
 def _checkpoint_facts(path: Path) -> Facts:
     config = _json(path / "config.json")
     tok_config = _json(path / "tokenizer_config.json") if (path / "tokenizer_config.json").is_file() else {}
+    ids_of, listed = token_ids(read_json(path / "tokenizer.json", MissingTokenizer), path)
     added = tok_config.get("added_tokens_decoder")
     if not isinstance(added, dict):  # transformers 5 saves the added tokens in tokenizer.json only
-        listed = _json(path / "tokenizer.json").get("added_tokens") if (path / "tokenizer.json").is_file() else None
-        added = {
-            str(t["id"]): {"special": bool(t.get("special"))}
-            for t in listed or []
-            if isinstance(t, dict) and isinstance(t.get("id"), int)
-        }
+        added = {str(t["id"]): {"special": bool(t.get("special"))} for t in listed}
     template = tok_config.get("chat_template") or (
         (path / "chat_template.jinja").read_text(encoding="utf-8") if (path / "chat_template.jinja").is_file() else ""
     )
     try:
-        found, ids_of = checkpoint_family(path)
+        found = of_checkpoint(config, ids_of, f"{path}/config.json")
         family, variables = found.title, dict(found.template_variables)
         stops = set(found.stop_ids(ids_of))
     except UnknownFamily:

@@ -33,7 +33,7 @@ from torch import Tensor, nn
 
 from ...errors import CheckpointNotFound, InvalidCheckpointConfig
 from ...runtime.eagle_head import HEAD_HINT
-from ..rope import frequencies
+from ..rope import frequencies, scaling_of
 
 KV = tuple[Tensor, Tensor]  # (keys, values), each [batch, length, kv_heads, head_dim], rope applied to keys
 
@@ -70,7 +70,7 @@ class HeadConfig:
                 num_key_value_heads=int(raw.get("num_key_value_heads") or heads),
                 head_dim=int(raw.get("head_dim") or hidden // heads),
                 rope_theta=float(raw.get("rope_theta", 10000.0)),
-                rope_scaling=scaling(raw),
+                rope_scaling=scaling_of(raw),
             )
         except KeyError as missing:
             raise InvalidCheckpointConfig(f"the EAGLE head's config.json has no {missing.args[0]}", HEAD_HINT) from None
@@ -123,15 +123,6 @@ class RMSNorm(nn.Module):
 def rotate_half(x: Tensor) -> Tensor:
     half = x.shape[-1] // 2
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-
-
-def scaling(raw: dict[str, Any]) -> dict[str, Any] | None:
-    """A head config's rope scaling (`rope_scaling`, or transformers 5's `rope_parameters`) when it is not plain."""
-    for key in ("rope_scaling", "rope_parameters"):
-        value = raw.get(key)
-        if isinstance(value, dict) and value.get("rope_type", value.get("type", "default")) != "default":
-            return {k: v for k, v in value.items() if k != "rope_theta"}
-    return None
 
 
 def rope(x: Tensor, positions: Tensor, inverse: Tensor) -> Tensor:

@@ -101,15 +101,17 @@ def inspect_checkpoint(path: Path, allow_untied: bool = False) -> CheckpointInfo
     )
 
 
-def checkpoint_family(folder: Path) -> tuple[Family, dict[str, int]]:
-    """A checkpoint's family and its vocabulary (token text -> id), from config.json and tokenizer.json alone;
-    UnknownFamily when it is none packager converts (InvalidCheckpointConfig or MissingTokenizer when unreadable)."""
-    config = _config(folder)
-    data = read_json(folder / "tokenizer.json", MissingTokenizer)
+def token_ids(data: Any, folder: Path) -> tuple[dict[str, int], list[dict[str, Any]]]:
+    """A parsed tokenizer.json's vocabulary (token text -> id, added tokens last, as the tokenizer finds them) and
+    its added tokens; what a family is found from (families.of_checkpoint)."""
     vocab, _, added = bpe_tables(data, folder, first_merge=True)
+    return _ids_of(vocab, added), added
+
+
+def _ids_of(vocab: dict[str, int], added: list[dict[str, Any]]) -> dict[str, int]:
     ids_of = dict(vocab)
     ids_of.update((str(token.get("content")), int(token["id"])) for token in added)
-    return of_checkpoint(config, ids_of, f"{folder}/config.json"), ids_of
+    return ids_of
 
 
 # Rope types llmexport 0.0.5 exports with the default frequencies although transformers computes others.
@@ -274,9 +276,7 @@ def _check_tokenizer(folder: Path, shape: ModelShape) -> tuple[int, dict[str, in
             f"the tokenizer has ids up to {top - 1} but the model's vocab_size is {shape.vocab_size}",
             "use the tokenizer the model was trained with",
         )
-    ids_of = dict(vocab)
-    ids_of.update((str(token.get("content")), int(token["id"])) for token in added)
-    return top, ids_of
+    return top, _ids_of(vocab, added)
 
 
 def bpe_tables(

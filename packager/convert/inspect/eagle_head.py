@@ -22,6 +22,7 @@ from ...errors import (
     shorten,
 )
 from ...infra.jsonfile import read_json
+from ..rope import scaling_of
 from .checkpoint import CheckpointInfo
 from .safetensors_header import TensorRef, tensor_refs
 
@@ -57,17 +58,6 @@ class HeadInfo:
 
 # Scaled ropes an exported head can carry: transformers' frequencies reach its graph (convert.fence.worker).
 HEAD_ROPE_TYPES = ("llama3",)
-
-
-def rope_scaling_of(config: dict[str, Any]) -> dict[str, Any] | None:
-    """The head config's rope scaling (`rope_scaling`, or transformers 5's `rope_parameters`) when not plain."""
-    for key in ("rope_scaling", "rope_parameters"):
-        value = config.get(key)
-        if isinstance(value, dict) and value.get("rope_type", value.get("type", "default")) != "default":
-            return {k: v for k, v in value.items() if k != "rope_theta"}
-        if value not in (None, {}) and not isinstance(value, dict):
-            return {"rope_type": repr(value)}
-    return None
 
 
 def aux_layers(num_layers: int) -> tuple[int, ...]:
@@ -183,7 +173,7 @@ def _describe(folder: Path, config: dict[str, Any], weights: Path, pickle: bool,
         raise EagleHeadLayout(
             f"{where}: hidden_act {shorten(repr(act))} is not one packager can check ({', '.join(ACTIVATIONS)})"
         )
-    scaled = rope_scaling_of(config)
+    scaled = scaling_of(config)
     if scaled is not None and scaled.get("rope_type", scaled.get("type")) not in HEAD_ROPE_TYPES:
         raise EagleHeadLayout(
             f"{where}: rope_scaling {shorten(repr(scaled))} is not supported (the exported head applies plain "
