@@ -26,16 +26,22 @@ class PackagerError(Exception):
 
 # 2 is click's usage error; 130 is Ctrl-C.
 class CheckpointNotFound(PackagerError):
+    """The checkpoint folder is missing, not a folder or unreadable."""
+
     exit_code = 10
     hint = "pass the folder that holds config.json and the *.safetensors files"
 
 
 class InvalidCheckpointConfig(PackagerError):
+    """`config.json` is missing, not JSON, or a required field is wrong."""
+
     exit_code = 11
     hint = "fix or re-save config.json with transformers"
 
 
 class UnsupportedModel(PackagerError):
+    """Not a model family packager converts (`model_type` or layer types: mixture-of-experts, linear attention)."""
+
     exit_code = 12
     hint = (
         "packager converts dense Qwen3, Qwen2/Qwen2.5, Llama 3.x and SmolLM2 checkpoints (README: Supported families)"
@@ -43,6 +49,8 @@ class UnsupportedModel(PackagerError):
 
 
 class UntiedEmbeddings(PackagerError):
+    """Untied embeddings in a draft bundle (convert them with `--kind target` or `--eagle`)."""
+
     exit_code = 13
     hint = (
         "the ten-file draft bundle has no embeddings file, so its embeddings must be tied to lm_head "
@@ -52,11 +60,15 @@ class UntiedEmbeddings(PackagerError):
 
 
 class CorruptWeights(PackagerError):
+    """Weights missing, truncated, corrupt, or not matching the config."""
+
     exit_code = 14
     hint = "re-download or re-save the checkpoint's safetensors files"
 
 
 class MissingTokenizer(PackagerError):
+    """Tokenizer files or chat template missing, or a tokenizer larger than the vocabulary."""
+
     exit_code = 15
     hint = (
         "copy the tokenizer files of the base model (tokenizer.json, tokenizer_config.json, vocab.json, merges.txt) "
@@ -65,30 +77,44 @@ class MissingTokenizer(PackagerError):
 
 
 class AdapterMismatch(PackagerError):
+    """The LoRA adapter is missing pieces or does not fit the base."""
+
     exit_code = 16
     hint = "pass the LoRA adapter that was trained on this base checkpoint"
 
 
 class SpecError(PackagerError):
+    """The release spec is unreadable, not TOML, or fails its schema (the message names the field's path, e.g. a TODO
+    left by `init`); also `check-spec`'s exit when a spec fails."""
+
     exit_code = 17
     hint = "fix the release spec (see examples/release.toml)"
 
 
 class OutputExists(PackagerError):
+    """`--out` exists (use `--force`), or is something `--force` may not replace (not a bundle, an input, the current
+    or home directory); a non-empty `pull` DIR."""
+
     exit_code = 18
     hint = "choose another --out or pass --force to replace it"
 
 
 class InvalidOption(PackagerError):
+    """An invalid option value (e.g. `--quant-bits 3`, a block that does not divide the model)."""
+
     exit_code = 19
 
 
 class ConversionFailed(PackagerError):
+    """The converter failed (`--debug` shows its log)."""
+
     exit_code = 20
     hint = "rerun with --debug to see the converter's log"
 
 
 class SandboxViolation(ConversionFailed):
+    """The converter tried something the fence forbids (network, a child process, a write outside its folder)."""
+
     exit_code = 21
     hint = (
         "the converter tried to reach the network, start a process or write outside its work folder; nothing was "
@@ -97,6 +123,8 @@ class SandboxViolation(ConversionFailed):
 
 
 class BundleError(PackagerError):
+    """The bundle folder is missing, or holds something other than regular files."""
+
     exit_code = 22
 
 
@@ -183,15 +211,33 @@ def from_os_error(exc: OSError, doing: str = "") -> FileSystemError:
     return FileSystemError(f"{what}{reason}{where}")
 
 
+# Outcomes that are no error class. The `#:` comments are their documentation: the exit-code page of the docs is
+# generated from them and from the classes' docstrings (docs/_ext/packager_docs.py).
+#: Success.
+SUCCESS = 0
+#: Command-line usage error (click): an unknown option, a missing argument, a value of the wrong kind.
+USAGE_ERROR = 2
+
 # Exit codes of commands whose output is a full report rather than one error line.
+#: `validate` found errors (or warnings with `--strict`).
 VALIDATION_FAILED = 30
+#: `checksum --check` or `verify-remote` found mismatching, missing or extra files.
 CHECKSUM_MISMATCH = 31
-VERIFY_FAILED = 50
+VERIFY_FAILED = 50  # VerifyFailed's code (documented there)
+#: `engines check`: a checked engine at or above the bundle's declared minimum did not load it or disagreed.
 ENGINES_CHECK_FAILED = 32
+
+#: Interrupted (Ctrl-C); nothing is left half-written (an interrupted `pull` keeps `.DIR.pull/` to resume and says so).
+INTERRUPTED = 130
+#: Terminated (SIGTERM); handled exactly like Ctrl-C.
+TERMINATED = 143
 
 
 # EAGLE-3 heads (convert --eagle): each refusal happens before any conversion work.
 class EagleHeadLayout(PackagerError):
+    """`convert --eagle`: the head's layout is wrong (a tensor missing, misnamed or unexpected; no config.json or
+    model.safetensors; an activation or rope scaling the exported head cannot hold)."""
+
     exit_code = 53
     hint = (
         "pass an EAGLE-3 head in the SpecForge / AngelSlim layout (config.json and model.safetensors with fc, "
@@ -200,11 +246,16 @@ class EagleHeadLayout(PackagerError):
 
 
 class EagleHeadMismatch(PackagerError):
+    """`convert --eagle`: the head does not fit the target (hidden size, head counts, head_dim, vocabulary, a tensor's
+    shape)."""
+
     exit_code = 54
     hint = "pass the head that was trained for this target (its config.json must describe the target's shape)"
 
 
 class TargetTooShallow(PackagerError):
+    """`convert --eagle`: the target has fewer than 7 layers."""
+
     exit_code = 55
     hint = (
         "EAGLE-3 reads the inputs of target layers 2, N/2 and N-3, three distinct layers only when the "
@@ -213,11 +264,15 @@ class TargetTooShallow(PackagerError):
 
 
 class EagleVocabularyMap(PackagerError):
+    """`convert --eagle`: `d2t` maps outside the target vocabulary, or `draft_vocab_size` exceeds it."""
+
     exit_code = 56
     hint = "d2t must hold draft_vocab_size offsets, each mapping a draft id into the target's vocabulary"
 
 
 class PickleHeadRefused(PackagerError):
+    """`convert --eagle`: the head is a pickle (`pytorch_model.bin`) and `--allow-pickle-head` was not given."""
+
     exit_code = 57
     hint = (
         "pytorch_model.bin is a pickle, which can run code when loaded; convert it to model.safetensors, or "
@@ -226,6 +281,8 @@ class PickleHeadRefused(PackagerError):
 
 
 class EagleHeadUnfaithful(PackagerError):
+    """`convert --eagle`: the exported head does not compute what the checkpoint's head computes (nothing written)."""
+
     exit_code = 58
     hint = (
         "the exported head does not compute what the checkpoint computes; nothing was written (report this with "
@@ -249,11 +306,15 @@ class CorpusNotText(PackagerError):
 
 
 class ManifestError(BundleError):
+    """The checksum manifest is malformed."""
+
     exit_code = 23
     hint = "rewrite it with: packager checksum BUNDLE"
 
 
 class CardError(PackagerError):
+    """The model card template is broken or its front matter invalid, or a report given to the card is refused."""
+
     exit_code = 24
     hint = "fix the template or the spec field it names"
 
@@ -272,51 +333,73 @@ class HubError(PackagerError):
 
 
 class HubAuthError(HubError):
+    """The Hub rejected the credentials (401), or a token holds anything but printable ASCII."""
+
     exit_code = 41
     hint = "log in with `hf auth login` or set HF_TOKEN to a token with write access"
 
 
 class HubForbidden(HubError):
+    """The token may not write there (403)."""
+
     exit_code = 42
     hint = "use a token with write access to this repo (or a namespace you own)"
 
 
 class HubNotFound(HubError):
+    """Repo or revision not found (404)."""
+
     exit_code = 43
     hint = "check the repo id and revision (packager creates the repo on upload)"
 
 
 class HubConflict(HubError):
+    """Conflict (409/412): a tag on another commit, or the branch moved meanwhile; also a second pull into the same
+    DIR."""
+
     exit_code = 44
     hint = "someone changed the repo meanwhile or the tag exists; check the remote and rerun"
 
 
 class HubVerificationFailed(HubError):
+    """The remote revision does not hold what was uploaded."""
+
     exit_code = 45
     hint = "the remote revision is not what was uploaded; run packager verify-remote and re-upload"
 
 
 class HubRevisionRefused(HubError):
+    """`--revision` is not a branch name (an existing tag, a commit id, an invalid ref); nothing was sent."""
+
     exit_code = 46
     hint = "--revision takes a branch name (new or existing); tags are made with --tag"
 
 
 class HubVisibilityRefused(HubError):
+    """`--private` but the repo exists and is public (use `--make-private`); nothing was sent."""
+
     exit_code = 47
     hint = "make it private deliberately with --make-private (or on the Hub's settings page), then upload"
 
 
 class HubBadTarget(HubError):
+    """An invalid repo id or tag name, an endpoint that is no http(s) URL or no Hub, or a request the Hub refused as
+    invalid (400/413/422); rerunning cannot help."""
+
     exit_code = 48
     hint = "fix the repo id or --endpoint (a Hub URL such as https://huggingface.co); rerunning cannot help"
 
 
 class GatingFailed(PackagerError):
+    """`gated` could not be set or did not take; nothing was committed."""
+
     exit_code = 67
     hint = "gating needs a token with write access to the repo (and, on the Hub, a plan that allows it); rerun"
 
 
 class HubGated(HubError):
+    """The repo is gated and the request has no token, or the token's user has not been granted access."""
+
     exit_code = 68
     hint = (
         "the repo is gated: log in (hf auth login, HF_TOKEN or --token-file) as a user who has been granted "
@@ -333,6 +416,10 @@ class CollectionNotUpdated(PackagerError):
 
 
 class CollectionForbidden(CollectionNotUpdated):
+    """The collection belongs to another user, or its owner is a namespace the token's user may not write: refused
+    before anything is sent; or the Hub refuses the collection after the commit (then committed and tagged,
+    collection not updated)."""
+
     exit_code = 66
     hint = (
         "set [release] collection_owner (upload --collection-owner) to a namespace this token may write, or ask "
@@ -341,11 +428,16 @@ class CollectionForbidden(CollectionNotUpdated):
 
 
 class EngineTooOld(PackagerError):
+    """`pull --engine`: the bundle needs a newer MNN engine than the app's (or declares none)."""
+
     exit_code = 79
     hint = "update the app's MNN engine, or pull a release made for the engine you have (packager convert --engine)"
 
 
 class PairIncompatible(PackagerError):
+    """`pair`: the draft cannot serve the target (other family, vocabulary, special or stop tokens, template), or a
+    folder is neither a checkpoint nor an MNN model."""
+
     exit_code = 51
     hint = "a draft must share the target's tokenizer, vocabulary and chat template (same model family)"
 
@@ -365,21 +457,29 @@ class SpeculationNotLossless(PackagerError):
 
 
 class VerifyFailed(PackagerError):
+    """`verify` found the bundle below a threshold (the report is printed first)."""
+
     exit_code = VERIFY_FAILED
     hint = "the bundle does not behave like its source; reconvert (8-bit gives more headroom) or check the weights"
 
 
 class SigningKeyInvalid(PackagerError):
+    """Signing key: not a private key (a public key, a certificate, not PEM)."""
+
     exit_code = 70
     hint = "pass an EC private key in PEM (openssl ecparam -name prime256v1 -genkey -noout -out key.pem)"
 
 
 class SigningKeyCurve(PackagerError):
+    """Signing key or public key: not EC, or on a curve model-signing does not sign with (only P-256, P-384, P-521)."""
+
     exit_code = 71
     hint = "sign with an EC key on P-256 (prime256v1), P-384 or P-521"
 
 
 class SigningKeyLocked(PackagerError):
+    """Signing key: protected by a passphrase and none was given, or the passphrase does not unlock it."""
+
     exit_code = 72
     hint = "put the key's passphrase in PACKAGER_SIGNING_KEY_PASSPHRASE or a file given with --passphrase-file"
 
@@ -397,6 +497,9 @@ class PassphraseFileUnusable(SigningKeyInvalid):
 
 
 class SignatureMalformed(PackagerError):
+    """`model.sig` is not JSON, no sigstore bundle (its verificationMaterial naming neither a key nor a certificate),
+    or larger than 1 MiB (not read)."""
+
     exit_code = 73
     hint = "model.sig is not a model-signing signature; sign the bundle again with packager sign"
 
@@ -413,21 +516,32 @@ class SigstoreFailed(PackagerError):
 
 
 class SignatureCoverage(PackagerError):
+    """`model.sig` names a file the bundle or revision does not hold, or leaves one of its files out."""
+
     exit_code = 75
     hint = "the signature is not over this release's files; sign the released folder again with packager sign"
 
 
 class SignatureUnsafePath(PackagerError):
+    """`model.sig` names a path outside the flat bundle (`..`, `/`, absolute)."""
+
     exit_code = 76
     hint = "a signature naming paths outside the bundle folder is refused; do not use this release"
 
 
 class SignatureUntrusted(PackagerError):
+    """Not signed by whom you trust: another key or identity, a key-signed release checked keyless (or the reverse), or
+    unsigned when a signature was required."""
+
     exit_code = 77
     hint = "check that you pass the publisher's public key (or sigstore identity and issuer) the card names"
 
 
 class ContentMismatch(PackagerError):
+    """A file differs from what `model.sig` signed or from its manifest line (`pull`, `verify-signature`, release's
+    post-upload check), a file `verify-remote` finds not as signed, or `upload` found a `model.sig` that no longer
+    matches the bundle; named."""
+
     exit_code = 78
     hint = "the files are not the ones the publisher released; do not use them, and tell the publisher"
 
