@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PACKAGER := $(VENV)/bin/packager
 DEMO := demo-output
 
-.PHONY: help venv system-deps registry-fixtures test test-fast lint demo release bench bench-engines fixture fixture-eagle clean clean-bench
+.PHONY: help venv system-deps registry-fixtures test test-fast lint docs demo release bench bench-engines fixture fixture-eagle clean clean-bench
 
 help:
 	@echo "make demo   - tiny Qwen3 checkpoint -> bundle -> validated, carded, checksummed -> released to a local Hub and verified"
@@ -14,6 +14,7 @@ help:
 	@echo "make test   - run the test suite"
 	@echo "make test-fast - the tests that need no converter, trained fixture, Hub server or engine (about a minute)"
 	@echo "make lint   - ruff (lint and format), mypy and the import-linter contracts of the layered house"
+	@echo "make docs   - build the documentation site into docs/_build/html (Sphinx; warnings are errors)"
 	@echo "make bench  - run the benchmarks in bench/ (slow: builds a 0.6B-shaped model)"
 	@echo "make fixture - train the teacher/draft miniature the quality benches use (cached; minutes on 2 cores)"
 	@echo "make fixture-eagle - train the 8-layer target and its EAGLE-3 head (cached; about 3.5 minutes)"
@@ -25,7 +26,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip==26.0.1
 	# torch first, pinned: this takes the CPU build on disk instead of a multi-GB CUDA build.
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e '.[convert,test,lint]'
+	$(PY) -m pip install --quiet -e '.[convert,test,lint,docs]'
 	touch $@
 
 venv: $(VENV)/.installed
@@ -51,10 +52,15 @@ registry-fixtures: venv
 	$(PY) -m tests.families fetch
 
 lint: venv
-	$(VENV)/bin/ruff check packager tests bench
-	$(VENV)/bin/ruff format --check packager tests bench
+	$(VENV)/bin/ruff check packager tests bench docs
+	$(VENV)/bin/ruff format --check packager tests bench docs
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
+
+# The documentation site (docs/): warnings are errors (-W, every one reported: --keep-going), and every
+# cross-reference must resolve (-n). The CLI reference and the exit codes are generated from the code.
+docs: venv
+	$(PY) -m sphinx -W --keep-going -n -q -b html docs docs/_build/html
 
 demo: venv system-deps
 	PY=$(PY) DEMO=$(DEMO) bash examples/demo.sh
@@ -88,7 +94,7 @@ bench-engines: venv
 	$(PY) bench/engines_bench.py
 
 clean:
-	rm -rf $(DEMO) build *.egg-info
+	rm -rf $(DEMO) build *.egg-info docs/_build
 
 # The benches keep their models and outputs in bench/work to reuse them (the 0.6B-shaped checkpoint alone is 1.2 GB).
 clean-bench:
