@@ -129,7 +129,8 @@ class BundleError(PackagerError):
 
 
 class FileSystemError(PackagerError):
-    """An operating-system error (full disk, read-only file system, permissions, a name too long, ...)."""
+    """An operating-system error (full disk, read-only file system, permissions, a name too long, ...): the line gives
+    the system's own reason."""
 
     exit_code = 25
     hint = "free space, fix permissions or choose another path, then rerun"
@@ -143,14 +144,16 @@ class InputTooLarge(PackagerError):
 
 
 class RuntimeCrashed(PackagerError):
-    """The MNN runtime (run in a child process) crashed or was killed."""
+    """The MNN runtime (run in a child process) crashed or was killed while loading or running a bundle (the signal is
+    named)."""
 
     exit_code = 27
     hint = "run packager validate on the bundle; the weights or graph are likely damaged"
 
 
 class EngineInstallFailed(PackagerError):
-    """An MNN engine could not be installed from PyPI into packager's engine cache."""
+    """An MNN engine could not be installed from PyPI into packager's engine cache (`engines check`; pip's last line is
+    shown)."""
 
     exit_code = 28
     hint = "check that PyPI is reachable (pip's own settings apply) and that the folder is writable; rerun"
@@ -167,14 +170,14 @@ class NotEnoughMemory(PackagerError):
 
 
 class InitFileExists(PackagerError):
-    """`packager init` would have to overwrite a file."""
+    """`packager init` would have to overwrite a file (all are named; nothing was written)."""
 
     exit_code = 60
     hint = "packager init never overwrites a file: move it aside, or init another folder"
 
 
 class InitTargetRefused(PackagerError):
-    """`packager init` was pointed at a folder it must not write into (inside the checkpoint, a file, ...)."""
+    """`packager init`: DIR is a file, or is or lies inside the checkpoint or the adapter (also through a link)."""
 
     exit_code = 61
     hint = "init the release repository outside the checkpoint and the adapter (it may contain them)"
@@ -292,14 +295,16 @@ class EagleHeadUnfaithful(PackagerError):
 
 # Lookahead corpora (convert --lookahead CORPUS): each refusal happens before any conversion work.
 class CorpusUnusable(PackagerError):
-    """The corpus is not a regular file packager may read: missing, a folder, a device or pipe, inside --out."""
+    """`convert --lookahead CORPUS`: the corpus does not exist, is a folder, a device, pipe or socket, or lies inside
+    `--out` (nothing written)."""
 
     exit_code = 80
     hint = "pass a regular text file outside --out, or --lookahead alone to draft from the prompt's own n-grams"
 
 
 class CorpusNotText(PackagerError):
-    """The corpus is not what MNN can use: empty, not UTF-8 text, NUL bytes, or too large."""
+    """`convert --lookahead CORPUS`: the corpus is empty, holds a NUL byte, is not UTF-8 text, or is larger than 8 MiB
+    (nothing written)."""
 
     exit_code = 81
     hint = "pass UTF-8 text of at most 8 MiB: the text your users' prompts and answers repeat"
@@ -320,7 +325,8 @@ class CardError(PackagerError):
 
 
 class FamilyLicenseConflict(CardError):
-    """The release spec's license or base model is not the bundle's family's."""
+    """The release spec contradicts the bundle's family: a license other than the family's (a Llama bundle carded
+    apache-2.0), or another family's base model."""
 
     exit_code = 69
 
@@ -408,7 +414,7 @@ class HubGated(HubError):
 
 
 class CollectionNotUpdated(PackagerError):
-    """The release is on the Hub, its collection is not (yet) as asked."""
+    """The release is on the Hub, committed, verified and tagged, but its collection could not be updated (yet)."""
 
     exit_code = 65
     hint = "rerun the same command to finish: nothing is sent again and the repo is added to the collection once"
@@ -443,14 +449,16 @@ class PairIncompatible(PackagerError):
 
 
 class SpeculationUnavailable(PackagerError):
-    """The bundle cannot run the speculative mode asked for in upstream MNN."""
+    """`speculate`: the bundle cannot run the mode in upstream MNN (none configured and no `--mode`, `draftmodel`,
+    `--mode eagle` without a runnable EAGLE-3 head, an unreadable config.json)."""
 
     exit_code = 82
     hint = "convert with --eagle HEAD or --lookahead, or pass --mode lookahead (it needs no weights)"
 
 
 class SpeculationNotLossless(PackagerError):
-    """MNN's speculative generation emitted other tokens than its plain decoding, beyond near-ties."""
+    """`speculate`: MNN's speculative generation emitted other tokens than its plain decoding, beyond near-ties (the
+    report is printed first)."""
 
     exit_code = 83
     hint = "the head or the bundle computes something else than the target; do not ship it"
