@@ -159,6 +159,14 @@ def test_readme_is_a_front_door_of_at_most_150_lines_that_starts_with_make_demo_
     assert not any(line.strip() and not line.startswith("#") for line in lines[1 : lines.index("```sh")])
 
 
+def test_every_link_of_the_readme_and_bench_results_leads_to_a_file_that_exists() -> None:
+    for page in (README, ROOT / "bench" / "RESULTS.md"):
+        targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text(encoding="utf-8"))
+        local = [t for t in targets if "://" not in t]
+        assert local, page
+        assert [t for t in local if not (page.parent / t).exists()] == []
+
+
 # --- every `packager ...` line parses -------------------------------------------------------------------------------
 
 SHELL_WORDS = re.compile(r"^(\$ )?((?:[A-Z_][A-Z0-9_]*=\S* )*)packager( |$)")
