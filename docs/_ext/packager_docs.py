@@ -185,7 +185,25 @@ class Schema(SphinxDirective):
         return container.children
 
 
+# --- the CLI reference -----------------------------------------------------------------------------------------
+
+RST_MARKUP = re.compile(r"([\\*`|_])")
+
+
+def plain_help(app: Sphinx, ctx: Any, lines: list[str]) -> None:
+    """click's help texts are plain text, not reStructuredText: sphinx-click's lines are escaped so that a `*` in
+    `mnn_packager-*.whl` or a `name_` is shown as written (its own directive and field lines are left alone)."""
+    for i, line in enumerate(lines):
+        body = line.lstrip()
+        if body.startswith(("..", ":")) or not body:
+            continue
+        bar = "| " if body.startswith("| ") else ""  # a line block sphinx-click made of click's \\b paragraphs
+        lines[i] = line[: len(line) - len(body)] + bar + RST_MARKUP.sub(r"\\\1", body[len(bar) :])
+
+
 def setup(app: Sphinx) -> dict[str, Any]:
     app.add_directive("packager-exit-codes", ExitCodes)
     app.add_directive("packager-schema", Schema)
+    for event in ("description", "options", "arguments", "epilog"):
+        app.connect(f"sphinx-click-process-{event}", plain_help)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}
