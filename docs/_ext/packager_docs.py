@@ -5,6 +5,7 @@
   error class: success, usage errors, a failed report, interrupts).
 - ``packager-schema FILE``: a JSON Schema of schemas/ as tables of its keys (title, type, description), one
   section per table of the release spec.
+- ``packager-import-layers``: the import-linter contracts of pyproject.toml (the layers of the house).
 """
 
 from __future__ import annotations
@@ -185,6 +186,32 @@ class Schema(SphinxDirective):
         return container.children
 
 
+# --- the import-linter contracts ------------------------------------------------------------------------------
+
+
+class ImportLayers(SphinxDirective):
+    """The contracts `make lint` holds, read from pyproject.toml's [tool.importlinter]: the layers, highest first."""
+
+    def run(self) -> list[nodes.Node]:
+        import tomllib
+
+        path = ROOT / "pyproject.toml"
+        self.env.note_dependency(str(path))
+        config = tomllib.loads(path.read_text(encoding="utf-8"))["tool"]["importlinter"]
+        lines = []
+        for contract in config["contracts"]:
+            lines += [f"**{literal(contract['name'])}** (`{contract['type']}`):", ""]
+            if contract["type"] == "layers":
+                lines += [f"{i}. `{layer}`" for i, layer in enumerate(contract["layers"], 1)] + [""]
+            for key in ("ancestors", "skip_descendants"):
+                if key in contract:
+                    lines += [f"- {key}: " + ", ".join(f"`{name}`" for name in contract[key])]
+            lines.append("")
+        container = nodes.container()
+        nested_parse_with_titles(self.state, StringList(lines, source=str(path)), container)
+        return container.children
+
+
 # --- the CLI reference -----------------------------------------------------------------------------------------
 
 RST_MARKUP = re.compile(r"([\\*`|_])")
@@ -204,6 +231,7 @@ def plain_help(app: Sphinx, ctx: Any, lines: list[str]) -> None:
 def setup(app: Sphinx) -> dict[str, Any]:
     app.add_directive("packager-exit-codes", ExitCodes)
     app.add_directive("packager-schema", Schema)
+    app.add_directive("packager-import-layers", ImportLayers)
     for event in ("description", "options", "arguments", "epilog"):
         app.connect(f"sphinx-click-process-{event}", plain_help)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}
