@@ -12,10 +12,12 @@ The baseline is llmexport's own command line (`llmexport.py --path ... --export 
 --quant_block 128`), run with one change only: MNN's telemetry module is stubbed, as packager does, because
 the unmodified tool would `pip install` a package into this environment and post usage logs.
 
-With --family llama32, qwen25 or smollm2 it converts that family instead (no --reference runs; the tests prove
+With --family llama32, qwen25, smollm2 or gemma3 it converts that family instead (no --reference runs; the tests prove
 the two paths byte-identical): a Llama-3.2-1B-shaped checkpoint (hidden 2048, 16 layers, 32/8 heads, head_dim 64,
 intermediate 8192, vocab 128256, tied, llama3 rope, Meta's tokenizer), a Qwen2.5-0.5B-shaped one (hidden 896,
-24 layers, 14/2 heads, intermediate 4864, q/k/v biases), or the real SmolLM2-135M-Instruct (block 64, its default).
+24 layers, 14/2 heads, intermediate 4864, q/k/v biases), the real SmolLM2-135M-Instruct (block 64, its default), or
+a Gemma-3-270m-shaped one (hidden 640, 18 layers, 4/1 heads, head_dim 256, 5 sliding layers to 1 global, Google's
+tokenizer, vocab 262144).
 Reports go to bench/work/convert_bench[-FAMILY].json.
 
 Usage: python bench/convert_bench.py [--runs 3] [--work bench/work] [--shape-4b] [--family NAME]
@@ -39,7 +41,7 @@ import psutil
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.families import build_llama32, build_qwen25, smollm2_checkpoint  # noqa: E402
+from tests.families import build_gemma3, build_llama32, build_qwen25, smollm2_checkpoint  # noqa: E402
 from tests.models import build_qwen3, qwen3_tokenizer_dir  # noqa: E402
 
 BASELINE = """
@@ -73,6 +75,8 @@ def family_checkpoint(family: str, work: Path) -> tuple[Path, int]:
             build_qwen3(ckpt, hidden=1024, layers=28, heads=16, kv_heads=8, intermediate=3072)
         elif family == "llama32":
             build_llama32(ckpt, hidden=2048, layers=16, heads=32, kv_heads=8, intermediate=8192)
+        elif family == "gemma3":  # gemma-3-270m: 18 layers (5 sliding to 1 global), head_dim 256, window 512
+            build_gemma3(ckpt, hidden=640, layers=18, heads=4, kv_heads=1, head_dim=256, intermediate=2048, pattern=6)
         else:
             build_qwen25(ckpt, hidden=896, layers=24, heads=14, kv_heads=2, intermediate=4864)
     return ckpt, 128
@@ -261,7 +265,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--work", type=Path, default=REPO / "bench" / "work")
     parser.add_argument("--shape-4b", action="store_true", help="also convert a 4B-shaped checkpoint (8 GB)")
-    parser.add_argument("--family", choices=("qwen3", "llama32", "qwen25", "smollm2"), default="qwen3")
+    parser.add_argument("--family", choices=("qwen3", "llama32", "qwen25", "smollm2", "gemma3"), default="qwen3")
     args = parser.parse_args()
     family = args.family
     work = args.work.resolve() if family == "qwen3" else args.work.resolve() / f"family-{family}"

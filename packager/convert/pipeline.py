@@ -192,7 +192,8 @@ def convert(request: ConvertRequest, progress: Progress = lambda _: None, runner
     """Inspect, export through the fenced worker, assemble, check, and move the bundle into place."""
     kind = bundle_kind(request)
     mode = lookahead_plan(request, kind)
-    info = inspect_checkpoint(request.checkpoint, allow_untied=kind is not DRAFT)
+    goal = engine_target(request)
+    info = inspect_checkpoint(request.checkpoint, allow_untied=kind is not DRAFT, engine=goal.version)
     adapter: AdapterInfo | None = inspect_adapter(request.adapter, info) if request.adapter else None
     head_path = eagle_head(request)
     head = inspect_head(head_path, info, request.allow_pickle_head) if head_path is not None else None
@@ -202,7 +203,6 @@ def convert(request: ConvertRequest, progress: Progress = lambda _: None, runner
             f"--eagle takes plain quantization only ({recipe.algorithm} was asked for)",
             "the exported head is checked against the checkpoint's with round-to-nearest weights; drop --algorithm",
         )
-    goal = engine_target(request)
     readable = [f for f in info.family.tokenizer_formats if MIN_ENGINE[f] <= goal.version]  # type: ignore[index]
     if not goal.default and not readable:
         raise InvalidOption(

@@ -6,31 +6,63 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .base import Family, Layout, License, UnknownFamily, find, rope_type, shown
+from .base import Family, Layout, License, UnknownFamily, find, per_layer_type_rope, rope_type, rope_types, shown
+from .gemma3 import GEMMA3
 from .llama3 import LLAMA3
 from .qwen2 import QWEN2
 from .qwen3 import QWEN3
 from .smollm2 import SMOLLM2
 
-FAMILIES: tuple[Family, ...] = (QWEN3, QWEN2, LLAMA3, SMOLLM2)
+FAMILIES: tuple[Family, ...] = (QWEN3, QWEN2, LLAMA3, SMOLLM2, GEMMA3)
 BY_NAME = {f.name: f for f in FAMILIES}
 
-# What packager says of the model types people try that it does not convert, and why.
+# The first MNN release that rolls linear-attention state back when draft tokens are rejected; None: none yet.
+# MNN 3.6.1's CPULinearAttention restores only a snapshot taken after the prompt, or zeroes the state, and nothing
+# stops speculation on such a graph; tests/test_linear_attention.py runs MNN's own speculative decoding on a tiny
+# LFM2 and shows it diverge from plain decoding. Set this the day an engine passes that test: the refusal then
+# lifts for bundles built for that engine or later (convert --engine).
+LINEAR_ROLLBACK_SINCE: tuple[int, int, int] | None = None
+_NO_ROLLBACK = (
+    "MNN (3.6.1 and every release packager builds for) does not roll its state back when draft tokens are "
+    "rejected, so speculative decoding with it diverges from plain decoding"
+)
+# Model types with linear-attention layers, and what the layers are.
+LINEAR_ATTENTION = {
+    "qwen3_5": "Qwen3.5, whose Gated DeltaNet layers are linear attention",
+    "qwen3_5_text": "Qwen3.5, whose Gated DeltaNet layers are linear attention",
+    "qwen3_5_moe": "Qwen3.5 MoE, whose Gated DeltaNet layers are linear attention",
+    "qwen3_next": "Qwen3-Next, whose Gated DeltaNet layers are linear attention",
+    "lfm2": "LFM2, whose short convolutions MNN runs as linear attention",
+}
+# What packager says of the other model types people try that it does not convert, and why.
 REFUSED = {
     "qwen3_moe": "a mixture-of-experts model",
     "qwen2_moe": "a mixture-of-experts model",
-    "qwen3_5": "Qwen3.5, which uses linear attention: MNN cannot roll rejected draft tokens back",
-    "qwen3_5_text": "Qwen3.5, which uses linear attention: MNN cannot roll rejected draft tokens back",
-    "qwen3_5_moe": "Qwen3.5 MoE, which uses linear attention: MNN cannot roll rejected draft tokens back",
-    "qwen3_next": "Qwen3-Next, which uses linear attention: MNN cannot roll rejected draft tokens back",
-    "lfm2": "LFM2, whose short convolutions are linear attention to MNN: rejected draft tokens are not rolled back",
     "mixtral": "a mixture-of-experts model",
     "llama4": "Llama 4, a mixture-of-experts model",
+    "phi3": (
+        "Phi-3.5-mini/Phi-4-mini: packager does not convert it yet (llmexport 0.0.5 applies only longrope's short "
+        "factor, wrong past 4,096 positions; and Phi-3.5's untied embeddings can never make a ten-file draft, which "
+        "has no embeddings file)"
+    ),
+    **{kind: f"{what}: {_NO_ROLLBACK}" for kind, what in LINEAR_ATTENTION.items()},
 }
+
+
+def refusal(model_type: str, engine: tuple[int, ...] | None = None) -> str | None:
+    """Why packager refuses `model_type` for a bundle that must run on `engine` (None: the newest it builds
+    for), or None when it does not refuse it outright."""
+    fixed = LINEAR_ROLLBACK_SINCE
+    if model_type in LINEAR_ATTENTION and fixed is not None and engine is not None and tuple(engine) >= fixed:
+        return None
+    return REFUSED.get(model_type)
+
 
 __all__ = [
     "BY_NAME",
     "FAMILIES",
+    "LINEAR_ATTENTION",
+    "LINEAR_ROLLBACK_SINCE",
     "REFUSED",
     "Family",
     "Layout",
@@ -38,27 +70,40 @@ __all__ = [
     "UnknownFamily",
     "of_bundle",
     "of_checkpoint",
+    "per_layer_type_rope",
+    "refusal",
     "rope_type",
+    "rope_types",
     "shown",
     "supported",
 ]
 
 
-def of_checkpoint(config: Mapping[str, Any], vocabulary: Mapping[str, int], where: str) -> Family:
+def of_checkpoint(
+    config: Mapping[str, Any], vocabulary: Mapping[str, int], where: str, engine: tuple[int, ...] | None = None
+) -> Family:
     """The family of a checkpoint, from its config.json and its tokenizer's vocabulary (token text -> id);
     UnknownFamily (one line naming what was found) for anything packager does not convert, or converts under
     other facts."""
     model_type = str(config.get("model_type") or "")
-    if model_type in REFUSED:
-        raise UnknownFamily(f"{where} has model_type {shown(model_type)}: {REFUSED[model_type]}")
+    refused = refusal(model_type, engine)
+    if refused:
+        raise UnknownFamily(f"{where} has model_type {shown(model_type)}: {refused}")
     if not model_type:
         raise UnknownFamily(f"{where} names no model_type")
     family = find(FAMILIES, model_type, vocabulary, where)
-    rope = rope_type(config)
-    if rope not in family.rope_types:
+    for rope in rope_types(config):
+        if rope not in family.rope_types:
+            raise UnknownFamily(
+                f"{where} asks for rope_type {shown(rope, 40)}, which packager does not convert for {family.title} "
+                f"(it converts {', '.join(family.rope_types)})"
+            )
+    kinds = config.get("layer_types") or []
+    odd = sorted({str(k) for k in kinds if k not in family.layer_types}) if isinstance(kinds, list) else [kinds]
+    if odd:
         raise UnknownFamily(
-            f"{where} asks for rope_type {shown(rope, 40)}, which packager does not convert for {family.title} "
-            f"(it converts {', '.join(family.rope_types)})"
+            f"{where} has layer_types {shown(odd, 80)}, which packager does not convert for {family.title} "
+            f"(it converts {', '.join(family.layer_types)})"
         )
     return family
 

@@ -25,6 +25,7 @@ class License:
     link: str
     attribution: str = ""  # a line the license requires wherever the model is offered ("Built with Llama")
     file: str = ""  # a license file the checkpoint must carry and the release must ship, when the license asks
+    notice: str = ""  # the notice the license asks every copy to carry (the card prints it under License)
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,10 @@ class Layout:
 
     qk_norm: bool  # per-head RMSNorm of q and k (q_norm, k_norm), written after q_proj and k_proj
     qkv_bias: bool  # q_proj, k_proj and v_proj carry biases (float32 after each linear's alpha)
-    norm_offset: float = 0.0  # a norm's weight is stored as w - offset (Gemma's 1 + w); 0 for the rest
+    norm_offset: float = 0.0  # a norm scales by offset + w (Gemma's 1 + w); the graph's gamma is offset + w in float32
+    # Gemma's sandwich: each sublayer's output is normed too (post_attention_layernorm after attention,
+    # pre_feedforward_layernorm before the MLP and post_feedforward_layernorm after it).
+    sandwich_norms: bool = False
 
     def layer(self, hidden: int, heads: int, kv_heads: int, head_dim: int, intermediate: int) -> tuple[Any, ...]:
         """(tensor suffix, kind, out_features, in_features, bias) of one decoder layer, in weight-file order
@@ -47,11 +51,13 @@ class Layout:
         rows.append(("self_attn.v_proj", "linear", kv, hidden, self.qkv_bias))
         rows.append(("self_attn.o_proj", "linear", hidden, q, False))
         rows.append(("post_attention_layernorm", "norm", hidden, 0, False))
+        rows += [("pre_feedforward_layernorm", "norm", hidden, 0, False)] if self.sandwich_norms else []
         rows += [
             ("mlp.gate_proj", "linear", intermediate, hidden, False),
             ("mlp.up_proj", "linear", intermediate, hidden, False),
             ("mlp.down_proj", "linear", hidden, intermediate, False),
         ]
+        rows += [("post_feedforward_layernorm", "norm", hidden, 0, False)] if self.sandwich_norms else []
         return tuple(rows)
 
 
@@ -89,6 +95,11 @@ class Family:
     # The tokenizer.txt formats MNN reads right for it: its text format (type 3) hard-codes Qwen2's pre-tokenizer
     # (single digits), wrong for Llama 3 (digits in threes) and SmolLM2; the pipeline format is generic.
     tokenizer_formats: tuple[str, ...] = ("text", "pipeline")
+    # The attention kinds its config's layer_types may name (Gemma 3 mixes sliding-window and global layers).
+    layer_types: tuple[str, ...] = ("full_attention",)
+    # Special tokens its tokenizers hold at ids past the model's rows (Gemma 3's <image_soft_token> at 262,144 =
+    # vocab_size of the text models): no text may encode to them, so the bundle's tokenizer leaves them out.
+    beyond_rows: tuple[str, ...] = ()
 
     def tokenizer_type(self) -> str:
         return self.llmexport_type or self.model_types[0]
@@ -102,14 +113,32 @@ class Family:
 
 
 def rope_type(config: Mapping[str, Any]) -> str:
-    """The rope type a transformers config asks for (`rope_parameters` in transformers 5, `rope_scaling` before)."""
+    """The rope type a transformers config asks for (`rope_parameters` in transformers 5, `rope_scaling` before);
+    for a config with a rope per layer type (Gemma 3), the types joined by "+" in sorted order."""
+    kinds = rope_types(config)
+    return "+".join(kinds) if kinds else "default"
+
+
+def rope_types(config: Mapping[str, Any]) -> tuple[str, ...]:
+    """Each distinct rope type the config asks for: one, or one per layer type where `rope_parameters` maps layer
+    types (sliding_attention, full_attention) to their own parameters."""
     for key in ("rope_parameters", "rope_scaling"):
         value = config.get(key)
-        if isinstance(value, Mapping):
-            kind = value.get("rope_type", value.get("type"))
-            if kind is not None:
-                return str(kind)
-    return "default"
+        if not isinstance(value, Mapping):
+            continue
+        nested = [v for v in value.values() if isinstance(v, Mapping)]
+        if nested:
+            return tuple(sorted({str(v.get("rope_type", v.get("type", "default"))) for v in nested}))
+        kind = value.get("rope_type", value.get("type"))
+        if kind is not None:
+            return (str(kind),)
+    return ("default",)
+
+
+def per_layer_type_rope(config: Mapping[str, Any]) -> bool:
+    """Whether the config gives each layer type its own rope (Gemma 3's local and global bases)."""
+    value = config.get("rope_parameters")
+    return isinstance(value, Mapping) and any(isinstance(v, Mapping) for v in value.values())
 
 
 def find(families: Collection[Family], model_type: str, ids_of: Mapping[str, int], where: str) -> Family:

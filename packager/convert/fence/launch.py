@@ -68,6 +68,9 @@ class WorkerJob:
     # A rope type llmexport exports wrong (it ignores llama3): the graph gets transformers' own frequencies.
     rope_fix: str | None = None
     text_tokenizer: bool = True  # also write the text-format (type 3) candidate (only where it is right for the family)
+    # Special tokens at ids past the model's rows, left out of the tokenizer llmexport reads (Gemma 3's
+    # <image_soft_token>): MNN would otherwise encode their text to an id it has no embedding row for.
+    left_out_tokens: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -121,6 +124,7 @@ def run_worker(job: WorkerJob, progress: Progress) -> WorkerResult:
                 "tokenizer_type": job.tokenizer_type,
                 "rope_fix": job.rope_fix,
                 "text_tokenizer": job.text_tokenizer,
+                "left_out_tokens": list(job.left_out_tokens),
             }
         ),
         encoding="utf-8",

@@ -56,6 +56,12 @@ def _fill(model: Any, classes: dict[str, int]) -> Any:
         for p in m.parameters(recurse=False)
     }
     with torch.no_grad():
+        for module in model.modules():
+            # to_empty left the buffers unwritten too; the one a graph reads is Gemma's embedding scale
+            # (sqrt(hidden), a constant of the trace), which its module keeps as a number as well.
+            scale = getattr(module, "scalar_embed_scale", None)
+            if scale is not None and isinstance(getattr(module, "embed_scale", None), torch.Tensor):
+                module.embed_scale.fill_(scale)
         for index, (name, param) in enumerate(model.named_parameters()):
             values = param[:_SAMPLE_ROWS] if id(param) in untraced else param
             values.zero_()

@@ -21,6 +21,7 @@ from typing import Any
 from ...bundle.engine import NO_C4_FUSION
 from ...infra.lifeline import die_with, exit_now
 from ...infra.versions import installed
+from ..inspect.checkpoint import PER_LAYER_TYPE
 from .forked import Forked, Send
 from .sandbox import Fence
 
@@ -125,7 +126,9 @@ def _export(
     if job.get("eagle"):
         _head_rope(float(job["eagle_rope_theta"]), job.get("eagle_rope_scaling"))
     rope_fixed: list[Any] = []
-    if job.get("rope_fix"):
+    if job.get("rope_fix") == PER_LAYER_TYPE:
+        rope_fixed = _per_layer_type_rope(source)
+    elif job.get("rope_fix"):
         rope_fixed = _transformers_rope(source, str(job["rope_fix"]))
     if job.get("graph_only"):
         skeleton.like_checkpoint(job["graph_dtype"], job["equal_tensors"])
@@ -231,6 +234,50 @@ def _transformers_rope(source: Path, kind: str) -> list[Any]:
     return fixed
 
 
+def _per_layer_type_rope(source: Path) -> list[Any]:
+    """Gemma 3 gives each layer type its own rope (base 10,000 for sliding-window layers, 1,000,000 for global ones,
+    the global scaled linearly from 4b up). llmexport 0.0.5 builds a second rotary only for gemma4, so every Gemma 3
+    layer got the local base. The model llmexport builds gets transformers' own frequencies for each layer type
+    (from the checkpoint's rotary embedding module): the sliding one in its rotary, the global one in the
+    `rotary_full` its forward already uses for every layer outside `sliding_attn_layers`.
+    tests/test_gemma3.py checks the graph's logits past position 1,024 against transformers'."""
+    import copy
+
+    import torch
+    import utils.model
+    from transformers import AutoConfig
+    from transformers.models.gemma3.modeling_gemma3 import Gemma3RotaryEmbedding
+
+    config = AutoConfig.from_pretrained(str(source))
+    rotary = Gemma3RotaryEmbedding(config)
+    frequencies = {}
+    for kind in ("sliding_attention", "full_attention"):
+        scaling = getattr(rotary, f"{kind}_attention_scaling")
+        if scaling != 1.0:
+            raise RuntimeError(f"the {kind} rope scales attention by {scaling}, which packager does not export")
+        frequencies[kind] = getattr(rotary, f"{kind}_inv_freq").to(torch.float32).clone()
+    original = utils.model.LlmModel.from_pretrained.__func__
+    fixed: list[Any] = []
+
+    def from_pretrained(cls: Any, *args: Any, **kwargs: Any) -> Any:
+        model = original(cls, *args, **kwargs)
+        local = model.rotary
+        if local is None or local.rotary_dim != 2 * frequencies["full_attention"].numel():
+            return model
+        if model.rotary_full is not None or not getattr(model.config, "sliding_attn_layers", None):
+            raise RuntimeError(
+                "llmexport built this model with a rotary per layer kind already; packager's fix is stale"
+            )
+        glob = copy.deepcopy(local)
+        local.theta, glob.theta = frequencies["sliding_attention"], frequencies["full_attention"]
+        model.rotary_full = glob
+        fixed.append(model)
+        return model
+
+    utils.model.LlmModel.from_pretrained = classmethod(from_pretrained)
+    return fixed
+
+
 def _export_again(exporter: Any, recipe: dict[str, Any], dst: Path) -> None:
     """Another quantization recipe from the model already loaded: llmexport reads these arguments when it
     exports (each export makes its MNNConverter afresh), as a new process would from its command line.
@@ -278,12 +325,13 @@ def _text_tokenizer(job: dict[str, Any], source: Path, work: Path | None = None)
     return Path(tokenizer.export(str(out)))
 
 
-def tokenizer_source(source: Path, dst: Path) -> Path:
+def tokenizer_source(source: Path, dst: Path, left_out: tuple[str, ...] = ()) -> Path:
     """A folder with every tokenizer file llmexport reads: the checkpoint itself when it has them all.
 
     transformers 5 saves only tokenizer.json, tokenizer_config.json (without added_tokens_decoder) and
     chat_template.jinja. The missing pieces are derived from those into `dst`, so such a checkpoint converts
     to the bytes the same tokenizer gives with the files present; the checkpoint itself is never written.
+    The `left_out` special tokens (ids past the model's rows) are taken out of the derived files.
     """
     from ...errors import MissingTokenizer
     from ...infra.jsonfile import read_json
@@ -295,13 +343,17 @@ def tokenizer_source(source: Path, dst: Path) -> Path:
         and "added_tokens_decoder" in config
         and bool(config.get("chat_template"))
     )
-    if complete:
+    if complete and not left_out:
         return source
     dst.mkdir()
     for item in source.iterdir():
         if item.is_file() and not item.name.endswith(".safetensors"):
             shutil.copy(item, dst / item.name)
-    vocab, merges, added = bpe_tables(read_json(source / "tokenizer.json", MissingTokenizer), source)
+    data = read_json(source / "tokenizer.json", MissingTokenizer)
+    if left_out:
+        data, config = _without_tokens(data, config, set(left_out))
+        (dst / "tokenizer.json").write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+    vocab, merges, added = bpe_tables(data, source)
     if not (dst / "vocab.json").is_file():
         (dst / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
     if not (dst / "merges.txt").is_file():
@@ -313,6 +365,22 @@ def tokenizer_source(source: Path, dst: Path) -> Path:
         config["chat_template"] = (source / "chat_template.jinja").read_text(encoding="utf-8")
     (dst / "tokenizer_config.json").write_text(json.dumps(config, ensure_ascii=False, indent=2), encoding="utf-8")
     return dst
+
+
+def _without_tokens(data: Any, config: dict[str, Any], tokens: set[str]) -> tuple[Any, dict[str, Any]]:
+    """tokenizer.json and tokenizer_config.json without the added `tokens`, and without the config's names for
+    them (Gemma 3's `image_token`, also under `extra_special_tokens`), which would make transformers add them back."""
+    data = {**data, "added_tokens": [t for t in data.get("added_tokens") or [] if t.get("content") not in tokens]}
+    decoder = config.get("added_tokens_decoder")
+    config = {k: v for k, v in config.items() if not (isinstance(v, str) and v in tokens)}
+    if isinstance(decoder, dict):
+        config["added_tokens_decoder"] = {
+            k: v for k, v in decoder.items() if not (isinstance(v, dict) and v.get("content") in tokens)
+        }
+    extra = config.get("extra_special_tokens")
+    if isinstance(extra, dict):
+        config["extra_special_tokens"] = {k: v for k, v in extra.items() if v not in tokens}
+    return data, config
 
 
 def _encodings(export_dir: Path, tokenizer_file: Path, probe_dir: Path, corpus: list[str]) -> list[list[int]]:
@@ -417,7 +485,7 @@ def run(job: dict[str, Any], events: Events, fence: Fence | None = None) -> dict
         merged = work / "merged"
         merge(source, Path(job["adapter"]), merged)
         source = merged
-    tokenizer_dir = tokenizer_source(source, work / "tokenizer-source")
+    tokenizer_dir = tokenizer_source(source, work / "tokenizer-source", tuple(job.get("left_out_tokens") or ()))
     if job.get("graph_only") and fence is not None:
         return _graph_only(job, source, tokenizer_dir, events, fence)
     export_dir = _export(job, source, tokenizer_dir, events)

@@ -17,7 +17,7 @@ from ...errors import (
     UntiedEmbeddings,
     shorten,
 )
-from ...families import REFUSED, Family, UnknownFamily, of_checkpoint, rope_type, shown
+from ...families import Family, UnknownFamily, of_checkpoint, per_layer_type_rope, refusal, rope_type, shown
 from ...infra import heap
 from ...infra.jsonfile import read_json
 from . import safetensors_header
@@ -59,18 +59,24 @@ class CheckpointInfo:
     stop_ids: tuple[int, ...]
     tokenizer_vocab_size: int
     tied: bool = True  # lm_head is the embedding (else the bundle carries an embeddings file)
+    # Special tokens at ids past the model's rows that the bundle's tokenizer leaves out (family.beyond_rows).
+    left_out_tokens: tuple[str, ...] = ()
 
 
-def inspect_checkpoint(path: Path, allow_untied: bool = False) -> CheckpointInfo:
+def inspect_checkpoint(
+    path: Path, allow_untied: bool = False, engine: tuple[int, int, int] | None = None
+) -> CheckpointInfo:
     """Check a Hugging Face checkpoint folder of a family packager converts and describe it. Untied embeddings are
-    refused unless `allow_untied` (a target bundle carries them as an embeddings file; a draft bundle cannot)."""
+    refused unless `allow_untied` (a target bundle carries them as an embeddings file; a draft bundle cannot), and
+    the families MNN cannot speculate with unless `engine` (the oldest MNN the bundle must run on) can."""
     folder = _folder(path)
     config = _config(folder)
     model_type = str(config.get("model_type", ""))
     if not model_type:
         raise UnsupportedModel(f"{folder}/config.json names no model_type")
-    if model_type in REFUSED:  # said first: nothing else of such a checkpoint matters
-        raise UnsupportedModel(f"{folder}/config.json has model_type {shown(model_type)}: {REFUSED[model_type]}")
+    refused = refusal(model_type, engine)
+    if refused:  # said first: nothing else of such a checkpoint matters
+        raise UnsupportedModel(f"{folder}/config.json has model_type {shown(model_type)}: {refused}")
     shape = _shape(folder, config)
     tied = config.get("tie_word_embeddings") is True
     if not tied and not allow_untied:
@@ -79,13 +85,15 @@ def inspect_checkpoint(path: Path, allow_untied: bool = False) -> CheckpointInfo
     tensors: dict[str, tuple[int, ...]] = {}
     for weight_file in weight_files:
         tensors.update(safetensors_header.tensor_shapes(weight_file))
-    vocab_size, ids_of = _check_tokenizer(folder, shape)
+    ids_of = _check_tokenizer(folder)
     heap.give_back()  # the parsed tokenizer.json
     try:
-        family = of_checkpoint(config, ids_of, f"{folder}/config.json")
+        family = of_checkpoint(config, ids_of, f"{folder}/config.json", engine)
         stop_ids = _stop_ids(folder, config, family.stop_ids(ids_of))
     except UnknownFamily as exc:
         raise UnsupportedModel(str(exc)) from None
+    left_out = beyond_rows(ids_of, shape.vocab_size, family)
+    vocab_size = _within_rows(ids_of, left_out, shape.vocab_size)
     _check_tensors(folder, tensors, shape, tied, family)
     return CheckpointInfo(
         path=folder,
@@ -98,6 +106,7 @@ def inspect_checkpoint(path: Path, allow_untied: bool = False) -> CheckpointInfo
         stop_ids=stop_ids,
         tokenizer_vocab_size=vocab_size,
         tied=tied,
+        left_out_tokens=tuple(sorted(left_out)),
     )
 
 
@@ -116,16 +125,21 @@ def _ids_of(vocab: dict[str, int], added: list[dict[str, Any]]) -> dict[str, int
 
 # Rope types llmexport 0.0.5 exports with the default frequencies although transformers computes others.
 ROPE_FIXED = frozenset({"llama3"})
+# The worker's name for a rope given per layer type (Gemma 3's local and global bases), which llmexport 0.0.5 gives
+# only gemma4: under transformers 5 every Gemma 3 layer gets the local base.
+PER_LAYER_TYPE = "per_layer_type"
 
 
 def family_fields(info: CheckpointInfo) -> dict[str, Any]:
     """What the converter worker needs of the checkpoint's family (WorkerJob fields)."""
     config = read_json(info.path / "config.json", InvalidCheckpointConfig)
     rope = rope_type(config)
+    fix = PER_LAYER_TYPE if per_layer_type_rope(config) else rope if rope in ROPE_FIXED else None
     return {
         "tokenizer_type": info.family.tokenizer_type(),
-        "rope_fix": rope if rope in ROPE_FIXED else None,
+        "rope_fix": fix,
         "text_tokenizer": "text" in info.family.tokenizer_formats,
+        "left_out_tokens": info.left_out_tokens,
     }
 
 
@@ -171,12 +185,6 @@ def _shape(folder: Path, config: dict[str, Any]) -> ModelShape:
     head_dim = config.get("head_dim") or hidden // heads
     if not isinstance(head_dim, int) or head_dim <= 0:
         raise InvalidCheckpointConfig(f"{folder}/config.json: head_dim must be a positive integer")
-    layer_types = config.get("layer_types") or []
-    if any(kind != "full_attention" for kind in layer_types):
-        raise UnsupportedModel(
-            f"{folder}/config.json has layer_types other than full_attention: "
-            f"{shorten(sorted(set(map(str, layer_types))))}"
-        )
     return ModelShape(
         hidden_size=hidden,
         num_layers=need("num_hidden_layers"),
@@ -253,8 +261,8 @@ def _check_tensors(
                 )
 
 
-def _check_tokenizer(folder: Path, shape: ModelShape) -> tuple[int, dict[str, int]]:
-    """The tokenizer's id count, and each token's id by its text (added tokens last, as the tokenizer finds them)."""
+def _check_tokenizer(folder: Path) -> dict[str, int]:
+    """Each token's id by its text (added tokens last, as the tokenizer finds them)."""
     missing = [name for name in TOKENIZER_FILES if not (folder / name).is_file()]
     if missing:
         raise MissingTokenizer(f"{folder} is missing tokenizer file(s): {', '.join(missing)}")
@@ -269,14 +277,26 @@ def _check_tokenizer(folder: Path, shape: ModelShape) -> tuple[int, dict[str, in
     vocab, merges, added = bpe_tables(data, folder, first_merge=True)
     if not merges and not (folder / "merges.txt").is_file():
         raise MissingTokenizer(f"{folder}/tokenizer.json has no BPE merges and there is no merges.txt")
-    ids = [*vocab.values(), *(int(token["id"]) for token in added)]
-    top = max(ids) + 1 if ids else 0
-    if top > shape.vocab_size:
+    return _ids_of(vocab, added)
+
+
+def beyond_rows(ids_of: dict[str, int], rows: int, family: Family) -> dict[str, int]:
+    """The tokens the tokenizer holds at ids the model has no row for, which the family names as such (Gemma 3's
+    <image_soft_token>, the multimodal models' image placeholder, at 262,144 = vocab_size of the text models)."""
+    return {token: i for token, i in ids_of.items() if i >= rows and token in family.beyond_rows}
+
+
+def _within_rows(ids_of: dict[str, int], left_out: dict[str, int], rows: int) -> int:
+    """The tokenizer's id count without the tokens the bundle leaves out (`beyond_rows`); any other id past the
+    model's rows is refused: MNN would read past the embedding table for it without a word."""
+    kept = [i for token, i in ids_of.items() if token not in left_out]
+    top = max(kept) + 1 if kept else 0
+    if top > rows:
         raise MissingTokenizer(
-            f"the tokenizer has ids up to {top - 1} but the model's vocab_size is {shape.vocab_size}",
+            f"the tokenizer has ids up to {top - 1} but the model's vocab_size is {rows}",
             "use the tokenizer the model was trained with",
         )
-    return top, _ids_of(vocab, added)
+    return top
 
 
 def bpe_tables(

@@ -1,8 +1,8 @@
 """Where each checkpoint tensor goes in llm.mnn.weight, read from the graph's `external` fields.
 
 llmexport lays the weight file out as one region per graph op that holds weights, in graph order: a
-LayerNorm region is gamma then beta (float32; Qwen3's RMSNorm has no beta, so zeros) and a Convolution
-(Linear) region is header + packed quantized weight, then alpha (zero point and scale per block, float32),
+LayerNorm region is gamma then beta (float32; an RMSNorm has no beta, so zeros; Gemma's gamma is 1 + w) and a
+Convolution (Linear) region is header + packed quantized weight, then alpha (zero point and scale per block, float32),
 then the bias (float32; Qwen2's q/k/v projections have one, Qwen3 and Llama none). With tied embeddings
 lm_head's region quantizes the embedding table.
 """
@@ -40,14 +40,16 @@ class Region:
     out_features: int = 0
     in_features: int = 0
     bias: str = ""  # the tensor of a linear's bias, written after its alpha
+    norm_offset: float = 0.0  # a norm's gamma is norm_offset + w in float32 (Gemma's 1 + w)
 
     @property
     def size(self) -> int:
         return sum(self.lengths)
 
 
-def regions(graph: dict[str, Any], spec: QuantSpec, tied: bool) -> tuple[Region, ...]:
-    """Every weight region of the graph with its source tensor, checked to tile the weight file exactly."""
+def regions(graph: dict[str, Any], spec: QuantSpec, tied: bool, norm_offset: float = 0.0) -> tuple[Region, ...]:
+    """Every weight region of the graph with its source tensor, checked to tile the weight file exactly; a norm's
+    gamma is `norm_offset` + its weight (the family's: Gemma computes x * (1 + w))."""
     found = []
     for op in graph.get("oplists") or []:
         main = op.get("main") if isinstance(op.get("main"), dict) else {}
@@ -56,9 +58,8 @@ def regions(graph: dict[str, Any], spec: QuantSpec, tied: bool) -> tuple[Region,
             continue
         name = str(op.get("name"))
         if op.get("type") == "LayerNorm":
-            found.append(
-                Region(name, "norm", _norm_tensor(name), int(external[0]), tuple(int(x) for x in external[1:]))
-            )
+            lengths = tuple(int(x) for x in external[1:])
+            found.append(Region(name, "norm", _norm_tensor(name), int(external[0]), lengths, norm_offset=norm_offset))
         elif op.get("type") == "Convolution":
             common = main.get("common") or {}
             tensor = _linear_tensor(name, tied)
@@ -105,7 +106,8 @@ def predict(
             bias_name = name.removesuffix(".weight") + ".bias" if bias else ""
             found.append(Region("", "linear", name, offset, lengths, out_features, in_features, bias_name))
         else:
-            found.append(Region("", "norm", name, offset, (out_features * 4, out_features * 4)))
+            widths = (out_features * 4, out_features * 4)
+            found.append(Region("", "norm", name, offset, widths, norm_offset=family.norm_offset))
 
     rows = family.layer(hidden, heads, kv_heads, head_dim, intermediate)
     for layer in range(layers):
@@ -116,9 +118,11 @@ def predict(
     return tuple(found)
 
 
-def placement(regions: tuple[Region, ...]) -> list[tuple[str, str, int, tuple[int, ...], int, int, str]]:
-    """What decides the weight file's bytes: each region's tensor, kind, offset, lengths and shape."""
-    return sorted((r.tensor, r.kind, r.offset, r.lengths, r.out_features, r.in_features, r.bias) for r in regions)
+def placement(regions: tuple[Region, ...]) -> list[tuple[str, str, int, tuple[int, ...], int, int, str, float]]:
+    """What decides the weight file's bytes: each region's tensor, kind, offset, lengths, shape and norm offset."""
+    return sorted(
+        (r.tensor, r.kind, r.offset, r.lengths, r.out_features, r.in_features, r.bias, r.norm_offset) for r in regions
+    )
 
 
 def total_size(layout: tuple[Region, ...]) -> int:

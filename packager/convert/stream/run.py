@@ -159,7 +159,10 @@ def export(
         shutil.copyfile(entry / name, export_dir / name)
     meta = json.loads((export_dir / "meta.json").read_text(encoding="utf-8"))
     regions = layout.regions(
-        json.loads((export_dir / "llm.mnn.json").read_text(encoding="utf-8")), spec, tied=info.tied
+        json.loads((export_dir / "llm.mnn.json").read_text(encoding="utf-8")),
+        spec,
+        tied=info.tied,
+        norm_offset=info.family.layout.norm_offset,
     )
     if predicted is None or layout.placement(predicted) != layout.placement(regions):
         if predicted is not None:

@@ -191,6 +191,8 @@ def _encode(task: Task, spec: QuantSpec) -> list[tuple[bytes, int]]:
     name, _ = _DTYPES[task.source.dtype]
     if region.kind == "norm":
         gamma = _as_float32(_read(task.source), task.source.dtype).astype(np.float32)
+        if region.norm_offset:  # float32 arithmetic, as the graph's (offset + w) was computed by torch
+            gamma = np.float32(region.norm_offset) + gamma
         return [(gamma.tobytes() + np.zeros_like(gamma).tobytes(), region.offset)]
     weight = _read(task.source, first, last)
     if task.lora is not None:

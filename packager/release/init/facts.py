@@ -45,13 +45,17 @@ def gather(checkpoint: Path, adapter: Path | None) -> Facts:
         base_named_by=base[1],
         parameters=say_parameters(count),
         parameter_count=count,
-        architecture=f"{info.family.title} (dense, full attention)",
+        architecture=f"{info.family.title} (dense, {_attention(info.family.layer_types)})",
         layers=info.shape.num_layers,
         hidden_size=info.shape.hidden_size,
         family=info.family,
         lora_r=lora.rank if lora else None,
         lora_alpha=lora.alpha if lora else None,
     )
+
+
+def _attention(layer_types: tuple[str, ...]) -> str:
+    return "sliding-window and global attention" if "sliding_attention" in layer_types else "full attention"
 
 
 def say_parameters(count: int) -> str:
