@@ -143,3 +143,32 @@ def test_init_facts_of_a_gemma3_checkpoint_name_its_terms_and_its_two_attention_
     facts = gather(gemma, None)
     assert facts.family.license.spdx == "gemma" and "Gemma Terms of Use" in facts.family.license.notice
     assert facts.architecture == "Gemma 3 (dense, sliding-window and global attention)"
+
+
+def test_a_gemma3_config_saved_by_transformers_4_converts_to_the_same_graph(
+    gemma: Path, gemma8: ConvertResult, tmp_path: Path
+) -> None:
+    """Google's released configs name the bases rope_theta (global) and rope_local_base_freq (local), without a
+    rope per layer type: the rope is fixed by family, not by how the config spells it."""
+    folder = copy_checkpoint(gemma, tmp_path / "legacy")
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    ropes = config.pop("rope_parameters")
+    config.update(
+        rope_theta=ropes["full_attention"]["rope_theta"],
+        rope_local_base_freq=ropes["sliding_attention"]["rope_theta"],
+        rope_scaling=None,
+    )
+    (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    legacy = convert(ConvertRequest(checkpoint=folder, out=tmp_path / "bundle", quant_bits=8)).out
+    for name in ("llm.mnn", "llm.mnn.weight"):
+        assert (legacy / name).read_bytes() == (gemma8.out / name).read_bytes(), name
+
+
+def test_hostile_gemma3_rope_configs_are_refused_in_one_line(gemma: Path, tmp_path: Path) -> None:
+    folder = copy_checkpoint(gemma, tmp_path / "half")
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    del config["rope_parameters"]["full_attention"]
+    (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    result = run_cli("convert", str(folder), "--out", str(tmp_path / "bundle"))
+    assert result.returncode == 12 and "names none for full_attention" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr and not (tmp_path / "bundle").exists()

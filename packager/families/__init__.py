@@ -105,6 +105,14 @@ def of_checkpoint(
             f"{where} has layer_types {shown(odd, 80)}, which packager does not convert for {family.title} "
             f"(it converts {', '.join(family.layer_types)})"
         )
+    if per_layer_type_rope(config):
+        ropes = config["rope_parameters"]
+        missing = sorted(set(family.layer_types) - {k for k, v in ropes.items() if isinstance(v, Mapping)})
+        if len(family.layer_types) < 2 or missing:
+            raise UnknownFamily(
+                f"{where} gives each layer type its own rope, "
+                + (f"but names none for {', '.join(missing)}" if missing else f"which {family.title} does not have")
+            )
     return family
 
 

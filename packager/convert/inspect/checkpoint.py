@@ -134,7 +134,10 @@ def family_fields(info: CheckpointInfo) -> dict[str, Any]:
     """What the converter worker needs of the checkpoint's family (WorkerJob fields)."""
     config = read_json(info.path / "config.json", InvalidCheckpointConfig)
     rope = rope_type(config)
-    fix = PER_LAYER_TYPE if per_layer_type_rope(config) else rope if rope in ROPE_FIXED else None
+    # By family, not by how the config spells it: a config saved by transformers 4 names Gemma 3's bases as
+    # rope_theta and rope_local_base_freq, which transformers 5 reads into a rope per layer type as well.
+    per_type = per_layer_type_rope(config) or len(info.family.layer_types) > 1
+    fix = PER_LAYER_TYPE if per_type else rope if rope in ROPE_FIXED else None
     return {
         "tokenizer_type": info.family.tokenizer_type(),
         "rope_fix": fix,
