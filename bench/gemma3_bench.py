@@ -34,7 +34,8 @@ def logits_by_mnn(bundle: Path, tokens: list[int], **settings: str) -> np.ndarra
     extra = {} if (bundle / "tokenizer.txt").is_file() else {"tokenizer_file": "tokenizer.mtok"}
     llm.set_config({"all_logits": True, "precision": "high", "memory": "normal", "thread_num": 2, **extra, **settings})
     assert llm._c_obj.load()
-    return np.asarray(llm.forward(tokens).read(), dtype=np.float32).reshape(len(tokens), -1)  # 2 GB
+    # A copy: the array read() gives lives in the engine, which goes when this returns. 2 GB.
+    return np.array(llm.forward(tokens).read(), dtype=np.float32, copy=True).reshape(len(tokens), -1)
 
 
 def row(name: str, expected: np.ndarray, got: np.ndarray) -> str:
