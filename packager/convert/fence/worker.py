@@ -252,10 +252,14 @@ def _per_layer_type_rope(source: Path) -> list[Any]:
     rotary = Gemma3RotaryEmbedding(config)
     frequencies = {}
     for kind in ("sliding_attention", "full_attention"):
+        if not hasattr(rotary, f"{kind}_inv_freq"):  # no layer of this kind: the other's serves (and is unused)
+            continue
         scaling = getattr(rotary, f"{kind}_attention_scaling")
         if scaling != 1.0:
             raise RuntimeError(f"the {kind} rope scales attention by {scaling}, which packager does not export")
         frequencies[kind] = getattr(rotary, f"{kind}_inv_freq").to(torch.float32).clone()
+    for kind, other in (("sliding_attention", "full_attention"), ("full_attention", "sliding_attention")):
+        frequencies.setdefault(kind, frequencies[other])
     original = utils.model.LlmModel.from_pretrained.__func__
     fixed: list[Any] = []
 
@@ -264,7 +268,7 @@ def _per_layer_type_rope(source: Path) -> list[Any]:
         local = model.rotary
         if local is None or local.rotary_dim != 2 * frequencies["full_attention"].numel():
             return model
-        if model.rotary_full is not None or not getattr(model.config, "sliding_attn_layers", None):
+        if model.rotary_full is not None:
             raise RuntimeError(
                 "llmexport built this model with a rotary per layer kind already; packager's fix is stale"
             )
