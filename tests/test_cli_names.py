@@ -290,15 +290,6 @@ def test_every_command_that_reports_progress_has_quiet() -> None:
     assert {("verify-remote",), ("validate",), ("sign",), ("convert",), ("pull",), ("upload",)} <= set(with_progress)
 
 
-def test_quiet_silences_the_new_progress_of_validate(tmp_path: Path) -> None:
-    notes = tmp_path / "notes.md"
-    notes.write_text("x")
-    loud = run_cli("validate", str(tmp_path))
-    quiet = run_cli("validate", str(tmp_path), "-q")
-    assert loud.returncode == quiet.returncode == 30
-    assert f"validating {tmp_path} (1/1)" in loud.stderr and "validating" not in quiet.stderr
-
-
 # --- item 12: the graph cache and the target cache side by side ------------------------------------------------------
 
 

@@ -6,7 +6,6 @@ import gc
 import json
 import os
 import signal
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ import click
 from .. import __version__
 from ..errors import InputTooLarge, PackagerError, from_os_error
 from .cloupload import load as _load_cloup
+from .progress import StderrProgress as StderrProgress  # the commands' progress callback (re-exported)
 
 _load_cloup()  # cloup without importlib.metadata, a third of packager's start (see cloupload)
 import cloup  # noqa: E402
@@ -140,18 +140,6 @@ def _print_json_error(code: int, kind: str, message: str, hint: str) -> None:
 
 def _debug(ctx: click.Context) -> bool:
     return bool((ctx.obj or {}).get("debug"))
-
-
-class StderrProgress:
-    """Prints each long step with the time since the command started."""
-
-    def __init__(self, quiet: bool) -> None:
-        self.quiet = quiet
-        self.start = time.monotonic()
-
-    def __call__(self, stage: str) -> None:
-        if not self.quiet:
-            click.echo(f"packager: [{time.monotonic() - self.start:6.1f}s] {stage}", err=True)
 
 
 def version_text() -> str:

@@ -172,29 +172,30 @@ def convert(
         if spec is None or spec.convert.checkpoint is None:
             raise click.UsageError("give CHECKPOINT, or --spec with a [convert] checkpoint")
         checkpoint, lora = spec.convert.checkpoint, lora or spec.convert.lora
-    result = run_convert(
-        ConvertRequest(
-            checkpoint=checkpoint,
-            out=out,
-            adapter=lora,
-            spec=spec,
-            quant_bits=quant_bits,
-            quant_block=quant_block,
-            force=force,
-            reference=reference,
-            engine=engine,
-            symmetric=symmetric,
-            algorithm=algorithm,
-            lm_bits=lm_bits,
-            lm_block=lm_block,
-            kind=kind,
-            eagle=eagle,
-            allow_pickle_head=allow_pickle_head,
-            lookahead=_lookahead(lookahead),
-            lookahead_length=lookahead_length,
-        ),
-        progress=StderrProgress(quiet),
-    )
+    with StderrProgress(quiet) as progress:
+        result = run_convert(
+            ConvertRequest(
+                checkpoint=checkpoint,
+                out=out,
+                adapter=lora,
+                spec=spec,
+                quant_bits=quant_bits,
+                quant_block=quant_block,
+                force=force,
+                reference=reference,
+                engine=engine,
+                symmetric=symmetric,
+                algorithm=algorithm,
+                lm_bits=lm_bits,
+                lm_block=lm_block,
+                kind=kind,
+                eagle=eagle,
+                allow_pickle_head=allow_pickle_head,
+                lookahead=_lookahead(lookahead),
+                lookahead_length=lookahead_length,
+            ),
+            progress=progress,
+        )
     summary = {
         "bundle": str(result.out),
         "kind": result.kind.name,
@@ -323,7 +324,8 @@ def validate(
     """
     from ..validate.checks import check_bundles
 
-    report = check_bundles(bundles, from_files=from_files, strict=strict, progress=StderrProgress(quiet))
+    with StderrProgress(quiet, lines=False) as progress:  # a bar on a terminal; hooks and CI logs stay as they were
+        report = check_bundles(bundles, from_files=from_files, strict=strict, progress=progress)
     emit_report(report, chosen_format(fmt, as_json))
     if not report.ok():
         ctx.exit(VALIDATION_FAILED)

@@ -53,7 +53,8 @@ def engines_check(
     from ..measure.engines.check import check, requested_versions
     from ..measure.engines.record import store
 
-    report = check(bundle, requested_versions(versions), report=StderrProgress(quiet))
+    with StderrProgress(quiet) as progress:
+        report = check(bundle, requested_versions(versions), report=progress)
     data = report.as_dict()
     if record:
         data["recorded_in"] = str(store(report))

@@ -79,14 +79,15 @@ def verify(
     from ..measure.verify import verify as run_verify
 
     thresholds = Thresholds.from_spec(load_spec(spec_path).verify if spec_path else None)
-    report = run_verify(
-        bundle,
-        checkpoint,
-        prompts_from_file(prompts_file) if prompts_file else None,
-        thresholds,
-        progress=StderrProgress(quiet),
-        dtype=dtype,
-    )
+    with StderrProgress(quiet) as progress:
+        report = run_verify(
+            bundle,
+            checkpoint,
+            prompts_from_file(prompts_file) if prompts_file else None,
+            thresholds,
+            progress=progress,
+            dtype=dtype,
+        )
     data = {  # "source" and "source_dtype" are the report's published keys (the card reads them)
         "ok": report.ok,
         "bundle": str(bundle),
@@ -225,11 +226,12 @@ def pair_command(
         costs_file=costs_file,
         target_cache=not no_target_cache,
     )
-    report = run_pair(
-        draft,
-        target,
-        prompts_from_file(prompts_file) if prompts_file else None,
-        options,
-        progress=StderrProgress(quiet),
-    )
+    with StderrProgress(quiet) as progress:
+        report = run_pair(
+            draft,
+            target,
+            prompts_from_file(prompts_file) if prompts_file else None,
+            options,
+            progress=progress,
+        )
     click.echo(json.dumps(as_dict(report), indent=2) if as_json else text(report))

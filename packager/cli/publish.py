@@ -123,23 +123,24 @@ def upload(
     from ..hub.publish import upload as run_upload
 
     wanted = _collection_request(repo_id, collection, collection_owner, collection_note)
-    result = run_upload(
-        UploadRequest(
-            bundle=bundle,
-            repo_id=repo_id,
-            endpoint=endpoint,
-            revision=revision,
-            tag=tag,
-            private=private or make_private,
-            make_private=make_private,
-            dry_run=dry_run,
-            message=message,
-            token=_token(token_file),
-            collection=wanted,
-            gated=gated,
-        ),
-        progress=StderrProgress(quiet),
-    )
+    with StderrProgress(quiet) as progress:
+        result = run_upload(
+            UploadRequest(
+                bundle=bundle,
+                repo_id=repo_id,
+                endpoint=endpoint,
+                revision=revision,
+                tag=tag,
+                private=private or make_private,
+                make_private=make_private,
+                dry_run=dry_run,
+                message=message,
+                token=_token(token_file),
+                collection=wanted,
+                gated=gated,
+            ),
+            progress=progress,
+        )
     data = {
         "repo_id": result.repo_id,
         "endpoint": result.endpoint,
@@ -247,15 +248,16 @@ def verify_remote(
     from ..hub.check import verify_remote as run_verify
 
     repo_id, revision = target_revision(target)
-    result = run_verify(
-        repo_id,
-        revision,
-        endpoint=endpoint,
-        token=_token(token_file),
-        timeout=timeout,
-        progress=StderrProgress(quiet),
-        trust=_trust(public_key, identity, issuer),
-    )
+    with StderrProgress(quiet) as progress:
+        result = run_verify(
+            repo_id,
+            revision,
+            endpoint=endpoint,
+            token=_token(token_file),
+            timeout=timeout,
+            progress=progress,
+            trust=_trust(public_key, identity, issuer),
+        )
     data = {
         "repo_id": result.repo_id,
         "revision": result.revision,
@@ -353,18 +355,19 @@ def release(
     spec = None
     try:
         spec = load_spec(spec_path)
-        result = run(
-            ReleaseRequest(
-                spec=spec,
-                bundle=bundle,
-                out=out,
-                endpoint=endpoint,
-                private=private,
-                token=_token(token_file),
-                dry_run=dry_run,
-            ),
-            progress=StderrProgress(quiet),
-        )
+        with StderrProgress(quiet) as progress:
+            result = run(
+                ReleaseRequest(
+                    spec=spec,
+                    bundle=bundle,
+                    out=out,
+                    endpoint=endpoint,
+                    private=private,
+                    token=_token(token_file),
+                    dry_run=dry_run,
+                ),
+                progress=progress,
+            )
     except PackagerError as exc:  # refused before the first stage: the artifact still says why
         if summary_path is not None:
             _write_summary(

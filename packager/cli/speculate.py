@@ -82,17 +82,18 @@ def speculate(
     from ..measure.speculate.summary import text
     from ..measure.verify import prompts_from_file
 
-    report = run_speculate(
-        Request(
-            bundle=bundle,
-            mode=mode,
-            prompts=prompts_from_file(prompts_file) if prompts_file else None,
-            max_new_tokens=max_new_tokens,
-            repeats=repeats,
-            threads=threads,
-            tie_tolerance=tie_tolerance,
-        ),
-        progress=StderrProgress(quiet),
-    )
+    with StderrProgress(quiet) as progress:
+        report = run_speculate(
+            Request(
+                bundle=bundle,
+                mode=mode,
+                prompts=prompts_from_file(prompts_file) if prompts_file else None,
+                max_new_tokens=max_new_tokens,
+                repeats=repeats,
+                threads=threads,
+                tie_tolerance=tie_tolerance,
+            ),
+            progress=progress,
+        )
     click.echo(json.dumps(report.as_dict(), indent=2) if as_json else text(report))
     refuse_if_lossy(report)

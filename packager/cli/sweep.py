@@ -83,7 +83,8 @@ def quant_sweep(
         tolerance=tolerance,
         threads=threads,
     )
-    data = as_dict(sweep(request, progress=StderrProgress(quiet)))
+    with StderrProgress(quiet) as progress:
+        data = as_dict(sweep(request, progress=progress))
     if output is not None:
         write_atomic(output, (json.dumps(data, indent=2) + "\n").encode("utf-8"))
     click.echo(text(data))

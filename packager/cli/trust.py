@@ -69,7 +69,6 @@ def sign(
     from ..trust.sign import sign as run_sign
     from ..trust.sign import sign_keyless
 
-    progress = StderrProgress(quiet)
     if keyless:
         if key is not None:
             raise InvalidOption("--key and --keyless both given", "sign with one of them")
@@ -78,15 +77,17 @@ def sign(
             if identity_token_file
             else None
         )
-        progress(f"signing {bundle} with sigstore (hashing every file)")
-        result = sign_keyless(bundle, token)
+        with StderrProgress(quiet, lines=False) as progress:
+            progress(f"signing {bundle} with sigstore (hashing every file)")
+            result = sign_keyless(bundle, token)
     else:
         key = key or (Path(os.environ[KEY_ENV]) if os.environ.get(KEY_ENV) else None)
         if key is None:
             raise InvalidOption("no signing key", f"pass --key KEY.pem, set {KEY_ENV}, or use --keyless")
         passphrase = read_passphrase(passphrase_file)
-        progress(f"signing {bundle} (hashing every file)")
-        result = run_sign(bundle, key, passphrase)
+        with StderrProgress(quiet, lines=False) as progress:
+            progress(f"signing {bundle} (hashing every file)")
+            result = run_sign(bundle, key, passphrase)
     data = {
         "signature": str(result.signature),
         "files": list(result.files),
@@ -181,22 +182,23 @@ def pull(
     from ..hub.pull import pull as run_pull
 
     repo_id, revision = target_revision(target)
-    result = run_pull(
-        PullRequest(
-            repo_id=repo_id,
-            dest=dest,
-            revision=revision,
-            files=which,
-            trust=_trust(public_key, identity, issuer),
-            require_signature=require_signature,
-            engine=engine,
-            endpoint=endpoint,
-            token=_token(token_file),
-            timeout=timeout,
-        ),
-        progress=StderrProgress(quiet),
-        meter=terminal_bar if not quiet and sys.stderr.isatty() else None,
-    )
+    with StderrProgress(quiet, bars=False) as progress:  # pull draws a byte bar per large file instead
+        result = run_pull(
+            PullRequest(
+                repo_id=repo_id,
+                dest=dest,
+                revision=revision,
+                files=which,
+                trust=_trust(public_key, identity, issuer),
+                require_signature=require_signature,
+                engine=engine,
+                endpoint=endpoint,
+                token=_token(token_file),
+                timeout=timeout,
+            ),
+            progress=progress,
+            meter=terminal_bar if not quiet and sys.stderr.isatty() else None,
+        )
     data = {
         "repo_id": result.repo_id,
         "revision": result.revision,

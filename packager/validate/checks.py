@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..errors import PackagerError
-from ..infra.progress import Progress
+from ..infra.progress import Progress, Step
 from ..report import FOLDER, Checked, Report
 from ..report.findings import Finding
 
@@ -25,7 +25,7 @@ def check_bundles(
         paths, skipped = found.bundles, found.skipped
     checked = []
     for number, bundle in enumerate(paths, 1):
-        progress(f"validating {bundle} ({number}/{len(paths)})")
+        progress(Step(f"validating {bundle} ({number}/{len(paths)})", number - 1, len(paths), "validating"))
         try:
             report = validate(bundle)
         except PackagerError as exc:
