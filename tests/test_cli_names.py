@@ -324,3 +324,12 @@ def test_graph_entries_left_directly_in_packager_cache_dir_move_into_graphs_and_
     assert [entry["key"] for entry in json.loads(result.stdout)["graphs"]] == [key]
     assert (home / "graphs" / key / "llm.mnn").read_bytes() == b"graph" and not (home / key).exists()
     assert (home / "notes").is_dir() and (home / "targets" / "t.json").is_file()
+
+
+def test_convert_flags_the_spec_may_set_stay_unset_unless_given(capsys: pytest.CaptureFixture[str]) -> None:
+    """Defaults shown by click must not become defaults given by click: the spec's [convert] decides what no flag
+    says (--sym/--asym included), so each is None when not given."""
+    params, said = parse(capsys, "convert", "ckpt", "--out", "b")
+    spec_keys = ("quant_bits", "quant_block", "symmetric", "algorithm", "lm_bits", "lm_block", "engine", "kind")
+    assert {key: params[key] for key in spec_keys} == dict.fromkeys(spec_keys) and said == []
+    assert parse(capsys, "convert", "ckpt", "--out", "b", "--asym")[0]["symmetric"] is False

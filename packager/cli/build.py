@@ -42,6 +42,7 @@ NO_CORPUS = "\0"  # what --lookahead gives without a value (no path can hold a N
 @option(
     "--sym/--asym",
     "symmetric",
+    default=None,  # neither flag: the spec's [convert] symmetric, else asymmetric
     show_default="--asym",
     help="Symmetric quantization (scales only, llmexport --sym).",
 )

@@ -3,7 +3,6 @@ click. An old spelling stays as a hidden alias that still works and says, in one
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -159,10 +158,3 @@ def load_spec(spec_path: Path) -> Any:
     for old, new in spec_module.deprecated_keys(spec.data):
         warn_deprecated(None, old, new)
     return spec
-
-
-def isatty_stderr() -> bool:
-    try:
-        return os.isatty(2)
-    except OSError:
-        return False
