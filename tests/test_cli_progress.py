@@ -119,3 +119,15 @@ def test_verify_remote_draws_a_file_bar_on_a_terminal_and_lines_elsewhere(hub: L
     quiet, _, nothing = on_a_terminal("verify-remote", box, "-q", env=hub.env(token=None))
     assert quiet == 0 and nothing == ""
     assert hub.cli("verify-remote", box, "--quiet", token=None).stderr == ""
+
+
+def test_convert_draws_its_stages_and_a_weight_bar_on_a_terminal(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    """The longest stage people wait for: each stage a bar line with its time, the quantized megabytes filling one."""
+    code, out, drawn = on_a_terminal("convert", str(tiny_checkpoint), "--out", str(tmp_path / "bundle"))
+    assert code == 0, drawn
+    assert out.startswith("bundle: ")  # the result on stdout, after the bars are closed
+    shown = frames(drawn)
+    weights = [frame for frame in shown if frame.startswith("quantizing weights (MB):")]
+    assert weights and "100%|" in weights[-1], drawn
+    assert any(re.match(r"validating the bundle \(draft\) \[\d\d:\d\d\]$", frame) for frame in shown), drawn
+    assert not any(STAGE_LINE.match(frame) for frame in shown)
