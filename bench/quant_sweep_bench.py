@@ -63,7 +63,7 @@ def _sweep_run(fx: object, out: Path, run: int) -> dict:  # type: ignore[type-ar
             str(fx.teacher),
             "--out",
             str(out / f"run-{run}"),  # type: ignore[attr-defined]
-            "--json",
+            "--output",
             str(json_out),
             "--quiet",
         ],
@@ -123,7 +123,7 @@ def _separate(fx: object, out: Path, measure: bool = True) -> dict:  # type: ign
             "packager.cli",
             "verify",
             str(base),
-            "--source",
+            "--checkpoint",
             str(fx.draft),  # type: ignore[attr-defined]
             "--quiet",
             "--json",

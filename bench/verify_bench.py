@@ -57,7 +57,7 @@ def baseline(source: Path) -> float:
 def run_verify(bundle: Path, source: Path) -> dict[str, object]:
     began = time.perf_counter()
     proc = psutil.Popen(
-        [sys.executable, "-m", "packager.cli", "verify", str(bundle), "--source", str(source), "--json", "--quiet"],
+        [sys.executable, "-m", "packager.cli", "verify", str(bundle), "--checkpoint", str(source), "--json", "--quiet"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         cwd=REPO,

@@ -244,7 +244,7 @@ def test_pair_and_verify_reports_are_stated_only_on_the_card_of_the_bundle_they_
         "verify8.json",
         "verify",
         str(bundle8.out),
-        "--source",
+        "--checkpoint",
         str(tiny_checkpoint),
         "--prompts",
         str(prompts),

@@ -47,7 +47,7 @@ def _spec(
         "[card]",
         'runs_on = "Android phones (CPU)"',
         'limitations = ["A test model."]',
-        *(["", "[convert]", f'source = "{source}"'] if source else []),
+        *(["", "[convert]", f'checkpoint = "{source}"'] if source else []),
         *extra,
     ]
     path = folder / "release.toml"
@@ -181,7 +181,7 @@ def test_init_from_a_llama_checkpoint_writes_a_spec_that_check_spec_accepts_and_
     llama_checkpoint: Path, llama_bundle8: ConvertResult, tmp_path: Path
 ) -> None:
     folder = tmp_path / "release"
-    made = run_cli("init", str(folder), "--from", str(llama_checkpoint), "--repo-id", "me/tiny-llama-draft-mnn")
+    made = run_cli("init", str(folder), "--checkpoint", str(llama_checkpoint), "--repo-id", "me/tiny-llama-draft-mnn")
     assert made.returncode == 0, made.stderr
     spec = folder / "release.toml"
     data = tomllib.loads(spec.read_text(encoding="utf-8"))
@@ -198,6 +198,6 @@ def test_init_from_a_llama_checkpoint_writes_a_spec_that_check_spec_accepts_and_
     checked = run_cli("check-spec", str(spec))
     assert checked.returncode == 0, checked.stdout + checked.stderr
     bundle = _copy(llama_bundle8, tmp_path)
-    carded = run_cli("card", str(bundle), "--spec", str(spec))  # its [convert] source is the checkpoint
+    carded = run_cli("card", str(bundle), "--spec", str(spec))  # its [convert] checkpoint is the checkpoint
     assert carded.returncode == 0 and carded.stderr == "", carded.stderr
     assert (bundle / "LICENSE").is_file()

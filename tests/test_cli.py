@@ -2,37 +2,111 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
+import re
+import shlex
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
+import click
 import pytest
 
 from tests.conftest import run_cli
 
-COMMANDS = (
-    "convert",
-    "validate",
-    "checksum",
-    "card",
-    "upload",
-    "verify-remote",
-    "release",
-    "hub",
-    "verify",
-    "pair",
-    "check-spec",
-    "init",
+
+def command_tree() -> list[tuple[tuple[str, ...], click.Command]]:
+    """Every command of the click tree, groups included (the root is ()), found by walking it: never a list."""
+    from packager.cli import cli
+
+    def walk(command: click.Command, path: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], click.Command]]:
+        yield path, command
+        if isinstance(command, click.Group):
+            for name, sub in sorted(command.commands.items()):
+                yield from walk(sub, (*path, name))
+
+    return list(walk(cli, ()))
+
+
+def examples(command: click.Command) -> list[str]:
+    return [line.removeprefix("Example:").strip() for line in _paragraphs(command) if line.startswith("Example:")]
+
+
+def _paragraphs(command: click.Command) -> list[str]:
+    return [" ".join(p.split()) for p in inspect.cleandoc(command.help or "").split("\n\n") if p.strip()]
+
+
+def _parse_example(line: str) -> tuple[str, ...]:
+    """Parse one example command line (each `&&` part; `VAR=value` prefixes dropped) as packager would, with
+    resilient parsing off; returns the command path the example runs."""
+    from packager.cli import cli
+
+    paths = []
+    for part in line.split("&&"):
+        words = shlex.split(part)
+        while words and "=" in words[0] and not words[0].startswith("-"):
+            words.pop(0)
+        assert words[:1] == ["packager"], f"an example runs packager: {line}"
+        command: click.Command = cli
+        ctx = None
+        args, path = words[1:], ()
+        while True:
+            ctx = command.make_context(path[-1] if path else "packager", list(args), parent=ctx)
+            assert not ctx.resilient_parsing
+            if not isinstance(command, click.Group):
+                break
+            remaining = [*ctx._protected_args, *ctx.args]
+            assert remaining, f"{line}: names no subcommand"
+            name, sub, args = command.resolve_command(ctx, remaining)
+            assert name is not None and sub is not None
+            command, path = sub, (*path, name)
+        paths.append(path)
+    assert len(set(paths)) == 1, line
+    return paths[0]
+
+
+@pytest.mark.parametrize(
+    ("path", "command"), [pytest.param(p, c, id=" ".join(p) or "packager") for p, c in command_tree()]
 )
+def test_every_command_help_ends_with_an_example_that_parses(
+    path: tuple[str, ...], command: click.Command, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every command and group, found by walking the tree, ends its help with `Example: packager ...`, and each of
+    its examples is a command line its own parser takes (options, arity, choices, ranges): examples cannot drift.
+    Paths in examples need not exist here: click's exists checks are off for the parse."""
+    for _, each in command_tree():
+        for param in each.params:
+            if isinstance(param.type, click.Path):
+                monkeypatch.setattr(param.type, "exists", False)
+    assert re.match(r"Example: ([A-Z_]+=\S+ )*packager ", _paragraphs(command)[-1]), path
+    found = examples(command)
+    assert found, path
+    for line in found:
+        ran = _parse_example(line)
+        assert ran[: len(path)] == path, f"{' '.join(path)}'s example runs {' '.join(ran)}: {line}"
 
 
-def test_every_command_has_help_with_an_example() -> None:
-    for command in COMMANDS:
-        result = run_cli(command, "--help")
-        assert result.returncode == 0
-        assert "Example:" in result.stdout, command
+def test_help_lists_the_commands_by_stage_and_every_command_in_one() -> None:
+    """`packager --help` has the six stage sections in order, each listing its commands, and no command is left
+    out of a stage (no "Other commands")."""
+    from packager.cli import STAGES, cli
+
+    staged = [name for _, names in STAGES for name in names]
+    assert sorted(staged) == sorted(cli.commands)  # each command in exactly one stage
+    result = run_cli("--help")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    headings = [line.rstrip(":") for line in lines if line and not line.startswith(" ") and line.endswith(":")]
+    assert headings == ["Options", *(title for title, _ in STAGES)]
+    assert "Other commands" not in result.stdout
+    for title, names in STAGES:
+        start = lines.index(f"{title}:") + 1
+        listed = [line.split()[0] for line in lines[start : start + len(names)]]
+        assert listed == list(names), title
+    assert "Build, check, measure and publish MNN bundles (drafts, targets, EAGLE-3 and" in result.stdout
 
 
 def test_help_imports_neither_torch_nor_transformers() -> None:
@@ -101,3 +175,33 @@ def test_a_seconds_option_that_is_no_finite_number_is_a_usage_error(args: tuple[
     assert result.returncode == 2, result.stdout + result.stderr
     assert "Traceback" not in result.stderr and "Invalid value for '--" in result.stderr
     assert not (tmp_path / "DIR").exists()
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "packager verify ./bundle --sauce ./qwen3",  # an option that does not exist
+        "packager pair ./draft",  # an argument missing
+        "packager speculate ./bundle --mode medusa",  # a choice that does not exist
+        "packager hub serve --port eighty",  # a value of the wrong type
+    ],
+)
+def test_an_example_that_drifted_from_its_command_does_not_parse(line: str) -> None:
+    with pytest.raises(click.UsageError):
+        _parse_example(line)
+
+
+def test_cloup_is_imported_without_importlib_metadata_and_leaves_the_real_one_importable() -> None:
+    """cloup asks importlib.metadata for click's version (20 ms of every start); packager answers that one question
+    while cloup imports, and leaves nothing behind: a later import gets the real module."""
+    code = (
+        "import sys\n"
+        "from packager.cli import cli\n"
+        "import cloup._util\n"
+        "print('importlib.metadata' in sys.modules)\n"
+        "import importlib.metadata\n"
+        "print(importlib.metadata.version('click') == '.'.join(cloup._util.click_version_tuple))\n"
+        "print(hasattr(importlib.metadata, 'distributions'), type(importlib.metadata).__name__)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.split() == ["False", "True", "True", "module"]

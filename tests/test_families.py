@@ -211,7 +211,7 @@ def test_smollm2_converts_streaming_at_8_bits_block_64_with_float_activations(sm
 
 
 def test_verify_passes_the_faithful_smollm2_bundle(smollm2: Path, smol8: Path) -> None:
-    result = run_cli("verify", str(smol8), "--source", str(smollm2), "--json")
+    result = run_cli("verify", str(smol8), "--checkpoint", str(smollm2), "--json")
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -239,7 +239,7 @@ def _broken(smollm2: Path, out: Path, how: str) -> Path:
 @pytest.mark.parametrize("how", ["rope", "swapped layers"])
 def test_verify_fails_a_broken_smollm2_bundle(smollm2: Path, tmp_path: Path, how: str) -> None:
     bundle = _broken(smollm2, tmp_path, how)
-    result = run_cli("verify", str(bundle), "--source", str(smollm2))
+    result = run_cli("verify", str(bundle), "--checkpoint", str(smollm2))
     assert result.returncode != 0 and "verify: FAILED" in result.stdout + result.stderr, result.stdout
 
 

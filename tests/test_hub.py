@@ -204,7 +204,7 @@ def _spec_with_source(tmp_path: Path, source: Path, extra: str) -> Path:
     """A spec whose release verifies against `source` on three prompts of its own (the gate's wiring is what these
     tests check; the built-in 54-prompt workload is tests/test_verify.py's)."""
     text = EXAMPLE.read_text().replace(
-        "[convert]\nquant_bits = 4\nquant_block = 128\n", f'[convert]\nsource = "{source}"\n{extra}'
+        "[convert]\nquant_bits = 4\nquant_block = 128\n", f'[convert]\ncheckpoint = "{source}"\n{extra}'
     )
     (tmp_path / "prompts.txt").write_text("The capital of France is\ndef fibonacci(n):\nQ: Why is the sky blue?\n")
     path = tmp_path / "release.toml"

@@ -32,7 +32,7 @@ def repo(tiny_checkpoint: Path, lora_adapter: Path, tmp_path: Path) -> Path:
     result = run_cli(
         "init",
         str(folder),
-        "--from",
+        "--checkpoint",
         str(tiny_checkpoint),
         "--lora",
         str(lora_adapter),
@@ -68,7 +68,7 @@ def test_init_writes_every_file_and_states_the_checkpoint_facts(
     assert data["model"]["parameters"] == "40M"  # 40,077,056 in the tiny checkpoint, tied table once
     assert (data["training"]["lora_r"], data["training"]["lora_alpha"]) == (16, 32)
     assert (data["convert"]["quant_bits"], data["convert"]["quant_block"]) == (4, 128)
-    assert (repo / data["convert"]["source"]).resolve() == tiny_checkpoint.resolve()
+    assert (repo / data["convert"]["checkpoint"]).resolve() == tiny_checkpoint.resolve()
     assert (repo / data["convert"]["lora"]).resolve() == lora_adapter.resolve()
 
 
@@ -91,7 +91,7 @@ def test_the_spec_refuses_each_todo_by_name_and_passes_once_filled(repo: Path) -
     spec.write_text(_fill_todos(spec.read_text()))
     assert run_cli("check-spec", str(spec)).returncode == 0
     loaded = spec_module.load(spec)  # what release reads: paths resolve beside the spec
-    assert loaded.convert.source is not None and (loaded.convert.source / "config.json").is_file()
+    assert loaded.convert.checkpoint is not None and (loaded.convert.checkpoint / "config.json").is_file()
 
 
 def test_the_workflows_pass_check_jsonschemas_builtin_schemas(repo: Path) -> None:
@@ -136,7 +136,7 @@ def test_the_makefile_has_the_release_targets(repo: Path) -> None:
         assert result.returncode == 0, (target, result.stderr)
         assert "packager check-spec release.toml" in result.stdout
     assert (
-        "packager release release.toml --out dist/bundle --dry-run --summary dist/release-summary.json"
+        "packager release release.toml --out dist/bundle --dry-run --output dist/release-summary.json"
         in subprocess.run(["make", "-n", "dry-run"], cwd=repo, capture_output=True, text=True).stdout
     )
 
@@ -152,14 +152,14 @@ def test_init_never_overwrites_a_file_and_writes_nothing_then(repo: Path, tmp_pa
 
 def test_init_refuses_a_folder_inside_the_checkpoint_or_adapter(tiny_checkpoint: Path, lora_adapter: Path) -> None:
     for target in (tiny_checkpoint, tiny_checkpoint / "release", lora_adapter / "x" / ".."):
-        result = run_cli("init", str(target), "--from", str(tiny_checkpoint), "--lora", str(lora_adapter))
+        result = run_cli("init", str(target), "--checkpoint", str(tiny_checkpoint), "--lora", str(lora_adapter))
         assert result.returncode == 61 and result.stderr.count("\n") == 1, result.stderr
     assert not (tiny_checkpoint / "release").exists() and not (tiny_checkpoint / "Makefile").exists()
 
 
 def test_init_through_a_link_into_the_checkpoint_is_refused(tiny_checkpoint: Path, tmp_path: Path) -> None:
     (tmp_path / "alias").symlink_to(tiny_checkpoint)
-    result = run_cli("init", str(tmp_path / "alias" / "rel"), "--from", str(tiny_checkpoint))
+    result = run_cli("init", str(tmp_path / "alias" / "rel"), "--checkpoint", str(tiny_checkpoint))
     assert result.returncode == 61 and not (tiny_checkpoint / "rel").exists()
 
 
@@ -167,7 +167,7 @@ def test_init_without_a_checkpoint_leaves_its_facts_to_fill(tmp_path: Path) -> N
     result = run_cli("init", str(tmp_path / "r"))
     assert result.returncode == 0, result.stderr
     data = tomllib.loads((tmp_path / "r" / "release.toml").read_text())
-    assert data["convert"]["source"].startswith("TODO") and "training" not in data
+    assert data["convert"]["checkpoint"].startswith("TODO") and "training" not in data
     assert data["release"]["repo_id"].startswith("TODO")
 
 
@@ -178,10 +178,10 @@ def test_a_hostile_repo_id_is_refused_before_writing(tmp_path: Path) -> None:
 
 def test_a_hostile_folder_name_still_gives_a_readable_spec(tiny_checkpoint: Path, tmp_path: Path) -> None:
     folder = tmp_path / 'we"ird\\ na\tme'
-    result = run_cli("init", str(folder), "--from", str(tiny_checkpoint))
+    result = run_cli("init", str(folder), "--checkpoint", str(tiny_checkpoint))
     assert result.returncode == 0, result.stderr
     data = tomllib.loads((folder / "release.toml").read_text())
-    assert (folder / data["convert"]["source"]).resolve() == tiny_checkpoint.resolve()
+    assert (folder / data["convert"]["checkpoint"]).resolve() == tiny_checkpoint.resolve()
 
 
 def test_files_are_written_with_the_users_umask(tmp_path: Path) -> None:
@@ -211,7 +211,7 @@ def test_parameters_are_said_as_people_say_them() -> None:
 
 def test_convert_takes_the_checkpoint_from_the_spec_when_none_is_given(tmp_path: Path) -> None:
     spec = tmp_path / "release.toml"
-    spec.write_text('[convert]\nsource = "models/missing-draft"\n')
+    spec.write_text('[convert]\ncheckpoint = "models/missing-draft"\n')
     result = run_cli("convert", "--spec", str(spec), "--out", str(tmp_path / "b"))
     assert result.returncode == 10 and str(tmp_path / "models" / "missing-draft") in result.stderr
     assert run_cli("convert", "--out", str(tmp_path / "b")).returncode == 2

@@ -112,7 +112,7 @@ def test_verify_fails_a_llama_bundle_whose_tokenizer_stops_on_qwens_ids(
     special = int(second.split()[0])
     ids[special : special + 2] = ["151645", "151643"]  # Qwen's <|im_end|> and <|endoftext|>
     tokenizer.write_bytes(b"\n".join([first, second, " ".join(ids).encode(), rest]))
-    result = run_cli("verify", str(bundle), "--source", str(llama_checkpoint))
+    result = run_cli("verify", str(bundle), "--checkpoint", str(llama_checkpoint))
     assert result.returncode != 0, result.stdout
     assert "stop ids: the bundle's tokenizer stops on [151645, 151643" in result.stdout + result.stderr
 
@@ -136,6 +136,6 @@ def test_the_same_checkpoint_family_is_found_for_a_copy(llama_checkpoint: Path, 
 def test_verify_refuses_a_bundle_of_another_family_than_its_source_in_one_line(
     llama_bundle8: ConvertResult, tiny_checkpoint: Path
 ) -> None:
-    result = run_cli("verify", str(llama_bundle8.out), "--source", str(tiny_checkpoint))
+    result = run_cli("verify", str(llama_bundle8.out), "--checkpoint", str(tiny_checkpoint))
     assert result.returncode == 50 and result.stderr.count("\n") == 1, result.stderr[-2000:]
     assert "the bundle is Llama 3.x, its source Qwen3" in result.stderr

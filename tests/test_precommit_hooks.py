@@ -166,10 +166,10 @@ def test_the_hook_code_paths_import_neither_torch_nor_mnn(
     bundle4: ConvertResult, tiny_checkpoint: Path, lora_adapter: Path, tmp_path: Path
 ) -> None:
     runs = [
-        ["validate", "--files", "--format", "junit", str(bundle4.out / "config.json"), str(tmp_path / "x")],
+        ["validate", "--from-files", "--format", "junit", str(bundle4.out / "config.json"), str(tmp_path / "x")],
         ["validate", str(bundle4.out), "--format", "github"],
         ["check-spec", str(EXAMPLE), "--format", "json"],
-        ["init", str(tmp_path / "r"), "--from", str(tiny_checkpoint), "--lora", str(lora_adapter)],
+        ["init", str(tmp_path / "r"), "--checkpoint", str(tiny_checkpoint), "--lora", str(lora_adapter)],
     ]
     code = f"""
 import sys
@@ -191,7 +191,7 @@ print(codes, sorted(m for m in sys.modules if m.split(".")[0] in {HEAVY!r}))
 
 def test_validate_files_skips_what_belongs_to_no_bundle(bundle4: ConvertResult, tmp_path: Path) -> None:
     (tmp_path / "notes.md").write_text("")
-    result = run_cli("validate", "--files", str(tmp_path / "notes.md"), str(EXAMPLE))
+    result = run_cli("validate", "--from-files", str(tmp_path / "notes.md"), str(EXAMPLE))
     assert result.returncode == 0 and result.stdout.splitlines() == [
         "skipped 2 file(s) that belong to no bundle folder",
         "nothing to check: no bundle folder among the files given",
@@ -206,13 +206,13 @@ def test_validate_files_checks_each_bundle_once_whatever_the_alias(bundle4: Conv
         bundle4.out / ".." / bundle4.out.name / "README.md",
         tmp_path / "alias" / "tokenizer.txt",
     ]
-    data = json.loads(run_cli("validate", "--files", "--json", *map(str, files)).stdout)
+    data = json.loads(run_cli("validate", "--from-files", "--json", *map(str, files)).stdout)
     assert [c["path"] for c in data["checked"]] == [str(bundle4.out)] and data["ok"] is True
 
 
 def test_a_bundle_folder_gone_since_the_commit_is_a_finding(tmp_path: Path) -> None:
     gone = tmp_path / "dist" / "gone"
-    result = run_cli("validate", "--files", "--format", "github", str(gone / "llm.mnn"), str(gone / "config.json"))
+    result = run_cli("validate", "--from-files", "--format", "github", str(gone / "llm.mnn"), str(gone / "config.json"))
     assert result.returncode == 30 and "Traceback" not in result.stderr
     assert (
         result.stdout.splitlines()[0] == f"::error file={gone},title=packager%3A bundle folder::bundle folder "

@@ -35,14 +35,14 @@ def _one_line(result, code: int, *words: str) -> None:  # type: ignore[no-untype
 
 
 def test_a_convert_source_that_does_not_exist_is_10_before_any_work(bundle4: ConvertResult, tmp_path: Path) -> None:
-    spec = _spec(tmp_path, convert='source = "missing/checkpoint"')
+    spec = _spec(tmp_path, convert='checkpoint = "missing/checkpoint"')
     bundle = tmp_path / "bundle"
     shutil.copytree(bundle4.out, bundle)
     # with --bundle the release verifies against the source: refused before validate, never looked up on a Hub
     _one_line(
         run_cli("release", str(spec), "--bundle", str(bundle), "--dry-run"),
         10,
-        "[convert] source",
+        "[convert] checkpoint",
         "missing/checkpoint does not exist",
     )
     _one_line(run_cli("release", str(spec), "--dry-run"), 10, "missing/checkpoint does not exist")
@@ -90,7 +90,7 @@ def test_a_pair_report_of_other_files_stops_a_converting_release_at_the_card(
     from tests.test_card_presence import _pair_report
 
     _pair_report(tmp_path / "pair4.json", bundle4.out)  # of the 4-bit bundle; the release converts to 8 bits
-    spec = _spec(tmp_path, convert=f'source = "{tiny_checkpoint}"', card='pair_report = "pair4.json"')
+    spec = _spec(tmp_path, convert=f'checkpoint = "{tiny_checkpoint}"', card='pair_report = "pair4.json"')
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("The capital of France is\n", encoding="utf-8")
     spec.write_text(

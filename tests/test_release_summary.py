@@ -1,4 +1,4 @@
-"""`release --dry-run` changes nothing on the Hub; the summary (--json, --summary FILE) is a stable CI artifact."""
+"""`release --dry-run` changes nothing on the Hub; the summary (--json, -o/--output FILE) is a stable CI artifact."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def test_dry_run_plans_every_file_and_creates_nothing(hub: LocalHub, ready: Path
         "--dry-run",
         "--json",
         "--quiet",
-        "--summary",
+        "--output",
         str(summary_file),
     )
     assert result.returncode == 0, result.stderr
@@ -54,7 +54,7 @@ def test_dry_run_of_a_released_bundle_plans_no_change(hub: LocalHub, ready: Path
 
 def test_summary_of_a_real_release_has_the_commit(hub: LocalHub, ready: Path, tmp_path: Path) -> None:
     summary_file = tmp_path / "summary.json"
-    result = hub.cli("release", str(EXAMPLE), "--bundle", str(ready), "--quiet", "--summary", str(summary_file))
+    result = hub.cli("release", str(EXAMPLE), "--bundle", str(ready), "--quiet", "--output", str(summary_file))
     assert result.returncode == 0, result.stderr
     data = _valid(json.loads(summary_file.read_text()))
     assert data["ok"] is True and data["tag"] == "v3" and data["version"] == "v3" and len(data["commit"]) == 40
@@ -65,7 +65,7 @@ def test_summary_of_a_failed_release_names_the_stage_and_exit_code(hub: LocalHub
     assert _upload(hub, ready, REPO, "--tag", "v3").returncode == 0
     (ready / "llm.mnn.weight").write_bytes((ready / "llm.mnn.weight").read_bytes()[:-4])  # fails validation
     summary_file = tmp_path / "summary.json"
-    result = hub.cli("release", str(EXAMPLE), "--bundle", str(ready), "--quiet", "--summary", str(summary_file))
+    result = hub.cli("release", str(EXAMPLE), "--bundle", str(ready), "--quiet", "--output", str(summary_file))
     data = _valid(json.loads(summary_file.read_text()))
     assert result.returncode == data["exit_code"] == 22 and data["ok"] is False
     assert data["stages"][-1] == {**data["stages"][-1], "name": "validate", "ok": False}
@@ -76,7 +76,7 @@ def test_summary_of_a_refused_spec_is_written_too(hub: LocalHub, tmp_path: Path)
     spec = tmp_path / "release.toml"
     spec.write_text(EXAMPLE.read_text().replace('version = "v3"', 'version = "TODO: v1"'))
     summary_file = tmp_path / "summary.json"
-    result = hub.cli("release", str(spec), "--bundle", str(tmp_path), "--summary", str(summary_file))
+    result = hub.cli("release", str(spec), "--bundle", str(tmp_path), "--output", str(summary_file))
     data = _valid(json.loads(summary_file.read_text()))
     assert result.returncode == data["exit_code"] == 17 and "release.version: still the placeholder" in data["error"]
     assert data["stages"] == [] and data["repo_id"] is None
@@ -84,6 +84,6 @@ def test_summary_of_a_refused_spec_is_written_too(hub: LocalHub, tmp_path: Path)
 
 def test_an_unwritable_summary_is_refused_before_any_work(hub: LocalHub, ready: Path, tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")
-    result = hub.cli("release", str(EXAMPLE), "--bundle", str(ready), "--summary", str(tmp_path / "file" / "s.json"))
-    assert result.returncode == 25 and "--summary cannot be written" in result.stderr
+    result = hub.cli("release", str(EXAMPLE), "--bundle", str(ready), "--output", str(tmp_path / "file" / "s.json"))
+    assert result.returncode == 25 and "--output cannot be written" in result.stderr
     assert hub.cli("verify-remote", REPO).returncode == 43

@@ -250,7 +250,7 @@ def test_bfloat16_rounding_is_torchs() -> None:
 def own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     folder = tmp_path / "cache"
     monkeypatch.setenv("PACKAGER_CACHE_DIR", str(folder))
-    return folder
+    return folder / "graphs"
 
 
 def test_warm_cache_starts_no_converter_and_gives_the_same_bytes(

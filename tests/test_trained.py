@@ -94,7 +94,7 @@ def test_verify_fails_a_draft_converted_without_its_lora(trained: Fixture, draft
         encoding="utf-8",
     )
     result = run_cli(
-        "verify", str(draft4.out), "--source", str(trained.student), "--json", "--quiet", "--prompts", str(prompts)
+        "verify", str(draft4.out), "--checkpoint", str(trained.student), "--json", "--quiet", "--prompts", str(prompts)
     )
     assert result.returncode == 50, result.stdout[-2000:]
     data = json.loads(result.stdout)

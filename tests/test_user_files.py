@@ -97,7 +97,7 @@ def test_prompts_that_are_a_device_or_sparse_are_one_line_and_exit_26(
     prompts = "/dev/zero" if source == "/dev/zero" else str(sparse)
     operands = {
         "speculate": [str(folder)],
-        "verify": [str(folder), "--source", str(folder)],
+        "verify": [str(folder), "--checkpoint", str(folder)],
         "pair": [str(folder), str(folder)],
     }[command]
     result = run_capped(command, *operands, "--prompts", prompts)

@@ -40,7 +40,7 @@ def test_tampered_weights_fail_with_numbers(bundle8: ConvertResult, tiny_checkpo
     result = run_cli(
         "verify",
         str(bundle),
-        "--source",
+        "--checkpoint",
         str(tiny_checkpoint),
         "--json",
         "--quiet",
@@ -60,7 +60,7 @@ def test_thresholds_come_from_the_spec(bundle4: ConvertResult, tiny_checkpoint: 
     result = run_cli(
         "verify",
         str(bundle4.out),
-        "--source",
+        "--checkpoint",
         str(tiny_checkpoint),
         "--spec",
         str(spec),
@@ -265,7 +265,7 @@ def test_runtime_crash_on_zeroed_weights_is_one_line_and_exit_27(
 ) -> None:
     # MNN 3.6.1 really segfaults loading an all-zero llm.mnn.weight; it happens in the child process.
     bundle = _zeroed_copy(bundle4.out, tmp_path / "zeroed")
-    result = run_cli("verify", str(bundle), "--source", str(tiny_checkpoint), "--quiet")
+    result = run_cli("verify", str(bundle), "--checkpoint", str(tiny_checkpoint), "--quiet")
     assert result.returncode == 27, (result.returncode, result.stderr[-2000:])
     assert result.stderr.count("\n") == 1 and result.stdout == ""
     assert result.stderr.startswith("packager: error: the MNN runtime crashed (SIGSEGV, signal 11) while loading")
@@ -315,7 +315,9 @@ def test_unusable_prompts_file_is_one_line(
 ) -> None:
     prompts = tmp_path / "prompts.txt"
     prompts.write_bytes(content)
-    result = run_cli("verify", str(bundle4.out), "--source", str(tiny_checkpoint), "--prompts", str(prompts), "--quiet")
+    result = run_cli(
+        "verify", str(bundle4.out), "--checkpoint", str(tiny_checkpoint), "--prompts", str(prompts), "--quiet"
+    )
     assert result.returncode == 19 and result.stderr.count("\n") == 1, result.stderr[-2000:]
     assert f"--prompts {prompts} {expect}" in result.stderr
 
@@ -324,7 +326,7 @@ def test_unreadable_source_tokenizer_is_one_line(bundle4: ConvertResult, tiny_ch
     source = tmp_path / "source"
     shutil.copytree(tiny_checkpoint, source)
     (source / "tokenizer.json").write_text("{ broken")
-    result = run_cli("verify", str(bundle4.out), "--source", str(source), "--quiet")
+    result = run_cli("verify", str(bundle4.out), "--checkpoint", str(source), "--quiet")
     assert result.returncode == 15 and result.stderr.count("\n") == 1, result.stderr[-2000:]
     assert f"cannot load {source}/tokenizer.json" in result.stderr
 

@@ -97,7 +97,7 @@ def check_base_model(spec: ReleaseSpec, family: Family) -> None:
 
 def ship_license(bundle: Path, spec: ReleaseSpec) -> str | None:
     """Put the checkpoint's license file into the bundle (a release file: checksummed and signed like the card)
-    when the bundle has none and the spec's [convert] source holds one. Returns one line (what is missing and what
+    when the bundle has none and the spec's [convert] checkpoint holds one. Returns one line (what is missing and what
     to do) when the family's license asks for a copy with the model and none is at hand; None otherwise."""
     target = bundle / LICENSE_FILE
     if _regular(target) or not _regular(bundle / "llm_config.json"):  # a bundle without it: the card says so
@@ -105,7 +105,7 @@ def ship_license(bundle: Path, spec: ReleaseSpec) -> str | None:
     family = bundle_family(bundle, read_json(bundle / "llm_config.json", CardError))
     card_license(spec, family, bundle)  # a spec the card refuses leaves the bundle as it was
     check_base_model(spec, family)
-    source = spec.convert.source
+    source = spec.convert.checkpoint
     # A checkpoint in Hugging Face's cache holds links to its blobs: the source's file may be one.
     found = next((source / name for name in _NAMES if source is not None and (source / name).is_file()), None)
     if found is not None:

@@ -6,8 +6,6 @@ import gc
 import json
 import os
 import signal
-import time
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,6 +14,11 @@ import click
 
 from .. import __version__
 from ..errors import InputTooLarge, PackagerError, from_os_error
+from .cloupload import load as _load_cloup
+from .progress import StderrProgress as StderrProgress  # the commands' progress callback (re-exported)
+
+_load_cloup()  # cloup without importlib.metadata, a third of packager's start (see cloupload)
+import cloup  # noqa: E402
 
 INTERRUPTED = 130
 TERMINATED = 128 + signal.SIGTERM
@@ -32,7 +35,7 @@ def _raise_terminated(signum: int, frame: object) -> None:
 _JSON_OUT = "packager.json"  # ctx.meta key (shared by every context): the command prints JSON to stdout
 
 
-class PackagerCommand(click.Command):
+class PackagerCommand(cloup.Command):
     """Notes whether the command was asked for JSON, so that a failure prints a JSON error object too."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
@@ -58,13 +61,37 @@ class PackagerCommand(click.Command):
         )
 
 
-class PackagerGroup(click.Group):
+# `packager --help` lists the commands by the stage of a release they belong to, in this order.
+STAGES = (
+    ("build", ("convert", "quant-sweep", "card", "checksum")),
+    ("check", ("validate", "check-spec", "verify", "engines")),
+    ("measure", ("pair", "speculate")),
+    ("publish", ("release", "upload", "pull", "verify-remote", "hub")),
+    ("trust", ("sign", "verify-signature")),
+    ("set up", ("init", "cache")),
+)
+
+
+class PackagerGroup(cloup.Group):
     """Maps PackagerError to its one line and exit code, Ctrl-C to 130 and SIGTERM to 143; tracebacks only
     with --debug. An OS error or an absurdly deep input that escaped the library still ends in one line (and,
-    for a command asked for --json, a JSON error object on stdout)."""
+    for a command asked for --json, a JSON error object on stdout). With `stages`, --help lists the
+    subcommands by stage (a command in no stage still shows, under "Other commands")."""
 
     command_class = PackagerCommand
     group_class = type  # subgroups (hub, cache, engines) are PackagerGroups too
+    stages: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    def list_sections(self, ctx: click.Context, include_default_section: bool = True) -> list[cloup.Section]:
+        if not self.stages:
+            return super().list_sections(ctx, include_default_section)
+        placed = {name for _, names in self.stages for name in names}
+        sections = [
+            cloup.Section(title, [self.commands[name] for name in names if name in self.commands])
+            for title, names in self.stages
+        ]
+        rest = [command for name, command in sorted(self.commands.items()) if name not in placed]
+        return sections + ([cloup.Section("Other commands", rest)] if rest and include_default_section else [])
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -90,6 +117,8 @@ def _left(exc: BaseException) -> str:
 
 def _fail(ctx: click.Context, exc: PackagerError) -> None:
     if _debug(ctx):
+        import traceback
+
         traceback.print_exc()
         if exc.details:
             click.echo(exc.details, err=True)
@@ -113,18 +142,6 @@ def _debug(ctx: click.Context) -> bool:
     return bool((ctx.obj or {}).get("debug"))
 
 
-class StderrProgress:
-    """Prints each long step with the time since the command started."""
-
-    def __init__(self, quiet: bool) -> None:
-        self.quiet = quiet
-        self.start = time.monotonic()
-
-    def __call__(self, stage: str) -> None:
-        if not self.quiet:
-            click.echo(f"packager: [{time.monotonic() - self.start:6.1f}s] {stage}", err=True)
-
-
 def version_text() -> str:
     from ..infra.versions import installed
 
@@ -137,7 +154,7 @@ def _print_version(ctx: click.Context, param: click.Parameter, value: bool) -> N
         ctx.exit()
 
 
-@click.group(cls=PackagerGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@cloup.group(cls=PackagerGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--debug", is_flag=True, help="Show tracebacks and tool logs on errors.")
 @click.option(
     "--version",
@@ -149,11 +166,14 @@ def _print_version(ctx: click.Context, param: click.Parameter, value: bool) -> N
 )
 @click.pass_context
 def cli(ctx: click.Context, debug: bool) -> None:
-    """Build, check and publish MNN draft-model bundles.
+    """Build, check, measure and publish MNN bundles (drafts, targets, EAGLE-3 and lookahead).
 
     Example: packager convert ./my-qwen3-draft --out ./bundle
     """
     ctx.obj = {"debug": debug}
+
+
+cli.stages = STAGES
 
 
 def _path(**kwargs: Any) -> click.Path:
@@ -166,15 +186,15 @@ def _emit(data: dict[str, Any], as_json: bool, text: Callable[[dict[str, Any]], 
 
 def format_option(command: Any) -> Any:
     from ..report import FORMATS
+    from .options import option
 
-    return click.option(
+    return option(
         "--format",
         "fmt",
         type=click.Choice(FORMATS),
-        help=(
-            "text for people, json for scripts, github for GitHub Actions annotations (workflow commands), junit for "
-            "a JUnit XML test report.  [default: text]"
-        ),
+        show_default="text",  # None, not text: --json alone must not meet a --format given by default
+        help="text for people, json for scripts, github for GitHub Actions annotations (workflow commands), junit for "
+        "a JUnit XML test report.",
     )(command)
 
 

@@ -9,42 +9,57 @@ import click
 
 from ..errors import CHECKSUM_MISMATCH, VALIDATION_FAILED
 from . import StderrProgress, _emit, _path, chosen_format, cli, emit_report, format_option
+from .options import (
+    checkpoint_argument,
+    json_option,
+    load_spec,
+    lora_option,
+    option,
+    output_option,
+    quiet_option,
+    spec_option,
+)
 
 NO_CORPUS = "\0"  # what --lookahead gives without a value (no path can hold a NUL byte)
 
 
 @cli.command()
-@click.argument("checkpoint", type=_path(), required=False)
-@click.option("--out", "out", required=True, type=_path(), help="Bundle folder to create.")
-@click.option("--lora", "lora", type=_path(), help="peft LoRA adapter folder to merge into CHECKPOINT first.")
-@click.option("--spec", "spec_path", type=_path(), help="Release spec (TOML) with [convert] and [runtime.*].")
-@click.option("--quant-bits", type=int, default=None, help="Weight bits, 4 or 8.  [default: 4]")
-@click.option(
+@checkpoint_argument(required=False)
+@click.option("--out", "out", metavar="DIR", required=True, type=_path(), help="Bundle folder to create.")
+@lora_option("peft LoRA adapter folder to merge into CHECKPOINT first.")
+@spec_option("Release spec with [convert] and [runtime.*] (flags win over it).")
+# The quantization defaults are None here (the spec's [convert] may set them); click shows what applies.
+@option(
+    "--quant-bits", type=int, metavar="BITS", show_default="the family's: 4, 8 for SmolLM2", help="Weight bits, 4 or 8."
+)
+@option(
     "--quant-block",
     type=int,
-    default=None,
-    help="Quantization block size; 0 means one block per row (per-channel).  [default: 128]",
+    metavar="N",
+    show_default="128",
+    help="Quantization block size; 0 means one block per row (per-channel).",
 )
-@click.option(
+@option(
     "--sym/--asym",
     "symmetric",
-    default=None,
-    help="Symmetric quantization (scales only, llmexport --sym).  [default: --asym]",
+    default=None,  # neither flag: the spec's [convert] symmetric, else asymmetric
+    show_default="--asym",
+    help="Symmetric quantization (scales only, llmexport --sym).",
 )
-@click.option(
+@option(
     "--algorithm",
     type=click.Choice(["plain", "hqq", "awq"]),
-    default=None,
-    help="plain round-to-nearest or hqq (llmexport --hqq); awq is refused (it calibrates on data it "
-    "downloads).  [default: plain]",
+    show_default="plain",
+    help="plain round-to-nearest or hqq (llmexport --hqq); awq is refused (it calibrates on data it downloads).",
 )
-@click.option(
+@option(
     "--lm-bits",
     type=int,
-    default=None,
-    help="Bits of the lm_head, also the tied embedding table.  [default: --quant-bits]",
+    metavar="BITS",
+    show_default="--quant-bits",
+    help="Bits of the lm_head, also the tied embedding table.",
 )
-@click.option("--lm-block", type=int, default=None, help="Block of the lm_head.  [default: --quant-block]")
+@option("--lm-block", type=int, metavar="N", show_default="--quant-block", help="Block of the lm_head.")
 @click.option(
     "--force",
     is_flag=True,
@@ -58,21 +73,20 @@ NO_CORPUS = "\0"  # what --lookahead gives without a value (no path can hold a N
     help="Let llmexport load the whole model and quantize it (slow; the path the default streaming "
     "conversion is tested byte for byte against).",
 )
-@click.option(
+@option(
     "--engine",
     "engine",
     metavar="VERSION",
+    show_default="newest",
     help="The oldest MNN engine the bundle must run on, e.g. 3.4.1 (3.1.0 to 3.6.1): packager picks the "
-    "converter options (no C4 attention fusion before 3.6.1) and a tokenizer format that engine "
-    "reads.  [default: newest]",
+    "converter options (no C4 attention fusion before 3.6.1) and a tokenizer format that engine reads.",
 )
-@click.option(
+@option(
     "--kind",
     type=click.Choice(["draft", "target", "target+eagle"]),
-    default=None,
+    show_default="draft, or target+eagle with --eagle",
     help="What to make: the ten-file draft bundle, a target bundle (upstream MNN runs it on its own; "
-    "untied embeddings ship as embeddings_bf16.bin) or a target with an EAGLE-3 head (--eagle). "
-    " [default: draft, or target+eagle with --eagle]",
+    "untied embeddings ship as embeddings_bf16.bin) or a target with an EAGLE-3 head (--eagle).",
 )
 @click.option(
     "--eagle",
@@ -98,15 +112,15 @@ NO_CORPUS = "\0"  # what --lookahead gives without a value (no path can hold a N
     "n-grams of the prompt and, given CORPUS, of that UTF-8 text (at most 8 MiB; shipped as "
     "lookup_file.txt). Write --lookahead=CORPUS, or put it after CHECKPOINT.",
 )
-@click.option(
+@option(
     "--lookahead-length",
     type=click.IntRange(1, 16),
-    default=None,
     metavar="N",
-    help="Tokens lookahead drafts per step (draft_predict_length).  [default: 3]",
+    show_default="3",
+    help="Tokens lookahead drafts per step (draft_predict_length).",
 )
-@click.option("--quiet", is_flag=True, help="No progress on stderr.")
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@quiet_option
+@json_option
 def convert(
     checkpoint: Path,
     out: Path,
@@ -129,10 +143,10 @@ def convert(
     quiet: bool,
     as_json: bool,
 ) -> None:
-    """Convert a Qwen3 checkpoint (optionally + LoRA) into an MNN bundle: the ten-file draft bundle, a target
-    bundle, or a target with its EAGLE-3 head.
+    """Convert a Hugging Face checkpoint (optionally + LoRA) into an MNN bundle: the ten-file draft bundle, a
+    target bundle, or a target with its EAGLE-3 head.
 
-    Without CHECKPOINT, the checkpoint and adapter are --spec's [convert] source and lora.
+    Without CHECKPOINT, the checkpoint and adapter are --spec's [convert] checkpoint and lora.
 
     Example: packager convert ./qwen3-draft --lora ./adapter --out ./bundle --quant-bits 4 --quant-block 128
 
@@ -148,41 +162,41 @@ def convert(
     """
     from ..convert.pipeline import ConvertRequest
     from ..convert.pipeline import convert as run_convert
-    from ..spec import model as spec_module
 
-    spec = spec_module.load(spec_path) if spec_path else None
+    spec = load_spec(spec_path) if spec_path else None
     if checkpoint is None:
         if lookahead is not None and lookahead != NO_CORPUS and Path(lookahead).is_dir():
             raise click.UsageError(
                 f"--lookahead took {lookahead} as its corpus: write --lookahead=CORPUS, or put "
                 "--lookahead after CHECKPOINT"
             )
-        if spec is None or spec.convert.source is None:
-            raise click.UsageError("give CHECKPOINT, or --spec with a [convert] source")
-        checkpoint, lora = spec.convert.source, lora or spec.convert.lora
-    result = run_convert(
-        ConvertRequest(
-            checkpoint=checkpoint,
-            out=out,
-            adapter=lora,
-            spec=spec,
-            quant_bits=quant_bits,
-            quant_block=quant_block,
-            force=force,
-            reference=reference,
-            engine=engine,
-            symmetric=symmetric,
-            algorithm=algorithm,
-            lm_bits=lm_bits,
-            lm_block=lm_block,
-            kind=kind,
-            eagle=eagle,
-            allow_pickle_head=allow_pickle_head,
-            lookahead=_lookahead(lookahead),
-            lookahead_length=lookahead_length,
-        ),
-        progress=StderrProgress(quiet),
-    )
+        if spec is None or spec.convert.checkpoint is None:
+            raise click.UsageError("give CHECKPOINT, or --spec with a [convert] checkpoint")
+        checkpoint, lora = spec.convert.checkpoint, lora or spec.convert.lora
+    with StderrProgress(quiet) as progress:
+        result = run_convert(
+            ConvertRequest(
+                checkpoint=checkpoint,
+                out=out,
+                adapter=lora,
+                spec=spec,
+                quant_bits=quant_bits,
+                quant_block=quant_block,
+                force=force,
+                reference=reference,
+                engine=engine,
+                symmetric=symmetric,
+                algorithm=algorithm,
+                lm_bits=lm_bits,
+                lm_block=lm_block,
+                kind=kind,
+                eagle=eagle,
+                allow_pickle_head=allow_pickle_head,
+                lookahead=_lookahead(lookahead),
+                lookahead_length=lookahead_length,
+            ),
+            progress=progress,
+        )
     summary = {
         "bundle": str(result.out),
         "kind": result.kind.name,
@@ -278,19 +292,27 @@ def _convert_text(s: dict[str, Any]) -> str:
 
 @cli.command()
 @click.argument("bundles", metavar="BUNDLE...", nargs=-1, required=True, type=_path())
-@click.option(
-    "--files",
+@option(
+    "--from-files",
     "from_files",
     is_flag=True,
+    old=("--files",),  # pull's --files chooses which files; here the arguments are files
     help="The arguments are files (as pre-commit passes them): validate every bundle folder they belong "
     "to; a file in no bundle folder is skipped.",
 )
 @format_option
-@click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
+@option("--json", "as_json", is_flag=True, help="Same as --format json.")
 @click.option("--strict", is_flag=True, help="Fail on warnings too.")
+@quiet_option
 @click.pass_context
 def validate(
-    ctx: click.Context, bundles: tuple[Path, ...], from_files: bool, fmt: str | None, as_json: bool, strict: bool
+    ctx: click.Context,
+    bundles: tuple[Path, ...],
+    from_files: bool,
+    fmt: str | None,
+    as_json: bool,
+    strict: bool,
+    quiet: bool,
 ) -> None:
     """Check bundles: JSON syntax, schemas, unknown keys, completeness, cross-file consistency, checksums.
 
@@ -299,11 +321,12 @@ def validate(
 
     Example: packager validate ./bundle --strict
 
-    Example: packager validate --files --format github dist/draft/config.json dist/draft/llm.mnn
+    Example: packager validate --from-files --format github dist/draft/config.json dist/draft/llm.mnn
     """
     from ..validate.checks import check_bundles
 
-    report = check_bundles(bundles, from_files=from_files, strict=strict)
+    with StderrProgress(quiet, lines=False) as progress:  # a bar on a terminal; hooks and CI logs stay as they were
+        report = check_bundles(bundles, from_files=from_files, strict=strict, progress=progress)
     emit_report(report, chosen_format(fmt, as_json))
     if not report.ok():
         ctx.exit(VALIDATION_FAILED)
@@ -338,17 +361,16 @@ def checksum(ctx: click.Context, bundle: Path, check: bool) -> None:
 
 @cli.command()
 @click.argument("bundle", type=_path())
-@click.option("--spec", "spec_path", required=True, type=_path(), help="Release spec (TOML).")
-@click.option(
-    "-o", "--output", type=_path(), help="Where to write the card.  [default: BUNDLE/README.md; - for stdout]"
-)
+@spec_option(required=True)
+@output_option("Where to write the card; - for stdout.", show_default="BUNDLE/README.md")
 @click.option("--template", type=_path(exists=True, dir_okay=False), help="Your own Jinja2 template.")
-@click.option(
+@option(
     "--pair",
     "pair_report",
     type=_path(exists=True, dir_okay=False),
+    show_default="the spec's [card] pair_report",
     help="A `packager pair --json` report of this draft with a target, to state on the card and as Hub "
-    "evaluation results.  [default: the spec's [card] pair_report]",
+    "evaluation results.",
 )
 @click.option(
     "--verify",
@@ -356,18 +378,20 @@ def checksum(ctx: click.Context, bundle: Path, check: bool) -> None:
     type=_path(exists=True, dir_okay=False),
     help="A passing `packager verify --json` report, to state its KL and top-1 agreement likewise.",
 )
-@click.option(
+@option(
     "--provenance",
     type=_path(exists=True, dir_okay=False),
-    help="Conversion provenance with measurements.  [default: BUNDLE.provenance.json if present]",
+    show_default="BUNDLE.provenance.json if present",
+    help="Conversion provenance with measurements.",
 )
-@click.option(
+@option(
     "--speculate",
     "speculate_reports",
     multiple=True,
     type=_path(exists=True, dir_okay=False),
+    show_default="the spec's [card] speculate_reports",
     help="A lossless `packager speculate --json` report of this bundle (one per mode; repeatable), to state "
-    "MNN's own tokens per step and speed-up.  [default: the spec's [card] speculate_reports]",
+    "MNN's own tokens per step and speed-up.",
 )
 def card(
     bundle: Path,
@@ -391,9 +415,8 @@ def card(
     from ..card.family import ship_license
     from ..card.render import gather_measurements, render
     from ..release.signing import plan, with_card_facts
-    from ..spec import model as spec_module
 
-    spec = spec_module.load(spec_path)
+    spec = load_spec(spec_path)
     missing_license = ship_license(bundle, spec) if output != Path("-") else None  # stdout: the bundle is left as is
     measurements = gather_measurements(
         bundle,

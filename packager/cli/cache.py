@@ -9,6 +9,7 @@ from collections import Counter
 import click
 
 from . import cli
+from .options import json_option
 
 
 @cli.group()
@@ -16,15 +17,16 @@ def cache() -> None:
     """Inspect or empty packager's caches: graphs (built once per model shape and quantization) and targets (a
     target's greedy continuations and argmaxes, per prompt, for pair and quant-sweep).
 
-    Graphs live in $PACKAGER_CACHE_DIR, else $XDG_CACHE_HOME/packager/graphs, else ~/.cache/packager/graphs;
-    targets in $PACKAGER_CACHE_DIR/targets, else $XDG_CACHE_HOME/packager/targets, else ~/.cache/packager/targets.
+    Both live side by side, as graphs/ and targets/, in $PACKAGER_CACHE_DIR, else $XDG_CACHE_HOME/packager, else
+    ~/.cache/packager. Graph entries an older packager kept directly in $PACKAGER_CACHE_DIR move into
+    $PACKAGER_CACHE_DIR/graphs the first time packager uses the cache (its targets/ was already in place).
 
     Example: packager cache ls
     """
 
 
 @cache.command("ls")
-@click.option("--json", "as_json", is_flag=True, help="Print the entries as JSON.")
+@json_option
 def cache_ls(as_json: bool) -> None:
     """List both caches' entries, most recently used first (target entries grouped by target).
 

@@ -8,14 +8,15 @@ import click
 
 from ..errors import SpecError, printable
 from . import _path, chosen_format, cli, emit_report, format_option
+from .options import checkpoint_option, lora_option, option, spec_argument
 
 DEFAULT_SPEC = Path("release.toml")
 
 
 @cli.command("check-spec")
-@click.argument("specs", metavar="[RELEASE_TOML]...", nargs=-1, type=_path())
+@spec_argument(nargs=-1)
 @format_option
-@click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
+@option("--json", "as_json", is_flag=True, help="Same as --format json.")
 @click.pass_context
 def check_spec(ctx: click.Context, specs: tuple[Path, ...], fmt: str | None, as_json: bool) -> None:
     """Check release specs without touching a Hub: schema, TODOs left by init, training figures.
@@ -37,27 +38,37 @@ def check_spec(ctx: click.Context, specs: tuple[Path, ...], fmt: str | None, as_
 
 @cli.command()
 @click.argument("folder", metavar="DIR", type=_path())
-@click.option("--from", "checkpoint", type=_path(), help="The draft's checkpoint: its facts go into release.toml.")
-@click.option("--lora", "adapter", type=_path(), help="The peft LoRA adapter merged into the checkpoint.")
-@click.option("--repo-id", help="The Hub repo to release to, namespace/name.  [default: a TODO in release.toml]")
-@click.option(
-    "--hook-repo",
-    help="The git URL of packager for .pre-commit-config.yaml (with --hook-rev).  [default: "
-    "where pip installed packager from, if a git URL; else hooks that run the packager "
-    "on PATH]",
+@checkpoint_option("The draft's checkpoint: its facts go into release.toml.", old=("--from",))
+@lora_option("The peft LoRA adapter merged into the checkpoint.")
+@option(
+    "--repo-id",
+    metavar="NAMESPACE/NAME",
+    show_default="a TODO in release.toml",
+    help="The Hub repo to release to, namespace/name.",
 )
-@click.option("--hook-rev", help="The commit (or a tag you made) of --hook-repo.  [default: the commit pip installed]")
-@click.option(
+@option(
+    "--hook-repo",
+    metavar="GIT_URL",
+    show_default="where pip installed packager from, if a git URL; else hooks that run the packager on PATH",
+    help="The git URL of packager for .pre-commit-config.yaml (with --hook-rev).",
+)
+@option(
+    "--hook-rev",
+    metavar="COMMIT",
+    show_default="the commit pip installed",
+    help="The commit (or a tag you made) of --hook-repo.",
+)
+@option(
     "--packager-source",
     metavar="GIT_URL@COMMIT|WHEEL",
+    show_default="where pip installed packager from, if a git URL with a commit; else a TODO the CI jobs stop on",
     help="What the CI files install packager from: git+URL@<full commit id>, or the path of a "
-    "mnn_packager-*.whl inside DIR.  [default: where pip installed packager from, if a git URL with a "
-    "commit; else a TODO the CI jobs stop on]",
+    "mnn_packager-*.whl inside DIR.",
 )
 def init(
     folder: Path,
     checkpoint: Path | None,
-    adapter: Path | None,
+    lora: Path | None,
     repo_id: str | None,
     hook_repo: str | None,
     hook_rev: str | None,
@@ -71,13 +82,14 @@ def init(
     overwrites a file; refuses a DIR inside the checkpoint or the adapter. The CI files install packager from
     an exact source (a git commit or a wheel), never a bare package name.
 
-    Example: packager init ./my-draft-release --from ./qwen3-draft --lora ./adapter --repo-id me/qwen3-draft-mnn
+    Example: packager init ./my-draft-release --checkpoint ./qwen3-draft --lora ./adapter --repo-id me/qwen3-draft-mnn
     """
     from ..release.init.scaffold import InitRequest
     from ..release.init.scaffold import init as run_init
 
+    adapter = lora
     if adapter is not None and checkpoint is None:
-        raise click.UsageError("--lora needs --from (the checkpoint the adapter was trained on)")
+        raise click.UsageError("--lora needs --checkpoint (the checkpoint the adapter was trained on)")
     if repo_id is not None:
         from ..errors import InvalidOption
         from ..hub.names import repo_id_problem

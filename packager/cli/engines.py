@@ -10,6 +10,7 @@ import click
 
 from ..errors import ENGINES_CHECK_FAILED
 from . import StderrProgress, _emit, _path, cli
+from .options import json_option, option, quiet_option
 
 
 @cli.group()
@@ -25,17 +26,18 @@ def engines() -> None:
 
 @engines.command("check")
 @click.argument("bundle", type=_path())
-@click.option(
+@option(
     "--versions",
     "versions",
     metavar="V1,V2,...",
-    help="MNN releases on PyPI to check (3.0.0 3.1.0 3.2.0 3.4.0 3.4.1 3.5.0 3.6.0 3.6.1).  [default: all]",
+    show_default="all",
+    help="MNN releases on PyPI to check (3.0.0 3.1.0 3.2.0 3.4.0 3.4.1 3.5.0 3.6.0 3.6.1).",
 )
 @click.option(
     "--record", is_flag=True, help="Store the table in BUNDLE.provenance.json, where `packager card` finds it."
 )
-@click.option("--quiet", is_flag=True, help="No progress on stderr.")
-@click.option("--json", "as_json", is_flag=True, help="Print the table as JSON.")
+@quiet_option
+@json_option
 @click.pass_context
 def engines_check(
     ctx: click.Context, bundle: Path, versions: str | None, record: bool, quiet: bool, as_json: bool
@@ -51,7 +53,8 @@ def engines_check(
     from ..measure.engines.check import check, requested_versions
     from ..measure.engines.record import store
 
-    report = check(bundle, requested_versions(versions), report=StderrProgress(quiet))
+    with StderrProgress(quiet) as progress:
+        report = check(bundle, requested_versions(versions), report=progress)
     data = report.as_dict()
     if record:
         data["recorded_in"] = str(store(report))
@@ -83,7 +86,7 @@ def _table(data: dict[str, Any]) -> str:
 
 
 @engines.command("ls")
-@click.option("--json", "as_json", is_flag=True, help="Print the environments as JSON.")
+@json_option
 def engines_ls(as_json: bool) -> None:
     """List the engine environments packager has installed.
 

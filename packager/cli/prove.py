@@ -10,6 +10,16 @@ import click
 
 from ..errors import VERIFY_FAILED
 from . import StderrProgress, _path, cli
+from .options import (
+    checkpoint_option,
+    dtype_option,
+    json_option,
+    load_spec,
+    option,
+    quiet_option,
+    spec_option,
+    threads_option,
+)
 
 if TYPE_CHECKING:
     from ..runtime.models import Dtype
@@ -17,31 +27,36 @@ if TYPE_CHECKING:
 
 @cli.command()
 @click.argument("bundle", type=_path(exists=True, file_okay=False))
-@click.option("--source", required=True, type=_path(exists=True, file_okay=False), help="The source checkpoint.")
-@click.option(
+@checkpoint_option(
+    "The source checkpoint the bundle was converted from.",
+    old=("--source",),
+    required=True,
+    exists=True,
+    file_okay=False,
+)
+@option(
     "--prompts",
     "prompts_file",
+    metavar="FILE",
     type=_path(exists=True, dir_okay=False),
-    help="Prompts, one per line (or JSON).  [default: the built-in set]",
+    show_default="the built-in 54 conversations",
+    help="Prompts (user turns), one per line (or JSON).",
 )
-@click.option("--spec", "spec_path", type=_path(), help="Release spec whose [verify] table sets thresholds.")
-@click.option(
-    "--source-dtype",
-    type=click.Choice(["stored", "float32"]),
-    default="stored",
-    show_default=True,
-    help="The source computes in its stored dtype (bf16 for Qwen3) or in float32 (twice the memory).",
+@spec_option("Release spec whose [verify] table sets thresholds.")
+@dtype_option(
+    "The source computes in its stored dtype (bf16 for Qwen3) or in float32 (twice the memory).",
+    old=("--source-dtype",),
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-@click.option("--quiet", is_flag=True, help="No progress on stderr.")
+@json_option
+@quiet_option
 @click.pass_context
 def verify(
     ctx: click.Context,
     bundle: Path,
-    source: Path,
+    checkpoint: Path,
     prompts_file: Path | None,
     spec_path: Path | None,
-    source_dtype: Dtype,  # click's Choice holds it to these
+    dtype: Dtype,  # click's Choice holds it to these
     as_json: bool,
     quiet: bool,
 ) -> None:
@@ -57,27 +72,27 @@ def verify(
     The source runs first (its continuations decoded in batches of prompts, its logits kept in a temporary
     file: about 14 MB a prompt), then the bundle, so the two are never in memory together.
 
-    Example: packager verify ./bundle --source ./qwen3-draft
+    Example: packager verify ./bundle --checkpoint ./qwen3-draft
     """
     from ..measure.digests import measured_digests
     from ..measure.verify import Thresholds, prompts_from_file
     from ..measure.verify import verify as run_verify
-    from ..spec import model as spec_module
 
-    thresholds = Thresholds.from_spec(spec_module.load(spec_path).verify if spec_path else None)
-    report = run_verify(
-        bundle,
-        source,
-        prompts_from_file(prompts_file) if prompts_file else None,
-        thresholds,
-        progress=StderrProgress(quiet),
-        dtype=source_dtype,
-    )
-    data = {
+    thresholds = Thresholds.from_spec(load_spec(spec_path).verify if spec_path else None)
+    with StderrProgress(quiet) as progress:
+        report = run_verify(
+            bundle,
+            checkpoint,
+            prompts_from_file(prompts_file) if prompts_file else None,
+            thresholds,
+            progress=progress,
+            dtype=dtype,
+        )
+    data = {  # "source" and "source_dtype" are the report's published keys (the card reads them)
         "ok": report.ok,
         "bundle": str(bundle),
-        "source": str(source),
-        "source_dtype": source_dtype,
+        "source": str(checkpoint),
+        "source_dtype": dtype,
         "tokenizer": {"matched": report.tokenizer_matched, "total": report.tokenizer_total},
         "prompts": report.prompts,
         "positions": report.positions,
@@ -116,53 +131,54 @@ def verify(
 @cli.command("pair")
 @click.argument("draft", type=_path(exists=True, file_okay=False))
 @click.argument("target", type=_path(exists=True, file_okay=False))
-@click.option(
+@option(
     "--tokens",
     "new_tokens",
+    metavar="N",
     type=int,
     default=32,
     show_default=True,
     help="Greedy target tokens per prompt at most (generation stops at end of text); at least 7.",
 )
-@click.option(
+@option(
     "--prompts",
     "prompts_file",
+    metavar="FILE",
     type=_path(exists=True, dir_okay=False),
-    help="Prompts (user turns), one per line (or JSON).  [default: the built-in 54 conversations]",
+    show_default="the built-in 54 conversations",
+    help="Prompts (user turns), one per line (or JSON).",
 )
-@click.option("--threads", type=click.IntRange(min=1), help="Threads for both runtimes.  [default: all cores]")
-@click.option(
+@threads_option("Threads for both runtimes.")
+@option(
     "--repeats",
+    metavar="N",
     type=click.IntRange(min=1),
     default=5,
     show_default=True,
     help="Interleaved timing repeats (the median and spread come from them).",
 )
-@click.option(
-    "--dtype",
-    type=click.Choice(["stored", "float32"]),
-    default="stored",
-    show_default=True,
-    help="Checkpoints: compute in their stored dtype (bf16: half the memory) or in float32.",
-)
+@dtype_option("Checkpoints: compute in their stored dtype (bf16: half the memory) or in float32.")
 @click.option(
     "--costs",
     "costs_file",
+    metavar="FILE",
     type=_path(exists=True, dir_okay=False),
     help="JSON costs measured on the device (draft_step_seconds, target_step_seconds, verify_seconds "
     "per d, optional draft_catchup_seconds): the speedup and the recommended d come from them "
     "instead of this CPU.",
 )
-@click.option("--temperature", type=float, help="Also report acceptance under speculative sampling at this T.")
-@click.option("--top-k", type=int, default=0, help="With --temperature: top-k (0: off).")
-@click.option("--top-p", type=float, default=1.0, help="With --temperature: top-p (1: off).")
+@click.option(
+    "--temperature", type=float, metavar="T", help="Also report acceptance under speculative sampling at this T."
+)
+@option("--top-k", type=int, metavar="K", default=0, help="With --temperature: top-k (0: off).")
+@option("--top-p", type=float, metavar="P", default=1.0, help="With --temperature: top-p (1: off).")
 @click.option(
     "--no-target-cache",
     is_flag=True,
     help="Decode the target again instead of reusing its cached continuations (and store none).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (schema: README).")
-@click.option("--quiet", is_flag=True, help="No progress on stderr.")
+@json_option
+@quiet_option
 def pair_command(
     draft: Path,
     target: Path,
@@ -210,11 +226,12 @@ def pair_command(
         costs_file=costs_file,
         target_cache=not no_target_cache,
     )
-    report = run_pair(
-        draft,
-        target,
-        prompts_from_file(prompts_file) if prompts_file else None,
-        options,
-        progress=StderrProgress(quiet),
-    )
+    with StderrProgress(quiet) as progress:
+        report = run_pair(
+            draft,
+            target,
+            prompts_from_file(prompts_file) if prompts_file else None,
+            options,
+            progress=progress,
+        )
     click.echo(json.dumps(as_dict(report), indent=2) if as_json else text(report))

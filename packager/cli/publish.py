@@ -13,14 +13,17 @@ import click
 
 from ..errors import CHECKSUM_MISMATCH
 from . import StderrProgress, _emit, _path, cli
+from .options import endpoint_option, json_option, load_spec, option, output_option, quiet_option, spec_argument
 from .trustopts import _trust, trust_options
 
 
 def _token_option(command: Any) -> Any:
-    return click.option(
+    return option(
         "--token-file",
+        metavar="FILE",
         type=_path(dir_okay=False),
-        help=("Read the Hub token from this file (first line).  [default: $HF_TOKEN, else your huggingface login]"),
+        show_default="$HF_TOKEN, else your huggingface login",
+        help="Read the Hub token from this file (first line).",
     )(command)
 
 
@@ -54,8 +57,8 @@ def target_revision(target: str) -> tuple[str, str]:
 @cli.command()
 @click.argument("bundle", type=_path())
 @click.argument("repo_id")
-@click.option("--endpoint", help="Hub URL.  [default: $HF_ENDPOINT, else https://huggingface.co]")
-@click.option(
+@endpoint_option
+@option(
     "--revision",
     default="main",
     show_default=True,
@@ -72,18 +75,19 @@ def target_revision(target: str) -> tuple[str, str]:
     help="After the commit is verified, put the repo into this collection (created when missing; the "
     "repo is added once however often you upload).",
 )
-@click.option(
-    "--collection-owner", metavar="NAMESPACE", help="Whose collection it is.  [default: the namespace of REPO_ID]"
+@option(
+    "--collection-owner", metavar="NAMESPACE", show_default="the namespace of REPO_ID", help="Whose collection it is."
 )
 @click.option("--collection-note", metavar="TEXT", help="The note shown under the repo in the collection.")
-@click.option(
+@option(
     "--gated",
     type=click.Choice(["auto", "manual"]),
+    show_default="leave the repo's setting",
     help="Gate downloads: auto (access granted on request) or manual (you approve each request); set "
-    "before the commit.  [default: leave the repo's setting]",
+    "before the commit.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-@click.option("--quiet", is_flag=True, help="No progress on stderr.")
+@json_option
+@quiet_option
 @_token_option
 def upload(
     bundle: Path,
@@ -119,23 +123,24 @@ def upload(
     from ..hub.publish import upload as run_upload
 
     wanted = _collection_request(repo_id, collection, collection_owner, collection_note)
-    result = run_upload(
-        UploadRequest(
-            bundle=bundle,
-            repo_id=repo_id,
-            endpoint=endpoint,
-            revision=revision,
-            tag=tag,
-            private=private or make_private,
-            make_private=make_private,
-            dry_run=dry_run,
-            message=message,
-            token=_token(token_file),
-            collection=wanted,
-            gated=gated,
-        ),
-        progress=StderrProgress(quiet),
-    )
+    with StderrProgress(quiet) as progress:
+        result = run_upload(
+            UploadRequest(
+                bundle=bundle,
+                repo_id=repo_id,
+                endpoint=endpoint,
+                revision=revision,
+                tag=tag,
+                private=private or make_private,
+                make_private=make_private,
+                dry_run=dry_run,
+                message=message,
+                token=_token(token_file),
+                collection=wanted,
+                gated=gated,
+            ),
+            progress=progress,
+        )
     data = {
         "repo_id": result.repo_id,
         "endpoint": result.endpoint,
@@ -206,15 +211,16 @@ def _collection_text(c: dict[str, Any], dry_run: bool) -> str:
 
 @cli.command("verify-remote")
 @click.argument("target", metavar="REPO_ID[@REV]")
-@click.option("--endpoint", help="Hub URL.  [default: $HF_ENDPOINT, else https://huggingface.co]")
-@click.option(
+@endpoint_option
+@option(
     "--timeout",
     type=seconds(86400),
+    metavar="SECONDS",
     default=30.0,
-    show_default=True,
     help="Seconds a download may deliver nothing before it fails, naming the file.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@json_option
+@quiet_option
 @trust_options
 @_token_option
 @click.pass_context
@@ -224,6 +230,7 @@ def verify_remote(
     endpoint: str | None,
     timeout: float,
     as_json: bool,
+    quiet: bool,
     public_key: Path | None,
     identity: str | None,
     issuer: str | None,
@@ -241,14 +248,16 @@ def verify_remote(
     from ..hub.check import verify_remote as run_verify
 
     repo_id, revision = target_revision(target)
-    result = run_verify(
-        repo_id,
-        revision,
-        endpoint=endpoint,
-        token=_token(token_file),
-        timeout=timeout,
-        trust=_trust(public_key, identity, issuer),
-    )
+    with StderrProgress(quiet) as progress:
+        result = run_verify(
+            repo_id,
+            revision,
+            endpoint=endpoint,
+            token=_token(token_file),
+            timeout=timeout,
+            progress=progress,
+            trust=_trust(public_key, identity, issuer),
+        )
     data = {
         "repo_id": result.repo_id,
         "revision": result.revision,
@@ -288,10 +297,17 @@ def verify_remote(
 
 
 @cli.command()
-@click.argument("spec_path", metavar="RELEASE_TOML", type=_path())
-@click.option("--bundle", type=_path(), help="Release this built bundle instead of converting [convert] source.")
-@click.option("--out", type=_path(), help="Where to convert to.  [default: dist/NAME-VERSION beside the spec]")
-@click.option("--endpoint", help="Hub URL.  [default: $HF_ENDPOINT, else https://huggingface.co]")
+@spec_argument()
+@click.option(
+    "--bundle",
+    metavar="DIR",
+    type=_path(),
+    help="Release this built bundle instead of converting [convert] checkpoint.",
+)
+@option(
+    "--out", metavar="DIR", type=_path(), show_default="dist/NAME-VERSION beside the spec", help="Where to convert to."
+)
+@endpoint_option
 @click.option("--private", is_flag=True, help="Create the repo private; refuse to upload into a public one.")
 @click.option(
     "--dry-run",
@@ -300,15 +316,13 @@ def verify_remote(
     "unchanged / delete, the tag, the gating, the collection): nothing "
     "changes on the Hub.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-@click.option(
-    "--summary",
-    "summary_path",
-    type=_path(dir_okay=False),
-    help="Also write the JSON summary to this file, also when the release fails (a CI artifact; "
+@json_option
+@output_option(
+    "Also write the JSON summary to this file, also when the release fails (a CI artifact; "
     "schemas/release_summary.schema.json).",
+    old=("--summary",),
 )
-@click.option("--quiet", is_flag=True, help="No progress on stderr.")
+@quiet_option
 @_token_option
 @click.pass_context
 def release(
@@ -320,7 +334,7 @@ def release(
     private: bool,
     dry_run: bool,
     as_json: bool,
-    summary_path: Path | None,
+    output: Path | None,
     quiet: bool,
     token_file: Path | None,
 ) -> None:
@@ -329,30 +343,31 @@ def release(
 
     Example: packager release release.toml --endpoint http://127.0.0.1:8765
 
-    Example: packager release release.toml --dry-run --summary dist/release-summary.json
+    Example: packager release release.toml --dry-run -o dist/release-summary.json
     """
     from ..errors import PackagerError
     from ..release.run import ReleaseRequest, run
     from ..release.summary import as_text, summary
-    from ..spec import model as spec_module
 
+    summary_path = output
     if summary_path is not None:
         _writable(summary_path)  # before any work: a release must not end unable to say what it did
     spec = None
     try:
-        spec = spec_module.load(spec_path)
-        result = run(
-            ReleaseRequest(
-                spec=spec,
-                bundle=bundle,
-                out=out,
-                endpoint=endpoint,
-                private=private,
-                token=_token(token_file),
-                dry_run=dry_run,
-            ),
-            progress=StderrProgress(quiet),
-        )
+        spec = load_spec(spec_path)
+        with StderrProgress(quiet) as progress:
+            result = run(
+                ReleaseRequest(
+                    spec=spec,
+                    bundle=bundle,
+                    out=out,
+                    endpoint=endpoint,
+                    private=private,
+                    token=_token(token_file),
+                    dry_run=dry_run,
+                ),
+                progress=progress,
+            )
     except PackagerError as exc:  # refused before the first stage: the artifact still says why
         if summary_path is not None:
             _write_summary(
@@ -375,7 +390,7 @@ def _writable(path: Path) -> None:
         if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
             raise PermissionError(13, "Permission denied", str(path))
     except OSError as exc:
-        raise from_os_error(exc, "--summary cannot be written") from None
+        raise from_os_error(exc, "--output cannot be written") from None
 
 
 def _write_summary(path: Path, data: dict[str, Any]) -> None:
@@ -393,18 +408,19 @@ def hub() -> None:
 
 
 @hub.command("serve")
-@click.option(
+@option(
     "--root",
+    metavar="DIR",
     type=_path(file_okay=False),
     default=Path("hub-data"),
-    show_default=True,
     help="Where repos and objects are stored (kept across restarts).",
 )
-@click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", type=int, default=8765, show_default=True, help="0 picks a free port.")
+@option("--host", default="127.0.0.1", help="The address to listen on.")
+@option("--port", type=int, default=8765, help="0 picks a free port.")
 @click.option(
     "--token",
     "tokens",
+    metavar="TOKEN",
     multiple=True,
     envvar="PACKAGER_HUB_TOKEN",
     help="A token allowed to write (repeatable; also $PACKAGER_HUB_TOKEN, space-separated). USER:TOKEN "
@@ -414,6 +430,7 @@ def hub() -> None:
 @click.option(
     "--token-file",
     "token_files",
+    metavar="FILE",
     multiple=True,
     type=_path(dir_okay=False, exists=True),
     help="A file of write tokens, one a line, TOKEN or USER:TOKEN (keeps them out of `ps`).",
@@ -421,6 +438,7 @@ def hub() -> None:
 @click.option(
     "--read-token",
     "read_tokens",
+    metavar="TOKEN",
     multiple=True,
     envvar="PACKAGER_HUB_READ_TOKEN",
     help="A token allowed to read only (repeatable; also $PACKAGER_HUB_READ_TOKEN).",
@@ -428,15 +446,16 @@ def hub() -> None:
 @click.option(
     "--read-token-file",
     "read_token_files",
+    metavar="FILE",
     multiple=True,
     type=_path(dir_okay=False, exists=True),
     help="A file of read-only tokens, one a line.",
 )
-@click.option(
+@option(
     "--body-timeout",
     type=seconds(3600),
+    metavar="SECONDS",
     default=30.0,
-    show_default=True,
     help="Seconds a request body may send nothing before the request is abandoned (408).",
 )
 @click.option("--test-hooks", is_flag=True, help="Enable /_faults and /_stats (fault injection for tests).")

@@ -9,42 +9,44 @@ from typing import Literal
 import click
 
 from . import StderrProgress, _path, cli
+from .options import json_option, option, quiet_option, threads_option
 
 
 @cli.command()
 @click.argument("bundle", type=_path(exists=True, file_okay=False))
-@click.option(
+@option(
     "--mode",
     type=click.Choice(["eagle", "lookahead"]),
-    help="The speculative mode to run.  [default: the bundle's own speculative_type]",
+    show_default="the bundle's own speculative_type",
+    help="The speculative mode to run.",
 )
-@click.option(
+@option(
     "--prompts",
     "prompts_file",
+    metavar="FILE",
     type=_path(exists=True, dir_okay=False),
-    help="Prompts (user turns), one per line (or JSON).  [default: the built-in 54 conversations]",
+    show_default="the built-in 54 conversations",
+    help="Prompts (user turns), one per line (or JSON).",
 )
-@click.option(
+@option(
     "--tokens",
     "max_new_tokens",
+    metavar="N",
     type=click.IntRange(min=8, max=4096),
     default=64,
     show_default=True,
     help="New tokens per prompt at most (generation also stops at end of text).",
 )
-@click.option(
+@option(
     "--repeats",
+    metavar="N",
     type=click.IntRange(min=1),
     default=3,
     show_default=True,
     help="Interleaved timing repeats (the median and spread of tokens/s come from them).",
 )
-@click.option(
-    "--threads",
-    type=click.IntRange(min=1),
-    help="Engine threads.  [default: the bundle's thread_num, at most this machine's cores]",
-)
-@click.option(
+@threads_option("Engine threads.", default="the bundle's thread_num, at most every core")
+@option(
     "--tie-tolerance",
     type=click.FloatRange(min=0.0),
     default=0.1,
@@ -52,8 +54,8 @@ from . import StderrProgress, _path, cli
     help="Where the two part, the mode's token within this of the target's best logit (its own full "
     "forward) is a near-tie, not a loss.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-@click.option("--quiet", is_flag=True, help="No progress on stderr.")
+@json_option
+@quiet_option
 def speculate(
     bundle: Path,
     mode: Literal["eagle", "lookahead"] | None,  # click's Choice holds it to these
@@ -80,17 +82,18 @@ def speculate(
     from ..measure.speculate.summary import text
     from ..measure.verify import prompts_from_file
 
-    report = run_speculate(
-        Request(
-            bundle=bundle,
-            mode=mode,
-            prompts=prompts_from_file(prompts_file) if prompts_file else None,
-            max_new_tokens=max_new_tokens,
-            repeats=repeats,
-            threads=threads,
-            tie_tolerance=tie_tolerance,
-        ),
-        progress=StderrProgress(quiet),
-    )
+    with StderrProgress(quiet) as progress:
+        report = run_speculate(
+            Request(
+                bundle=bundle,
+                mode=mode,
+                prompts=prompts_from_file(prompts_file) if prompts_file else None,
+                max_new_tokens=max_new_tokens,
+                repeats=repeats,
+                threads=threads,
+                tie_tolerance=tie_tolerance,
+            ),
+            progress=progress,
+        )
     click.echo(json.dumps(report.as_dict(), indent=2) if as_json else text(report))
     refuse_if_lossy(report)

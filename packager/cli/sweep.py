@@ -8,47 +8,49 @@ from pathlib import Path
 import click
 
 from . import StderrProgress, _path, cli
+from .options import checkpoint_argument, lora_option, option, output_option, quiet_option, threads_option
 
 
 @cli.command("quant-sweep")
-@click.argument("checkpoint", type=_path(exists=True, file_okay=False))
-@click.option("--lora", "lora", type=_path(exists=True, file_okay=False), help="peft LoRA adapter to merge first.")
+@checkpoint_argument(exists=True, file_okay=False)
+@lora_option(exists=True, file_okay=False)
 @click.option(
     "--target",
+    metavar="CHECKPOINT",
     type=_path(exists=True, file_okay=False),
     help="Target checkpoint: adds greedy acceptance (alpha) and tau per d, the measure the pick uses.",
 )
-@click.option(
+@option(
     "--recipes",
     "recipes_file",
+    metavar="FILE",
     type=_path(exists=True, dir_okay=False),
-    help='JSON list of recipes, e.g. [{"quant_bits": 4, "quant_block": 64, "algorithm": "hqq", '
-    '"lm_bits": 8}].  [default: a grid around 4-bit block 128, hqq, 8-bit lm_head, and 8-bit]',
+    show_default="a grid around 4-bit block 128, hqq, 8-bit lm_head, and 8-bit",
+    help='JSON list of recipes, e.g. [{"quant_bits": 4, "quant_block": 64, "algorithm": "hqq", "lm_bits": 8}].',
 )
-@click.option(
+@option(
     "--out",
     "workdir",
+    metavar="DIR",
     type=_path(),
     default=Path("quant-sweep"),
     show_default=True,
     help="Folder for the recipes' bundles (one folder each).",
 )
-@click.option(
+@option(
     "--tolerance",
     type=float,
     default=0.01,
     show_default=True,
     help="Acceptance within this of the best counts as as good; the smallest such recipe is chosen.",
 )
-@click.option("--threads", type=int, default=None, help="Threads per model.  [default: every core]")
-@click.option(
-    "--json",
-    "json_out",
-    type=_path(dir_okay=False),
-    help="Write the choice (as [convert] keys) and the table here; name it in the spec's "
-    "convert.quant_sweep so the card shows why.",
+@threads_option("Threads per model.")
+@output_option(
+    "Write the choice (as [convert] keys) and the table here as JSON; name it in the spec's convert.quant_sweep "
+    "so the card shows why.",
+    old=("--json",),
 )
-@click.option("--quiet", is_flag=True, help="No progress on stderr.")
+@quiet_option
 def quant_sweep(
     checkpoint: Path,
     lora: Path | None,
@@ -57,7 +59,7 @@ def quant_sweep(
     workdir: Path,
     tolerance: float,
     threads: int | None,
-    json_out: Path | None,
+    output: Path | None,
     quiet: bool,
 ) -> None:
     """Convert CHECKPOINT with several quantization recipes and print bytes vs quality for each.
@@ -66,7 +68,7 @@ def quant_sweep(
     --target, by greedy acceptance and tau per d with 95% intervals over prompts. The smallest recipe whose
     acceptance is within --tolerance of the best is marked.
 
-    Example: packager quant-sweep ./student --lora ./adapter --target ./teacher --json sweep.json
+    Example: packager quant-sweep ./student --lora ./adapter --target ./teacher -o sweep.json
     """
     from ..bundle.staging import write_atomic
     from ..measure.sweep import SweepRequest, read_recipes, sweep
@@ -81,7 +83,8 @@ def quant_sweep(
         tolerance=tolerance,
         threads=threads,
     )
-    data = as_dict(sweep(request, progress=StderrProgress(quiet)))
-    if json_out is not None:
-        write_atomic(json_out, (json.dumps(data, indent=2) + "\n").encode("utf-8"))
+    with StderrProgress(quiet) as progress:
+        data = as_dict(sweep(request, progress=progress))
+    if output is not None:
+        write_atomic(output, (json.dumps(data, indent=2) + "\n").encode("utf-8"))
     click.echo(text(data))

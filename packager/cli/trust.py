@@ -9,19 +9,26 @@ from typing import Any, Literal
 import click
 
 from . import StderrProgress, _emit, _path, cli
+from .options import endpoint_option, json_option, option, quiet_option
 from .publish import _token, _token_option, seconds, target_revision
 from .trustopts import _trust, trust_options
 
 
 @cli.command()
 @click.argument("bundle", type=_path())
-@click.option(
-    "--key", type=_path(dir_okay=False), help=("EC private key (PEM) to sign with.  [default: $PACKAGER_SIGNING_KEY]")
-)
-@click.option(
-    "--passphrase-file",
+@option(
+    "--key",
+    metavar="FILE",
     type=_path(dir_okay=False),
-    help=("File whose first line unlocks the key.  [default: $PACKAGER_SIGNING_KEY_PASSPHRASE]"),
+    show_default="$PACKAGER_SIGNING_KEY",
+    help="EC private key (PEM) to sign with.",
+)
+@option(
+    "--passphrase-file",
+    metavar="FILE",
+    type=_path(dir_okay=False),
+    show_default="$PACKAGER_SIGNING_KEY_PASSPHRASE",
+    help="File whose first line unlocks the key.",
 )
 @click.option(
     "--keyless",
@@ -31,12 +38,15 @@ from .trustopts import _trust, trust_options
         "id-token: write)."
     ),
 )
-@click.option(
+@option(
     "--identity-token-file",
+    metavar="FILE",
     type=_path(dir_okay=False),
-    help=("Keyless: read the OIDC identity token from this file.  [default: CI's ambient identity]"),
+    show_default="CI's ambient identity",
+    help="Keyless: read the OIDC identity token from this file.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@json_option
+@quiet_option
 def sign(
     bundle: Path,
     key: Path | None,
@@ -44,6 +54,7 @@ def sign(
     keyless: bool,
     identity_token_file: Path | None,
     as_json: bool,
+    quiet: bool,
 ) -> None:
     """Write BUNDLE/model.sig: an OpenSSF model-signing signature over every file of the release.
 
@@ -66,12 +77,17 @@ def sign(
             if identity_token_file
             else None
         )
-        result = sign_keyless(bundle, token)
+        with StderrProgress(quiet, lines=False) as progress:
+            progress(f"signing {bundle} with sigstore (hashing every file)")
+            result = sign_keyless(bundle, token)
     else:
         key = key or (Path(os.environ[KEY_ENV]) if os.environ.get(KEY_ENV) else None)
         if key is None:
             raise InvalidOption("no signing key", f"pass --key KEY.pem, set {KEY_ENV}, or use --keyless")
-        result = run_sign(bundle, key, read_passphrase(passphrase_file))
+        passphrase = read_passphrase(passphrase_file)
+        with StderrProgress(quiet, lines=False) as progress:
+            progress(f"signing {bundle} (hashing every file)")
+            result = run_sign(bundle, key, passphrase)
     data = {
         "signature": str(result.signature),
         "files": list(result.files),
@@ -92,7 +108,7 @@ def sign(
 @cli.command("verify-signature")
 @click.argument("bundle", type=_path())
 @trust_options
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@json_option
 def verify_signature(
     bundle: Path, public_key: Path | None, identity: str | None, issuer: str | None, as_json: bool
 ) -> None:
@@ -113,12 +129,11 @@ def verify_signature(
 @cli.command()
 @click.argument("target", metavar="REPO_ID[@REV]")
 @click.argument("dest", metavar="DIR", type=_path(file_okay=False))
-@click.option(
+@option(
     "--files",
     "which",
     type=click.Choice(["app", "all"]),
     default="app",
-    show_default=True,
     help=(
         "app: the seven files an app runs (llm.mnn, llm.mnn.weight, llm_config.json, config.json, config_cpu.json, "
         "draft_config_cpu.json, tokenizer.txt); all: the whole release, manifest and signature included."
@@ -127,20 +142,16 @@ def verify_signature(
 @trust_options
 @click.option("--require-signature", is_flag=True, help="Refuse an unsigned release.")
 @click.option("--engine", metavar="VERSION", help="The app's MNN version: refuse a bundle that needs a newer one.")
-@click.option("--endpoint", help="Hub URL.  [default: $HF_ENDPOINT, else https://huggingface.co]")
-@click.option(
+@endpoint_option
+@option(
     "--timeout",
     type=seconds(86400),
+    metavar="SECONDS",
     default=30.0,
-    show_default=True,
     help="Seconds a download may deliver nothing before it is retried (said in one line), then fails.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-@click.option(
-    "--quiet",
-    is_flag=True,
-    help="No progress on stderr (on a terminal: a byte progress bar per large file; elsewhere one line per stage).",
-)
+@json_option
+@quiet_option
 @_token_option
 def pull(
     target: str,
@@ -171,22 +182,23 @@ def pull(
     from ..hub.pull import pull as run_pull
 
     repo_id, revision = target_revision(target)
-    result = run_pull(
-        PullRequest(
-            repo_id=repo_id,
-            dest=dest,
-            revision=revision,
-            files=which,
-            trust=_trust(public_key, identity, issuer),
-            require_signature=require_signature,
-            engine=engine,
-            endpoint=endpoint,
-            token=_token(token_file),
-            timeout=timeout,
-        ),
-        progress=StderrProgress(quiet),
-        meter=terminal_bar if not quiet and sys.stderr.isatty() else None,
-    )
+    with StderrProgress(quiet, bars=False) as progress:  # pull draws a byte bar per large file instead
+        result = run_pull(
+            PullRequest(
+                repo_id=repo_id,
+                dest=dest,
+                revision=revision,
+                files=which,
+                trust=_trust(public_key, identity, issuer),
+                require_signature=require_signature,
+                engine=engine,
+                endpoint=endpoint,
+                token=_token(token_file),
+                timeout=timeout,
+            ),
+            progress=progress,
+            meter=terminal_bar if not quiet and sys.stderr.isatty() else None,
+        )
     data = {
         "repo_id": result.repo_id,
         "revision": result.revision,

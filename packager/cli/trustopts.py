@@ -14,10 +14,15 @@ def trust_options(command: Any) -> Any:
     """--public-key, or --identity with --issuer (keyless sigstore)."""
     for option in reversed(
         [
-            click.option("--public-key", type=_path(dir_okay=False), help="The publisher's EC public key (PEM)."),
-            click.option("--identity", help="Keyless: the signer's identity, e.g. a GitHub workflow URL."),
+            click.option(
+                "--public-key", metavar="FILE", type=_path(dir_okay=False), help="The publisher's EC public key (PEM)."
+            ),
+            click.option(
+                "--identity", metavar="IDENTITY", help="Keyless: the signer's identity, e.g. a GitHub workflow URL."
+            ),
             click.option(
                 "--issuer",
+                metavar="URL",
                 help="Keyless: the identity's OIDC issuer, e.g. https://token.actions.githubusercontent.com.",
             ),
         ]

@@ -13,7 +13,7 @@ import xxhash
 
 from ..bundle.checksum import MANIFEST, SIGNATURE, parse_manifest
 from ..errors import HubBadTarget, HubError, HubVerificationFailed, Unreadable, shorten
-from ..infra.progress import Progress
+from ..infra.progress import Progress, Step
 from ..trust.signature import Trust
 from .client import READING_HINTS, Hub, connect, translate, with_retries
 from .names import repo_id_problem, revision_problem
@@ -141,8 +141,9 @@ def verify_remote(
     mismatched, not_as_signed = [], []
     if signed is not None and not _as_signed(signed, MANIFEST, parts, hasher):
         not_as_signed.append(MANIFEST)
-    for name in sorted(set(listed) & present):
-        progress(f"checking {name}")
+    checked = sorted(set(listed) & present)
+    for number, name in enumerate(checked):
+        progress(Step(f"checking {name}", number, len(checked), "checking files"))
         digest = xxhash.xxh3_128()
         engines = [digest] + ([hasher(signed.hash_type)] if signed is not None else [])
         stream(name, files[name].size, _feeding(engines))

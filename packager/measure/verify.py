@@ -23,7 +23,7 @@ import numpy as np
 from ..errors import FileSystemError, InvalidOption, PackagerError, VerifyFailed, shorten
 from ..families.qwen3 import QWEN3
 from ..infra import heap
-from ..infra.progress import Progress
+from ..infra.progress import Progress, Step
 from ..infra.userfile import PROMPTS_BYTES, read_bytes
 from ..runtime.imports import without_collection
 from ..runtime.models import Dtype, HFModel, MNNModel, all_cores
@@ -365,7 +365,14 @@ def _source_pass(
     spill = Spill(theirs.vocab)
     try:
         continued = continue_all(
-            theirs.model, ids, n, stop, spill, progress=lambda done: progress(f"  {done}/{len(ids)} prompts decoded")
+            theirs.model,
+            ids,
+            n,
+            stop,
+            spill,
+            progress=lambda done: progress(
+                Step(f"  {done}/{len(ids)} prompts decoded", done, len(ids), "the source's continuations")
+            ),
         )
         spill.flush()  # a full disk is reported here, before the bundle is loaded
     except BaseException:

@@ -136,7 +136,7 @@ def run(request: ReleaseRequest, progress: Progress = lambda _: None) -> Release
             bundle = built = stages.run("convert", lambda: _convert(request, progress)).bundle
             stages.run("validate", lambda: _validate(bundle))
             parity = None
-            if spec.convert.source is not None:
+            if spec.convert.checkpoint is not None:
                 parity = stages.run("verify", lambda: _verify(spec, bundle, prepared.prompts, progress)).parity
             if request.dry_run and request.bundle is not None:
                 # The card is the first stage that writes: a dry run of --bundle writes into a copy, so the user's
@@ -189,7 +189,7 @@ def _prepare(request: ReleaseRequest) -> Prepared:
     signing = plan_signing(spec)
     _check_source(spec)
     prompts = None
-    if spec.verify_prompts is not None and spec.convert.source is not None:
+    if spec.verify_prompts is not None and spec.convert.checkpoint is not None:
         from ..measure.verify import prompts_from_file
 
         prompts = prompts_from_file(spec.verify_prompts)
@@ -232,16 +232,16 @@ def _dry_run_copy(bundle: Path) -> Iterator[Path]:
 
 
 def _check_source(spec: ReleaseSpec) -> None:
-    """[convert] source, when set, is a folder (the release converts it, or verifies a --bundle against it)."""
+    """[convert] checkpoint, when set, is a folder (the release converts it, or verifies a --bundle against it)."""
     from ..errors import CheckpointNotFound, shorten
 
-    source = spec.convert.source
+    source = spec.convert.checkpoint
     if source is None or source.is_dir():
         return
     problem = "is not a folder" if source.exists() else "does not exist"
     raise CheckpointNotFound(
-        f"the release spec's [convert] source {shorten(str(source))} {problem}",
-        "set [convert] source to the checkpoint folder (relative to the spec), or remove it "
+        f"the release spec's [convert] checkpoint {shorten(str(source))} {problem}",
+        "set [convert] checkpoint to the checkpoint folder (relative to the spec), or remove it "
         "to release a --bundle without verifying it",
     )
 
@@ -252,14 +252,14 @@ def _convert(request: ReleaseRequest, progress: Progress) -> Built:
     from ..convert.pipeline import ConvertRequest, convert
 
     settings = request.spec.convert
-    if settings.source is None:
+    if settings.checkpoint is None:
         raise SpecError(
-            "the release spec has no [convert] source and no --bundle was given",
-            'set [convert] source = "path/to/checkpoint" or pass --bundle',
+            "the release spec has no [convert] checkpoint and no --bundle was given",
+            'set [convert] checkpoint = "path/to/checkpoint" or pass --bundle',
         )
     out = request.out or _default_out(request.spec)
     result = convert(
-        ConvertRequest(checkpoint=settings.source, out=out, adapter=settings.lora, spec=request.spec, force=True),
+        ConvertRequest(checkpoint=settings.checkpoint, out=out, adapter=settings.lora, spec=request.spec, force=True),
         progress=progress,
     )
     return Built(result.out, f"{result.out} ({result.recipe.name}, MNN >= {result.engine.text})")
@@ -283,9 +283,13 @@ def _verify(spec: ReleaseSpec, bundle: Path, prompts: tuple[str, ...] | None, pr
     from ..errors import VerifyFailed
     from ..measure.verify import Thresholds, verify
 
-    assert spec.convert.source is not None
+    assert spec.convert.checkpoint is not None
     report = verify(
-        bundle, spec.convert.source, prompts=prompts, thresholds=Thresholds.from_spec(spec.verify), progress=progress
+        bundle,
+        spec.convert.checkpoint,
+        prompts=prompts,
+        thresholds=Thresholds.from_spec(spec.verify),
+        progress=progress,
     )
     decisive = "n/a" if report.top1_decisive is None else f"{report.top1_decisive:.3f}"
     figures = (

@@ -48,6 +48,11 @@ def check_spec(path: Path) -> Checked:
         findings.append(
             Finding(shown, "", "error", f"{problem.dotted}: {problem.message}", line=line, column=1 if line else None)
         )
+    for (table, old), new in spec.RENAMED_KEYS.items():
+        if isinstance(data.get(table), dict) and old in data[table]:
+            line = locate(lines, (table, old))
+            said = f"[{table}] {old} is deprecated; use [{table}] {new}"
+            findings.append(Finding(shown, "", "warning", said, line=line, column=1 if line else None))
     findings.sort(key=lambda f: f.line or 0)
     return Checked("spec", shown, tuple(findings), (shown,))
 

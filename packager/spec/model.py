@@ -17,7 +17,7 @@ from .rules import problems
 
 @dataclass(frozen=True)
 class ConvertSettings:
-    source: Path | None = None
+    checkpoint: Path | None = None  # [convert] checkpoint, or its old name source
     lora: Path | None = None
     quant_bits: int | None = None
     quant_block: int | None = None
@@ -174,6 +174,19 @@ def load(path: Path) -> ReleaseSpec:
     return from_dict(data, path)
 
 
+# Spec keys renamed (issue 34): (table, old key) -> new key. The old key is still read, with a deprecation line.
+RENAMED_KEYS = {("convert", "source"): "checkpoint"}
+
+
+def deprecated_keys(data: dict[str, Any]) -> list[tuple[str, str]]:
+    """("[convert] source", "[convert] checkpoint") for each old key the spec still uses."""
+    return [
+        (f"[{table}] {old}", f"[{table}] {new}")
+        for (table, old), new in RENAMED_KEYS.items()
+        if isinstance(data.get(table), dict) and old in data[table]
+    ]
+
+
 def parse(text: str) -> dict[str, Any]:
     """The spec's TOML as data, dates as YYYY-MM-DD text (as the schema and the card take them)."""
     return _dates_as_text(tomllib.loads(text))
@@ -234,7 +247,7 @@ def from_dict(data: dict[str, Any], path: Path | None = None) -> ReleaseSpec:
         path=path,
         data=data,
         convert=ConvertSettings(
-            source=_relative(path, convert.get("source")),
+            checkpoint=_relative(path, convert.get("checkpoint", convert.get("source"))),
             lora=_relative(path, convert.get("lora")),
             quant_bits=convert.get("quant_bits"),
             quant_block=convert.get("quant_block"),

@@ -33,7 +33,15 @@ def problems(data: dict[str, Any]) -> list[SpecProblem]:
     found = [p for p in found if p.placeholder or p.path not in todo]
     if not any(p.path[:1] == ("training",) for p in found):  # the figure rules need well-typed figures
         found += _training_problems(data.get("training"))
-    return found + _link_problems(data.get("card"), found)
+    return found + _link_problems(data.get("card"), found) + _renamed_twice(data)
+
+
+def _renamed_twice(data: dict[str, Any]) -> list[SpecProblem]:
+    """A key given under its old and its new name: which one counts would be a guess."""
+    convert = data.get("convert")
+    if isinstance(convert, dict) and "source" in convert and "checkpoint" in convert:
+        return [SpecProblem(("convert", "source"), "is the old name of checkpoint: keep checkpoint only")]
+    return []
 
 
 def _link_problems(card: Any, found: list[SpecProblem]) -> list[SpecProblem]:

@@ -6,11 +6,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..errors import PackagerError
+from ..infra.progress import Progress, Step
 from ..report import FOLDER, Checked, Report
 from ..report.findings import Finding
 
 
-def check_bundles(paths: Sequence[Path], from_files: bool = False, strict: bool = False) -> Report:
+def check_bundles(
+    paths: Sequence[Path], from_files: bool = False, strict: bool = False, progress: Progress = lambda _: None
+) -> Report:
     """Validate each bundle folder named; with `from_files`, the folders the files belong to (pre-commit passes
     files), where a folder that cannot be read is a finding rather than an error line."""
     from . import validate
@@ -21,7 +24,8 @@ def check_bundles(paths: Sequence[Path], from_files: bool = False, strict: bool 
         found = bundle_folders(paths)
         paths, skipped = found.bundles, found.skipped
     checked = []
-    for bundle in paths:
+    for number, bundle in enumerate(paths, 1):
+        progress(Step(f"validating {bundle} ({number}/{len(paths)})", number - 1, len(paths), "validating"))
         try:
             report = validate(bundle)
         except PackagerError as exc:

@@ -38,12 +38,36 @@ class Entry:
     describe: str
 
 
-def root() -> Path:
-    """$PACKAGER_CACHE_DIR, else $XDG_CACHE_HOME/packager/graphs, else ~/.cache/packager/graphs."""
+def home() -> Path:
+    """packager's cache folder, which holds `graphs` and the target cache's `targets` side by side:
+    $PACKAGER_CACHE_DIR, else $XDG_CACHE_HOME/packager, else ~/.cache/packager."""
     if os.environ.get("PACKAGER_CACHE_DIR"):
         return Path(os.environ["PACKAGER_CACHE_DIR"])
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "packager" / "graphs"
+    return Path(os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")) / "packager"
+
+
+def root() -> Path:
+    """home()/graphs. Entries an older packager kept directly in $PACKAGER_CACHE_DIR move in there on first use
+    (a rename each: a warm cache stays warm)."""
+    base = home() / "graphs"
+    if os.environ.get("PACKAGER_CACHE_DIR"):
+        _adopt(home(), base)
+    return base
+
+
+def _adopt(old: Path, new: Path) -> None:
+    """Move the entries of the old layout ($PACKAGER_CACHE_DIR/<key>) into `new`; best effort, never fatal: an
+    entry that cannot move stays where it was (and is a miss), and nothing else in the folder is touched."""
+    try:
+        found = [folder for folder in old.iterdir() if not folder.name.startswith(".") and _ours(folder)]
+    except OSError:
+        return
+    for folder in found:
+        try:
+            new.mkdir(parents=True, exist_ok=True)
+            os.rename(folder, new / folder.name)
+        except OSError:
+            pass  # another process moved it first, or the folder is not ours to change
 
 
 def key(fields: dict[str, Any]) -> str:

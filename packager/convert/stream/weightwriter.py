@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from ...infra.lifeline import die_with
-from ...infra.progress import Progress
+from ...infra.progress import Progress, Step
 from ..inspect.safetensors_header import TensorRef, tensor_refs
 from .layout import EMBED, Region
 from .quant import QuantSpec, quantize
@@ -163,8 +163,13 @@ def write(
                 shown = now
                 rate = done / max(now - start, 1e-6) / 1e6
                 progress(
-                    f"quantizing weights: {done / 1e6:.0f} / {total / 1e6:.0f} MB of source weights "
-                    f"({rate:.0f} MB/s on {limit} processes)"
+                    Step(
+                        f"quantizing weights: {done / 1e6:.0f} / {total / 1e6:.0f} MB of source weights "
+                        f"({rate:.0f} MB/s on {limit} processes)",
+                        round(done / 1e6),
+                        round(total / 1e6),
+                        "quantizing weights (MB)",
+                    )
                 )
     return True
 

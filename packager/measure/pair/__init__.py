@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from ...errors import InvalidOption
-from ...infra.progress import Progress
+from ...infra.progress import Progress, Step
 from ...runtime.models import Dtype, Model, all_cores, is_bundle, load
 from .. import compat, workload
 from ..digests import measured_digests
@@ -166,7 +166,14 @@ def pair(
         results.append(measure_prompt(draft, target, ids, options.new_tokens, stop, options.sampling, cache))
         longest = max(longest, ids + results[-1].continuation, key=len)
         if number % 9 == 0 or number == len(items):
-            progress(f"  {number}/{len(items)} prompts ({cache.hits if cache else 0} of the target's from its cache)")
+            progress(
+                Step(
+                    f"  {number}/{len(items)} prompts ({cache.hits if cache else 0} of the target's from its cache)",
+                    number,
+                    len(items),
+                    "measuring acceptance",
+                )
+            )
     if cache is not None:
         targetcache.trim()
         if cache.write_error:

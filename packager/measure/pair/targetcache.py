@@ -53,11 +53,9 @@ class TargetRun:
 
 
 def root() -> Path:
-    """`targets` beside the graphs: $PACKAGER_CACHE_DIR/targets, else $XDG_CACHE_HOME/packager/targets, else
-    ~/.cache/packager/targets (the graph cache lists and clears only its own entries, so they never mix)."""
-    if os.environ.get("PACKAGER_CACHE_DIR"):
-        return graphcache.root() / "targets"
-    return graphcache.root().parent / "targets"
+    """`targets` beside the graph cache's `graphs`: $PACKAGER_CACHE_DIR/targets, else
+    $XDG_CACHE_HOME/packager/targets, else ~/.cache/packager/targets."""
+    return graphcache.home() / "targets"
 
 
 def identity(target: Path, bundle: bool, settings: dict[str, Any]) -> str:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ...infra.progress import Progress
+from ...infra.progress import Progress, Step
 from ...runtime.models import HFModel, MNNModel, Model, all_cores, load
 from .. import compat, workload
 from ..intervals import Interval, ratio
@@ -68,7 +68,14 @@ def measure(
     source_template = workload.chat_template(source)
     margin = Thresholds().decisive_margin
     for number, item in enumerate(items, 1):
-        progress(f"prompt {number}/{len(items)}: source logits once, then {len(bundles)} bundles")
+        progress(
+            Step(
+                f"prompt {number}/{len(items)}: source logits once, then {len(bundles)} bundles",
+                number - 1,
+                len(items),
+                "measuring the recipes",
+            )
+        )
         ids = theirs.encode(
             workload.render(source_template, item, source_facts.variables) if source_template else _plain(item)
         )

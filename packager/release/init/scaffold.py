@@ -122,7 +122,7 @@ def _context(
         "family": facts.family if facts else None,
         "tags": (*BASE_TAGS, *facts.family.tags, *DEVICE_TAGS) if facts else None,
         "base_named_by": facts.base_named_by if facts else None,
-        "source": _relative(request.checkpoint, folder) if request.checkpoint else "TODO: the checkpoint folder",
+        "checkpoint": _relative(request.checkpoint, folder) if request.checkpoint else "TODO: the checkpoint folder",
         "lora": _relative(request.adapter, folder) if request.adapter else None,
         "quant_bits": DEFAULT_BITS,
         "quant_block": DEFAULT_BLOCK,
