@@ -26,20 +26,6 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 README = ROOT / "README.md"
 
-# Options the docs already spell as decided in issue 34 (one name per idea) that this branch's CLI does not have
-# yet: another branch renames them. A line naming one of these is an expected failure, and a strict one: once the
-# rename lands the line parses, the xfail fails, and this list must go. (command path, option) pairs.
-PENDING_RENAMES = {
-    ("verify", "--checkpoint"),
-    ("verify", "--dtype"),
-    ("release", "-o"),
-    ("quant-sweep", "-o"),
-    ("init", "--checkpoint"),
-    ("validate", "--from-files"),
-    ("verify-remote", "--quiet"),
-    ("sign", "--quiet"),
-}
-
 # Pages whose command lines are a record of what was run then, kept verbatim.
 HISTORY = {DOCS / "benchmarks" / "history.md"}
 
@@ -236,14 +222,7 @@ def _cases() -> list[object]:
     cases = []
     for path in files:
         for number, line in command_lines(path):
-            words = words_of(line)
-            name = f"{path.relative_to(ROOT)}:{number}"
-            pending = sorted(
-                f"{sub} {word}" for sub, word in PENDING_RENAMES if words[:1] == [sub.split()[0]] and word in words
-            )
-            reason = f"renamed on front-cli: {', '.join(pending)}"
-            marks = [pytest.mark.xfail(strict=True, reason=reason)] if pending else []
-            cases.append(pytest.param(line, id=name, marks=marks))
+            cases.append(pytest.param(line, id=f"{path.relative_to(ROOT)}:{number}"))
     return cases
 
 

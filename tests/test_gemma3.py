@@ -119,7 +119,7 @@ def test_global_layers_get_their_own_rope_base_so_logits_past_1024_match_transfo
 
 
 def test_verify_passes_the_gemma3_bundle(gemma: Path, gemma8: ConvertResult) -> None:
-    result = run_cli("verify", str(gemma8.out), "--source", str(gemma))
+    result = run_cli("verify", str(gemma8.out), "--checkpoint", str(gemma))
     assert result.returncode == 0, result.stderr[-3000:]
     assert "tokenizer agreement: 44/44" in result.stdout
 
