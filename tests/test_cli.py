@@ -25,7 +25,10 @@ def command_tree() -> list[tuple[tuple[str, ...], click.Command]]:
     def walk(command: click.Command, path: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], click.Command]]:
         yield path, command
         if isinstance(command, click.Group):
-            for name, sub in sorted(command.commands.items()):
+            ctx = click.Context(command)
+            for name in command.list_commands(ctx):
+                sub = command.get_command(ctx, name)
+                assert sub is not None, (*path, name)
                 yield from walk(sub, (*path, name))
 
     return list(walk(cli, ()))
@@ -89,13 +92,62 @@ def test_every_command_help_ends_with_an_example_that_parses(
         assert ran[: len(path)] == path, f"{' '.join(path)}'s example runs {' '.join(ran)}: {line}"
 
 
+def test_the_help_lists_each_command_by_the_first_sentence_of_its_own_help_at_any_width() -> None:
+    """`packager --help` lists commands from a table (packager.cli.COMMANDS), not from the commands themselves:
+    at every terminal width each line is what the command's own help gives, and each command lives in the module
+    the table names."""
+    from packager.cli import COMMANDS, _Listed
+
+    commands = {path[0]: command for path, command in command_tree() if len(path) == 1}
+    assert sorted(COMMANDS) == sorted(commands)
+    for name, (module, _) in COMMANDS.items():
+        real = commands[name]
+        assert real.callback is not None and real.callback.__module__ == f"packager.cli.{module}", name
+        for width in range(8, 400, 3):
+            assert _Listed(name).get_short_help_str(width) == real.get_short_help_str(width), (name, width)
+
+
+IMPORTED = (
+    "import sys\n"
+    "from packager.cli import cli\n"
+    "try:\n"
+    "    cli(sys.argv[1:], prog_name='packager')\n"
+    "except SystemExit:\n"
+    "    pass\n"
+    "print(' '.join(sorted(m for m in sys.modules if m.startswith('packager.cli.'))), file=sys.stderr)\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("words", "loaded"),
+    [
+        (("--help",), set()),
+        (("validate", "--help"), {"build"}),
+        (("hub", "serve", "--help"), {"publish"}),
+        (("pull", "--help"), {"trust", "publish"}),
+    ],
+)
+def test_a_command_line_imports_only_the_modules_of_the_commands_it_names(
+    words: tuple[str, ...], loaded: set[str]
+) -> None:
+    """The help of the group imports no command module, and a command imports its own (and what that imports),
+    not every other command's: `packager validate` does not pay for what release needs."""
+    from packager.cli import COMMANDS
+
+    ran = subprocess.run([sys.executable, "-c", IMPORTED, *words], capture_output=True, text=True, timeout=600)
+    assert ran.returncode == 0, ran.stderr
+    assert "Usage: packager" in ran.stdout
+    modules = {name.removeprefix("packager.cli.") for name in ran.stderr.split()}
+    assert modules & {module for module, _ in COMMANDS.values()} == loaded
+
+
 def test_help_lists_the_commands_by_stage_and_every_command_in_one() -> None:
     """`packager --help` has the six stage sections in order, each listing its commands, and no command is left
     out of a stage (no "Other commands")."""
     from packager.cli import STAGES, cli
 
     staged = [name for _, names in STAGES for name in names]
-    assert sorted(staged) == sorted(cli.commands)  # each command in exactly one stage
+    assert sorted(staged) == [path[0] for path, _ in command_tree() if len(path) == 1]  # each in exactly one stage
     result = run_cli("--help")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()

@@ -33,7 +33,9 @@ def parse(capsys: pytest.CaptureFixture[str], *words: str) -> tuple[dict[str, An
     args = list(words)
     while isinstance(command, click.Group):
         name = args.pop(0)
-        command = command.commands[name]
+        found = command.get_command(ctx, name)
+        assert found is not None, name
+        command = found
     ctx = command.make_context(str(command.name), args, parent=ctx)
     out, err = capsys.readouterr()
     assert out == ""
@@ -252,7 +254,8 @@ def test_the_decided_names_and_metavars(name: str, form: str) -> None:
 def test_the_spec_is_spec_everywhere_and_positional_where_it_is_the_main_input() -> None:
     ctx = click.Context(cli)
     for path in (("release",), ("check-spec",)):
-        command = cli.commands[path[0]]
+        command = cli.get_command(ctx, path[0])
+        assert command is not None
         usage = " ".join(command.collect_usage_pieces(ctx))
         assert "SPEC" in usage and "RELEASE_TOML" not in usage, usage
     for _, command in leaves():

@@ -229,6 +229,11 @@ def plain_help(app: Sphinx, ctx: Any, lines: list[str]) -> None:
 
 
 def setup(app: Sphinx) -> dict[str, Any]:
+    # packager imports a command's module only when it is used; sphinx-click documents the commands `cli` holds
+    # once any is loaded, so every one is loaded before it looks.
+    from packager.cli import load_all
+
+    load_all()
     app.add_directive("packager-exit-codes", ExitCodes)
     app.add_directive("packager-schema", Schema)
     app.add_directive("packager-import-layers", ImportLayers)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import importlib
 import json
 import os
 import signal
@@ -70,6 +71,79 @@ STAGES = (
     ("trust", ("sign", "verify-signature")),
     ("set up", ("init", "cache")),
 )
+# Where each command lives (packager.cli.<module>) and the first sentence of its help. A command's module is
+# imported only when the command runs or its help is asked for: `packager --help` lists the commands from this
+# table alone, and `packager validate` never imports what `release` needs. tests/test_cli.py checks each sentence
+# against the command's own help.
+COMMANDS = {
+    "convert": (
+        "build",
+        "Convert a Hugging Face checkpoint (optionally + LoRA) into an MNN bundle: the ten-file draft bundle, a "
+        "target bundle, or a target with its EAGLE-3 head.",
+    ),
+    "quant-sweep": (
+        "sweep",
+        "Convert CHECKPOINT with several quantization recipes and print bytes vs quality for each.",
+    ),
+    "card": ("build", "Render the model card (README.md) from the release spec, the bundle's files and measurements."),
+    "checksum": (
+        "build",
+        "Write (or --check) the bundle's xxh3-128 manifest checksums.xxh128, in `xxhsum --tag -H2` format.",
+    ),
+    "validate": (
+        "build",
+        "Check bundles: JSON syntax, schemas, unknown keys, completeness, cross-file consistency, checksums.",
+    ),
+    "check-spec": ("ci", "Check release specs without touching a Hub: schema, TODOs left by init, training figures."),
+    "verify": ("prove", "Check that BUNDLE (MNN) behaves like its source checkpoint (transformers)."),
+    "engines": (
+        "engines",
+        "Check bundles in real MNN engines, each installed from PyPI into its own cached environment.",
+    ),
+    "pair": (
+        "prove",
+        "Measure how well DRAFT drafts for TARGET (checkpoints or MNN model folders): compatibility, acceptance, "
+        "speedup.",
+    ),
+    "speculate": (
+        "speculate",
+        "Run BUNDLE's speculative mode with MNN's own generation strategy (eagle or lookahead) and plain decoding on "
+        "the same chat-templated prompts, greedy, and compare: the tokens (lossless up to near-ties), the tokens a "
+        "step accepts (95% interval over prompts, from the engine's own record) and decode tokens/s of each with "
+        "their ratio over interleaved repeats, labelled with this CPU.",
+    ),
+    "release": (
+        "publish",
+        "Convert, validate, write the card and manifest, upload in one commit, verify, tag, then put the repo into "
+        "[release] collection; stop at the first failure.",
+    ),
+    "upload": ("publish", "Publish BUNDLE (ten files, README.md, checksums.xxh128) to REPO_ID in one verified commit."),
+    "pull": ("trust", "Download a release into DIR, every file checked against its manifest and its signature."),
+    "verify-remote": (
+        "publish",
+        "Download every file of a remote revision and check it against its xxh3-128 manifest (and its model.sig, when "
+        "signed and you say whom you trust).",
+    ),
+    "hub": ("publish", "A local Hub-compatible server, to rehearse releases offline."),
+    "sign": ("trust", "Write BUNDLE/model.sig: an OpenSSF model-signing signature over every file of the release."),
+    "verify-signature": (
+        "trust",
+        "Check BUNDLE's model.sig: signed by whom you trust, over exactly the bundle's files, none changed.",
+    ),
+    "init": ("ci", "Start a release repository for a new draft in DIR."),
+    "cache": (
+        "cache",
+        "Inspect or empty packager's caches: graphs (built once per model shape and quantization) and targets (a "
+        "target's greedy continuations and argmaxes, per prompt, for pair and quant-sweep).",
+    ),
+}
+
+
+class _Listed(click.Command):
+    """A command as `packager --help` lists it before its module is imported: its name and first sentence."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name, help=COMMANDS[name][1])
 
 
 class PackagerGroup(cloup.Group):
@@ -82,13 +156,21 @@ class PackagerGroup(cloup.Group):
     group_class = type  # subgroups (hub, cache, engines) are PackagerGroups too
     stages: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(self.commands) | (set(COMMANDS) if self.stages else set()))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if self.stages and cmd_name not in self.commands and cmd_name in COMMANDS:
+            importlib.import_module(f"{__name__}.{COMMANDS[cmd_name][0]}")  # it registers its commands on `cli`
+        return super().get_command(ctx, cmd_name)
+
     def list_sections(self, ctx: click.Context, include_default_section: bool = True) -> list[cloup.Section]:
         if not self.stages:
             return super().list_sections(ctx, include_default_section)
         placed = {name for _, names in self.stages for name in names}
+        listed = {name: self.commands.get(name) or _Listed(name) for name in COMMANDS}
         sections = [
-            cloup.Section(title, [self.commands[name] for name in names if name in self.commands])
-            for title, names in self.stages
+            cloup.Section(title, [listed[name] for name in names if name in listed]) for title, names in self.stages
         ]
         rest = [command for name, command in sorted(self.commands.items()) if name not in placed]
         return sections + ([cloup.Section("Other commands", rest)] if rest and include_default_section else [])
@@ -210,8 +292,10 @@ def emit_report(report: Any, fmt: str) -> None:
     click.echo(render(report, fmt))
 
 
-# The commands register themselves on `cli` when their modules are imported.
-from . import build, cache, ci, engines, prove, publish, speculate, sweep, trust  # noqa: E402,F401
+def load_all() -> None:
+    """Import every command's module (each registers its commands on `cli`): for code that walks cli.commands."""
+    for module in sorted({module for module, _ in COMMANDS.values()}):
+        importlib.import_module(f"{__name__}.{module}")
 
 
 def main() -> None:
