@@ -377,6 +377,9 @@ def release(
     data = summary(result, spec_path, dry_run=dry_run, endpoint=endpoint, spec=spec)
     if summary_path is not None:
         _write_summary(summary_path, data)
+    for stage in result.stages:
+        for warning in stage.warnings:
+            click.echo(f"packager: warning: {warning}", err=True)
     click.echo(json.dumps(data, indent=2) if as_json else as_text(data))
     if result.error is not None:
         ctx.exit(result.error.exit_code)

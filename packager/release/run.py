@@ -31,6 +31,7 @@ class Stage:
     ok: bool
     seconds: float
     detail: str
+    warnings: tuple[str, ...] = ()  # what the stage warned of (convert: a position limit, an adapter's base, ...)
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,7 @@ class Done:
 class Built:
     bundle: Path
     detail: str
+    warnings: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -121,7 +123,8 @@ class _Stages:
         except PackagerError as exc:
             self.done.append(Stage(name, False, time.monotonic() - start, exc.one_line()))
             raise
-        self.done.append(Stage(name, True, time.monotonic() - start, outcome.detail))
+        warnings = outcome.warnings if isinstance(outcome, Built) else ()
+        self.done.append(Stage(name, True, time.monotonic() - start, outcome.detail, warnings))
         return outcome
 
 
@@ -262,7 +265,7 @@ def _convert(request: ReleaseRequest, progress: Progress) -> Built:
         ConvertRequest(checkpoint=settings.checkpoint, out=out, adapter=settings.lora, spec=request.spec, force=True),
         progress=progress,
     )
-    return Built(result.out, f"{result.out} ({result.recipe.name}, MNN >= {result.engine.text})")
+    return Built(result.out, f"{result.out} ({result.recipe.name}, MNN >= {result.engine.text})", result.warnings)
 
 
 def _validate(bundle: Path) -> Done:

@@ -44,7 +44,13 @@ def summary(
         "commit": result.commit if result is not None else None,
         "tag": result.tag if result is not None else None,
         "stages": [
-            {"name": s.name, "ok": s.ok, "seconds": round(s.seconds, 3), "detail": s.detail}
+            {
+                "name": s.name,
+                "ok": s.ok,
+                "seconds": round(s.seconds, 3),
+                "detail": s.detail,
+                "warnings": list(s.warnings),
+            }
             for s in (result.stages if result is not None else ())
         ],
         "plan": [{"path": r.path, "action": r.action, "size": r.size} for r in (upload.plan if upload else ())],
