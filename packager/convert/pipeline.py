@@ -341,6 +341,13 @@ def _finish(
     """Assemble the exported files into a bundle of its kind, check it, record provenance, move it into place."""
     warnings = tuple(w for w in [other_base_warning(adapter, info) if adapter else None] if w)
     warnings += mode.warnings() if mode is not None else ()
+    if info.exact_positions is not None:
+        warnings += (
+            f"the bundle computes what transformers does up to {info.exact_positions:,} positions "
+            "(original_max_position_embeddings), not past them: llmexport exports longrope's short factor, and "
+            "past them transformers switches every position to the long factor, which a graph with fixed rope "
+            "frequencies cannot do; keep prompt and output within that many tokens",
+        )
     bits, block = recipe.bits, recipe.block
     out = request.out.absolute()
     progress("assembling the bundle")

@@ -6,14 +6,26 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .base import Family, Layout, License, UnknownFamily, find, per_layer_type_rope, rope_type, rope_types, shown
+from .base import (
+    Family,
+    Layout,
+    License,
+    UnknownFamily,
+    exact_positions,
+    find,
+    per_layer_type_rope,
+    rope_type,
+    rope_types,
+    shown,
+)
 from .gemma3 import GEMMA3
 from .llama3 import LLAMA3
+from .phi3 import PHI3
 from .qwen2 import QWEN2
 from .qwen3 import QWEN3
 from .smollm2 import SMOLLM2
 
-FAMILIES: tuple[Family, ...] = (QWEN3, QWEN2, LLAMA3, SMOLLM2, GEMMA3)
+FAMILIES: tuple[Family, ...] = (QWEN3, QWEN2, LLAMA3, SMOLLM2, GEMMA3, PHI3)
 BY_NAME = {f.name: f for f in FAMILIES}
 
 # The first MNN release that rolls linear-attention state back when draft tokens are rejected; None: none yet.
@@ -40,11 +52,6 @@ REFUSED = {
     "qwen2_moe": "a mixture-of-experts model",
     "mixtral": "a mixture-of-experts model",
     "llama4": "Llama 4, a mixture-of-experts model",
-    "phi3": (
-        "Phi-3.5-mini/Phi-4-mini: packager does not convert it yet (llmexport 0.0.5 applies only longrope's short "
-        "factor, wrong past 4,096 positions; and Phi-3.5's untied embeddings can never make a ten-file draft, which "
-        "has no embeddings file)"
-    ),
     **{kind: f"{what}: {_NO_ROLLBACK}" for kind, what in LINEAR_ATTENTION.items()},
 }
 
@@ -68,6 +75,7 @@ __all__ = [
     "Layout",
     "License",
     "UnknownFamily",
+    "exact_positions",
     "of_bundle",
     "of_checkpoint",
     "per_layer_type_rope",
@@ -122,13 +130,14 @@ def of_bundle(llm_config: Mapping[str, Any], where: str = "llm_config.json") -> 
     found = llm_config.get("jinja")
     jinja: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
     tokens = {str(v) for k, v in jinja.items() if k in ("bos", "eos") and v}
-    # A bundle names only its bos and eos, not its whole vocabulary: a family is known when its end of turn or
-    # its BOS is among them (the markers proper are checked when the checkpoint is converted).
+    # A bundle names only its bos and eos, not its whole vocabulary: a family is known when one of its stop
+    # tokens or its BOS is among them (the markers proper are checked when the checkpoint is converted).
     model_type = str(llm_config.get("model_type") or "")
     candidates = [
         f
         for f in FAMILIES
-        if model_type in f.model_types and (f.stop_tokens[0] in tokens or (f.bos_token and f.bos_token in tokens))
+        if model_type in f.model_types
+        and (any(t in tokens for t in f.stop_tokens) or (f.bos_token and f.bos_token in tokens))
     ]
     if len(candidates) == 1:
         return candidates[0]

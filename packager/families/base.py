@@ -38,27 +38,61 @@ class Layout:
     # Gemma's sandwich: each sublayer's output is normed too (post_attention_layernorm after attention,
     # pre_feedforward_layernorm before the MLP and post_feedforward_layernorm after it).
     sandwich_norms: bool = False
+    # Phi-3's checkpoint holds q, k and v as one qkv_proj (rows q, then k, then v); llmexport splits it into three
+    # projections, each with a bias of zeros.
+    fused_qkv: bool = False
+    # Phi-3's gate and up projections are one gate_up_proj (gate rows first), which the graph keeps as one linear.
+    fused_gate_up: bool = False
 
     def layer(self, hidden: int, heads: int, kv_heads: int, head_dim: int, intermediate: int) -> tuple[Any, ...]:
-        """(tensor suffix, kind, out_features, in_features, bias) of one decoder layer, in weight-file order
-        (for a norm: (suffix, "norm", width, 0, False))."""
+        """(tensor suffix, kind, out_features, in_features, bias) of one decoder layer as the graph holds it, in
+        weight-file order (for a norm: (suffix, "norm", width, 0, False))."""
         q, kv = heads * head_dim, kv_heads * head_dim
+        bias = self.qkv_bias or self.fused_qkv
         rows: list[tuple[str, str, int, int, bool]] = [("input_layernorm", "norm", hidden, 0, False)]
-        rows.append(("self_attn.q_proj", "linear", q, hidden, self.qkv_bias))
+        rows.append(("self_attn.q_proj", "linear", q, hidden, bias))
         rows += [("self_attn.q_norm", "norm", head_dim, 0, False)] if self.qk_norm else []
-        rows.append(("self_attn.k_proj", "linear", kv, hidden, self.qkv_bias))
+        rows.append(("self_attn.k_proj", "linear", kv, hidden, bias))
         rows += [("self_attn.k_norm", "norm", head_dim, 0, False)] if self.qk_norm else []
-        rows.append(("self_attn.v_proj", "linear", kv, hidden, self.qkv_bias))
+        rows.append(("self_attn.v_proj", "linear", kv, hidden, bias))
         rows.append(("self_attn.o_proj", "linear", hidden, q, False))
         rows.append(("post_attention_layernorm", "norm", hidden, 0, False))
         rows += [("pre_feedforward_layernorm", "norm", hidden, 0, False)] if self.sandwich_norms else []
-        rows += [
-            ("mlp.gate_proj", "linear", intermediate, hidden, False),
-            ("mlp.up_proj", "linear", intermediate, hidden, False),
-            ("mlp.down_proj", "linear", hidden, intermediate, False),
-        ]
+        if self.fused_gate_up:
+            rows.append(("mlp.gate_up_proj", "linear", 2 * intermediate, hidden, False))
+        else:
+            rows += [
+                ("mlp.gate_proj", "linear", intermediate, hidden, False),
+                ("mlp.up_proj", "linear", intermediate, hidden, False),
+            ]
+        rows.append(("mlp.down_proj", "linear", hidden, intermediate, False))
         rows += [("post_feedforward_layernorm", "norm", hidden, 0, False)] if self.sandwich_norms else []
         return tuple(rows)
+
+    def checkpoint_layer(
+        self, hidden: int, heads: int, kv_heads: int, head_dim: int, intermediate: int
+    ) -> tuple[Any, ...]:
+        """The same rows as the checkpoint holds them: a fused q/k/v is one qkv_proj (without a bias)."""
+        rows = self.layer(hidden, heads, kv_heads, head_dim, intermediate)
+        if not self.fused_qkv:
+            return rows
+        qkv = (heads + 2 * kv_heads) * head_dim
+        fused = ("self_attn.qkv_proj", "linear", qkv, hidden, False)
+        kept = [row for row in rows if row[0] not in ("self_attn.k_proj", "self_attn.v_proj")]
+        return tuple(fused if row[0] == "self_attn.q_proj" else row for row in kept)
+
+    def sources(self, heads: int, kv_heads: int, head_dim: int) -> dict[str, tuple[str, int, int]]:
+        """Graph tensor suffix -> (checkpoint tensor suffix, first row, rows) where the graph's tensor is a slice
+        of a fused one; a graph bias that is in no checkpoint tensor is zeros."""
+        if not self.fused_qkv:
+            return {}
+        q, kv = heads * head_dim, kv_heads * head_dim
+        fused = "self_attn.qkv_proj.weight"
+        return {
+            "self_attn.q_proj.weight": (fused, 0, q),
+            "self_attn.k_proj.weight": (fused, q, kv),
+            "self_attn.v_proj.weight": (fused, q + kv, kv),
+        }
 
 
 @dataclass(frozen=True)
@@ -133,6 +167,18 @@ def rope_types(config: Mapping[str, Any]) -> tuple[str, ...]:
         if kind is not None:
             return (str(kind),)
     return ("default",)
+
+
+def exact_positions(config: Mapping[str, Any]) -> int | None:
+    """How many positions a graph with fixed rope frequencies computes as transformers does, where that is not
+    all of them: longrope (Phi-3.5) uses its short factor up to original_max_position_embeddings and switches
+    every position to its long factor past them, and llmexport exports the short one. None: no such limit."""
+    if "longrope" not in rope_types(config):
+        return None
+    parameters = config.get("rope_parameters") or config.get("rope_scaling") or {}
+    found = parameters.get("original_max_position_embeddings") if isinstance(parameters, Mapping) else None
+    found = found or config.get("original_max_position_embeddings")
+    return int(found) if isinstance(found, int) and not isinstance(found, bool) and found > 0 else None
 
 
 def per_layer_type_rope(config: Mapping[str, Any]) -> bool:

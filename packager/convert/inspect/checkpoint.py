@@ -17,7 +17,16 @@ from ...errors import (
     UntiedEmbeddings,
     shorten,
 )
-from ...families import Family, UnknownFamily, of_checkpoint, per_layer_type_rope, refusal, rope_type, shown
+from ...families import (
+    Family,
+    UnknownFamily,
+    exact_positions,
+    of_checkpoint,
+    per_layer_type_rope,
+    refusal,
+    rope_type,
+    shown,
+)
 from ...infra import heap
 from ...infra.jsonfile import read_json
 from . import safetensors_header
@@ -61,6 +70,9 @@ class CheckpointInfo:
     tied: bool = True  # lm_head is the embedding (else the bundle carries an embeddings file)
     # Special tokens at ids past the model's rows that the bundle's tokenizer leaves out (family.beyond_rows).
     left_out_tokens: tuple[str, ...] = ()
+    # The positions up to which the bundle computes what transformers does, where that is not every position
+    # (families.exact_positions: longrope's short factor).
+    exact_positions: int | None = None
 
 
 def inspect_checkpoint(
@@ -107,6 +119,7 @@ def inspect_checkpoint(
         tokenizer_vocab_size=vocab_size,
         tied=tied,
         left_out_tokens=tuple(sorted(left_out)),
+        exact_positions=exact_positions(config),
     )
 
 
@@ -236,7 +249,7 @@ def _check_tensors(
             f"{shape.hidden_size}]",
             "the weights do not belong to this config.json",
         )
-    rows = family.layout.layer(
+    rows = family.layout.checkpoint_layer(
         shape.hidden_size, shape.num_heads, shape.num_kv_heads, shape.head_dim, shape.intermediate_size
     )
     for layer in range(shape.num_layers):

@@ -62,6 +62,7 @@ def export(
     if not info.tied and adapter and ({layout.EMBED, layout.LM_HEAD} & (set(loras) | set(adapter.saved_modules))):
         raise StreamingUnsupported("the adapter changes an untied embedding or lm_head")
     classes = weightwriter.equality_classes({**refs, **saved}, unique=set(loras))
+    refs, zero_biases = _split_fused(info, refs, adapter, {**saved, **loras})
     fields = _key_fields(info, bits, block, dtype, classes, corpus, fuse_c4)
     if head is not None:
         fields["eagle"] = _head_fields(head)
@@ -80,7 +81,7 @@ def export(
         widen: threading.Event | None = None,
         stop: threading.Event | None = None,
     ) -> None:
-        tasks = weightwriter.plan(regions, refs, saved, loras, adapted=adapter is not None)
+        tasks = weightwriter.plan(regions, refs, saved, loras, adapted=adapter is not None, zero_biases=zero_biases)
         if weightwriter.write(
             weight_file, layout.total_size(regions), tasks, spec, workers, progress, nice, widen, stop
         ):
@@ -247,6 +248,35 @@ def _key_fields(
     if not fuse_c4:  # only then, so the default's keys (and cached entries) stay what they were
         fields["fuse_c4"] = False
     return fields
+
+
+def _split_fused(
+    info: CheckpointInfo, refs: dict[str, TensorRef], adapter: AdapterInfo | None, adapted: dict[str, Any]
+) -> tuple[dict[str, TensorRef], frozenset[str]]:
+    """The checkpoint's tensors with the graph's slices of its fused ones added (Phi-3's q, k and v are row ranges
+    of qkv_proj: contiguous bytes of it), and the graph biases that are zeros (llmexport gives each split
+    projection a bias of zeros; the weight file is created zero-filled, so they need no writing)."""
+    shape, family_layout = info.shape, info.family.layout
+    sources = family_layout.sources(shape.num_heads, shape.num_kv_heads, shape.head_dim)
+    if not sources:
+        return refs, frozenset()
+    fused = {source for source, _, _ in sources.values()}
+    if adapter is not None and any(name.split(".", 3)[-1] in fused for name in adapted):
+        raise StreamingUnsupported("the adapter changes a fused projection (qkv_proj)")
+    found = dict(refs)
+    zeros = set()
+    for index in range(shape.num_layers):
+        for suffix, (source, first, rows) in sources.items():
+            ref = refs.get(f"model.layers.{index}.{source}")
+            if ref is None or len(ref.shape) != 2:
+                raise StreamingUnsupported(f"the checkpoint has no model.layers.{index}.{source}")
+            row_bytes = ref.nbytes // ref.shape[0]
+            name = f"model.layers.{index}.{suffix}"
+            found[name] = TensorRef(
+                ref.file, ref.dtype, (rows, ref.shape[1]), ref.start + first * row_bytes, rows * row_bytes
+            )
+            zeros.add(name.removesuffix(".weight") + ".bias")
+    return found, frozenset(zeros)
 
 
 def _head_fields(head: HeadInfo) -> dict[str, Any]:

@@ -97,8 +97,10 @@ def plan(
     saved: dict[str, TensorRef],
     loras: dict[str, Lora],
     adapted: bool,
+    zero_biases: AbstractSet[str] = frozenset(),
 ) -> list[Task]:
-    """Tasks for every region; saved modules (modules_to_save) replace base tensors; largest work first."""
+    """Tasks for every region; saved modules (modules_to_save) replace base tensors; largest work first. A bias
+    in `zero_biases` is left as the zero-filled file has it (the graph's bias of a projection that has none)."""
     tasks = []
     for region in layout:
         ref = saved.get(region.tensor) or source.get(region.tensor)
@@ -108,7 +110,9 @@ def plan(
             raise StreamingUnsupported(f"{region.tensor} is stored as {ref.dtype}")
         lora = loras.get(region.tensor)
         bias = None
-        if region.bias:
+        if region.bias and region.bias in zero_biases and region.bias not in source and region.bias not in saved:
+            pass
+        elif region.bias:
             if region.bias in loras:
                 raise StreamingUnsupported(f"the adapter changes {region.bias}")
             bias = saved.get(region.bias) or source.get(region.bias)
