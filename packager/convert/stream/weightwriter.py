@@ -110,9 +110,8 @@ def plan(
             raise StreamingUnsupported(f"{region.tensor} is stored as {ref.dtype}")
         lora = loras.get(region.tensor)
         bias = None
-        if region.bias and region.bias in zero_biases and region.bias not in source and region.bias not in saved:
-            pass
-        elif region.bias:
+        zeros = region.bias in zero_biases and region.bias not in source and region.bias not in saved
+        if region.bias and not zeros:
             if region.bias in loras:
                 raise StreamingUnsupported(f"the adapter changes {region.bias}")
             bias = saved.get(region.bias) or source.get(region.bias)
