@@ -55,6 +55,12 @@ def test_card_renders_with_hub_front_matter(bundle4: ConvertResult, example: spe
         assert section in card.text
 
 
+def test_a_card_without_a_verify_report_says_the_bundle_was_not_verified_against_its_source(
+    bundle4: ConvertResult, example: spec_module.ReleaseSpec
+) -> None:
+    assert "**Not verified against its source**" in render(bundle4.out, example).text
+
+
 def test_card_states_the_files_as_they_are(bundle4: ConvertResult, example: spec_module.ReleaseSpec) -> None:
     text = render(bundle4.out, example).text
     for name, digest in bundle4.digests.items():
@@ -258,6 +264,7 @@ def test_pair_and_verify_reports_are_stated_only_on_the_card_of_the_bundle_they_
         "card", str(bundle8.out), "--spec", str(EXAMPLE), "--pair", str(pair8), "--verify", str(verify8), "-o", "-"
     )
     assert stated.returncode == 0, stated.stderr
+    assert "Not verified against its source" not in stated.stdout
     assert "greedy_acceptance_alpha" in stated.stdout and "mean_kl" in stated.stdout
     for report, key in ((pair8, "draft_files_xxh3_128"), (verify8, "files_xxh3_128")):  # an older packager's
         data = json.loads(report.read_text())

@@ -123,6 +123,9 @@ def test_a_dry_run_of_a_built_bundle_writes_nothing_in_it(
     summary = json.loads(done.stdout)
     card = next(s for s in summary["stages"] if s["name"] == "card")
     assert "in a copy (a dry run writes nothing in --bundle)" in card["detail"] and summary["bundle"] == str(ready)
+    verify = next(s for s in summary["stages"] if s["name"] == "verify")  # no [convert] checkpoint: said, not silent
+    assert verify["warnings"] == [verify["detail"]] and verify["detail"].startswith("not verified against its source")
+    assert "not verified against its source" in done.stderr
     assert {r["path"] for r in summary["plan"]} >= {"README.md", "checksums.xxh128"}
     assert _contents(ready) == before  # the card, manifest and signature the dry run made went to its copy
     if signed:

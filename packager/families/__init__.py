@@ -18,6 +18,7 @@ from .base import (
     rope_types,
     shown,
 )
+from .configkeys import ROLES, ConfigKey, Finding, findings
 from .gemma3 import GEMMA3
 from .llama3 import LLAMA3
 from .phi3 import PHI3
@@ -71,11 +72,15 @@ __all__ = [
     "LINEAR_ATTENTION",
     "LINEAR_ROLLBACK_SINCE",
     "REFUSED",
+    "ROLES",
+    "ConfigKey",
     "Family",
+    "Finding",
     "Layout",
     "License",
     "UnknownFamily",
     "exact_positions",
+    "findings",
     "of_bundle",
     "of_checkpoint",
     "per_layer_type_rope",

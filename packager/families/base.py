@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +16,27 @@ def shown(value: object, limit: int = 60) -> str:
 
 class UnknownFamily(ValueError):
     """No family packager converts matches; the message names what was found (one line)."""
+
+
+@dataclass(frozen=True)
+class Finding:
+    """What is wrong with one key's value: `refused` for a valid value the graph cannot compute (exit 12), else a
+    value that is not valid at all (exit 11)."""
+
+    key: str
+    message: str
+    refused: bool
+
+
+Check = Callable[[Mapping[str, Any]], "Finding | None"]  # a config -> what is wrong with one key, or None
+
+
+@dataclass(frozen=True)
+class ConfigKey:
+    name: str
+    role: str  # CARRIED, REFUSED or IRRELEVANT
+    how: str  # where it goes, the value the graph assumes, or why it does not matter (the docs' table)
+    checks: tuple[Check, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -134,6 +155,9 @@ class Family:
     # Special tokens its tokenizers hold at ids past the model's rows (Gemma 3's <image_soft_token> at 262,144 =
     # vocab_size of the text models): no text may encode to them, so the bundle's tokenizer leaves them out.
     beyond_rows: tuple[str, ...] = ()
+    # Every config.json key its transformers modeling code reads: carried into the graph, refused unless it is the
+    # value the graph assumes, or irrelevant at inference (families.configkeys; the docs' config-key tables).
+    config_keys: tuple[ConfigKey, ...] = ()
 
     def tokenizer_type(self) -> str:
         return self.llmexport_type or self.model_types[0]

@@ -8,7 +8,126 @@ and masks it, so rejected draft tokens roll back as for any full-attention model
 
 from __future__ import annotations
 
-from .base import Family, Layout, License
+from collections.abc import Mapping
+from typing import Any
+
+from .base import Family, Layout, License, shown
+from .configkeys import (
+    CARRIED,
+    IRRELEVANT,
+    REFUSED,
+    SHAPE,
+    ConfigKey,
+    Finding,
+    no_bias,
+    only,
+    positive_int,
+    positive_number,
+    table,
+    window_within_positions,
+)
+
+# Gemma3TextConfig's defaults where a config leaves a key out.
+DEFAULT_HEAD_DIM = 256
+
+
+def _head_dim_named(config: Mapping[str, Any]) -> Finding | None:
+    """transformers' Gemma 3 takes head_dim 256 when the config leaves it out, not hidden_size / heads."""
+    if "head_dim" in config:
+        return None
+    return Finding(
+        "head_dim", f"head_dim is missing: Gemma 3 configs name it (transformers takes {DEFAULT_HEAD_DIM})", False
+    )
+
+
+def _attention_scale(config: Mapping[str, Any]) -> Finding | None:
+    """transformers scales Gemma 3's attention by query_pre_attn_scalar ** -0.5; MNN's fused attention (the graph
+    llmexport writes) by head_dim ** -0.5 and never reads the key."""
+    value = config.get("query_pre_attn_scalar", DEFAULT_HEAD_DIM)
+    head_dim = config.get("head_dim", DEFAULT_HEAD_DIM)
+    if value == head_dim:
+        return None
+    return Finding(
+        "query_pre_attn_scalar",
+        f"query_pre_attn_scalar is {shown(value)} but head_dim is {shown(head_dim)}: the graph scales attention by "
+        f"head_dim ** -0.5; packager converts query_pre_attn_scalar = head_dim = {shown(head_dim)}",
+        True,
+    )
+
+
+GEMMA3_KEYS = table(
+    SHAPE,
+    ConfigKey(
+        "head_dim",
+        CARRIED,
+        "each head's width (named: transformers' default is 256)",
+        (positive_int("head_dim"), _head_dim_named),
+    ),
+    ConfigKey(
+        "hidden_activation",
+        REFUSED,
+        "the graph's MLP is GeGLU with the tanh GELU",
+        (
+            only(
+                "hidden_activation",
+                "gelu_pytorch_tanh",
+                "the graph's MLP is GeGLU with the tanh GELU",
+                "gelu_pytorch_tanh",
+            ),
+        ),
+    ),
+    no_bias("attention_bias", "attention projections"),
+    ConfigKey(
+        "query_pre_attn_scalar",
+        REFUSED,
+        "MNN's fused attention scales by head_dim ** -0.5: the key must equal head_dim",
+        (positive_number("query_pre_attn_scalar"), _attention_scale),
+    ),
+    ConfigKey(
+        "attn_logit_softcapping",
+        REFUSED,
+        "MNN's fused attention caps no logits",
+        (only("attn_logit_softcapping", None, "MNN's fused attention caps no attention logits"),),
+    ),
+    ConfigKey(
+        "final_logit_softcapping",
+        CARRIED,
+        "the lm_head's logits are capped in the graph",
+        (positive_number("final_logit_softcapping", nullable=True),),
+    ),
+    ConfigKey(
+        "sliding_window",
+        CARRIED,
+        "llm_config.json's sliding_window, masked per sliding layer",
+        (window_within_positions(),),
+    ),
+    ConfigKey("layer_types", CARRIED, "each layer's mask (sliding or global) and rope"),
+    ConfigKey(
+        "sliding_window_pattern",
+        CARRIED,
+        "transformers 4's spelling of layer_types (every Nth layer global)",
+        (positive_int("sliding_window_pattern"),),
+    ),
+    ConfigKey("rope_local_base_freq", CARRIED, "transformers 4's rope base of the sliding layers"),
+    ConfigKey(
+        "use_bidirectional_attention",
+        REFUSED,
+        "the graph is causal",
+        (only("use_bidirectional_attention", False, "the graph attends only to earlier positions", False, (None,)),),
+    ),
+    *(
+        ConfigKey(key, IRRELEVANT, "read only by the multimodal Gemma 3 (image tokens and the vision tower)")
+        for key in (
+            "image_token_id",
+            "image_token_index",
+            "boi_token_index",
+            "eoi_token_index",
+            "mm_tokens_per_image",
+            "vision_config",
+            "text_config",
+        )
+    ),
+)
 
 # The Gemma Terms of Use (section 3.1) ask every distribution to carry this notice.
 GEMMA_TERMS = License(
@@ -42,6 +161,7 @@ GEMMA3 = Family(
     tokenizer_formats=("pipeline",),
     layer_types=("sliding_attention", "full_attention"),
     beyond_rows=("<image_soft_token>",),
+    config_keys=GEMMA3_KEYS,
     tags=("gemma3", "gemma"),
     base_models=("google/gemma-3-270m-it", "google/gemma-3-1b-it"),
     targets=("google/gemma-3-4b-it", "google/gemma-3-12b-it", "google/gemma-3-27b-it"),

@@ -6,6 +6,7 @@ graph transformers' own llama3 frequencies (packager.convert.fence.worker)."""
 from __future__ import annotations
 
 from .base import Family, Layout, License
+from .configkeys import LLAMA_KEYS
 
 LLAMA32_LICENSE = License(
     "llama3.2",
@@ -26,6 +27,7 @@ LLAMA3 = Family(
     # <|eot_id|> ends a chat turn, <|end_of_text|> plain text, <|eom_id|> a turn that calls a tool.
     stop_tokens=("<|eot_id|>", "<|end_of_text|>", "<|eom_id|>"),
     known_stop_ids=(128009, 128001, 128008),
+    config_keys=LLAMA_KEYS,
     layout=Layout(qk_norm=False, qkv_bias=False),
     license=LLAMA32_LICENSE,
     architecture="Llama 3 decoder (grouped-query attention, SwiGLU, llama3 rope scaling, rope theta 5e5)",

@@ -11,7 +11,70 @@ it is refused as a family packager does not convert."""
 
 from __future__ import annotations
 
-from .base import Family, Layout, License
+from collections.abc import Mapping
+from typing import Any
+
+from .base import Family, Layout, License, shown
+from .configkeys import CARRIED, IRRELEVANT, REFUSED, SHAPE, ConfigKey, Finding, positive_int, silu, table
+
+
+def _original_positions(config: Mapping[str, Any]) -> Finding | None:
+    """longrope's switch point: from 2 (its attention factor takes a log of it) up to max_position_embeddings."""
+    value, top = config.get("original_max_position_embeddings"), config.get("max_position_embeddings")
+    if value is None:
+        return None
+    ok = isinstance(value, int) and not isinstance(value, bool) and value >= 2
+    if ok and isinstance(top, int) and value > top:
+        ok = False
+    if ok:
+        return None
+    return Finding(
+        "original_max_position_embeddings",
+        f"original_max_position_embeddings must be a whole number from 2 up to max_position_embeddings "
+        f"({shown(top)}), found {shown(value)}",
+        False,
+    )
+
+
+def _no_window(config: Mapping[str, Any]) -> Finding | None:
+    """transformers masks Phi-3 attention to sliding_window positions; the graph attends to every earlier one, so a
+    window is converted only where it covers every position the model takes."""
+    value, top = config.get("sliding_window"), config.get("max_position_embeddings")
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        return Finding(
+            "sliding_window", f"sliding_window must be a whole number from 1 or null, found {shown(value)}", False
+        )
+    if isinstance(top, int) and value < top:
+        return Finding(
+            "sliding_window",
+            f"sliding_window is {value:,} of max_position_embeddings {top:,}: the graph attends to every earlier "
+            "position; packager converts a sliding_window of at least max_position_embeddings (or null)",
+            True,
+        )
+    return None
+
+
+PHI3_KEYS = table(
+    SHAPE,
+    silu(),
+    ConfigKey(
+        "max_position_embeddings",
+        CARRIED,
+        "longrope's attention factor (sqrt(1 + log(max / original) / log(original)))",
+        (positive_int("max_position_embeddings"),),
+    ),
+    ConfigKey(
+        "original_max_position_embeddings",
+        CARRIED,
+        "longrope's short factor up to it (the positions the bundle computes exactly), its attention factor",
+        (_original_positions,),
+    ),
+    ConfigKey("sliding_window", REFUSED, "the graph attends to every earlier position", (_no_window,)),
+    ConfigKey("embd_pdrop", IRRELEVANT, "dropout is off at inference"),
+    ConfigKey("resid_pdrop", IRRELEVANT, "dropout is off at inference"),
+)
 
 PHI3 = Family(
     name="phi3",
@@ -28,6 +91,7 @@ PHI3 = Family(
         "exported with its short factor: exact up to 4,096 positions)"
     ),
     rope_types=("longrope",),
+    config_keys=PHI3_KEYS,
     tokenizer_formats=("pipeline",),
     tags=("phi3", "phi"),
     base_models=("microsoft/Phi-3.5-mini-instruct",),

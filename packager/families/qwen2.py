@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .base import Family, Layout
+from .configkeys import SHAPE, full_attention_only, silu, table
 from .qwen3 import APACHE, CHATML_STOPS
 
 QWEN2 = Family(
@@ -12,6 +13,7 @@ QWEN2 = Family(
     markers={"<|im_end|>": 151645},
     stop_tokens=CHATML_STOPS,
     known_stop_ids=(151645, 151643),  # the same vocabulary as Qwen3's
+    config_keys=table(SHAPE, silu(), full_attention_only("Qwen2.5")),
     layout=Layout(qk_norm=False, qkv_bias=True),
     # Apache-2.0 for 0.5B, 1.5B, 7B, 14B and 32B; Qwen2.5-3B and 72B carry Qwen's own licenses (say so in the spec).
     license=APACHE,

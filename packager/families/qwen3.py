@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .base import Family, Layout, License
+from .configkeys import SHAPE, full_attention_only, no_bias, silu, table
 
 APACHE = License("apache-2.0", "Apache License 2.0", "https://www.apache.org/licenses/LICENSE-2.0")
 # <|im_end|> ends a chat turn, <|endoftext|> ends plain text.
@@ -18,6 +19,7 @@ QWEN3 = Family(
     layout=Layout(qk_norm=True, qkv_bias=False),
     license=APACHE,
     architecture="Qwen3 decoder (grouped-query attention with per-head q/k RMSNorm, SwiGLU, rope theta 1e6)",
+    config_keys=table(SHAPE, silu(), no_bias("attention_bias", "attention projections"), full_attention_only("Qwen3")),
     template_variables={"enable_thinking": False},  # its template thinks unless told not to
     tags=("qwen3",),
     base_models=("Qwen/Qwen3-0.6B", "Qwen/Qwen3-1.7B"),

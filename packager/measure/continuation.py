@@ -179,7 +179,7 @@ def _decode(prompts: list[list[int]], model: Any, n: int, stop: tuple[int, ...],
         ).last_hidden_state
         following = []
         for row, prompt in enumerate(prompts):  # the lm_head over one prompt's positions at a time
-            logits = model.lm_head(hidden[row, width - len(prompt) :])
+            logits = _logits(model, hidden[row, width - len(prompt) :])
             segments.append([spill.write(logits)])
             following.append(logits[-1])
         chosen = torch.stack(following).argmax(-1)
@@ -197,7 +197,7 @@ def _decode(prompts: list[list[int]], model: Any, n: int, stop: tuple[int, ...],
             hidden = model.model(
                 input_ids=chosen[:, None], attention_mask=mask, position_ids=last[:, None], cache=cache, use_cache=True
             ).last_hidden_state
-            logits = model.lm_head(hidden[:, -1])
+            logits = _logits(model, hidden[:, -1])
             for row in range(len(prompts)):
                 if _open(tokens[row], n, stop):  # this row's latest token was fed: its row counts
                     steps[row].append(logits[row])
@@ -206,6 +206,18 @@ def _decode(prompts: list[list[int]], model: Any, n: int, stop: tuple[int, ...],
         if steps[row]:
             segments[row].append(spill.write(torch.stack(steps[row])))
     return [Continued(tuple(p), tuple(t), tuple(s)) for p, t, s in zip(prompts, tokens, segments)]
+
+
+def _logits(model: Any, hidden: Any) -> Any:
+    """The causal LM's logits of `hidden`: its lm_head, then the cap its forward applies where its config asks for
+    one (final_logit_softcapping: cap * tanh(logits / cap)); the graph carries the cap, so the reference must too."""
+    logits = model.lm_head(hidden)
+    cap = getattr(model.config, "final_logit_softcapping", None)
+    if cap:
+        import torch
+
+        logits = torch.tanh(logits / cap) * cap
+    return logits
 
 
 def _open(tokens: list[int], n: int, stop: tuple[int, ...]) -> bool:

@@ -80,6 +80,13 @@ class Done:
     """A stage that leaves nothing for the next one but its line in the summary."""
 
     detail: str
+    warnings: tuple[str, ...] = ()
+
+
+# What release says, in its summary and on the card, of a --bundle it has no source to verify against.
+NOT_VERIFIED = (
+    "not verified against its source: the release spec has no [convert] checkpoint to verify --bundle against"
+)
 
 
 @dataclass(frozen=True)
@@ -123,7 +130,7 @@ class _Stages:
         except PackagerError as exc:
             self.done.append(Stage(name, False, time.monotonic() - start, exc.one_line()))
             raise
-        warnings = outcome.warnings if isinstance(outcome, Built) else ()
+        warnings = outcome.warnings if isinstance(outcome, (Built, Done)) else ()
         self.done.append(Stage(name, True, time.monotonic() - start, outcome.detail, warnings))
         return outcome
 
@@ -141,6 +148,8 @@ def run(request: ReleaseRequest, progress: Progress = lambda _: None) -> Release
             parity = None
             if spec.convert.checkpoint is not None:
                 parity = stages.run("verify", lambda: _verify(spec, bundle, prepared.prompts, progress)).parity
+            else:
+                stages.run("verify", lambda: Done(NOT_VERIFIED, (NOT_VERIFIED,)))
             if request.dry_run and request.bundle is not None:
                 # The card is the first stage that writes: a dry run of --bundle writes into a copy, so the user's
                 # folder (and a signature they made) stay as they are; the card still states the provenance

@@ -21,6 +21,7 @@ from ...families import (
     Family,
     UnknownFamily,
     exact_positions,
+    findings,
     of_checkpoint,
     per_layer_type_rope,
     refusal,
@@ -104,6 +105,7 @@ def inspect_checkpoint(
         stop_ids = _stop_ids(folder, config, family.stop_ids(ids_of))
     except UnknownFamily as exc:
         raise UnsupportedModel(str(exc)) from None
+    check_config_keys(family, config, f"{folder}/config.json")
     left_out = beyond_rows(ids_of, shape.vocab_size, family)
     vocab_size = _within_rows(ids_of, left_out, shape.vocab_size)
     _check_tensors(folder, tensors, shape, tied, family)
@@ -121,6 +123,22 @@ def inspect_checkpoint(
         left_out_tokens=tuple(sorted(left_out)),
         exact_positions=exact_positions(config),
     )
+
+
+def check_config_keys(family: Family, config: dict[str, Any], where: str) -> None:
+    """Refuse, in one line naming the key, a config value the family's graph does not compute as transformers does
+    (UnsupportedModel) or that is not a valid value at all (InvalidCheckpointConfig): the family's config-key table
+    (families.configkeys) says which keys are carried, which refused and which irrelevant."""
+    found = findings(family.config_keys, config)
+    if not found:
+        return
+    first = found[0]
+    more = f" (and {len(found) - 1} more finding(s))" if len(found) > 1 else ""
+    if first.refused:
+        raise UnsupportedModel(
+            f"{where}: {first.message}{more}", f"packager does not convert this {family.title} config"
+        )
+    raise InvalidCheckpointConfig(f"{where}: {first.message}{more}", "fix the value in config.json")
 
 
 def token_ids(data: Any, folder: Path) -> tuple[dict[str, int], list[dict[str, Any]]]:
@@ -201,11 +219,16 @@ def _shape(folder: Path, config: dict[str, Any]) -> ModelShape:
     head_dim = config.get("head_dim") or hidden // heads
     if not isinstance(head_dim, int) or head_dim <= 0:
         raise InvalidCheckpointConfig(f"{folder}/config.json: head_dim must be a positive integer")
+    kv_heads = heads if config.get("num_key_value_heads") is None else need("num_key_value_heads")
+    if heads % kv_heads:
+        raise InvalidCheckpointConfig(
+            f"{folder}/config.json: num_key_value_heads {kv_heads} does not divide num_attention_heads {heads}"
+        )
     return ModelShape(
         hidden_size=hidden,
         num_layers=need("num_hidden_layers"),
         num_heads=heads,
-        num_kv_heads=config.get("num_key_value_heads") or heads,
+        num_kv_heads=kv_heads,
         head_dim=head_dim,
         intermediate_size=need("intermediate_size"),
         vocab_size=need("vocab_size"),
