@@ -333,6 +333,86 @@ def test_hook_repo_without_a_commit_is_refused(tmp_path: Path) -> None:
     assert not (tmp_path / "r").exists()
 
 
+COMMIT = "0123456789abcdef" * 2 + "01234567"
+
+
+@pytest.mark.parametrize(
+    ("source", "says"),
+    [
+        ("git+file:///tmp/packager@" + COMMIT, "is not an https:// URL"),
+        ("git+http://example.com/team/packager@" + COMMIT, "is not an https:// URL"),
+        ("git+ssh://git@example.com/team/packager@" + COMMIT, "is not an https:// URL"),
+        ("git+svn://example.com/team/packager@" + COMMIT, "is not an https:// URL"),
+        ("git+https:///team/packager@" + COMMIT, "names no host"),
+        ("git+https://localhost:0/team/packager@" + COMMIT, "not one from 1 to 65535"),
+        ("git+https://localhost/team/packager@" + COMMIT, "not a host name"),
+        ("git+https://127.0.0.1/team/packager@" + COMMIT, "an address CI cannot reach"),
+        ('git+https://example.com/team/pack"ager@' + COMMIT, "not plain /OWNER/NAME segments"),
+        ("git+https://example.com/team/pack'ager@" + COMMIT, "not plain /OWNER/NAME segments"),
+        ("git+https://example.com/team/[packager]@" + COMMIT, "not plain /OWNER/NAME segments"),
+        ("git+https://example.com/team\\packager@" + COMMIT, "not plain /OWNER/NAME segments"),
+        ("git+https://example.com/team/../packager@" + COMMIT, "not plain /OWNER/NAME segments"),
+        ("git+https://example.com@" + COMMIT, "not plain /OWNER/NAME segments"),
+    ],
+)
+def test_a_packager_source_ci_cannot_install_from_is_refused_before_writing(
+    source: str, says: str, tmp_path: Path
+) -> None:
+    from packager.errors import InvalidOption
+    from packager.release.init import scaffold
+
+    with pytest.raises(InvalidOption, match=re.escape(says)):
+        scaffold.init(scaffold.InitRequest(folder=tmp_path / "r", packager_source=source))
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_commit_id_in_upper_case_is_taken_and_written_in_lower_case(tmp_path: Path) -> None:
+    from packager.release.init import scaffold
+
+    result = scaffold.init(
+        scaffold.InitRequest(
+            folder=tmp_path / "r",
+            packager_source="git+https://git.example.com:8443/team/packager.git@" + COMMIT.upper(),
+            hook_repo="https://git.example.com/team/packager",
+            hook_rev=COMMIT.upper(),
+        )
+    )
+    assert result.ci_source == f"mnn-packager[convert] @ git+https://git.example.com:8443/team/packager.git@{COMMIT}"
+    assert f'rev: "{COMMIT}"' in (tmp_path / "r" / ".pre-commit-config.yaml").read_text()
+
+
+@pytest.mark.parametrize(
+    ("repo", "rev", "says"),
+    [
+        ("https://example.com/team/packager", "main", "--hook-rev 'main' is not a full commit id"),
+        ("https://example.com/team/packager", "HEAD", "--hook-rev 'HEAD' is not a full commit id"),
+        ("file:///tmp/x", COMMIT, "--hook-repo file:///tmp/x is not an https:// URL"),
+        ("local", COMMIT, "--hook-repo local is not an https:// URL"),
+        ("https://github.com/x/y$(id)", COMMIT, "holds #, ?, %, $, ` or credentials"),
+        ("https://localhost:0/x/y", COMMIT, "not one from 1 to 65535"),
+        (None, COMMIT, "--hook-rev needs --hook-repo"),
+        ("https://example.com/team/packager", None, "--hook-repo needs --hook-rev"),
+    ],
+)
+def test_hooks_are_pinned_by_the_rules_of_packager_source(
+    repo: str | None, rev: str | None, says: str, tmp_path: Path
+) -> None:
+    from packager.errors import InvalidOption
+    from packager.release.init import scaffold
+
+    with pytest.raises(InvalidOption, match=re.escape(says)):
+        scaffold.init(scaffold.InitRequest(folder=tmp_path / "r", hook_repo=repo, hook_rev=rev))
+    assert not (tmp_path / "r").exists()
+
+
+def test_an_install_of_packager_ci_cannot_reach_pins_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from packager.release.init import scaffold
+
+    monkeypatch.setattr(scaffold, "installed_from", lambda: ("file:///home/me/packager", COMMIT))
+    result = scaffold.init(scaffold.InitRequest(folder=tmp_path / "r"))
+    assert result.ci_source is None and "repo: local" in (tmp_path / "r" / ".pre-commit-config.yaml").read_text()
+
+
 def test_no_file_suggests_a_tag_that_does_not_exist(tmp_path: Path) -> None:
     assert run_cli("init", str(tmp_path / "r")).returncode == 0
     for path in (tmp_path / "r").rglob("*"):

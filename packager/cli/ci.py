@@ -50,13 +50,13 @@ def check_spec(ctx: click.Context, specs: tuple[Path, ...], fmt: str | None, as_
     "--hook-repo",
     metavar="GIT_URL",
     show_default="where pip installed packager from, if a git URL; else hooks that run the packager on PATH",
-    help="The git URL of packager for .pre-commit-config.yaml (with --hook-rev).",
+    help="packager's https git URL for .pre-commit-config.yaml (with --hook-rev).",
 )
 @option(
     "--hook-rev",
     metavar="COMMIT",
     show_default="the commit pip installed",
-    help="The commit (or a tag you made) of --hook-repo.",
+    help="A full commit id of --hook-repo (a branch or tag can be moved; refused).",
 )
 @option(
     "--packager-source",
