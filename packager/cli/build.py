@@ -7,7 +7,9 @@ from typing import Any
 
 import click
 
+from ..convert.recipe import DEFAULT_BITS, DEFAULT_BLOCK
 from ..errors import CHECKSUM_MISMATCH, VALIDATION_FAILED
+from ..families import FAMILIES
 from . import StderrProgress, _emit, _path, chosen_format, cli, emit_report, format_option
 from .options import (
     checkpoint_argument,
@@ -30,13 +32,18 @@ NO_CORPUS = "\0"  # what --lookahead gives without a value (no path can hold a N
 @spec_option("Release spec with [convert] and [runtime.*] (flags win over it).")
 # The quantization defaults are None here (the spec's [convert] may set them); click shows what applies.
 @option(
-    "--quant-bits", type=int, metavar="BITS", show_default="the family's: 4, 8 for SmolLM2", help="Weight bits, 4 or 8."
+    "--quant-bits",
+    type=int,
+    metavar="BITS",
+    show_default=f"the checkpoint's family's: {DEFAULT_BITS}"
+    + "".join(f", {f.default_bits} for {f.title}" for f in FAMILIES if f.default_bits != DEFAULT_BITS),
+    help="Weight bits, 4 or 8.",
 )
 @option(
     "--quant-block",
     type=int,
     metavar="N",
-    show_default="128",
+    show_default=f"the checkpoint's: {DEFAULT_BLOCK}, else the largest of 64 and 32 that divides its input sizes",
     help="Quantization block size; 0 means one block per row (per-channel).",
 )
 @option(

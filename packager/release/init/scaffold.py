@@ -14,7 +14,6 @@ from typing import Any
 
 from ... import DISTRIBUTION, __version__, resources
 from ...card.render import BASE_TAGS, DEVICE_TAGS
-from ...convert.recipe import DEFAULT_BITS, DEFAULT_BLOCK
 from ...errors import InitFileExists, InitTargetRefused, InvalidOption, from_os_error, printable, shorten
 from ...spec import model as spec
 from .facts import Facts, gather
@@ -29,8 +28,8 @@ FILES = {
 }
 # Written only where the folder has none: a repository's own .gitignore is the user's, never replaced.
 OPTIONAL_FILES = {"gitignore.j2": ".gitignore"}
-TODO_REPO = "TODO: namespace/name of the Hub repo, e.g. your-name/Qwen3-0.6B-draft-MNN"
-TODO_BASE = "TODO: the Hub id of the model the draft was trained from, e.g. Qwen/Qwen3-0.6B"
+TODO_REPO = "TODO: namespace/name of the Hub repo, e.g. your-name/{model}-draft-MNN"
+TODO_BASE = "TODO: the Hub id of the model the draft was trained from, e.g. ORG/MODEL"
 TODO_SOURCE = (
     "TODO: where CI installs packager from: mnn-packager[convert] @ git+https://HOST/OWNER/packager@COMMIT "
     "(packager init --packager-source)"
@@ -201,19 +200,23 @@ def _context(
         "name": folder.name or str(folder),
         "packager_version": __version__,
         "facts": facts,
-        "repo_id": request.repo_id or TODO_REPO,
+        "repo_id": request.repo_id or _todo_repo(facts),
         "base_model": facts.base_model if facts and facts.base_model else _todo_base(facts),
         "family": facts.family if facts else None,
         "tags": (*BASE_TAGS, *facts.family.tags, *DEVICE_TAGS) if facts else None,
         "base_named_by": facts.base_named_by if facts else None,
         "checkpoint": _relative(request.checkpoint, folder) if request.checkpoint else "TODO: the checkpoint folder",
         "lora": _relative(request.adapter, folder) if request.adapter else None,
-        "quant_bits": DEFAULT_BITS,
-        "quant_block": DEFAULT_BLOCK,
         "hook_repo": hook[0],
         "hook_rev": hook[1],
         "pip_requirement": requirement or TODO_SOURCE,
     }
+
+
+def _todo_repo(facts: Facts | None) -> str:
+    """The repo_id placeholder, its example named after the checkpoint's base model (else its family's first)."""
+    base = None if facts is None else facts.base_model or next(iter(facts.family.base_models), None)
+    return TODO_REPO.format(model=base.rsplit("/", 1)[-1] if base else "MODEL")
 
 
 def _todo_base(facts: Facts | None) -> str:
