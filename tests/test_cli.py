@@ -257,3 +257,54 @@ def test_cloup_is_imported_without_importlib_metadata_and_leaves_the_real_one_im
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.split() == ["False", "True", "True", "module"]
+
+
+# --- --debug where the hints say it (issue 39, row 19) --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("path", "command"), [pytest.param(p, c, id=" ".join(p) or "packager") for p, c in command_tree()]
+)
+def test_every_command_and_group_takes_debug(path: tuple[str, ...], command: click.Command) -> None:
+    assert any("--debug" in getattr(param, "opts", ()) for param in command.params), path
+
+
+def test_debug_after_the_command_shows_the_traceback_and_only_then(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from packager.cli import cli
+
+    for words in (["checksum", str(tmp_path / "missing"), "--debug"], ["--debug", "checksum", str(tmp_path / "x")]):
+        shown = CliRunner().invoke(cli, words)
+        assert shown.exit_code == 22 and "Traceback" in shown.stderr, shown.stderr
+    plain = CliRunner().invoke(cli, ["checksum", str(tmp_path / "missing")])
+    assert plain.exit_code == 22 and "Traceback" not in plain.stderr and plain.stderr.count("\n") == 1
+
+
+def test_a_base_install_is_told_the_distributions_name_before_any_work(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from click.testing import CliRunner
+
+    from packager.cli import cli
+    from packager.convert import pipeline
+
+    monkeypatch.setattr(pipeline, "missing", lambda: ("torch", "llmexport"))
+    result = CliRunner().invoke(cli, ["convert", str(tmp_path), "--out", str(tmp_path / "b")])
+    assert result.exit_code == 29 and result.stderr.count("\n") == 1, result.stderr
+    assert "converting needs torch, llmexport" in result.stderr
+    assert "pip install 'mnn-packager[convert]'" in result.stderr and not (tmp_path / "b").exists()
+
+
+def test_no_hint_names_the_wrong_distribution() -> None:
+    """PyPI's `packager` is another project: every install hint names mnn-packager."""
+    root = Path(__file__).resolve().parents[1]
+    wrong = [
+        f"{path.relative_to(root)}:{number}"
+        for folder in ("packager", "docs", "templates")
+        for path in (root / folder).rglob("*")
+        if path.suffix in (".py", ".md", ".j2", ".yaml", ".yml") and "_build" not in path.parts
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if re.search(r"""(pip|pipx) install[^\n]*?['" ]packager\[""", line)
+    ]
+    assert wrong == []

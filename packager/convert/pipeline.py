@@ -28,9 +28,10 @@ from ..bundle.lookahead import Lookahead, read_corpus
 from ..bundle.lookahead import settings as lookahead_settings
 from ..bundle.staging import Protected, StagedDir, check_target
 from ..bundle.tokenizer_txt import MIN_ENGINE
-from ..errors import ConversionFailed, InvalidOption, SpecError, shorten
+from ..errors import ConversionFailed, ExtraNotInstalled, InvalidOption, SpecError, shorten
 from ..infra.hashing import xxh3_128_file
 from ..infra.progress import Progress
+from ..infra.versions import missing
 from ..spec.model import ReleaseSpec
 from . import provenance
 from . import recipe as recipes
@@ -186,8 +187,16 @@ def engine_target(request: ConvertRequest) -> EngineTarget:
         raise InvalidOption(shorten(str(exc)), exc.hint) from None
 
 
+def require_converter() -> None:
+    """ExtraNotInstalled, before any work, where this install lacks what converting needs (a base install)."""
+    lacking = missing()
+    if lacking:
+        raise ExtraNotInstalled(f"converting needs {', '.join(lacking)}, which this install of packager lacks")
+
+
 def convert(request: ConvertRequest, progress: Progress = lambda _: None, runner: Runner = run_worker) -> ConvertResult:
     """Inspect, export through the fenced worker, assemble, check, and move the bundle into place."""
+    require_converter()
     kind = bundle_kind(request)
     mode = lookahead_plan(request, kind)
     goal = engine_target(request)
@@ -253,6 +262,7 @@ def convert_many(
     as `convert` does; one that fails leaves those before it in place."""
     if not requests:
         return []
+    require_converter()
     first = requests[0]
     shared = (first.checkpoint, first.adapter, first.engine, first.spec)
     if any((r.checkpoint, r.adapter, r.engine, r.spec) != shared for r in requests):
