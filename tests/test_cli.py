@@ -11,6 +11,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import click
 import pytest
@@ -198,7 +199,8 @@ def test_a_failure_under_json_prints_a_json_error_object(path: tuple[str, ...], 
     """Every command that prints JSON prints a JSON error object on failure too, usage errors included, with the
     exit code it exits with; the one line still goes to stderr. (A findings report, as check-spec's for a
     missing spec, is its own JSON document with ok false.)"""
-    result = run_cli(*path, *(["/nonexistent/x"] * len(arguments)), "--json")
+    # Under /dev/null: no folder can be made there (init makes its DIR), not even by root.
+    result = run_cli(*path, *(["/dev/null/nonexistent"] * len(arguments)), "--json")
     assert result.returncode not in (0, 1), result.stderr
     printed = json.loads(result.stdout)
     assert printed["ok"] is False
@@ -308,3 +310,90 @@ def test_no_hint_names_the_wrong_distribution() -> None:
         if re.search(r"""(pip|pipx) install[^\n]*?['" ]packager\[""", line)
     ]
     assert wrong == []
+
+
+# --- --json on every command with a result (issue 39, row 16) -------------------------------------------------------
+
+NEWLY_JSON = [("card",), ("checksum",), ("init",), ("hub", "serve"), ("cache", "clear"), ("quant-sweep",)]
+
+
+@pytest.mark.parametrize("path", NEWLY_JSON, ids=" ".join)
+def test_json_is_the_stdout_flag_on_these_commands_too(path: tuple[str, ...]) -> None:
+    command = dict(command_tree())[path]
+    (flag,) = [p for p in command.params if isinstance(p, click.Option) and "--json" in p.opts]
+    assert flag.is_flag and flag.name == "as_json" and flag.opts == ["--json"]
+
+
+def _invoke(*words: str, **env: str) -> Any:
+    from click.testing import CliRunner
+
+    from packager.cli import cli
+
+    return CliRunner(env=env or None).invoke(cli, list(words))
+
+
+def test_checksum_json_writes_and_checks_with_one_document_each(tmp_path: Path) -> None:
+    (tmp_path / "a.bin").write_bytes(b"a")
+    written = _invoke("checksum", str(tmp_path), "--json")
+    assert written.exit_code == 0 and json.loads(written.stdout)["files"] == 1
+    (tmp_path / "a.bin").write_bytes(b"b")
+    checked = _invoke("checksum", "--check", str(tmp_path), "--json")
+    assert checked.exit_code == 31 and checked.stderr == ""
+    assert json.loads(checked.stdout) | {"bundle": "", "manifest": ""} == {
+        "ok": False,
+        "bundle": "",
+        "manifest": "",
+        "checked": 1,
+        "mismatched": ["a.bin"],
+        "missing": [],
+        "extra": [],
+    }
+
+
+def test_init_and_cache_clear_print_their_result_as_json(tmp_path: Path) -> None:
+    made = _invoke("init", str(tmp_path / "r"), "--json")
+    assert made.exit_code == 0, made.stderr
+    data = json.loads(made.stdout)
+    assert data["ok"] and "release.toml" in data["written"] and data["ci_source"] is None
+    assert "release.title" in data["todos"]
+    cleared = _invoke("cache", "clear", "--json", PACKAGER_CACHE_DIR=str(tmp_path / "cache"))
+    assert cleared.exit_code == 0, cleared.stderr
+    assert {k: v["removed"] for k, v in json.loads(cleared.stdout).items() if k != "ok"} == {"graphs": 0, "targets": 0}
+
+
+@pytest.mark.parametrize(
+    ("words", "code"),
+    [
+        (("card", "{d}", "--spec", "{d}/missing.toml", "--json"), 17),
+        (("card", "{d}", "--spec", "{d}/missing.toml", "-o", "-", "--json"), 2),
+        (("hub", "serve", "--root", "{d}/hub", "--json"), 2),  # no write token: the command's own usage error
+        (("init", "{d}/r", "--hook-rev", "main", "--json"), 19),
+    ],
+)
+def test_a_failure_of_a_new_json_command_is_one_json_error_object(
+    words: tuple[str, ...], code: int, tmp_path: Path
+) -> None:
+    result = _invoke(*(w.format(d=tmp_path) for w in words), PACKAGER_HUB_TOKEN="")
+    assert result.exit_code == code, result.stderr
+    error = json.loads(result.stdout)["error"]
+    assert error["exit_code"] == code and error["message"] and "Traceback" not in result.stderr
+    assert not (tmp_path / "r").exists() and not (tmp_path / "hub").exists()
+
+
+def test_quant_sweep_json_is_the_flag_and_the_old_json_file_only_where_unambiguous(tmp_path: Path) -> None:
+    from packager.cli import cli
+
+    def parsed(*words: str) -> dict[str, Any]:
+        command = cli.get_command(click.Context(cli), "quant-sweep")
+        assert command is not None
+        return command.make_context("quant-sweep", list(words)).params
+
+    assert (parsed("--json", str(tmp_path))["as_json"], parsed("--json", str(tmp_path))["output"]) == (True, None)
+    assert (parsed(str(tmp_path), "--json")["as_json"], parsed(str(tmp_path), "--json")["output"]) == (True, None)
+    for old in (
+        (str(tmp_path), "--json", "s.json"),
+        ("--json=s.json", str(tmp_path)),
+        ("--json", "s.json", str(tmp_path)),
+    ):
+        params = parsed(*old)
+        assert (params["as_json"], params["output"], params["checkpoint"]) == (False, Path("s.json"), tmp_path), old

@@ -34,6 +34,7 @@ def _raise_terminated(signum: int, frame: object) -> None:
 
 
 _JSON_OUT = "packager.json"  # ctx.meta key (shared by every context): the command prints JSON to stdout
+_JSON_SAID = "packager.json-error"  # ctx.meta key: a JSON error object has been printed
 DEBUG_HELP = "Show tracebacks and tool logs on errors."
 
 
@@ -209,6 +210,12 @@ class PackagerGroup(cloup.Group):
             ctx.exit(INTERRUPTED)
         except PackagerError as exc:
             _fail(ctx, exc)
+        except click.ClickException as exc:  # a usage error the command found (its parser's prints its own)
+            if ctx.meta.get(_JSON_OUT) and not ctx.meta.get(_JSON_SAID):  # said once, by the innermost group
+                ctx.meta[_JSON_SAID] = True
+                hint = f"see: {exc.ctx.command_path} --help" if isinstance(exc, click.UsageError) and exc.ctx else ""
+                _print_json_error(exc.exit_code, type(exc).__name__, exc.format_message(), hint)
+            raise
         except OSError as exc:
             _fail(ctx, from_os_error(exc))
         except RecursionError:
