@@ -134,6 +134,9 @@ class Family:
     # Special tokens its tokenizers hold at ids past the model's rows (Gemma 3's <image_soft_token> at 262,144 =
     # vocab_size of the text models): no text may encode to them, so the bundle's tokenizer leaves them out.
     beyond_rows: tuple[str, ...] = ()
+    # The model types of the family's multimodal checkpoints (text and images, the text model's config in
+    # text_config): refused, saying to convert their text model.
+    multimodal_types: tuple[str, ...] = ()
 
     def tokenizer_type(self) -> str:
         return self.llmexport_type or self.model_types[0]
