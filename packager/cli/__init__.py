@@ -282,7 +282,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
 
     Example: packager convert ./my-qwen3-draft --out ./bundle
     """
-    ctx.obj = {"debug": debug or _debug(ctx)}
+    ctx.obj = {"debug": debug}  # a command's own --debug sets it later (the group's callback runs first)
 
 
 cli.stages = STAGES
