@@ -397,3 +397,21 @@ def test_quant_sweep_json_is_the_flag_and_the_old_json_file_only_where_unambiguo
     ):
         params = parsed(*old)
         assert (params["as_json"], params["output"], params["checkpoint"]) == (False, Path("s.json"), tmp_path), old
+
+
+def test_hub_serve_json_says_where_it_serves_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from packager.hub.local import server
+
+    async def serving(config: Any, host: str, port: int, announce: Any) -> None:
+        announce(f"http://{host}:43210", 2)  # what the server says once it listens (port 0 picked 43210)
+
+    monkeypatch.setattr(server, "serve", serving)
+    result = _invoke("hub", "serve", "--root", str(tmp_path / "hub"), "--port", "0", "--json", PACKAGER_HUB_TOKEN="t")
+    assert result.exit_code == 0, result.stderr
+    (line,) = result.stdout.splitlines()
+    assert json.loads(line) == {
+        "ok": True,
+        "url": "http://127.0.0.1:43210",
+        "root": str(tmp_path / "hub"),
+        "removed": 2,
+    }
