@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import DISTRIBUTION
+
 
 class PackagerError(Exception):
     """Base of every error the CLI turns into one line and an exit code."""
@@ -43,9 +45,7 @@ class UnsupportedModel(PackagerError):
     """Not a model family packager converts (`model_type` or layer types: mixture-of-experts, linear attention)."""
 
     exit_code = 12
-    hint = (
-        "packager converts dense Qwen3, Qwen2/Qwen2.5, Llama 3.x and SmolLM2 checkpoints (README: Supported families)"
-    )
+    hint = "README: Supported families lists the families packager converts"  # raisers give the list (families)
 
 
 class UntiedEmbeddings(PackagerError):
@@ -157,6 +157,14 @@ class EngineInstallFailed(PackagerError):
 
     exit_code = 28
     hint = "check that PyPI is reachable (pip's own settings apply) and that the folder is writable; rerun"
+
+
+class ExtraNotInstalled(PackagerError):
+    """The command needs packager's `[convert]` extra (torch, transformers, MNN, llmexport), which this install
+    lacks (checked before any work)."""
+
+    exit_code = 29
+    hint = f"install it: pip install '{DISTRIBUTION}[convert]' (the distribution is {DISTRIBUTION})"
 
 
 class NotEnoughMemory(PackagerError):

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import click
 import pytest
@@ -198,7 +199,8 @@ def test_a_failure_under_json_prints_a_json_error_object(path: tuple[str, ...], 
     """Every command that prints JSON prints a JSON error object on failure too, usage errors included, with the
     exit code it exits with; the one line still goes to stderr. (A findings report, as check-spec's for a
     missing spec, is its own JSON document with ok false.)"""
-    result = run_cli(*path, *(["/nonexistent/x"] * len(arguments)), "--json")
+    # Under /dev/null: no folder can be made there (init makes its DIR), not even by root.
+    result = run_cli(*path, *(["/dev/null/nonexistent"] * len(arguments)), "--json")
     assert result.returncode not in (0, 1), result.stderr
     printed = json.loads(result.stdout)
     assert printed["ok"] is False
@@ -257,3 +259,159 @@ def test_cloup_is_imported_without_importlib_metadata_and_leaves_the_real_one_im
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.split() == ["False", "True", "True", "module"]
+
+
+# --- --debug where the hints say it (issue 39, row 19) --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("path", "command"), [pytest.param(p, c, id=" ".join(p) or "packager") for p, c in command_tree()]
+)
+def test_every_command_and_group_takes_debug(path: tuple[str, ...], command: click.Command) -> None:
+    assert any("--debug" in getattr(param, "opts", ()) for param in command.params), path
+
+
+def test_debug_after_the_command_shows_the_traceback_and_only_then(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from packager.cli import cli
+
+    for words in (["checksum", str(tmp_path / "missing"), "--debug"], ["--debug", "checksum", str(tmp_path / "x")]):
+        shown = CliRunner().invoke(cli, words)
+        assert shown.exit_code == 22 and "Traceback" in shown.stderr, shown.stderr
+    plain = CliRunner().invoke(cli, ["checksum", str(tmp_path / "missing")])
+    assert plain.exit_code == 22 and "Traceback" not in plain.stderr and plain.stderr.count("\n") == 1
+
+
+def test_a_base_install_is_told_the_distributions_name_before_any_work(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from click.testing import CliRunner
+
+    from packager.cli import cli
+    from packager.convert import pipeline
+
+    monkeypatch.setattr(pipeline, "missing", lambda: ("torch", "llmexport"))
+    result = CliRunner().invoke(cli, ["convert", str(tmp_path), "--out", str(tmp_path / "b")])
+    assert result.exit_code == 29 and result.stderr.count("\n") == 1, result.stderr
+    assert "converting needs torch, llmexport" in result.stderr
+    assert "pip install 'mnn-packager[convert]'" in result.stderr and not (tmp_path / "b").exists()
+
+
+def test_no_hint_names_the_wrong_distribution() -> None:
+    """PyPI's `packager` is another project: every install hint names mnn-packager."""
+    root = Path(__file__).resolve().parents[1]
+    wrong = [
+        f"{path.relative_to(root)}:{number}"
+        for folder in ("packager", "docs", "templates")
+        for path in (root / folder).rglob("*")
+        if path.suffix in (".py", ".md", ".j2", ".yaml", ".yml") and "_build" not in path.parts
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if re.search(r"""(pip|pipx) install[^\n]*?['" ]packager\[""", line)
+    ]
+    assert wrong == []
+
+
+# --- --json on every command with a result (issue 39, row 16) -------------------------------------------------------
+
+NEWLY_JSON = [("card",), ("checksum",), ("init",), ("hub", "serve"), ("cache", "clear"), ("quant-sweep",)]
+
+
+@pytest.mark.parametrize("path", NEWLY_JSON, ids=" ".join)
+def test_json_is_the_stdout_flag_on_these_commands_too(path: tuple[str, ...]) -> None:
+    command = dict(command_tree())[path]
+    (flag,) = [p for p in command.params if isinstance(p, click.Option) and "--json" in p.opts]
+    assert flag.is_flag and flag.name == "as_json" and flag.opts == ["--json"]
+
+
+def _invoke(*words: str, **env: str) -> Any:
+    from click.testing import CliRunner
+
+    from packager.cli import cli
+
+    return CliRunner(env=env or None).invoke(cli, list(words))
+
+
+def test_checksum_json_writes_and_checks_with_one_document_each(tmp_path: Path) -> None:
+    (tmp_path / "a.bin").write_bytes(b"a")
+    written = _invoke("checksum", str(tmp_path), "--json")
+    assert written.exit_code == 0 and json.loads(written.stdout)["files"] == 1
+    (tmp_path / "a.bin").write_bytes(b"b")
+    checked = _invoke("checksum", "--check", str(tmp_path), "--json")
+    assert checked.exit_code == 31 and checked.stderr == ""
+    assert json.loads(checked.stdout) | {"bundle": "", "manifest": ""} == {
+        "ok": False,
+        "bundle": "",
+        "manifest": "",
+        "checked": 1,
+        "mismatched": ["a.bin"],
+        "missing": [],
+        "extra": [],
+    }
+
+
+def test_init_and_cache_clear_print_their_result_as_json(tmp_path: Path) -> None:
+    made = _invoke("init", str(tmp_path / "r"), "--json")
+    assert made.exit_code == 0, made.stderr
+    data = json.loads(made.stdout)
+    assert data["ok"] and "release.toml" in data["written"] and data["ci_source"] is None
+    assert "release.title" in data["todos"]
+    cleared = _invoke("cache", "clear", "--json", PACKAGER_CACHE_DIR=str(tmp_path / "cache"))
+    assert cleared.exit_code == 0, cleared.stderr
+    assert {k: v["removed"] for k, v in json.loads(cleared.stdout).items() if k != "ok"} == {"graphs": 0, "targets": 0}
+
+
+@pytest.mark.parametrize(
+    ("words", "code"),
+    [
+        (("card", "{d}", "--spec", "{d}/missing.toml", "--json"), 17),
+        (("card", "{d}", "--spec", "{d}/missing.toml", "-o", "-", "--json"), 2),
+        (("hub", "serve", "--root", "{d}/hub", "--json"), 2),  # no write token: the command's own usage error
+        (("init", "{d}/r", "--hook-rev", "main", "--json"), 19),
+    ],
+)
+def test_a_failure_of_a_new_json_command_is_one_json_error_object(
+    words: tuple[str, ...], code: int, tmp_path: Path
+) -> None:
+    result = _invoke(*(w.format(d=tmp_path) for w in words), PACKAGER_HUB_TOKEN="")
+    assert result.exit_code == code, result.stderr
+    error = json.loads(result.stdout)["error"]
+    assert error["exit_code"] == code and error["message"] and "Traceback" not in result.stderr
+    assert not (tmp_path / "r").exists() and not (tmp_path / "hub").exists()
+
+
+def test_quant_sweep_json_is_the_flag_and_the_old_json_file_only_where_unambiguous(tmp_path: Path) -> None:
+    from packager.cli import cli
+
+    def parsed(*words: str) -> dict[str, Any]:
+        command = cli.get_command(click.Context(cli), "quant-sweep")
+        assert command is not None
+        return command.make_context("quant-sweep", list(words)).params
+
+    assert (parsed("--json", str(tmp_path))["as_json"], parsed("--json", str(tmp_path))["output"]) == (True, None)
+    assert (parsed(str(tmp_path), "--json")["as_json"], parsed(str(tmp_path), "--json")["output"]) == (True, None)
+    for old in (
+        (str(tmp_path), "--json", "s.json"),
+        ("--json=s.json", str(tmp_path)),
+        ("--json", "s.json", str(tmp_path)),
+    ):
+        params = parsed(*old)
+        assert (params["as_json"], params["output"], params["checkpoint"]) == (False, Path("s.json"), tmp_path), old
+
+
+def test_hub_serve_json_says_where_it_serves_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from packager.hub.local import server
+
+    async def serving(config: Any, host: str, port: int, announce: Any) -> None:
+        announce(f"http://{host}:43210", 2)  # what the server says once it listens (port 0 picked 43210)
+
+    monkeypatch.setattr(server, "serve", serving)
+    result = _invoke("hub", "serve", "--root", str(tmp_path / "hub"), "--port", "0", "--json", PACKAGER_HUB_TOKEN="t")
+    assert result.exit_code == 0, result.stderr
+    (line,) = result.stdout.splitlines()
+    assert json.loads(line) == {
+        "ok": True,
+        "url": "http://127.0.0.1:43210",
+        "root": str(tmp_path / "hub"),
+        "removed": 2,
+    }

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -83,7 +84,6 @@ def test_the_spec_refuses_each_todo_by_name_and_passes_once_filled(repo: Path) -
         "release.title",
         "release.summary",
         "model.base_model",
-        "model.teacher",
         "training.method",
         "card.runs_on",
         "card.limitations.0",
@@ -333,6 +333,86 @@ def test_hook_repo_without_a_commit_is_refused(tmp_path: Path) -> None:
     assert not (tmp_path / "r").exists()
 
 
+COMMIT = "0123456789abcdef" * 2 + "01234567"
+
+
+@pytest.mark.parametrize(
+    ("source", "says"),
+    [
+        ("git+file:///tmp/packager@" + COMMIT, "is not an https:// URL"),
+        ("git+http://example.com/team/packager@" + COMMIT, "is not an https:// URL"),
+        ("git+ssh://git@example.com/team/packager@" + COMMIT, "is not an https:// URL"),
+        ("git+svn://example.com/team/packager@" + COMMIT, "is not an https:// URL"),
+        ("git+https:///team/packager@" + COMMIT, "names no host"),
+        ("git+https://localhost:0/team/packager@" + COMMIT, "not one from 1 to 65535"),
+        ("git+https://localhost/team/packager@" + COMMIT, "not a host name"),
+        ("git+https://127.0.0.1/team/packager@" + COMMIT, "an address CI cannot reach"),
+        ('git+https://example.com/team/pack"ager@' + COMMIT, "not plain /OWNER/NAME segments"),
+        ("git+https://example.com/team/pack'ager@" + COMMIT, "not plain /OWNER/NAME segments"),
+        ("git+https://example.com/team/[packager]@" + COMMIT, "not plain /OWNER/NAME segments"),
+        ("git+https://example.com/team\\packager@" + COMMIT, "not plain /OWNER/NAME segments"),
+        ("git+https://example.com/team/../packager@" + COMMIT, "not plain /OWNER/NAME segments"),
+        ("git+https://example.com@" + COMMIT, "not plain /OWNER/NAME segments"),
+    ],
+)
+def test_a_packager_source_ci_cannot_install_from_is_refused_before_writing(
+    source: str, says: str, tmp_path: Path
+) -> None:
+    from packager.errors import InvalidOption
+    from packager.release.init import scaffold
+
+    with pytest.raises(InvalidOption, match=re.escape(says)):
+        scaffold.init(scaffold.InitRequest(folder=tmp_path / "r", packager_source=source))
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_commit_id_in_upper_case_is_taken_and_written_in_lower_case(tmp_path: Path) -> None:
+    from packager.release.init import scaffold
+
+    result = scaffold.init(
+        scaffold.InitRequest(
+            folder=tmp_path / "r",
+            packager_source="git+https://git.example.com:8443/team/packager.git@" + COMMIT.upper(),
+            hook_repo="https://git.example.com/team/packager",
+            hook_rev=COMMIT.upper(),
+        )
+    )
+    assert result.ci_source == f"mnn-packager[convert] @ git+https://git.example.com:8443/team/packager.git@{COMMIT}"
+    assert f'rev: "{COMMIT}"' in (tmp_path / "r" / ".pre-commit-config.yaml").read_text()
+
+
+@pytest.mark.parametrize(
+    ("repo", "rev", "says"),
+    [
+        ("https://example.com/team/packager", "main", "--hook-rev 'main' is not a full commit id"),
+        ("https://example.com/team/packager", "HEAD", "--hook-rev 'HEAD' is not a full commit id"),
+        ("file:///tmp/x", COMMIT, "--hook-repo file:///tmp/x is not an https:// URL"),
+        ("local", COMMIT, "--hook-repo local is not an https:// URL"),
+        ("https://github.com/x/y$(id)", COMMIT, "holds #, ?, %, $, ` or credentials"),
+        ("https://localhost:0/x/y", COMMIT, "not one from 1 to 65535"),
+        (None, COMMIT, "--hook-rev needs --hook-repo"),
+        ("https://example.com/team/packager", None, "--hook-repo needs --hook-rev"),
+    ],
+)
+def test_hooks_are_pinned_by_the_rules_of_packager_source(
+    repo: str | None, rev: str | None, says: str, tmp_path: Path
+) -> None:
+    from packager.errors import InvalidOption
+    from packager.release.init import scaffold
+
+    with pytest.raises(InvalidOption, match=re.escape(says)):
+        scaffold.init(scaffold.InitRequest(folder=tmp_path / "r", hook_repo=repo, hook_rev=rev))
+    assert not (tmp_path / "r").exists()
+
+
+def test_an_install_of_packager_ci_cannot_reach_pins_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from packager.release.init import scaffold
+
+    monkeypatch.setattr(scaffold, "installed_from", lambda: ("file:///home/me/packager", COMMIT))
+    result = scaffold.init(scaffold.InitRequest(folder=tmp_path / "r"))
+    assert result.ci_source is None and "repo: local" in (tmp_path / "r" / ".pre-commit-config.yaml").read_text()
+
+
 def test_no_file_suggests_a_tag_that_does_not_exist(tmp_path: Path) -> None:
     assert run_cli("init", str(tmp_path / "r")).returncode == 0
     for path in (tmp_path / "r").rglob("*"):
@@ -393,3 +473,69 @@ def test_init_on_a_file_says_to_name_a_folder(tmp_path: Path) -> None:
     result = run_cli("init", str(tmp_path / "afile"))
     assert result.returncode == 61 and result.stderr.count("\n") == 1
     assert "is a file, not a folder" in result.stderr and "checkpoint" not in result.stderr
+
+
+# --- init's spec for a family whose defaults are not Qwen3's (issue 39, row 18) ------------------------------------
+
+
+def _smollm2_135m(folder: Path) -> Any:
+    """SmolLM2-135M-Instruct as inspect_checkpoint describes it (its family record and real shape; no weights)."""
+    from packager.convert.inspect.checkpoint import CheckpointInfo, ModelShape
+    from packager.families import BY_NAME
+
+    shape = ModelShape(576, 30, 9, 3, 64, 1536, 49152)
+    return CheckpointInfo(folder, "llama", BY_NAME["smollm2"], shape, "bfloat16", (), {"w": (1, 1)}, (2, 0), 49152)
+
+
+def test_init_writes_the_recipe_convert_takes_for_the_checkpoints_family(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from packager.convert.pipeline import ConvertRequest, quant_recipe
+    from packager.release.init import facts, scaffold
+
+    info = _smollm2_135m(tmp_path / "smol")
+    monkeypatch.setattr(facts, "inspect_checkpoint", lambda path: info)
+    scaffold.init(scaffold.InitRequest(folder=tmp_path / "r", checkpoint=tmp_path / "smol"))
+    text = (tmp_path / "r" / "release.toml").read_text()
+    data = tomllib.loads(text)
+    assert (data["convert"]["quant_bits"], data["convert"]["quant_block"]) == (8, 64)
+    spec = spec_module.from_dict(data)
+    recipe = quant_recipe(ConvertRequest(checkpoint=info.path, out=tmp_path / "b", spec=spec), info)
+    assert (recipe.bits, recipe.block) == (8, 64)
+    # teacher is optional (no TODO), the example repo id is the family's, and signing keys stay out of git
+    assert "teacher" not in data["model"] and "your-name/SmolLM2-135M-Instruct-draft-MNN" in data["release"]["repo_id"]
+    assert not [line for line in text.splitlines() if "Qwen" in line and not line.startswith("#")]
+    ignored = (tmp_path / "r" / ".gitignore").read_text().splitlines()
+    assert "*.pem" in ignored and "signing_key*" in ignored
+
+
+def test_a_block_from_the_spec_is_refused_by_its_key_with_the_checkpoints_own_default(tmp_path: Path) -> None:
+    from packager.convert.pipeline import ConvertRequest, quant_recipe
+    from packager.errors import InvalidOption, SpecError
+
+    info = _smollm2_135m(tmp_path / "smol")
+    spec = spec_module.from_dict({"convert": {"quant_block": 128}}, tmp_path / "release.toml")
+    with pytest.raises(SpecError) as refused:
+        quant_recipe(ConvertRequest(checkpoint=info.path, out=tmp_path / "b", spec=spec), info)
+    line = refused.value.one_line()
+    assert "[convert] quant_block 128 does not divide the input size 576" in line and "--quant-block" not in line
+    assert "64, the default for this SmolLM2 checkpoint" in line and "Qwen3" not in line
+    with pytest.raises(InvalidOption, match="^--quant-block 128 does not divide") as flagged:
+        quant_recipe(ConvertRequest(checkpoint=info.path, out=tmp_path / "b", quant_block=128), info)
+    assert "SmolLM2" in flagged.value.one_line()
+    spec = spec_module.from_dict({"convert": {"quant_bits": 3}}, tmp_path / "release.toml")
+    with pytest.raises(SpecError, match=r"\[convert\] quant_bits 3 is not supported"):
+        quant_recipe(ConvertRequest(checkpoint=info.path, out=tmp_path / "b", spec=spec), info)
+
+
+def test_convert_help_says_the_checkpoint_decides_the_default_block_and_bits() -> None:
+    from click.testing import CliRunner
+
+    from packager.cli import cli
+
+    result = CliRunner().invoke(cli, ["convert", "--help"], terminal_width=400)
+    assert result.exit_code == 0
+    block = next(line for line in result.output.splitlines() if "--quant-block N" in line)
+    assert "[default: 128]" not in block and "the largest of 64 and 32 that divides" in block
+    bits = next(line for line in result.output.splitlines() if "--quant-bits BITS" in line)
+    assert "8 for SmolLM2" in bits

@@ -34,10 +34,31 @@ def _raise_terminated(signum: int, frame: object) -> None:
 
 
 _JSON_OUT = "packager.json"  # ctx.meta key (shared by every context): the command prints JSON to stdout
+_JSON_SAID = "packager.json-error"  # ctx.meta key: a JSON error object has been printed
+DEBUG_HELP = "Show tracebacks and tool logs on errors."
+
+
+def _set_debug(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if value:
+        ctx.ensure_object(dict)["debug"] = True  # the root's dict, shared by every context below it
+
+
+def with_debug(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """A command's keyword arguments with --debug among its params (where it has none), not only before the
+    command: an error's hint says "rerun with --debug", and a user adds it to the line they ran. Given before the
+    command is made, so that cloup's help sections list it."""
+    params = list(kwargs.get("params") or [])
+    if not any(param.name == "debug" for param in params):
+        params.append(click.Option(["--debug"], is_flag=True, expose_value=False, callback=_set_debug, help=DEBUG_HELP))
+    return {**kwargs, "params": params}
 
 
 class PackagerCommand(cloup.Command):
-    """Notes whether the command was asked for JSON, so that a failure prints a JSON error object too."""
+    """Notes whether the command was asked for JSON, so that a failure prints a JSON error object too; takes
+    --debug as the group does."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **with_debug(kwargs))
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         asks_json = self._asks_json(args)  # judged from the words before click's parser consumes the list
@@ -156,6 +177,9 @@ class PackagerGroup(cloup.Group):
     group_class = type  # subgroups (hub, cache, engines) are PackagerGroups too
     stages: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **with_debug(kwargs))  # the root's own --debug (which sets ctx.obj) is kept
+
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(set(self.commands) | (set(COMMANDS) if self.stages else set()))
 
@@ -186,6 +210,12 @@ class PackagerGroup(cloup.Group):
             ctx.exit(INTERRUPTED)
         except PackagerError as exc:
             _fail(ctx, exc)
+        except click.ClickException as exc:  # a usage error the command found (its parser's prints its own)
+            if ctx.meta.get(_JSON_OUT) and not ctx.meta.get(_JSON_SAID):  # said once, by the innermost group
+                ctx.meta[_JSON_SAID] = True
+                hint = f"see: {exc.ctx.command_path} --help" if isinstance(exc, click.UsageError) and exc.ctx else ""
+                _print_json_error(exc.exit_code, type(exc).__name__, exc.format_message(), hint)
+            raise
         except OSError as exc:
             _fail(ctx, from_os_error(exc))
         except RecursionError:
@@ -237,7 +267,7 @@ def _print_version(ctx: click.Context, param: click.Parameter, value: bool) -> N
 
 
 @cloup.group(cls=PackagerGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--debug", is_flag=True, help="Show tracebacks and tool logs on errors.")
+@click.option("--debug", is_flag=True, help=DEBUG_HELP)
 @click.option(
     "--version",
     is_flag=True,
@@ -252,7 +282,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
 
     Example: packager convert ./my-qwen3-draft --out ./bundle
     """
-    ctx.obj = {"debug": debug}
+    ctx.obj = {"debug": debug}  # a command's own --debug sets it later (the group's callback runs first)
 
 
 cli.stages = STAGES

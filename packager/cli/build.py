@@ -7,7 +7,9 @@ from typing import Any
 
 import click
 
+from ..convert.recipe import DEFAULT_BITS, DEFAULT_BLOCK
 from ..errors import CHECKSUM_MISMATCH, VALIDATION_FAILED
+from ..families import FAMILIES
 from . import StderrProgress, _emit, _path, chosen_format, cli, emit_report, format_option
 from .options import (
     checkpoint_argument,
@@ -30,13 +32,18 @@ NO_CORPUS = "\0"  # what --lookahead gives without a value (no path can hold a N
 @spec_option("Release spec with [convert] and [runtime.*] (flags win over it).")
 # The quantization defaults are None here (the spec's [convert] may set them); click shows what applies.
 @option(
-    "--quant-bits", type=int, metavar="BITS", show_default="the family's: 4, 8 for SmolLM2", help="Weight bits, 4 or 8."
+    "--quant-bits",
+    type=int,
+    metavar="BITS",
+    show_default=f"the checkpoint's family's: {DEFAULT_BITS}"
+    + "".join(f", {f.default_bits} for {f.title}" for f in FAMILIES if f.default_bits != DEFAULT_BITS),
+    help="Weight bits, 4 or 8.",
 )
 @option(
     "--quant-block",
     type=int,
     metavar="N",
-    show_default="128",
+    show_default=f"the checkpoint's: {DEFAULT_BLOCK}, else the largest of 64 and 32 that divides its input sizes",
     help="Quantization block size; 0 means one block per row (per-channel).",
 )
 @option(
@@ -335,28 +342,44 @@ def validate(
 @cli.command()
 @click.argument("bundle", type=_path())
 @click.option("--check", is_flag=True, help="Verify the manifest instead of writing it.")
+@json_option
 @click.pass_context
-def checksum(ctx: click.Context, bundle: Path, check: bool) -> None:
+def checksum(ctx: click.Context, bundle: Path, check: bool, as_json: bool) -> None:
     """Write (or --check) the bundle's xxh3-128 manifest checksums.xxh128, in `xxhsum --tag -H2` format.
 
     `cd BUNDLE && xxhsum -c checksums.xxh128` verifies it too.
 
-    Example: packager checksum ./bundle && packager checksum --check ./bundle
+    Example: packager checksum ./bundle && packager checksum --check ./bundle --json
     """
     from ..bundle.checksum import check_manifest, write_manifest
 
     if not check:
         manifest = write_manifest(bundle)
-        click.echo(f"wrote {manifest.path} ({len(manifest.digests)} files)")
+        written = {"ok": True, "bundle": str(bundle), "manifest": str(manifest.path), "files": len(manifest.digests)}
+        _emit(written, as_json, lambda d: f"wrote {d['manifest']} ({d['files']} files)")
         return
     result = check_manifest(bundle)
-    for label, names in (("MISMATCH", result.mismatched), ("MISSING", result.missing), ("EXTRA", result.extra)):
-        for name in names:
-            click.echo(f"{label:8} {name}")
+    problems = {"mismatched": list(result.mismatched), "missing": list(result.missing), "extra": list(result.extra)}
+    checked = {
+        "ok": result.ok,
+        "bundle": str(bundle),
+        "manifest": str(result.manifest),
+        "checked": result.checked,
+        **problems,
+    }
+    _emit(checked, as_json, _checked_text)
     if not result.ok:
-        click.echo(f"{bundle}: {len(result.mismatched) + len(result.missing) + len(result.extra)} problems", err=True)
+        if not as_json:
+            click.echo(f"{bundle}: {sum(map(len, problems.values()))} problems", err=True)
         ctx.exit(CHECKSUM_MISMATCH)
-    click.echo(f"{bundle}: all {result.checked} files match {result.manifest.name}")
+
+
+def _checked_text(d: dict[str, Any]) -> str:
+    labels = (("MISMATCH", d["mismatched"]), ("MISSING", d["missing"]), ("EXTRA", d["extra"]))
+    lines = [f"{label:8} {name}" for label, names in labels for name in names]
+    if d["ok"]:
+        lines.append(f"{d['bundle']}: all {d['checked']} files match {Path(d['manifest']).name}")
+    return "\n".join(lines)
 
 
 @cli.command()
@@ -393,6 +416,7 @@ def checksum(ctx: click.Context, bundle: Path, check: bool) -> None:
     help="A lossless `packager speculate --json` report of this bundle (one per mode; repeatable), to state "
     "MNN's own tokens per step and speed-up.",
 )
+@json_option
 def card(
     bundle: Path,
     spec_path: Path,
@@ -402,6 +426,7 @@ def card(
     verify_report: Path | None,
     provenance: Path | None,
     speculate_reports: tuple[Path, ...],
+    as_json: bool,
 ) -> None:
     """Render the model card (README.md) from the release spec, the bundle's files and measurements.
 
@@ -416,6 +441,8 @@ def card(
     from ..card.render import gather_measurements, render
     from ..release.signing import plan, with_card_facts
 
+    if as_json and output == Path("-"):
+        raise click.UsageError("-o - prints the card on stdout, where --json prints its result: give one")
     spec = load_spec(spec_path)
     missing_license = ship_license(bundle, spec) if output != Path("-") else None  # stdout: the bundle is left as is
     measurements = gather_measurements(
@@ -432,6 +459,7 @@ def card(
         return
     target = output or bundle / "README.md"
     write_atomic(target, rendered.text.encode("utf-8"))
-    click.echo(f"wrote {target}")
+    written = {"ok": True, "card": str(target), "warnings": [missing_license] if missing_license else []}
+    _emit(written, as_json, lambda d: f"wrote {d['card']}")
     if missing_license:
         click.echo(f"warning: {missing_license}", err=True)

@@ -62,14 +62,22 @@ def cache_ls(as_json: bool) -> None:
 
 
 @cache.command("clear")
-def cache_clear() -> None:
+@json_option
+def cache_clear(as_json: bool) -> None:
     """Remove every entry of both caches; the next conversion of each shape builds its graph again, and the next
     pair decodes its target again.
 
-    Example: packager cache clear
+    Example: packager cache clear --json
     """
     from ..convert.stream import graphcache
     from ..measure.pair import targetcache
 
-    click.echo(f"removed {graphcache.clear()} entries from {graphcache.root()}")
-    click.echo(f"removed {targetcache.clear()} entries from {targetcache.root()}")
+    removed = {
+        name: {"root": str(module.root()), "removed": module.clear()}
+        for name, module in (("graphs", graphcache), ("targets", targetcache))
+    }
+    if as_json:
+        click.echo(json.dumps({"ok": True, **removed}, indent=2))
+        return
+    for each in removed.values():
+        click.echo(f"removed {each['removed']} entries from {each['root']}")

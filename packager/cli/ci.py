@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import click
 
 from ..errors import SpecError, printable
 from . import _path, chosen_format, cli, emit_report, format_option
-from .options import checkpoint_option, lora_option, option, spec_argument
+from .options import checkpoint_option, json_option, lora_option, option, spec_argument
 
 DEFAULT_SPEC = Path("release.toml")
 
@@ -50,13 +51,13 @@ def check_spec(ctx: click.Context, specs: tuple[Path, ...], fmt: str | None, as_
     "--hook-repo",
     metavar="GIT_URL",
     show_default="where pip installed packager from, if a git URL; else hooks that run the packager on PATH",
-    help="The git URL of packager for .pre-commit-config.yaml (with --hook-rev).",
+    help="packager's https git URL for .pre-commit-config.yaml (with --hook-rev).",
 )
 @option(
     "--hook-rev",
     metavar="COMMIT",
     show_default="the commit pip installed",
-    help="The commit (or a tag you made) of --hook-repo.",
+    help="A full commit id of --hook-repo (a branch or tag can be moved; refused).",
 )
 @option(
     "--packager-source",
@@ -65,6 +66,7 @@ def check_spec(ctx: click.Context, specs: tuple[Path, ...], fmt: str | None, as_
     help="What the CI files install packager from: git+URL@<full commit id>, or the path of a "
     "mnn_packager-*.whl inside DIR.",
 )
+@json_option
 def init(
     folder: Path,
     checkpoint: Path | None,
@@ -73,6 +75,7 @@ def init(
     hook_repo: str | None,
     hook_rev: str | None,
     packager_source: str | None,
+    as_json: bool,
 ) -> None:
     """Start a release repository for a new draft in DIR.
 
@@ -83,6 +86,8 @@ def init(
     an exact source (a git commit or a wheel), never a bare package name.
 
     Example: packager init ./my-draft-release --checkpoint ./qwen3-draft --lora ./adapter --repo-id me/qwen3-draft-mnn
+
+    Example: packager init ./my-draft-release --checkpoint ./qwen3-draft --json
     """
     from ..release.init.scaffold import InitRequest
     from ..release.init.scaffold import init as run_init
@@ -107,6 +112,22 @@ def init(
             packager_source=packager_source,
         )
     )
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "ok": True,
+                    "folder": str(result.folder),
+                    "written": list(result.written),
+                    "kept": list(result.kept),
+                    "ci_source": result.ci_source,  # null: a TODO in the CI files
+                    "todos": list(result.todos),  # release.toml's fields still to fill in
+                },
+                indent=2,
+                ensure_ascii=False,
+            )
+        )
+        return
     for name in result.written:
         click.echo(f"wrote {printable(result.folder / name)}")
     for name in result.kept:

@@ -39,10 +39,10 @@ if TYPE_CHECKING:
     "prompts_file",
     metavar="FILE",
     type=_path(exists=True, dir_okay=False),
-    show_default="the built-in 54 conversations",
+    show_default="--spec's [verify] prompts, else the built-in 54 conversations",
     help="Prompts (user turns), one per line (or JSON).",
 )
-@spec_option("Release spec whose [verify] table sets thresholds.")
+@spec_option("Release spec whose [verify] table sets thresholds (and prompts).")
 @dtype_option(
     "The source computes in its stored dtype (bf16 for Qwen3) or in float32 (twice the memory).",
     old=("--source-dtype",),
@@ -75,15 +75,17 @@ def verify(
     Example: packager verify ./bundle --checkpoint ./qwen3-draft
     """
     from ..measure.digests import measured_digests
-    from ..measure.verify import Thresholds, prompts_from_file
+    from ..measure.verify import Thresholds, prompts_from_file, spec_prompts
     from ..measure.verify import verify as run_verify
 
-    thresholds = Thresholds.from_spec(load_spec(spec_path).verify if spec_path else None)
+    spec = load_spec(spec_path) if spec_path else None
+    thresholds = Thresholds.from_spec(spec.verify if spec else None)
+    prompts = prompts_from_file(prompts_file) if prompts_file else spec_prompts(spec)  # --prompts wins
     with StderrProgress(quiet) as progress:
         report = run_verify(
             bundle,
             checkpoint,
-            prompts_from_file(prompts_file) if prompts_file else None,
+            prompts,
             thresholds,
             progress=progress,
             dtype=dtype,

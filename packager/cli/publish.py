@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 import click
 
-from ..errors import CHECKSUM_MISMATCH
+from ..errors import CHECKSUM_MISMATCH, InvalidOption
 from . import StderrProgress, _emit, _path, cli
 from .options import endpoint_option, json_option, load_spec, option, output_option, quiet_option, spec_argument
 from .trustopts import _trust, trust_options
@@ -462,6 +462,13 @@ def hub() -> None:
     help="Seconds a request body may send nothing before the request is abandoned (408).",
 )
 @click.option("--test-hooks", is_flag=True, help="Enable /_faults and /_stats (fault injection for tests).")
+@option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help='Print the result as JSON on stdout: once serving, one line {"url", "root", "removed"} (the port '
+    "--port 0 picked is in url).",
+)
 def hub_serve(
     root: Path,
     host: str,
@@ -472,10 +479,13 @@ def hub_serve(
     read_token_files: tuple[Path, ...],
     body_timeout: float,
     test_hooks: bool,
+    as_json: bool,
 ) -> None:
     """Serve the Hub API on HOST:PORT until interrupted (plain LFS, no Xet).
 
     Example: PACKAGER_HUB_TOKEN=secret packager hub serve --root ./hub-data --port 8765
+
+    Example: PACKAGER_HUB_TOKEN=secret packager hub serve --port 0 --json
     """
     import asyncio
 
@@ -495,13 +505,19 @@ def hub_serve(
 
     def announce(url: str, removed: int) -> None:
         cleaned = f"; removed {removed} partial upload(s) a crash left" if removed else ""
-        click.echo(f"packager hub: serving {url} (root {root}){cleaned}")
+        if as_json:  # one line: a script reads it as soon as the Hub serves
+            click.echo(json.dumps({"ok": True, "url": url, "root": str(root), "removed": removed}))
+        else:
+            click.echo(f"packager hub: serving {url} (root {root}){cleaned}")
         sys.stdout.flush()
 
     try:
         asyncio.run(serve(config, host, port, announce))
     except OSError as exc:
-        raise click.ClickException(f"cannot serve on {host}:{port}: {exc.strerror or exc}") from None
+        raise InvalidOption(
+            f"cannot serve on {host}:{port}: {exc.strerror or exc}",
+            "choose another --port (0 picks a free one) or --host",
+        ) from None
 
 
 def _tokens_from(files: tuple[Path, ...]) -> frozenset[str]:

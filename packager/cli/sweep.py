@@ -7,11 +7,60 @@ from pathlib import Path
 
 import click
 
-from . import StderrProgress, _path, cli
-from .options import checkpoint_argument, lora_option, option, output_option, quiet_option, threads_option
+from . import PackagerCommand, StderrProgress, _path, cli
+from .options import (
+    checkpoint_argument,
+    json_option,
+    lora_option,
+    option,
+    output_option,
+    quiet_option,
+    threads_option,
+    warn_deprecated,
+)
 
 
-@cli.command("quant-sweep")
+class SweepCommand(PackagerCommand):
+    """quant-sweep's --json is the stdout flag of every command; its old spelling --json FILE (now -o FILE) still
+    works where it cannot mean the flag: --json=FILE, or --json followed by a word that would otherwise be a second
+    CHECKPOINT (quant-sweep CKPT --json sweep.json). `quant-sweep --json CKPT` is the flag."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, self._old_json(ctx, list(args)))
+
+    def _old_json(self, ctx: click.Context, args: list[str]) -> list[str]:
+        end = args.index("--") if "--" in args else len(args)
+        taking = {name for p in self.params if isinstance(p, click.Option) and not p.is_flag for name in p.opts}
+        positional, skip = [], False
+        for at, word in enumerate(args[:end]):
+            if skip:
+                skip = False
+            elif word in taking:
+                skip = True
+            elif not word.startswith("-") or word == "-":
+                positional.append(at)
+        positional += range(end + 1, len(args))
+        old = [
+            at
+            for at, word in enumerate(args[:end])
+            if word.startswith("--json=") or (word == "--json" and at + 1 in positional and len(positional) > 1)
+        ]
+        if not old:
+            return args
+        if {"-o", "--output"} & set(args[:end]) or any(w.startswith("--output=") for w in args[:end]):
+            raise click.BadOptionUsage("output", "--json FILE is the old name of --output: give --output once", ctx)
+        warn_deprecated(ctx, "--json", "--output")
+        out = list(args)
+        for at in reversed(old):
+            word = out[at]
+            out[at : at + (1 if "=" in word else 2)] = [
+                "--output",
+                word.partition("=")[2] if "=" in word else out[at + 1],
+            ]
+        return out
+
+
+@cli.command("quant-sweep", cls=SweepCommand)
 @checkpoint_argument(exists=True, file_okay=False)
 @lora_option(exists=True, file_okay=False)
 @click.option(
@@ -48,9 +97,9 @@ from .options import checkpoint_argument, lora_option, option, output_option, qu
 @output_option(
     "Write the choice (as [convert] keys) and the table here as JSON; name it in the spec's convert.quant_sweep "
     "so the card shows why.",
-    old=("--json",),
 )
 @quiet_option
+@json_option
 def quant_sweep(
     checkpoint: Path,
     lora: Path | None,
@@ -61,6 +110,7 @@ def quant_sweep(
     threads: int | None,
     output: Path | None,
     quiet: bool,
+    as_json: bool,
 ) -> None:
     """Convert CHECKPOINT with several quantization recipes and print bytes vs quality for each.
 
@@ -87,4 +137,4 @@ def quant_sweep(
         data = as_dict(sweep(request, progress=progress))
     if output is not None:
         write_atomic(output, (json.dumps(data, indent=2) + "\n").encode("utf-8"))
-    click.echo(text(data))
+    click.echo(json.dumps(data, indent=2) if as_json else text(data))

@@ -28,9 +28,10 @@ from ..bundle.lookahead import Lookahead, read_corpus
 from ..bundle.lookahead import settings as lookahead_settings
 from ..bundle.staging import Protected, StagedDir, check_target
 from ..bundle.tokenizer_txt import MIN_ENGINE
-from ..errors import ConversionFailed, InvalidOption, SpecError, shorten
+from ..errors import ConversionFailed, ExtraNotInstalled, InvalidOption, SpecError, shorten
 from ..infra.hashing import xxh3_128_file
 from ..infra.progress import Progress
+from ..infra.versions import missing
 from ..spec.model import ReleaseSpec
 from . import provenance
 from . import recipe as recipes
@@ -143,18 +144,15 @@ def lookahead_plan(request: ConvertRequest, kind: BundleKind) -> Lookahead | Non
 
 def quantized_inputs(info: CheckpointInfo) -> dict[str, int]:
     """Input size of every kind of linear the converter quantizes (the block must divide each)."""
-    shape = info.shape
-    return {
-        "q/k/v_proj and gate/up_proj and lm_head (hidden_size)": shape.hidden_size,
-        "o_proj (num_attention_heads x head_dim)": shape.num_heads * shape.head_dim,
-        "down_proj (intermediate_size)": shape.intermediate_size,
-    }
+    return recipes.quantized_inputs(info.shape)
 
 
-def _quant(request: ConvertRequest, info: CheckpointInfo) -> QuantRecipe:
-    """Flags win over the spec's [convert] values, which win over the defaults (4-bit, block 128, plain asym)."""
+def quant_recipe(request: ConvertRequest, info: CheckpointInfo) -> QuantRecipe:
+    """Flags win over the spec's [convert] values, which win over the checkpoint's defaults (its family's bits, the
+    largest block of 128, 64, 32 dividing its input sizes; plain asym). A refused value is named as it was given:
+    the flag, or the spec's key (then a SpecError)."""
     settings = request.spec.convert if request.spec else None
-    values = {}
+    values, from_spec = {}, set()
     for key, flag in (
         ("quant_bits", request.quant_bits),
         ("quant_block", request.quant_block),
@@ -166,11 +164,12 @@ def _quant(request: ConvertRequest, info: CheckpointInfo) -> QuantRecipe:
         value = flag if flag is not None else (getattr(settings, key) if settings else None)
         if value is not None:
             values[key] = value
-    inputs = quantized_inputs(info)
-    values.setdefault("quant_bits", info.family.default_bits)
-    values.setdefault("quant_block", recipes.default_block(inputs))
-    found = recipes.build(values)
-    recipes.check(found, inputs=inputs)
+            from_spec |= {key} if flag is None else set()
+    origin = recipes.Origin(frozenset(from_spec), str(request.spec.path or "the release spec") if request.spec else "")
+    for key, value in recipes.defaults(info.family.default_bits, info.shape).items():
+        values.setdefault(key, value)
+    found = recipes.build(values, origin=origin)
+    recipes.check(found, inputs=quantized_inputs(info), origin=origin, model=f"this {info.family.title} checkpoint")
     return found
 
 
@@ -188,8 +187,16 @@ def engine_target(request: ConvertRequest) -> EngineTarget:
         raise InvalidOption(shorten(str(exc)), exc.hint) from None
 
 
+def require_converter() -> None:
+    """ExtraNotInstalled, before any work, where this install lacks what converting needs (a base install)."""
+    lacking = missing()
+    if lacking:
+        raise ExtraNotInstalled(f"converting needs {', '.join(lacking)}, which this install of packager lacks")
+
+
 def convert(request: ConvertRequest, progress: Progress = lambda _: None, runner: Runner = run_worker) -> ConvertResult:
     """Inspect, export through the fenced worker, assemble, check, and move the bundle into place."""
+    require_converter()
     kind = bundle_kind(request)
     mode = lookahead_plan(request, kind)
     goal = engine_target(request)
@@ -197,7 +204,7 @@ def convert(request: ConvertRequest, progress: Progress = lambda _: None, runner
     adapter: AdapterInfo | None = inspect_adapter(request.adapter, info) if request.adapter else None
     head_path = eagle_head(request)
     head = inspect_head(head_path, info, request.allow_pickle_head) if head_path is not None else None
-    recipe = _quant(request, info)
+    recipe = quant_recipe(request, info)
     if head is not None and recipe.algorithm != "plain":
         raise InvalidOption(
             f"--eagle takes plain quantization only ({recipe.algorithm} was asked for)",
@@ -255,6 +262,7 @@ def convert_many(
     as `convert` does; one that fails leaves those before it in place."""
     if not requests:
         return []
+    require_converter()
     first = requests[0]
     shared = (first.checkpoint, first.adapter, first.engine, first.spec)
     if any((r.checkpoint, r.adapter, r.engine, r.spec) != shared for r in requests):
@@ -263,7 +271,7 @@ def convert_many(
         raise InvalidOption("several recipes at once make draft bundles only", "convert a target bundle on its own")
     info = inspect_checkpoint(first.checkpoint)
     adapter = inspect_adapter(first.adapter, info) if first.adapter else None
-    chosen = [_quant(r, info) for r in requests]
+    chosen = [quant_recipe(r, info) for r in requests]
     outs = [r.out.absolute() for r in requests]
     if len({c.name for c in chosen}) < len(chosen) or len(set(outs)) < len(outs):
         raise ValueError("convert_many takes distinct recipes and distinct output folders")

@@ -7,10 +7,14 @@ llmexport 0.0.5 offers each of these (--quant_bit, --quant_block, --sym, --hqq, 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
-from ..errors import InvalidOption, shorten
+from ..errors import InvalidOption, SpecError, shorten
+
+if TYPE_CHECKING:
+    from .inspect.checkpoint import ModelShape
 
 Algorithm = Literal["plain", "hqq"]
 ALGORITHMS = ("plain", "hqq")
@@ -54,19 +58,50 @@ class QuantRecipe:
         return {**asdict(self), "lm_bits": self.lm[0], "lm_block": self.lm[1]}
 
 
-def build(values: dict[str, Any], where: str = "") -> QuantRecipe:
+# How a refusal names each recipe value given on the command line; a value from the release spec is named by its
+# key instead ("[convert] quant_block"), and refused as a SpecError.
+FLAGS = {
+    "quant_bits": "--quant-bits",
+    "quant_block": "--quant-block",
+    "symmetric": "--sym",
+    "algorithm": "--algorithm",
+    "lm_bits": "--lm-bits",
+    "lm_block": "--lm-block",
+}
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a recipe's values came from: the keys the release spec (at `spec`) set; the rest are flags or
+    defaults. Names each value in a refusal as the user wrote it, and picks the error (SpecError for the spec's)."""
+
+    spec_keys: frozenset[str] = frozenset()
+    spec: str = "the release spec"
+
+    def name(self, key: str) -> str:
+        return f"[convert] {key}" if key in self.spec_keys else FLAGS[key]
+
+    def refuse(self, key: str, message: str, hint: str) -> InvalidOption | SpecError:
+        if key in self.spec_keys:
+            return SpecError(f"{self.spec}: {self.name(key)} {message}", hint)
+        return InvalidOption(f"{self.name(key)} {message}", hint)
+
+
+def build(values: dict[str, Any], where: str = "", origin: Origin = Origin()) -> QuantRecipe:
     """A recipe from a dict with the spec's key names (quant_bits, quant_block, symmetric, algorithm, lm_bits,
-    lm_block); unknown keys and impossible combinations raise InvalidOption with one line."""
+    lm_block); unknown keys and impossible combinations raise InvalidOption with one line (`where` names a sweep's
+    recipe; else each value is named as `origin` says it was given)."""
     known = {"quant_bits", "quant_block", "symmetric", "algorithm", "lm_bits", "lm_block", "name"}
     extra = sorted(set(values) - known)
     prefix = f"{where}: " if where else ""
     if extra:
         raise InvalidOption(f"{prefix}unknown recipe key {shorten(extra[0])}", f"use {', '.join(sorted(known))}")
     algorithm = values.get("algorithm") or "plain"
+    refuse = _refuser(prefix, origin)
     if algorithm == "awq":
-        raise InvalidOption(f"{prefix}algorithm awq is not offered", AWQ_HINT)
+        raise refuse("algorithm", "awq is not offered", AWQ_HINT)
     if algorithm not in ALGORITHMS:
-        raise InvalidOption(f"{prefix}algorithm {shorten(str(algorithm))} is not known", "use plain or hqq")
+        raise refuse("algorithm", f"{shorten(str(algorithm))} is not known", "use plain or hqq")
     recipe = QuantRecipe(
         bits=values.get("quant_bits") or 4,
         block=128 if values.get("quant_block") is None else values["quant_block"],
@@ -75,29 +110,71 @@ def build(values: dict[str, Any], where: str = "") -> QuantRecipe:
         lm_bits=values.get("lm_bits"),
         lm_block=values.get("lm_block"),
     )
-    check(recipe, prefix)
+    check(recipe, prefix, origin=origin)
     return recipe
 
 
-def check(recipe: QuantRecipe, prefix: str = "", inputs: dict[str, int] | None = None) -> None:
-    """Refuse what llmexport cannot make, or would silently make otherwise than asked."""
-    for flag, bits in (("--quant-bits", recipe.bits), ("--lm-bits", recipe.lm[0])):
+def check(
+    recipe: QuantRecipe,
+    prefix: str = "",
+    inputs: dict[str, int] | None = None,
+    origin: Origin = Origin(),
+    model: str = "this checkpoint",
+) -> None:
+    """Refuse what llmexport cannot make, or would silently make otherwise than asked: each value named as the user
+    gave it (origin), the block's hint from `inputs` (what divides them for `model`, e.g. "this SmolLM2 checkpoint")."""
+    lm_bits_key = "lm_bits" if recipe.lm_bits is not None else "quant_bits"  # the lm_head takes the body's otherwise
+    lm_block_key = "lm_block" if recipe.lm_block is not None else "quant_block"
+    refuse = _refuser(prefix, origin)
+    for key, bits in (("quant_bits", recipe.bits), (lm_bits_key, recipe.lm[0])):
         if bits not in BITS:
-            raise InvalidOption(f"{prefix}{flag} {shorten(str(bits))} is not supported", "use 4 or 8")
-    for flag, block in (("--quant-block", recipe.block), ("--lm-block", recipe.lm[1])):
+            raise refuse(key, f"{shorten(str(bits))} is not supported", "use 4 or 8")
+    for key, block in (("quant_block", recipe.block), (lm_block_key, recipe.lm[1])):
         if not isinstance(block, int) or block < 0:
-            raise InvalidOption(
-                f"{prefix}{flag} {shorten(str(block))} is negative or not a number",
+            raise refuse(
+                key,
+                f"{shorten(str(block))} is negative or not a number",
                 "use 0 (one block per row, llmexport's per-channel) or a positive block size",
             )
+    fits = default_block(inputs or {})
     for name, size in (inputs or {}).items():
-        for flag, block in (("--quant-block", recipe.block), ("--lm-block", recipe.lm[1])):
-            if block and size % block and (flag == "--quant-block" or "lm_head" in name):
+        for key, block in (("quant_block", recipe.block), (lm_block_key, recipe.lm[1])):
+            if block and size % block and (key == "quant_block" or "lm_head" in name):
                 # llmexport would halve the block until it divides: a recipe other than the one asked for.
-                raise InvalidOption(
-                    f"{prefix}{flag} {block} does not divide the input size {size} of {name}",
-                    "use a block size that divides every input size (128 for Qwen3), or 0 for per-channel",
+                said = f"{fits}, the default for {model}" if fits else "none of 128, 64 and 32 does here"
+                raise refuse(
+                    key,
+                    f"{block} does not divide the input size {size} of {name}",
+                    f"use a block size that divides every input size ({said}), or 0 for per-channel"
+                    + (f"; or leave {origin.name(key)} out" if key in origin.spec_keys else ""),
                 )
+
+
+def _refuser(prefix: str, origin: Origin) -> Callable[[str, str, str], InvalidOption | SpecError]:
+    """How a refusal names a value: after `prefix` (a sweep's recipe file and entry) by its flag, else as `origin`
+    says it was given."""
+
+    def refuse(key: str, message: str, hint: str) -> InvalidOption | SpecError:
+        if prefix:
+            return InvalidOption(f"{prefix}{FLAGS[key]} {message}", hint)
+        return origin.refuse(key, message, hint)
+
+    return refuse
+
+
+def quantized_inputs(shape: ModelShape) -> dict[str, int]:
+    """Input size of every kind of linear the converter quantizes (the block must divide each)."""
+    return {
+        "q/k/v_proj and gate/up_proj and lm_head (hidden_size)": shape.hidden_size,
+        "o_proj (num_attention_heads x head_dim)": shape.num_heads * shape.head_dim,
+        "down_proj (intermediate_size)": shape.intermediate_size,
+    }
+
+
+def defaults(default_bits: int, shape: ModelShape) -> Mapping[str, int]:
+    """What a conversion takes when neither flags nor the spec say: the family's bits (`default_bits`) and the
+    largest block every input size of the shape divides (default_block)."""
+    return {"quant_bits": default_bits, "quant_block": default_block(quantized_inputs(shape))}
 
 
 def default_block(inputs: dict[str, int]) -> int:

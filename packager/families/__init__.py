@@ -63,6 +63,15 @@ def refusal(model_type: str, engine: tuple[int, ...] | None = None) -> str | Non
     fixed = LINEAR_ROLLBACK_SINCE
     if model_type in LINEAR_ATTENTION and fixed is not None and engine is not None and tuple(engine) >= fixed:
         return None
+    for family in FAMILIES:
+        if model_type in family.multimodal_types:
+            text = family.model_types[0]
+            return (
+                f"a multimodal {family.title} model (text and images), of which packager converts the text model: "
+                f"save model.language_model with the lm_head as a checkpoint of its own, its config.json the "
+                f"text_config with model_type {text!r} (e.g. transformers' AutoModelForCausalLM from the text "
+                f"config), and convert that"
+            )
     return REFUSED.get(model_type)
 
 
@@ -89,6 +98,7 @@ __all__ = [
     "rope_types",
     "shown",
     "supported",
+    "supported_hint",
 ]
 
 
@@ -157,3 +167,8 @@ def of_bundle(llm_config: Mapping[str, Any], where: str = "llm_config.json") -> 
 def supported() -> str:
     """One line for messages: the families packager converts."""
     return ", ".join(f"{f.title} ({'/'.join(f.model_types)})" for f in FAMILIES)
+
+
+def supported_hint() -> str:
+    """The hint every refusal of a model ends with: the families packager converts, from the registry."""
+    return f"packager converts {supported()} (README: Supported families)"

@@ -158,6 +158,9 @@ class Family:
     # Every config.json key its transformers modeling code reads: carried into the graph, refused unless it is the
     # value the graph assumes, or irrelevant at inference (families.configkeys; the docs' config-key tables).
     config_keys: tuple[ConfigKey, ...] = ()
+    # The model types of the family's multimodal checkpoints (text and images, the text model's config in
+    # text_config): refused, saying to convert their text model.
+    multimodal_types: tuple[str, ...] = ()
 
     def tokenizer_type(self) -> str:
         return self.llmexport_type or self.model_types[0]

@@ -162,6 +162,7 @@ GEMMA3 = Family(
     layer_types=("sliding_attention", "full_attention"),
     beyond_rows=("<image_soft_token>",),
     config_keys=GEMMA3_KEYS,
+    multimodal_types=("gemma3",),  # Gemma 3 4b and up as released: Gemma3ForConditionalGeneration
     tags=("gemma3", "gemma"),
     base_models=("google/gemma-3-270m-it", "google/gemma-3-1b-it"),
     targets=("google/gemma-3-4b-it", "google/gemma-3-12b-it", "google/gemma-3-27b-it"),

@@ -17,3 +17,12 @@ def installed(names: tuple[str, ...] = ENGINES) -> dict[str, str]:
         except metadata.PackageNotFoundError:
             found[name] = NOT_INSTALLED
     return found
+
+
+# The distributions of packager's [convert] extra that convert cannot start without (pyproject.toml).
+CONVERT_EXTRA = ("torch", "transformers", "mnn", "llmexport")
+
+
+def missing(names: tuple[str, ...] = CONVERT_EXTRA) -> tuple[str, ...]:
+    """Which of `names` are not installed."""
+    return tuple(name for name, version in installed(names).items() if version == NOT_INSTALLED)

@@ -450,30 +450,43 @@ def _judge(
     return VerifyReport(bundle=bundle, source=source, **values, failures=failures, notes=tuple(notes))  # type: ignore[arg-type]
 
 
-def prompts_from_file(path: Path) -> tuple[str, ...]:
-    """One prompt per line, or a JSON list / {"prompts": [...]} of non-empty strings."""
+def prompts_from_file(
+    path: Path, named: str = "--prompts", error: type[PackagerError] = InvalidOption
+) -> tuple[str, ...]:
+    """One prompt per line, or a JSON list / {"prompts": [...]} of non-empty strings. `named` says where the path
+    was given ("--prompts", or "<spec>: [verify] prompts") and `error` is what a bad file raises (a missing or
+    unreadable --prompts file is a FileSystemError; one the spec names is the spec's error)."""
     import json
 
-    where = f"--prompts {shorten(str(path), 120)}"
-    data = read_bytes(path, PROMPTS_BYTES, what="--prompts", unreadable=FileSystemError)
+    where = f"{named} {shorten(str(path), 120)}"
+    data = read_bytes(path, PROMPTS_BYTES, what=named, unreadable=FileSystemError if error is InvalidOption else error)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise InvalidOption(f"{where} is not UTF-8 text ({exc.reason} at byte {exc.start})", _PROMPTS_HINT) from None
+        raise error(f"{where} is not UTF-8 text ({exc.reason} at byte {exc.start})", _PROMPTS_HINT) from None
     if text.lstrip().startswith(("[", "{")):
         try:
             data = json.loads(text)
         except (json.JSONDecodeError, RecursionError) as exc:
             reason = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
-            raise InvalidOption(f"{where} is not valid JSON ({reason})", _PROMPTS_HINT) from None
+            raise error(f"{where} is not valid JSON ({reason})", _PROMPTS_HINT) from None
         prompts = data.get("prompts") if isinstance(data, dict) else data
     else:
         prompts = [line for line in text.splitlines() if line.strip()]
     if not isinstance(prompts, list) or not all(isinstance(p, str) and p.strip() for p in prompts):
-        raise InvalidOption(f"{where} must hold a list of non-empty strings", _PROMPTS_HINT)
+        raise error(f"{where} must hold a list of non-empty strings", _PROMPTS_HINT)
     if not prompts:
-        raise InvalidOption(f"{where} holds no prompts", _PROMPTS_HINT)
+        raise error(f"{where} holds no prompts", _PROMPTS_HINT)
     return tuple(prompts)
+
+
+def spec_prompts(spec: Any) -> tuple[str, ...] | None:
+    """The prompts of a release spec's [verify] prompts (None: the built-in workload), refused as the spec's."""
+    if spec is None or spec.verify_prompts is None:
+        return None
+    from ..errors import SpecError
+
+    return prompts_from_file(spec.verify_prompts, f"{spec.path or 'the release spec'}: [verify] prompts", SpecError)
 
 
 _PROMPTS_HINT = 'give one prompt per line, or a JSON list of strings, or {"prompts": [...]}'

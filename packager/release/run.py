@@ -202,9 +202,9 @@ def _prepare(request: ReleaseRequest) -> Prepared:
     _check_source(spec)
     prompts = None
     if spec.verify_prompts is not None and spec.convert.checkpoint is not None:
-        from ..measure.verify import prompts_from_file
+        from ..measure.verify import spec_prompts
 
-        prompts = prompts_from_file(spec.verify_prompts)
+        prompts = spec_prompts(spec)
     built = request.bundle if request.bundle is not None and request.bundle.is_dir() else None  # else: validate says
     if card.pair_report is not None:
         from ..card.render import pairing_from_report

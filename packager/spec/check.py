@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import re
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from ..errors import InputTooLarge, shorten
 from ..infra.userfile import SPEC_BYTES, read_at_most, say_size
@@ -48,6 +49,7 @@ def check_spec(path: Path) -> Checked:
         findings.append(
             Finding(shown, "", "error", f"{problem.dotted}: {problem.message}", line=line, column=1 if line else None)
         )
+    findings += _missing_paths(path, data, lines)
     for (table, old), new in spec.RENAMED_KEYS.items():
         if isinstance(data.get(table), dict) and old in data[table]:
             line = locate(lines, (table, old))
@@ -55,6 +57,39 @@ def check_spec(path: Path) -> Checked:
             findings.append(Finding(shown, "", "warning", said, line=line, column=1 if line else None))
     findings.sort(key=lambda f: f.line or 0)
     return Checked("spec", shown, tuple(findings), (shown,))
+
+
+# The files and folders a spec names, relative to it, that release reads. Inputs too large for git (a checkpoint,
+# an adapter, a head) may be fetched by a CI step before convert runs: missing, they are a warning; the small
+# files the release repository holds are an error.
+FETCHED = (("convert", "checkpoint"), ("convert", "source"), ("convert", "lora"), ("convert", "eagle"))
+HELD = (
+    ("verify", "prompts"),
+    ("convert", "quant_sweep"),
+    ("convert", "lookahead"),
+    ("card", "pair_report"),
+    ("card", "speculate_reports"),
+)
+
+
+def _missing_paths(path: Path, data: dict[str, Any], lines: dict[tuple[Any, ...], int]) -> list[Finding]:
+    """A finding for each local path the spec names that is not there (a URL is no local path)."""
+    found = []
+    for key in (*FETCHED, *HELD):
+        table = data.get(key[0])
+        value = table.get(key[1]) if isinstance(table, dict) else None
+        for at, item in enumerate(value if isinstance(value, list) else [value]):
+            if not isinstance(item, str) or not item or "://" in item or os.path.lexists(path.parent / item):
+                continue
+            where = (*key, at) if isinstance(value, list) else key
+            line = locate(lines, where)
+            dotted = ".".join(str(part) for part in where)
+            said = f"{dotted}: {shorten(item, 120)!r} does not exist (relative to the spec)"
+            if key in FETCHED:
+                said += "; convert and release need it there (a CI step may fetch it first)"
+            severity: Literal["warning", "error"] = "warning" if key in FETCHED else "error"
+            found.append(Finding(str(path), "", severity, said, line=line, column=1 if line else None))
+    return found
 
 
 def _one(shown: str, message: str, line: int | None = None, column: int | None = None) -> Checked:

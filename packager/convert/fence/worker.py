@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ... import DISTRIBUTION
 from ...bundle.engine import NO_C4_FUSION
 from ...infra.lifeline import die_with, exit_now
 from ...infra.versions import installed
@@ -47,7 +48,7 @@ def _prepare_imports() -> None:
     # llmexport 0.0.5 imports its own `utils` package by absolute name; its folder must lead sys.path.
     spec = importlib.util.find_spec("llmexport")
     if spec is None or spec.origin is None:
-        raise RuntimeError("llmexport is not installed (pip install 'packager[convert]')")
+        raise RuntimeError(f"llmexport is not installed (pip install '{DISTRIBUTION}[convert]')")
     sys.path.insert(0, str(Path(spec.origin).parent))
 
 

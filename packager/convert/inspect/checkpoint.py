@@ -27,6 +27,7 @@ from ...families import (
     refusal,
     rope_type,
     shown,
+    supported_hint,
 )
 from ...infra import heap
 from ...infra.jsonfile import read_json
@@ -86,10 +87,10 @@ def inspect_checkpoint(
     config = _config(folder)
     model_type = str(config.get("model_type", ""))
     if not model_type:
-        raise UnsupportedModel(f"{folder}/config.json names no model_type")
+        raise UnsupportedModel(f"{folder}/config.json names no model_type", supported_hint())
     refused = refusal(model_type, engine)
     if refused:  # said first: nothing else of such a checkpoint matters
-        raise UnsupportedModel(f"{folder}/config.json has model_type {shown(model_type)}: {refused}")
+        raise UnsupportedModel(f"{folder}/config.json has model_type {shown(model_type)}: {refused}", supported_hint())
     shape = _shape(folder, config)
     tied = config.get("tie_word_embeddings") is True
     if not tied and not allow_untied:
@@ -104,7 +105,7 @@ def inspect_checkpoint(
         family = of_checkpoint(config, ids_of, f"{folder}/config.json", engine)
         stop_ids = _stop_ids(folder, config, family.stop_ids(ids_of))
     except UnknownFamily as exc:
-        raise UnsupportedModel(str(exc)) from None
+        raise UnsupportedModel(str(exc), supported_hint()) from None
     check_config_keys(family, config, f"{folder}/config.json")
     left_out = beyond_rows(ids_of, shape.vocab_size, family)
     vocab_size = _within_rows(ids_of, left_out, shape.vocab_size)

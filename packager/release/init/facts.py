@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from ...convert import recipe
 from ...convert.inspect.checkpoint import inspect_checkpoint
 from ...convert.inspect.lora import inspect_adapter
 from ...errors import InvalidCheckpointConfig
@@ -30,6 +31,10 @@ class Facts:
     lora_r: int | None = None
     lora_alpha: float | None = None
     base_named_by: str | None = None  # which file named the base model
+    # The recipe convert takes for this checkpoint when the spec says nothing: the family's bits, the largest block
+    # of 128, 64 and 32 that divides its input sizes (SmolLM2-135M: 8-bit, block 64).
+    quant_bits: int = recipe.DEFAULT_BITS
+    quant_block: int = recipe.DEFAULT_BLOCK
 
 
 def gather(checkpoint: Path, adapter: Path | None) -> Facts:
@@ -51,6 +56,7 @@ def gather(checkpoint: Path, adapter: Path | None) -> Facts:
         family=info.family,
         lora_r=lora.rank if lora else None,
         lora_alpha=lora.alpha if lora else None,
+        **recipe.defaults(info.family.default_bits, info.shape),
     )
 
 

@@ -14,7 +14,6 @@ from typing import Any
 
 from ... import DISTRIBUTION, __version__, resources
 from ...card.render import BASE_TAGS, DEVICE_TAGS
-from ...convert.recipe import DEFAULT_BITS, DEFAULT_BLOCK
 from ...errors import InitFileExists, InitTargetRefused, InvalidOption, from_os_error, printable, shorten
 from ...spec import model as spec
 from .facts import Facts, gather
@@ -29,8 +28,8 @@ FILES = {
 }
 # Written only where the folder has none: a repository's own .gitignore is the user's, never replaced.
 OPTIONAL_FILES = {"gitignore.j2": ".gitignore"}
-TODO_REPO = "TODO: namespace/name of the Hub repo, e.g. your-name/Qwen3-0.6B-draft-MNN"
-TODO_BASE = "TODO: the Hub id of the model the draft was trained from, e.g. Qwen/Qwen3-0.6B"
+TODO_REPO = "TODO: namespace/name of the Hub repo, e.g. your-name/{model}-draft-MNN"
+TODO_BASE = "TODO: the Hub id of the model the draft was trained from, e.g. ORG/MODEL"
 TODO_SOURCE = (
     "TODO: where CI installs packager from: mnn-packager[convert] @ git+https://HOST/OWNER/packager@COMMIT "
     "(packager init --packager-source)"
@@ -99,14 +98,98 @@ def _check_folder(folder: Path, inputs: list[Path]) -> None:
 
 
 def _ci_sources(request: InitRequest) -> tuple[str | None, tuple[str | None, str | None]]:
-    """The pip requirement CI installs packager by (None: unknown, a TODO) and the pre-commit hooks' repo and rev."""
-    origin = installed_from()
-    if request.hook_repo and not request.hook_rev:
-        raise InvalidOption("--hook-repo needs --hook-rev", "give the commit (or a tag you made) of that repository")
-    hook = (request.hook_repo or (origin[0] if origin else None), request.hook_rev or (origin[1] if origin else None))
+    """The pip requirement CI installs packager by (None: unknown, a TODO) and the pre-commit hooks' repo and rev.
+    --hook-repo and --hook-rev come together, by the rules of --packager-source (pinned_git); where pip installed
+    packager from serves only when it passes them too (a file:// or localhost install is no source for CI)."""
+    if (request.hook_repo is None) != (request.hook_rev is None):
+        given, needed = (
+            ("--hook-repo", "--hook-rev") if request.hook_repo is not None else ("--hook-rev", "--hook-repo")
+        )
+        raise InvalidOption(f"{given} needs {needed}", _HOOK_HINT)
+    origin = _pinnable(installed_from())
+    if request.hook_repo is not None and request.hook_rev is not None:
+        hook: tuple[str | None, str | None] = pinned_git(
+            request.hook_repo, request.hook_rev, "--hook-repo", "--hook-rev", _HOOK_HINT
+        )
+    else:
+        hook = origin or (None, None)
     if request.packager_source is not None:
         return install_requirement(request.packager_source, Path(os.path.realpath(request.folder))), hook
     return (f"{DISTRIBUTION}[convert] @ git+{origin[0]}@{origin[1]}" if origin else None), hook
+
+
+def _pinnable(origin: tuple[str, str] | None) -> tuple[str, str] | None:
+    """The git URL and commit pip installed packager from, when CI could install from them too."""
+    if origin is None:
+        return None
+    try:
+        return pinned_git(*origin, "the git URL packager was installed from", "its commit", _SOURCE_HINT)
+    except InvalidOption:
+        return None
+
+
+# A git source CI may install from: https, a real host name (or a routable address), an optional port, a path of
+# plain segments. No credentials, query or fragment, no character a shell, YAML or pip would read otherwise.
+_HOST_LABEL = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)$")
+_PATH_SEGMENT = re.compile(r"^[A-Za-z0-9._~+-]+$")
+
+
+def pinned_git(url: str, commit: str, what: str, commit_what: str, hint: str) -> tuple[str, str]:
+    """(url, commit) of a git repository at a full commit id (40 or 64 hex digits, said in lower case): the one
+    rule for --packager-source git+URL@COMMIT and for --hook-repo with --hook-rev. InvalidOption names what (the
+    URL's option) or commit_what (the commit's) is wrong, ending with `hint`."""
+    shown = shorten(url, 120)
+    if any(unicodedata.category(char)[0] in "CZ" for char in url + commit):
+        raise InvalidOption(f"{what} {shown!r} holds spaces or control characters", hint)
+    if not _COMMIT.match(commit.lower()):
+        said = (
+            f"{what} {shown} is not pinned to"
+            if commit_what == what
+            else f"{commit_what} {shorten(commit, 70)!r} is not"
+        )
+        raise InvalidOption(f"{said} a full commit id (40 hex digits; a branch or tag can be moved)", hint)
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme.lower() != "https":
+        raise InvalidOption(f"{what} {shown} is not an https:// URL", hint)
+    authority, slash, path = rest.partition("/")
+    if "@" in authority or any(char in url for char in "#?%$`"):
+        # pip drops what follows '#', CI systems expand $ and ${{ }}, and credentials would be committed
+        raise InvalidOption(f"{what} {shown} holds #, ?, %, $, ` or credentials", hint)
+    problem = _host_problem(authority)
+    if problem is None and (not slash or not all(_path_segment(part) for part in path.split("/"))):
+        problem = "has a path that is not plain /OWNER/NAME segments (letters, digits, . _ ~ + -)"
+    if problem is not None:
+        raise InvalidOption(f"{what} {shown} {problem}", hint)
+    return url, commit.lower()
+
+
+def _path_segment(part: str) -> bool:
+    return bool(_PATH_SEGMENT.match(part)) and part not in (".", "..")
+
+
+def _host_problem(authority: str) -> str | None:
+    """Why HOST[:PORT] is no host CI can reach (None: it is one)."""
+    import ipaddress
+
+    host, colon, port = authority.rpartition(":") if ":" in authority else (authority, "", "")
+    if colon and not (port.isascii() and port.isdigit() and 0 < int(port) < 65536):
+        return f"names port {shorten(port, 20)!r}, not one from 1 to 65535"
+    host = host.lower()
+    if not host:
+        return "names no host"
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        address = None
+    if address is not None:
+        unreachable = address.is_loopback or address.is_unspecified or address.is_link_local or address.is_multicast
+        return "names an address CI cannot reach" if unreachable else None
+    labels = host.removesuffix(".").split(".")
+    if len(labels) < 2 or not all(_HOST_LABEL.match(label) for label in labels) or labels[-1].isdigit():
+        return f"names {shorten(host, 60)!r}, not a host name such as github.com"
+    if labels[-1] == "localhost":
+        return "names this machine (localhost), which CI cannot reach"
+    return None
 
 
 def _context(
@@ -117,19 +200,23 @@ def _context(
         "name": folder.name or str(folder),
         "packager_version": __version__,
         "facts": facts,
-        "repo_id": request.repo_id or TODO_REPO,
+        "repo_id": request.repo_id or _todo_repo(facts),
         "base_model": facts.base_model if facts and facts.base_model else _todo_base(facts),
         "family": facts.family if facts else None,
         "tags": (*BASE_TAGS, *facts.family.tags, *DEVICE_TAGS) if facts else None,
         "base_named_by": facts.base_named_by if facts else None,
         "checkpoint": _relative(request.checkpoint, folder) if request.checkpoint else "TODO: the checkpoint folder",
         "lora": _relative(request.adapter, folder) if request.adapter else None,
-        "quant_bits": DEFAULT_BITS,
-        "quant_block": DEFAULT_BLOCK,
         "hook_repo": hook[0],
         "hook_rev": hook[1],
         "pip_requirement": requirement or TODO_SOURCE,
     }
+
+
+def _todo_repo(facts: Facts | None) -> str:
+    """The repo_id placeholder, its example named after the checkpoint's base model (else its family's first)."""
+    base = None if facts is None else facts.base_model or next(iter(facts.family.base_models), None)
+    return TODO_REPO.format(model=base.rsplit("/", 1)[-1] if base else "MODEL")
 
 
 def _todo_base(facts: Facts | None) -> str:
@@ -146,16 +233,18 @@ def install_requirement(source: str, folder: Path) -> str:
     if any(unicodedata.category(char)[0] in "CZ" for char in source):
         raise InvalidOption(f"--packager-source {shown!r} holds spaces or control characters", _SOURCE_HINT)
     if source.startswith("git+"):
-        url, _, ref = source.rpartition("@")
-        if "://" not in url or not _COMMIT.match(ref):
-            raise InvalidOption(f"--packager-source {shown} is not pinned to a full commit id", _SOURCE_HINT)
-        if any(char in source for char in "#?%$`") or "@" in url.split("://", 1)[1]:
-            # pip drops what follows '#', CI systems expand $ and ${{ }}, and credentials would be committed
-            raise InvalidOption(f"--packager-source {shown} holds #, ?, %, $, ` or credentials", _SOURCE_HINT)
-        return f"{DISTRIBUTION}[convert] @ {source}"
+        url, at, ref = source.removeprefix("git+").rpartition("@")
+        if not at:
+            url, ref = source, ""
+        url, ref = pinned_git(url, ref, "--packager-source", "--packager-source", _SOURCE_HINT)
+        return f"{DISTRIBUTION}[convert] @ git+{url}@{ref}"
     wheel = Path(os.path.realpath(source))
-    if source.endswith(".whl") and any(char in source for char in "$`"):
-        raise InvalidOption(f"--packager-source {shown} holds $ or `, which CI would expand", _SOURCE_HINT)
+    if source.endswith(".whl") and any(char in source for char in "$`\"'\\[]"):
+        raise InvalidOption(
+            f"--packager-source {shown} holds $, `, a quote, a backslash or a bracket, which CI or pip would read "
+            "otherwise",
+            _SOURCE_HINT,
+        )
     if source.endswith(".whl"):
         if not wheel.name.startswith(DISTRIBUTION.replace("-", "_") + "-"):
             raise InvalidOption(f"--packager-source {shown} is not a wheel of {DISTRIBUTION}", _SOURCE_HINT)
@@ -170,6 +259,7 @@ def install_requirement(source: str, folder: Path) -> str:
     raise InvalidOption(f"--packager-source {shown} is neither git+URL@COMMIT nor a .whl file", _SOURCE_HINT)
 
 
+_HOOK_HINT = "give packager's https git URL (--hook-repo) and a full commit id of it (--hook-rev), or neither"
 _SOURCE_HINT = (
     "give packager's git URL pinned to a commit (git+https://HOST/OWNER/packager@<40-hex commit>) or the "
     f"path of a {DISTRIBUTION.replace('-', '_')}-*.whl inside the release folder"
