@@ -6,6 +6,8 @@
 - ``packager-schema FILE``: a JSON Schema of schemas/ as tables of its keys (title, type, description), one
   section per table of the release spec.
 - ``packager-import-layers``: the import-linter contracts of pyproject.toml (the layers of the house).
+- ``packager-config-keys``: each family's config-key table (packager/families/configkeys.py and the family
+  modules): every key transformers' modeling code reads, carried, refused or irrelevant.
 """
 
 from __future__ import annotations
@@ -81,6 +83,26 @@ class ExitCodes(SphinxDirective):
     def _parse(self, lines: list[str]) -> list[nodes.Node]:
         container = nodes.container()
         nested_parse_with_titles(self.state, StringList(lines, source="packager/errors.py"), container)
+        return container.children
+
+
+# --- config keys -----------------------------------------------------------------------------------------------
+
+
+class ConfigKeys(SphinxDirective):
+    """One section per family: its config.json keys, what packager does with each, and why."""
+
+    def run(self) -> list[nodes.Node]:
+        from packager.families import FAMILIES
+
+        lines: list[str] = []
+        for family in FAMILIES:
+            lines += [f"## {family.title}", "", f"model_type {', '.join(f'`{t}`' for t in family.model_types)}.", ""]
+            rows = [[f"`{key.name}`", key.role, literal(key.how)] for key in family.config_keys]
+            lines += table(["key", "packager", "how, or why"], rows)
+        self.env.note_dependency(str(ROOT / "packager" / "families" / "configkeys.py"))
+        container = nodes.container()
+        nested_parse_with_titles(self.state, StringList(lines, source="packager/families"), container)
         return container.children
 
 
@@ -237,6 +259,7 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.add_directive("packager-exit-codes", ExitCodes)
     app.add_directive("packager-schema", Schema)
     app.add_directive("packager-import-layers", ImportLayers)
+    app.add_directive("packager-config-keys", ConfigKeys)
     for event in ("description", "options", "arguments", "epilog"):
         app.connect(f"sphinx-click-process-{event}", plain_help)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}
