@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from packager.convert.pipeline import ConvertRequest, ConvertResult, convert
+from tests import leftovers
 from tests.models import build_eagle_head, build_lora, build_qwen3
 
 # Nothing in the tests may reach a host other than 127.0.0.1 (the same guard is injected into the
@@ -29,10 +30,14 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.pop("HF_TOKEN", None)
 
 
-def pytest_configure() -> None:
+def pytest_configure(config: pytest.Config) -> None:
     """The streaming converter's graph cache: never the user's own during tests. Made here, not at import, so a
-    helper process that imports from tests/ leaves no folder behind."""
+    helper process that imports from tests/ leaves no folder behind. Each test process adopts the orphans of what
+    it starts (tests/leftovers.py); the controller of an xdist run collects what its workers found."""
     os.environ["PACKAGER_CACHE_DIR"] = tempfile.mkdtemp(prefix="packager-test-graph-cache-")
+    if not hasattr(config, "workerinput"):
+        os.environ["PACKAGER_TEST_LEFTOVERS"] = tempfile.mkdtemp(prefix="packager-test-leftovers-")
+    leftovers.become_subreaper()
 
 
 # The slow kinds, marked from what a test uses (its fixtures, or what its module imports), so that no test can
@@ -75,8 +80,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(kind)
 
 
-def pytest_sessionfinish() -> None:
+def pytest_sessionfinish(session: pytest.Session) -> None:
     shutil.rmtree(os.environ["PACKAGER_CACHE_DIR"], ignore_errors=True)  # ~100 MB a session, never reused
+    found = leftovers.kill_leftovers()  # every test and session fixture is done: nothing it started may live on
+    record = Path(os.environ["PACKAGER_TEST_LEFTOVERS"])
+    if found:
+        (record / f"{os.getpid()}.txt").write_text("\n".join(found) + "\n", encoding="utf-8")
+    if hasattr(session.config, "workerinput"):
+        return
+    lines = [line for f in sorted(record.glob("*.txt")) for line in f.read_text(encoding="utf-8").splitlines()]
+    shutil.rmtree(record, ignore_errors=True)
+    if lines:
+        print("\nprocesses the suite started outlived their tests (killed now):", *lines, sep="\n  ", file=sys.stderr)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture(scope="session")

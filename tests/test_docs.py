@@ -286,7 +286,8 @@ def test_the_readme_quick_start_releases_a_bundle_to_a_local_hub_and_pulls_it_ba
             serve = line.split("&")[0]
             line = "\n".join(
                 [
-                    f"coproc HUB {{ {serve} 2>&1; }}",
+                    # exec: $HUB_PID is the server itself, so the trap stops it (it stopped only a shell before)
+                    f"coproc HUB {{ exec {serve} 2>&1; }}",
                     'read -r served <&"${HUB[0]}"; echo "$served"',
                     'cat <&"${HUB[0]}" > hub.log &',
                     "trap 'kill $HUB_PID' EXIT",

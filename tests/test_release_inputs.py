@@ -132,3 +132,53 @@ def test_a_dry_run_of_a_built_bundle_writes_nothing_in_it(
         assert "model.sig" in {r["path"] for r in summary["plan"]}
         assert run_cli("verify-signature", str(ready), "--public-key", str(keys.public)).returncode == 0
     assert hub.stats()["commits_received"] == 0
+
+
+def _passing_verify_report(bundle: Path, path: Path) -> Path:
+    """A passing `verify --json` report of `bundle`'s very files (the figures are the release's to state, not
+    checked here: what matters is that release takes the report instead of verifying again)."""
+    from packager.bundle.kinds import kind_of
+
+    files = {
+        name: xxh3_128_file(bundle / name) for name in kind_of(bundle).app_set(bundle) if (bundle / name).is_file()
+    }
+    figures = {"prompts": 54, "positions": 2143, "decisive_positions": 0, "mean_kl": 0.0001, "top1_decisive": None}
+    figures |= {"min_cosine": 0.99, "mean_cosine": 0.999, "top1_agreement": 0.9, "greedy_agreement": 0.8}
+    path.write_text(json.dumps({"ok": True, "failures": [], "files_xxh3_128": files, **figures}), encoding="utf-8")
+    return path
+
+
+def test_release_reuses_a_verify_report_of_these_very_files_instead_of_verifying_again(
+    hub: LocalHub, ready: Path, tiny_checkpoint: Path, tmp_path: Path
+) -> None:
+    report = _passing_verify_report(ready, tmp_path / "verify.json")
+    spec = _spec(tmp_path, convert=f'checkpoint = "{tiny_checkpoint}"', card=f'verify_report = "{report}"')
+    done = hub.cli("release", str(spec), "--bundle", str(ready), "--dry-run", "--json", "--quiet")
+    assert done.returncode == 0, done.stdout + done.stderr
+    verify = next(s for s in json.loads(done.stdout)["stages"] if s["name"] == "verify")
+    assert verify["detail"].startswith("reused ") and "verify.json" in verify["detail"], verify
+
+
+def test_a_verify_report_of_other_files_is_refused_before_any_work(
+    bundle4: ConvertResult, tiny_checkpoint: Path, tmp_path: Path
+) -> None:
+    bundle = tmp_path / "bundle"
+    shutil.copytree(bundle4.out, bundle)
+    report = _passing_verify_report(bundle, tmp_path / "verify.json")
+    (bundle / "tokenizer.txt").write_bytes((bundle / "tokenizer.txt").read_bytes() + b"\n")
+    spec = _spec(tmp_path, convert=f'checkpoint = "{tiny_checkpoint}"', card=f'verify_report = "{report}"')
+    done = run_cli("release", str(spec), "--bundle", str(bundle), "--dry-run")
+    _one_line(done, 24, "verify.json measured another bundle", "tokenizer.txt")
+    assert "release: validate" not in done.stderr
+
+
+def test_a_stale_model_sig_in_the_bundle_is_refused_before_any_work(
+    ready: Path, keys: Keys, tiny_checkpoint: Path, tmp_path: Path
+) -> None:
+    """Issue 39: release verified for minutes, then failed on a model.sig made before the card changed."""
+    assert run_cli("sign", str(ready), "--key", str(keys.private)).returncode == 0
+    (ready / "README.md").write_text((ready / "README.md").read_text() + "changed after signing\n")
+    spec = _spec(tmp_path, convert=f'checkpoint = "{tiny_checkpoint}"')
+    done = run_cli("release", str(spec), "--bundle", str(ready), "--dry-run")
+    assert done.returncode != 0 and "model.sig" in done.stderr and "no longer matches" in done.stderr, done.stderr
+    assert "release: verify" not in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr

@@ -448,7 +448,7 @@ def card(
     measurements = gather_measurements(
         bundle,
         provenance=provenance,
-        verify_report=verify_report,
+        verify_report=verify_report or spec.need("card").verify_report,
         pair_report=pair_report or spec.need("card").pair_report,
         speculate_reports=speculate_reports or spec.need("card").speculate_reports,
     )

@@ -341,6 +341,12 @@ def release(
     """Convert, validate, write the card and manifest, upload in one commit, verify, tag, then put the repo into
     [release] collection; stop at the first failure.
 
+    Stages, in order: convert (or take --bundle); validate; verify against [convert] checkpoint, or reuse the
+    passing report [card] verify_report names (its digests must be these files'), or say it is not verified; card;
+    checksum; sign (when the spec signs); upload in one commit, check it on the Hub, tag; collection. What can be
+    refused is refused before the first: the spec, the source, the prompts, every report named, a model.sig that no
+    longer matches its files.
+
     Example: packager release release.toml --endpoint http://127.0.0.1:8765
 
     Example: packager release release.toml --dry-run -o dist/release-summary.json

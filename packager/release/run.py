@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..bundle.kinds import CARD
+from ..bundle.kinds import CARD, SIGNATURE
 from ..convert.provenance import provenance_path
-from ..errors import CardError, PackagerError, SpecError
+from ..errors import CardError, PackagerError, SpecError, shorten
 from ..infra.progress import Progress
 from ..spec.model import ReleaseSpec
 from .signing import SigningPlan, sign_stage
@@ -146,7 +146,9 @@ def run(request: ReleaseRequest, progress: Progress = lambda _: None) -> Release
             bundle = built = stages.run("convert", lambda: _convert(request, progress)).bundle
             stages.run("validate", lambda: _validate(bundle))
             parity = None
-            if spec.convert.checkpoint is not None:
+            if spec.need("card").verify_report is not None:
+                parity = stages.run("verify", lambda: _reuse_verify(spec, bundle)).parity
+            elif spec.convert.checkpoint is not None:
                 parity = stages.run("verify", lambda: _verify(spec, bundle, prepared.prompts, progress)).parity
             else:
                 stages.run("verify", lambda: Done(NOT_VERIFIED, (NOT_VERIFIED,)))
@@ -206,10 +208,18 @@ def _prepare(request: ReleaseRequest) -> Prepared:
 
         prompts = spec_prompts(spec)
     built = request.bundle if request.bundle is not None and request.bundle.is_dir() else None  # else: validate says
+    if built is not None and signing is None and (built / SIGNATURE).is_file():
+        from ..trust.signature import check_current
+
+        check_current(built)  # a model.sig already stale fails the upload: said now, not after the verify
     if card.pair_report is not None:
         from ..card.render import pairing_from_report
 
         pairing_from_report(card.pair_report, built)
+    if card.verify_report is not None:  # a report of other files, or a failed one: said before any work
+        from ..card.measurements import parity_from_report
+
+        parity_from_report(card.verify_report, CardError, built)
     for report in card.speculate_reports:
         from ..card.measurements import speculation_from_report
 
@@ -245,7 +255,7 @@ def _dry_run_copy(bundle: Path) -> Iterator[Path]:
 
 def _check_source(spec: ReleaseSpec) -> None:
     """[convert] checkpoint, when set, is a folder (the release converts it, or verifies a --bundle against it)."""
-    from ..errors import CheckpointNotFound, shorten
+    from ..errors import CheckpointNotFound
 
     source = spec.convert.checkpoint
     if source is None or source.is_dir():
@@ -330,6 +340,16 @@ def _card_in_copy(
     copy = workspace.enter_context(_dry_run_copy(users))
     done = _card(spec, copy, parity, signing, provenance_path(users.absolute()))
     return Built(copy, f"{done.detail} in a copy (a dry run writes nothing in --bundle)")
+
+
+def _reuse_verify(spec: ReleaseSpec, bundle: Path) -> Verified:
+    """[card] verify_report instead of verifying again: a passing report of these very files (their digests)."""
+    from ..card.measurements import parity_from_report
+
+    report = spec.need("card").verify_report
+    assert report is not None
+    parity = parity_from_report(report, CardError, bundle)
+    return Verified(parity, f"reused {shorten(str(report), 80)} (a passing verify of these very files)")
 
 
 def _card(

@@ -68,6 +68,7 @@ HELD = (
     ("convert", "quant_sweep"),
     ("convert", "lookahead"),
     ("card", "pair_report"),
+    ("card", "verify_report"),
     ("card", "speculate_reports"),
 )
 

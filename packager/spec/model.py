@@ -123,6 +123,7 @@ class CardText:
     links: tuple[tuple[str, str], ...] = ()  # (name, http(s) URL), in the spec's order
     app: App | None = None
     pair_report: Path | None = None  # a `pair --json` report, relative to the spec
+    verify_report: Path | None = None  # a passing `verify --json` report of the bundle, relative to the spec
     speculate_reports: tuple[Path, ...] = ()  # `speculate --json` reports of the bundle, relative to the spec
 
 
@@ -227,7 +228,9 @@ def _lookahead(base: Path | None, value: bool | str | None) -> bool | Path | Non
 def _card(data: dict[str, Any] | None, path: Path | None) -> CardText | None:
     if data is None:
         return None
-    plain = {k: v for k, v in data.items() if k not in ("links", "app", "pair_report", "speculate_reports")}
+    plain = {
+        k: v for k, v in data.items() if k not in ("links", "app", "pair_report", "verify_report", "speculate_reports")
+    }
     card: CardText = _build(CardText, plain)
     app = _build(App, data.get("app"))
     links = tuple((name, url) for name, url in data.get("links", {}).items())
@@ -235,7 +238,12 @@ def _card(data: dict[str, Any] | None, path: Path | None) -> CardText | None:
         (path.parent / item) if path is not None else Path(item) for item in data.get("speculate_reports", ())
     )
     return replace(
-        card, app=app, links=links, pair_report=_relative(path, data.get("pair_report")), speculate_reports=reports
+        card,
+        app=app,
+        links=links,
+        pair_report=_relative(path, data.get("pair_report")),
+        verify_report=_relative(path, data.get("verify_report")),
+        speculate_reports=reports,
     )
 
 
