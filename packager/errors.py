@@ -332,6 +332,14 @@ class CardError(PackagerError):
     hint = "fix the template or the spec field it names"
 
 
+class ProvenanceUnusable(CardError):
+    """The provenance record the card reads (`--provenance`, or BUNDLE.provenance.json beside the bundle) is not one
+    `packager convert` wrote: unreadable, not UTF-8, not JSON, not an object, a field missing or of another type
+    (exit 24, as a refused report)."""
+
+    hint = "pass the BUNDLE.provenance.json packager convert wrote beside this bundle, or move the file aside"
+
+
 class FamilyLicenseConflict(CardError):
     """The release spec contradicts the bundle's family: a license other than the family's (a Llama bundle carded
     apache-2.0), or another family's base model."""
