@@ -325,3 +325,12 @@ def test_a_malformed_provenance_record_is_one_line_naming_it_and_no_card(
     line = one_error_line(result)
     assert f"provenance record {record}" in line and said in line and "BUNDLE.provenance.json" in line
     assert list((tmp_path / "bundle").iterdir()) == []
+
+
+def test_a_control_character_a_template_writes_is_refused(
+    bundle4: ConvertResult, example: spec_module.ReleaseSpec, tmp_path: Path
+) -> None:
+    template = tmp_path / "card.md.j2"
+    template.write_text("# {{ release.title }}\n\nset the title\x1b]0;PWNED\x07\n")
+    with pytest.raises(CardError, match=r"control character \\x1b \(line 3\); card text is plain text"):
+        render(bundle4.out, example, template=template)

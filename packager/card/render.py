@@ -12,7 +12,7 @@ from .. import resources
 from ..bundle import folder as mnnfolder
 from ..bundle.engine import EngineRequirement, format_version, parse_version
 from ..bundle.kinds import DRAFT, LOOKUP, BundleKind, kind_of
-from ..errors import CardError, ProvenanceUnusable, shorten
+from ..errors import CardError, ProvenanceUnusable, control_character, printable, shorten
 from ..families import Family
 from ..infra.hashing import xxh3_128_file
 from ..infra.jsonfile import read_json
@@ -222,6 +222,13 @@ def _finish(source: str, context: dict[str, Any], meta: dict[str, Any]) -> Card:
         raise CardError(f"the card template needs a value that is missing: {exc.message}") from None
     except jinja2.TemplateError as exc:
         raise CardError(f"the card template is broken: {exc}") from None
+    bad = control_character(text)
+    if bad is not None:  # the spec's text is checked when it is loaded: this came from a template or a report
+        line = text.count("\n", 0, text.index(bad)) + 1
+        raise CardError(
+            f"the card would hold the control character {printable(bad)} (line {line}); card text is plain text",
+            "remove it from the template or the report it comes from",
+        )
     check_front_matter(text, meta)
     return Card(text=text, metadata=meta)
 
