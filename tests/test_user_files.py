@@ -15,6 +15,7 @@ from tests.inprocess import invoke, one_error_line
 # A memory cap far below what an unbounded read of /dev/zero or of a 3 GB sparse file takes, far above what
 # packager needs to refuse it (numpy and OpenBLAS reserve address space at import).
 CAP_KB = 3_000_000
+EXAMPLE_SPEC = Path(__file__).resolve().parents[1] / "examples" / "release.toml"
 
 
 def run_capped(*args: str, cwd: Path | None = None):
@@ -76,18 +77,28 @@ def test_unreadable_and_missing_and_folder_are_the_callers_error(tmp_path: Path)
         read_text(tmp_path / "latin", 10, what="f", unreadable=SpecError)
 
 
-@pytest.mark.parametrize("command", ["check-spec", "release"])
-def test_a_spec_that_is_a_device_is_one_line_and_exit_26(command: str) -> None:
-    result = run_capped(command, "/dev/zero")
+def test_a_spec_that_is_a_device_is_one_line_and_exit_26() -> None:
+    result = run_capped("release", "/dev/zero")
     assert result.returncode == 26, result.stderr
     assert "release spec /dev/zero is over 1 MiB" in one_line(result.stderr)
 
 
-@pytest.mark.parametrize("command", ["check-spec", "release"])
-def test_a_sparse_3_gb_spec_is_one_line_and_exit_26(command: str, sparse: Path) -> None:
-    result = run_capped(command, str(sparse))
+def test_a_sparse_3_gb_spec_is_one_line_and_exit_26(sparse: Path) -> None:
+    result = run_capped("release", str(sparse))
     assert result.returncode == 26, result.stderr
     assert "is over 1 MiB" in one_line(result.stderr)
+
+
+@pytest.mark.parametrize("source", ["/dev/zero", "sparse"])
+def test_check_spec_reports_a_spec_too_large_to_be_one_as_a_finding_and_the_others_too(
+    source: str, sparse: Path
+) -> None:
+    large = "/dev/zero" if source == "/dev/zero" else str(sparse)
+    example = str(EXAMPLE_SPEC)
+    result = invoke("check-spec", large, example)
+    assert result.exit_code == 17 and result.stderr == "", result.stderr
+    assert f"ERROR   {large}: is over 1 MiB: too large for a release spec" in result.stdout
+    assert f"{example}: ok (0 errors, 0 warnings)" in result.stdout
 
 
 @pytest.mark.parametrize("source", ["/dev/zero", "sparse"])
@@ -155,9 +166,6 @@ def _past(limit: int, path: Path) -> Path:
     with path.open("wb") as handle:
         handle.truncate(limit + 1)
     return path
-
-
-EXAMPLE_SPEC = Path(__file__).resolve().parents[1] / "examples" / "release.toml"
 
 
 @pytest.mark.parametrize("source", ["/dev/zero", "sparse"])
