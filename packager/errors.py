@@ -204,14 +204,28 @@ def shorten(value: object, limit: int = MAX_SHOWN) -> str:
 
 
 def printable(value: object) -> str:
-    """Text with every control character and line or paragraph separator escaped (\\n, \\x1b, \\u2028): a name
-    shown on a terminal or written into a one-line comment can neither move the cursor nor start a new line."""
+    """Text with every control character and line or paragraph separator escaped (\\n, \\x1b, \\u2028), and the
+    stand-ins of a path's undecodable bytes shown as the bytes (\\xff): a name shown on a terminal or written into
+    a one-line comment can neither move the cursor nor start a new line, nor fail to encode."""
     import unicodedata
 
+    def escaped(char: str) -> str:
+        if 0xDC80 <= ord(char) <= 0xDCFF:  # surrogateescape's stand-in for the byte ord - 0xDC00
+            return f"\\x{ord(char) - 0xDC00:02x}"
+        return char.encode("unicode_escape", "backslashreplace").decode("ascii")
+
     return "".join(
-        char.encode("unicode_escape").decode("ascii") if unicodedata.category(char) in ("Cc", "Zl", "Zp") else char
-        for char in str(value)
+        escaped(char) if unicodedata.category(char) in ("Cc", "Cs", "Zl", "Zp") else char for char in str(value)
     )
+
+
+def control_character(text: str) -> str | None:
+    """The first character of `text` that plain text of several lines must not hold: a control character other
+    than a tab or a line end (ESC, BEL, NUL: a terminal showing the text would obey them), or a line or paragraph
+    separator; None when there is none."""
+    import unicodedata
+
+    return next((c for c in text if c not in "\t\n\r" and unicodedata.category(c) in ("Cc", "Cs", "Zl", "Zp")), None)
 
 
 def from_os_error(exc: OSError, doing: str = "") -> FileSystemError:
@@ -330,6 +344,14 @@ class CardError(PackagerError):
 
     exit_code = 24
     hint = "fix the template or the spec field it names"
+
+
+class ProvenanceUnusable(CardError):
+    """The provenance record the card reads (`--provenance`, or BUNDLE.provenance.json beside the bundle) is not one
+    `packager convert` wrote: unreadable, not UTF-8, not JSON, not an object, a field missing or of another type
+    (exit 24, as a refused report)."""
+
+    hint = "pass the BUNDLE.provenance.json packager convert wrote beside this bundle, or move the file aside"
 
 
 class FamilyLicenseConflict(CardError):

@@ -15,6 +15,7 @@ from packager.errors import CardError, SpecError
 from packager.spec import model as spec_module
 from packager.validate import validate
 from tests.conftest import run_cli
+from tests.inprocess import invoke, one_error_line
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "release.toml"
 
@@ -301,3 +302,35 @@ def test_a_report_larger_than_any_is_one_line_under_a_memory_cap(
     else:
         carded = run_cli("card", str(bundle4.out), "--spec", str(EXAMPLE), given, report, "-o", "-", prefix=CAPPED)
     _one_line(carded, 26, "report", "64 MiB", "too large")
+
+
+@pytest.mark.parametrize(
+    "content, said",
+    [
+        (b'{"tokenizer": {"format"', "is not valid JSON"),
+        (b"[1, 2, 3]", "is not a JSON object"),
+        (b'{"tokenizer": 5}', "is not a record packager convert wrote"),
+        (b"\xff\xfe", "is not UTF-8 text"),
+    ],
+)
+@pytest.mark.parametrize("given", [True, False], ids=["--provenance", "BUNDLE.provenance.json"])
+def test_a_malformed_provenance_record_is_one_line_naming_it_and_no_card(
+    content: bytes, said: str, given: bool, tmp_path: Path
+) -> None:
+    (tmp_path / "bundle").mkdir()
+    record = tmp_path / "bundle.provenance.json"  # where convert writes it, so the card finds it by default
+    record.write_bytes(content)
+    result = invoke("card", str(tmp_path / "bundle"), "--spec", str(EXAMPLE), *(["--provenance", str(record)] * given))
+    assert result.exit_code == 24, result.stderr
+    line = one_error_line(result)
+    assert f"provenance record {record}" in line and said in line and "BUNDLE.provenance.json" in line
+    assert list((tmp_path / "bundle").iterdir()) == []
+
+
+def test_a_control_character_a_template_writes_is_refused(
+    bundle4: ConvertResult, example: spec_module.ReleaseSpec, tmp_path: Path
+) -> None:
+    template = tmp_path / "card.md.j2"
+    template.write_text("# {{ release.title }}\n\nset the title\x1b]0;PWNED\x07\n")
+    with pytest.raises(CardError, match=r"control character \\x1b \(line 3\); card text is plain text"):
+        render(bundle4.out, example, template=template)

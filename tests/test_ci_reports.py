@@ -15,6 +15,7 @@ from packager.report.findings import Finding
 from packager.report.formats import render
 from packager.report.github import command
 from tests.conftest import run_cli
+from tests.inprocess import invoke, one_error_line
 
 JUNIT_XSD = Path(__file__).parent / "data" / "junit.xsd"
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "release.toml"
@@ -268,3 +269,29 @@ def test_release_refuses_a_spec_with_a_todo_naming_the_field(tmp_path: Path) -> 
     spec.write_text(EXAMPLE.read_text().replace('runs_on = "Android', 'runs_on = "TODO: Android'))
     result = run_cli("release", str(spec), "--bundle", str(tmp_path))
     assert result.returncode == 17 and "card.runs_on: still the placeholder" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [("title", "A draft\\u001b]0;PWNED\\u0007"), ("summary", "one\\u2028two"), ("publisher", "me\\u0000")],
+)
+def test_a_control_character_in_card_text_is_a_check_spec_finding_and_card_refuses_it(
+    tmp_path: Path, field: str, value: str
+) -> None:
+    text = EXAMPLE.read_text()
+    spec = tmp_path / "release.toml"
+    spec.write_text(re.sub(rf'^{field} = "', lambda m: m.group() + value, text, count=1, flags=re.M))
+    checked = invoke("check-spec", str(spec))
+    assert checked.exit_code == 17, checked.stdout
+    assert f"release.{field}: holds the control character \\" in checked.stdout
+    assert "\x1b" not in checked.stdout + checked.stderr and "\x07" not in checked.stdout
+    (tmp_path / "bundle").mkdir()
+    carded = invoke("card", str(tmp_path / "bundle"), "--spec", str(spec))
+    assert carded.exit_code == 17 and f"release.{field}: holds the control character" in one_error_line(carded)
+    assert list((tmp_path / "bundle").iterdir()) == []
+
+
+def test_tabs_and_line_ends_in_card_text_pass_check_spec(tmp_path: Path) -> None:
+    spec = tmp_path / "release.toml"
+    spec.write_text(EXAMPLE.read_text().replace('summary = "', 'summary = "two\\tcolumns\\r\\nand lines\\n', 1))
+    assert invoke("check-spec", str(spec)).exit_code == 0

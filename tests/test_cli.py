@@ -17,6 +17,7 @@ import click
 import pytest
 
 from tests.conftest import run_cli
+from tests.inprocess import invoke, one_error_line
 
 
 def command_tree() -> list[tuple[tuple[str, ...], click.Command]]:
@@ -415,3 +416,54 @@ def test_hub_serve_json_says_where_it_serves_in_one_line(tmp_path: Path, monkeyp
         "root": str(tmp_path / "hub"),
         "removed": 2,
     }
+
+
+# A terminal that prints this sets its window title: what a path or a spec value may hold must reach it escaped.
+OSC = "x\x1b]0;PWNED\x07y"
+OSC_SHOWN = "x\\x1b]0;PWNED\\x07y"
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "release.toml"
+
+
+def assert_escaped(stderr: str) -> None:
+    assert "\x1b" not in stderr and "\x07" not in stderr, stderr
+    assert OSC_SHOWN in stderr, stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("validate", f"no{OSC}"),
+        ("card", f"no{OSC}", "--spec", str(EXAMPLE)),
+        ("convert", f"no{OSC}", "--out", "OUT"),
+        ("pair", "HERE", "HERE", "--costs", f"no{OSC}"),  # click's own usage error
+        (f"no{OSC}",),  # no such command
+    ],
+    ids=["validate", "card", "convert", "click usage error", "command"],
+)
+def test_an_escape_sequence_in_an_argument_reaches_the_terminal_escaped(args: tuple[str, ...], tmp_path: Path) -> None:
+    result = invoke(*(str(tmp_path / "out") if a == "OUT" else str(tmp_path) if a == "HERE" else a for a in args))
+    assert result.exit_code not in (0, 1), result.stderr
+    assert_escaped(result.stderr)
+
+
+def test_init_twice_in_a_folder_named_with_an_escape_sequence_says_so_escaped(tmp_path: Path) -> None:
+    folder = tmp_path / f"repo{OSC}"
+    assert invoke("init", str(folder)).exit_code == 0
+    again = invoke("init", str(folder))
+    assert again.exit_code == 60 and "already has release.toml" in again.stderr
+    assert_escaped(again.stderr)
+
+
+@pytest.mark.parametrize("command", ["convert", "release"])
+def test_an_escape_sequence_in_the_spec_checkpoint_reaches_the_terminal_escaped(command: str, tmp_path: Path) -> None:
+    spec = tmp_path / "release.toml"
+    spec.write_text(EXAMPLE.read_text().replace("[convert]\n", '[convert]\ncheckpoint = "ck\\u001b]0;PWNED\\u0007y"\n'))
+    args = ("--spec", str(spec), "--out", str(tmp_path / "out")) if command == "convert" else (str(spec), "--dry-run")
+    result = invoke(command, *args)
+    assert result.exit_code == 10 and one_error_line(result).endswith(
+        "does not exist; pass the folder that holds config.json and the *.safetensors files"
+        if command == "convert"
+        else "does not exist; set [convert] checkpoint to the checkpoint folder (relative to the spec), or remove it "
+        "to release a --bundle without verifying it"
+    )
+    assert "\x1b" not in result.stdout and f"{tmp_path}/ck\\x1b]0;PWNED\\x07y" in result.stderr

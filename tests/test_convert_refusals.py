@@ -63,6 +63,11 @@ MUTATIONS: dict[str, tuple[Callable[[Path], None], int, str]] = {
         "does not hold a BPE model",
     ),
     "missing tokenizer.json": (lambda f: (f / "tokenizer.json").unlink(), 15, "tokenizer.json"),
+    "generation_config.json a list": (
+        lambda f: _replace(f / "generation_config.json", b"[]"),
+        11,
+        "generation_config.json is not a JSON object",
+    ),
 }
 
 

@@ -16,6 +16,7 @@ import pytest
 from packager.release.init.facts import say_parameters
 from packager.spec import model as spec_module
 from tests.conftest import run_cli
+from tests.inprocess import invoke, one_error_line
 
 WRITTEN = (
     "release.toml",
@@ -441,6 +442,25 @@ def test_a_folder_name_with_line_breaks_adds_no_line_of_code(name: str, tmp_path
         assert yaml.safe_load((folder / name_).read_text()) == yaml.safe_load((tmp_path / "plain" / name_).read_text())
     first = (folder / "Makefile").read_text().splitlines()[0]
     assert first.startswith("# Release targets of ") and ("\\n" in first or "\\u2028" in first)
+
+
+def test_a_folder_name_that_is_not_utf8_is_written_as_its_bytes_escaped(tmp_path: Path) -> None:
+    folder = tmp_path / os.fsdecode(b"draft-\xff")  # b'\xff' as the OS hands it to Python (surrogateescape)
+    result = invoke("init", str(folder))
+    assert result.exit_code == 0, result.stderr + repr(result.exception)
+    assert f"wrote {tmp_path}/draft-\\xff/release.toml" in result.stdout
+    spec = (folder / "release.toml").read_text(encoding="utf-8")
+    assert spec.splitlines()[0].startswith("# Release spec of draft-\\xff, written by packager init")
+    assert tomllib.loads(spec)["release"]
+
+
+def test_a_checkpoint_path_that_is_not_utf8_is_refused_before_anything_is_read_or_written(tmp_path: Path) -> None:
+    checkpoint = tmp_path / os.fsdecode(b"ckpt-\xfe")
+    checkpoint.mkdir()
+    result = invoke("init", str(tmp_path / "repo"), "--checkpoint", str(checkpoint))
+    assert result.exit_code == 19, result.stderr
+    assert "is not UTF-8 text, which release.toml (TOML) cannot hold" in one_error_line(result)
+    assert "ckpt-\\xfe" in result.stderr and not (tmp_path / "repo").exists()
 
 
 def test_local_hooks_run_once_per_commit_and_the_built_bundle_stays_out_of_git(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import stat
 import subprocess
@@ -430,6 +431,30 @@ def test_a_staging_folder_pull_did_not_make_is_refused_untouched_never_written_t
     assert "move it aside" in lines[0]
     assert victim.read_bytes() == b"data\n" and (_tree(staging), _tree(victims)) == before  # left as it was
     assert not (tmp_path / "made-by-pull").exists() and not dest.exists()
+
+
+@pytest.mark.parametrize("name", ["llm.mnn", "llm.mnn.weight.part", "lock"])
+def test_a_staged_file_of_another_user_is_refused_untouched(tmp_path: Path, name: str) -> None:
+    """Its owner could rewrite it between the check and the rename that publishes it: the files' owners are
+    checked, not only the folders'."""
+    from packager.errors import OutputExists
+    from packager.hub.fetch import Staging
+
+    if os.geteuid() != 0:
+        pytest.skip("giving a file to another user needs root")
+    staging = tmp_path / ".z.pull"
+    (staging / "files").mkdir(parents=True, mode=0o700)
+    staged = staging / ("lock" if name == "lock" else f"files/{name}")
+    staged.write_bytes(b"planted\n")
+    os.chown(staged, 4242, 4242)
+    before = _tree(staging)
+    shown = "lock" if name == "lock" else f"files/{name}"
+    with (
+        pytest.raises(OutputExists, match=rf"{re.escape(shown)} belongs to another user \(uid 4242\)"),
+        Staging(tmp_path / "z"),
+    ):
+        pass
+    assert _tree(staging) == before and os.stat(staged).st_uid == 4242 and not (tmp_path / "z").exists()
 
 
 def test_a_staging_folder_a_pull_made_is_private_to_its_user(hub: LocalHub, signed: Path, tmp_path: Path) -> None:

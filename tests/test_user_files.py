@@ -8,12 +8,14 @@ from pathlib import Path
 import pytest
 
 from packager.errors import InputTooLarge, SpecError
-from packager.infra.userfile import SPEC_BYTES, read_bytes, read_text
+from packager.infra.userfile import COSTS_BYTES, REPORT_BYTES, SPEC_BYTES, TEMPLATE_BYTES, read_bytes, read_text
 from tests.conftest import run_cli
+from tests.inprocess import invoke, one_error_line
 
 # A memory cap far below what an unbounded read of /dev/zero or of a 3 GB sparse file takes, far above what
 # packager needs to refuse it (numpy and OpenBLAS reserve address space at import).
 CAP_KB = 3_000_000
+EXAMPLE_SPEC = Path(__file__).resolve().parents[1] / "examples" / "release.toml"
 
 
 def run_capped(*args: str, cwd: Path | None = None):
@@ -75,18 +77,28 @@ def test_unreadable_and_missing_and_folder_are_the_callers_error(tmp_path: Path)
         read_text(tmp_path / "latin", 10, what="f", unreadable=SpecError)
 
 
-@pytest.mark.parametrize("command", ["check-spec", "release"])
-def test_a_spec_that_is_a_device_is_one_line_and_exit_26(command: str) -> None:
-    result = run_capped(command, "/dev/zero")
+def test_a_spec_that_is_a_device_is_one_line_and_exit_26() -> None:
+    result = run_capped("release", "/dev/zero")
     assert result.returncode == 26, result.stderr
     assert "release spec /dev/zero is over 1 MiB" in one_line(result.stderr)
 
 
-@pytest.mark.parametrize("command", ["check-spec", "release"])
-def test_a_sparse_3_gb_spec_is_one_line_and_exit_26(command: str, sparse: Path) -> None:
-    result = run_capped(command, str(sparse))
+def test_a_sparse_3_gb_spec_is_one_line_and_exit_26(sparse: Path) -> None:
+    result = run_capped("release", str(sparse))
     assert result.returncode == 26, result.stderr
     assert "is over 1 MiB" in one_line(result.stderr)
+
+
+@pytest.mark.parametrize("source", ["/dev/zero", "sparse"])
+def test_check_spec_reports_a_spec_too_large_to_be_one_as_a_finding_and_the_others_too(
+    source: str, sparse: Path
+) -> None:
+    large = "/dev/zero" if source == "/dev/zero" else str(sparse)
+    example = str(EXAMPLE_SPEC)
+    result = invoke("check-spec", large, example)
+    assert result.exit_code == 17 and result.stderr == "", result.stderr
+    assert f"ERROR   {large}: is over 1 MiB: too large for a release spec" in result.stdout
+    assert f"{example}: ok (0 errors, 0 warnings)" in result.stdout
 
 
 @pytest.mark.parametrize("source", ["/dev/zero", "sparse"])
@@ -147,3 +159,36 @@ def test_a_manifest_that_is_sparse_or_a_device_is_one_line(folder: Path, sparse:
     (folder / "checksums.xxh128").symlink_to("/dev/zero")
     result = run_capped("checksum", "--check", str(folder))
     assert result.returncode == 23 and "is not a regular file" in one_line(result.stderr), result.stderr
+
+
+def _past(limit: int, path: Path) -> Path:
+    """A sparse file one byte over `limit`: it holds no disk, and a read that does not stop reads it all."""
+    with path.open("wb") as handle:
+        handle.truncate(limit + 1)
+    return path
+
+
+@pytest.mark.parametrize("source", ["/dev/zero", "sparse"])
+def test_card_provenance_is_read_to_its_limit_and_a_device_is_refused_not_skipped(
+    source: str, folder: Path, tmp_path: Path
+) -> None:
+    record = "/dev/zero" if source == "/dev/zero" else str(_past(REPORT_BYTES, tmp_path / "record.json"))
+    result = invoke("card", str(folder), "--spec", str(EXAMPLE_SPEC), "--provenance", record)
+    assert result.exit_code == 26, result.stderr
+    assert f"provenance record {record} is over 64 MiB" in one_error_line(result)
+    assert list(folder.iterdir()) == []
+
+
+def test_card_template_is_read_to_its_limit(folder: Path, tmp_path: Path) -> None:
+    template = _past(TEMPLATE_BYTES, tmp_path / "card.md.j2")
+    result = invoke("card", str(folder), "--spec", str(EXAMPLE_SPEC), "--template", str(template))
+    assert result.exit_code == 26, result.stderr
+    assert f"card template {template} is over 1 MiB" in one_error_line(result)
+    assert list(folder.iterdir()) == []
+
+
+def test_pair_costs_are_read_to_their_limit_before_anything_loads(folder: Path, tmp_path: Path) -> None:
+    costs = _past(COSTS_BYTES, tmp_path / "costs.json")
+    result = invoke("pair", str(folder), str(folder), "--costs", str(costs))
+    assert result.exit_code == 26, result.stderr
+    assert f"--costs file {costs} is over 1 MiB" in one_error_line(result)

@@ -18,6 +18,7 @@ from packager.bundle.checksum import write_manifest
 from packager.convert.pipeline import ConvertResult
 from packager.validate import validate
 from tests.conftest import run_cli
+from tests.inprocess import invoke, one_error_line
 
 CORPUS = Path(__file__).parent / "broken_bundles"
 CASES = sorted(p.stem for p in CORPUS.glob("*.json"))
@@ -226,7 +227,6 @@ def _loop(tmp_path: Path) -> Path:
     [
         (lambda tmp: tmp / "plain.txt" / "bundle", "Not a directory"),
         (lambda tmp: tmp / ("n" * 300), "File name too long"),
-        (_loop, "Too many levels of symbolic links"),
     ],
 )
 def test_unreadable_bundle_path_is_one_line_with_the_os_reason(tmp_path: Path, make: Any, reason: str) -> None:
@@ -235,6 +235,34 @@ def test_unreadable_bundle_path_is_one_line_with_the_os_reason(tmp_path: Path, m
     assert result.returncode == 25, (result.returncode, result.stderr[-2000:])
     assert result.stderr.count("\n") == 1 and result.stderr.startswith("packager: error: cannot read the bundle")
     assert reason in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("args", [(), ("--json",)])
+def test_a_bundle_folder_that_is_a_loop_of_links_is_a_bundle_error_not_a_file_system_one(
+    tmp_path: Path, args: tuple[str, ...]
+) -> None:
+    result = invoke("validate", str(_loop(tmp_path)), *args)
+    assert result.exit_code == 22, result.stderr
+    line = one_error_line(result)
+    assert f"bundle folder {tmp_path / 'a'} is a loop of symbolic links" in line and "free space" not in line
+
+
+@pytest.mark.parametrize("args", [(), ("--json",), ("--from-files",)])
+def test_a_bundle_file_linked_to_itself_is_a_finding(tmp_path: Path, args: tuple[str, ...]) -> None:
+    bundle = tmp_path / "b"
+    bundle.mkdir()
+    (bundle / "config.json").write_text("{}")
+    (bundle / "tokenizer.txt").symlink_to("tokenizer.txt")
+    named = bundle / "tokenizer.txt" if "--from-files" in args else bundle
+    result = invoke("validate", str(named), *args)
+    assert result.exit_code == 30 and result.stderr == "", result.stderr
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    if "--json" in args:
+        found = [f for f in json.loads(result.stdout)["findings"] if f["file"] == "tokenizer.txt"]
+        assert "a loop of links" in found[0]["message"]
+    else:
+        assert "tokenizer.txt: is a symbolic link to 'tokenizer.txt', a loop of links" in result.stdout
+        assert "'tokenizer.txt' cannot name a file in the bundle (a loop of symbolic links)" in result.stdout
 
 
 def test_empty_folder_is_reported_once(tmp_path: Path) -> None:

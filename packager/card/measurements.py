@@ -4,7 +4,6 @@ range before they reach the card's text or its Hub evaluation results."""
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -64,15 +63,11 @@ def check_pairing(found: dict[str, Any]) -> None:
 def read_report(path: Path, what: str, error: type[Any]) -> Any:
     """A report's JSON, read through userfile: never more than REPORT_BYTES, whatever the file claims to be
     (/dev/zero, a FIFO's writer, a sparse file), else one line (InputTooLarge, exit 26)."""
-    from ..infra.userfile import REPORT_BYTES, read_text
+    from ..errors import InputTooLarge
+    from ..infra.jsonfile import read_json
+    from ..infra.userfile import REPORT_BYTES
 
-    text = read_text(path, REPORT_BYTES, what=what, unreadable=error)
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise error(f"{what} {path} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
-    except RecursionError:
-        raise error(f"{what} {path} is nested too deeply to be a report packager wrote") from None
+    return read_json(path, error, REPORT_BYTES, what, too_large=InputTooLarge)
 
 
 def measured_files(report: dict[str, Any], key: str, path: Path, command: str, error: type[Any]) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,7 +12,7 @@ from .. import resources
 from ..bundle import folder as mnnfolder
 from ..bundle.engine import EngineRequirement, format_version, parse_version
 from ..bundle.kinds import DRAFT, LOOKUP, BundleKind, kind_of
-from ..errors import CardError
+from ..errors import CardError, ProvenanceUnusable, control_character, printable, shorten
 from ..families import Family
 from ..infra.hashing import xxh3_128_file
 from ..infra.jsonfile import read_json
@@ -136,8 +137,9 @@ def render(
     """Render the card; a missing fact fails with its name (StrictUndefined), never a placeholder."""
 
     kind = kind_of(bundle)
+    source = _template_source(template, DEFAULT_TEMPLATE if kind is DRAFT else TARGET_TEMPLATE)  # read first
     if kind is not DRAFT:
-        return _render_target(bundle, spec, kind, template, measurements or {})
+        return _render_target(bundle, spec, kind, source, measurements or {})
     family, license = family_facts(bundle, spec, kind)
     files = _files(bundle, license=license)
     llm_config = _json(bundle, "llm_config.json")
@@ -160,7 +162,6 @@ def render(
     )
     if index is not None:
         meta["model-index"] = index
-    source = template.read_text(encoding="utf-8") if template else resources.template(DEFAULT_TEMPLATE)
     context = {
         "spec": spec,
         "release": spec.need("release"),
@@ -196,6 +197,16 @@ def render(
     return _finish(source, context, meta)
 
 
+def _template_source(template: Path | None, default: str) -> str:
+    """The user's --template (UTF-8, at most TEMPLATE_BYTES: a device or a sparse file is read no further), else
+    packager's own."""
+    from ..infra.userfile import TEMPLATE_BYTES, read_text
+
+    if template is None:
+        return resources.template(default)
+    return read_text(template, TEMPLATE_BYTES, what="card template", unreadable=CardError)
+
+
 def _finish(source: str, context: dict[str, Any], meta: dict[str, Any]) -> Card:
     """Render `source` strictly (a missing fact fails with its name) and check its front matter."""
     import jinja2
@@ -211,12 +222,19 @@ def _finish(source: str, context: dict[str, Any], meta: dict[str, Any]) -> Card:
         raise CardError(f"the card template needs a value that is missing: {exc.message}") from None
     except jinja2.TemplateError as exc:
         raise CardError(f"the card template is broken: {exc}") from None
+    bad = control_character(text)
+    if bad is not None:  # the spec's text is checked when it is loaded: this came from a template or a report
+        line = text.count("\n", 0, text.index(bad)) + 1
+        raise CardError(
+            f"the card would hold the control character {printable(bad)} (line {line}); card text is plain text",
+            "remove it from the template or the report it comes from",
+        )
     check_front_matter(text, meta)
     return Card(text=text, metadata=meta)
 
 
 def _render_target(
-    bundle: Path, spec: ReleaseSpec, kind: BundleKind, template: Path | None, measurements: dict[str, Any]
+    bundle: Path, spec: ReleaseSpec, kind: BundleKind, source: str, measurements: dict[str, Any]
 ) -> Card:
     """The card of a target or target+eagle bundle: what MNN runs, the head's facts, MNN's own speed-up."""
     from ..bundle.engine import combine, graph_requirement
@@ -234,7 +252,6 @@ def _render_target(
     meta = metadata(spec, bits, family, license)
     meta["tags"] = [t for t in meta["tags"] if t != "draft-model"] + (["eagle3"] if mode == "eagle" else [])
     meta["tags"] += ["lookahead"] if mode == "lookahead" else []
-    source = template.read_text(encoding="utf-8") if template else resources.template(TARGET_TEMPLATE)
     context = {
         "release": spec.need("release"),
         "model": spec.need("model"),
@@ -306,6 +323,23 @@ def _recipe_name(recipe: dict[str, Any]) -> str:
     ).name
 
 
+def provenance_measurements(path: Path) -> dict[str, Any]:
+    """What the card may state from the provenance record at `path`; a file that is no record packager convert
+    wrote (not JSON, not an object, a field missing or of another type) is one ProvenanceUnusable naming it."""
+    from ..convert import provenance
+
+    record = provenance.read(path)
+    try:
+        return measurements_from_provenance(record)
+    except KeyError as exc:
+        detail = f"no {shorten(str(exc), 60)}"
+    except (TypeError, AttributeError, IndexError):
+        detail = "a field holds a value of another type"
+    raise ProvenanceUnusable(
+        f"provenance record {shorten(str(path), 120)} is not a record packager convert wrote ({detail})"
+    )
+
+
 def measurements_from_provenance(record: dict[str, Any]) -> dict[str, Any]:
     """What the card may state from a conversion's provenance: tokenizer agreement and tool versions."""
     tokenizer = record["tokenizer"]
@@ -348,14 +382,14 @@ def gather_measurements(
     verify_report: Path | None = None,
     speculate_reports: tuple[Path, ...] = (),
 ) -> dict[str, Any] | None:
-    """Every measurement the card may state: the conversion's provenance (default BUNDLE.provenance.json
-    beside the bundle, when present), a verify result (or a `verify --json` report), a pair report and
-    `speculate --json` reports of this bundle. None when there is none."""
-    from ..convert import provenance as provenance_module
+    """Every measurement the card may state: the conversion's provenance (default BUNDLE.provenance.json beside
+    the bundle, when present; `provenance`, when given, must be one), a verify result (or a `verify --json`
+    report), a pair report and `speculate --json` reports of this bundle. None when there is none."""
     from ..convert.provenance import provenance_path
 
+    # Named, it is read whatever it is (a device is refused, never skipped); the default only where it exists.
     record = provenance or provenance_path(bundle.absolute())
-    found = measurements_from_provenance(provenance_module.read(record)) if record.is_file() else {}
+    found = provenance_measurements(record) if provenance or os.path.exists(record) else {}
     if verify_report is not None:
         parity = parity_from_report(verify_report, CardError, bundle)
     if parity:

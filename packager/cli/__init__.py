@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from .. import __version__
-from ..errors import InputTooLarge, PackagerError, from_os_error
+from ..errors import InputTooLarge, PackagerError, from_os_error, printable
 from .cloupload import load as _load_cloup
 from .progress import StderrProgress as StderrProgress  # the commands' progress callback (re-exported)
 
@@ -170,8 +170,10 @@ class _Listed(click.Command):
 class PackagerGroup(cloup.Group):
     """Maps PackagerError to its one line and exit code, Ctrl-C to 130 and SIGTERM to 143; tracebacks only
     with --debug. An OS error or an absurdly deep input that escaped the library still ends in one line (and,
-    for a command asked for --json, a JSON error object on stdout). With `stages`, --help lists the
-    subcommands by stage (a command in no stage still shows, under "Other commands")."""
+    for a command asked for --json, a JSON error object on stdout). Every error line is escaped
+    (errors.printable; click quotes a usage error's value with repr): a path or a value holding ESC, BEL or a
+    newline reaches the terminal as \\x1b, \\x07, \\n. With `stages`, --help lists the subcommands by stage (a
+    command in no stage still shows, under "Other commands")."""
 
     command_class = PackagerCommand
     group_class = type  # subgroups (hub, cache, engines) are PackagerGroups too
@@ -234,7 +236,7 @@ def _fail(ctx: click.Context, exc: PackagerError) -> None:
         traceback.print_exc()
         if exc.details:
             click.echo(exc.details, err=True)
-    click.echo(f"packager: error: {exc.one_line()}", err=True)
+    click.echo(f"packager: error: {printable(exc.one_line())}", err=True)
     if ctx.meta.get(_JSON_OUT):  # a script reading stdout learns what failed without parsing stderr
         _print_json_error(exc.exit_code, type(exc).__name__, exc.message, exc.hint)
     ctx.exit(exc.exit_code)
@@ -244,10 +246,15 @@ def _print_json_error(code: int, kind: str, message: str, hint: str) -> None:
     error = {
         "exit_code": code,
         "error": kind,
-        "message": " ".join(message.split()),
-        "hint": " ".join(hint.split()) or None,
+        "message": printable(" ".join(message.split())),  # as on stderr: a path's undecodable bytes as \\xff
+        "hint": printable(" ".join(hint.split())) or None,
     }
     click.echo(json.dumps({"ok": False, "error": error}, indent=2, ensure_ascii=False))
+
+
+def warn(text: str) -> None:
+    """One warning line on stderr, escaped as error lines are (a path or a spec value cannot drive the terminal)."""
+    click.echo(f"packager: warning: {printable(text)}", err=True)
 
 
 def _debug(ctx: click.Context) -> bool:

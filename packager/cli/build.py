@@ -8,9 +8,9 @@ from typing import Any
 import click
 
 from ..convert.recipe import DEFAULT_BITS, DEFAULT_BLOCK
-from ..errors import CHECKSUM_MISMATCH, VALIDATION_FAILED
+from ..errors import CHECKSUM_MISMATCH, VALIDATION_FAILED, printable
 from ..families import FAMILIES
-from . import StderrProgress, _emit, _path, chosen_format, cli, emit_report, format_option
+from . import StderrProgress, _emit, _path, chosen_format, cli, emit_report, format_option, warn
 from .options import (
     checkpoint_argument,
     json_option,
@@ -244,7 +244,7 @@ def convert(
     if result.lookahead is not None:
         summary["lookahead"] = result.lookahead.record()
     for warning in result.warnings:
-        click.echo(f"packager: warning: {warning}", err=True)
+        warn(warning)
     _emit(summary, as_json, _convert_text)
 
 
@@ -462,4 +462,4 @@ def card(
     written = {"ok": True, "card": str(target), "warnings": [missing_license] if missing_license else []}
     _emit(written, as_json, lambda d: f"wrote {d['card']}")
     if missing_license:
-        click.echo(f"warning: {missing_license}", err=True)
+        click.echo(f"warning: {printable(missing_license)}", err=True)

@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 
+from ..errors import printable
 from ..infra.progress import Step
 
 TICK = 0.5  # seconds between redraws of a stage's elapsed time while the stage reports nothing
@@ -44,12 +45,12 @@ class StderrProgress:
     def __call__(self, stage: str) -> None:
         if self.quiet:
             return
-        if not self.bars:
-            click.echo(f"packager: [{time.monotonic() - self.start:6.1f}s] {stage}", err=True)
+        if not self.bars:  # escaped like the error lines: a stage may name a path
+            click.echo(f"packager: [{time.monotonic() - self.start:6.1f}s] {printable(stage)}", err=True)
             return
         with self._lock:
             if not isinstance(stage, Step):
-                self._open(stage.strip(), None)
+                self._open(printable(stage.strip()), None)
                 return
             if self._bar is None or self._label != stage.label or self._bar.total != stage.total:
                 self._open(stage.label, stage.total)

@@ -12,7 +12,7 @@ from typing import Any, Literal
 import click
 
 from ..errors import CHECKSUM_MISMATCH, InvalidOption
-from . import StderrProgress, _emit, _path, cli
+from . import StderrProgress, _emit, _path, cli, warn
 from .options import endpoint_option, json_option, load_spec, option, output_option, quiet_option, spec_argument
 from .trustopts import _trust, trust_options
 
@@ -385,7 +385,7 @@ def release(
         _write_summary(summary_path, data)
     for stage in result.stages:
         for warning in stage.warnings:
-            click.echo(f"packager: warning: {warning}", err=True)
+            warn(warning)
     click.echo(json.dumps(data, indent=2) if as_json else as_text(data))
     if result.error is not None:
         ctx.exit(result.error.exit_code)

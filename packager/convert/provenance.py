@@ -10,6 +10,7 @@ from typing import Any
 from .. import __version__
 from ..bundle.engine import DEFAULT_TARGET, EngineRequirement, EngineTarget
 from ..bundle.staging import write_atomic
+from ..errors import InputTooLarge, PackagerError, ProvenanceUnusable, shorten
 from ..infra.hashing import xxh3_128_file
 from ..spec.model import ReleaseSpec
 from .inspect.checkpoint import (
@@ -159,8 +160,17 @@ def write(path: Path, record: dict[str, Any]) -> None:
     write_atomic(path, (json.dumps(record, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
 
 
-def read(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text(encoding="utf-8"))
+def read(path: Path, error: type[PackagerError] = ProvenanceUnusable) -> dict[str, Any]:
+    """A provenance record: a JSON object of at most REPORT_BYTES (a device or a sparse file is read no further:
+    InputTooLarge); `error` names the file and what else is wrong with it."""
+    from ..infra.jsonfile import read_json
+    from ..infra.userfile import REPORT_BYTES
+
+    what = "provenance record"
+    record = read_json(path, error, REPORT_BYTES, what, too_large=InputTooLarge)
+    if not isinstance(record, dict):
+        raise error(f"{what} {shorten(str(path), 120)} is not a JSON object")
+    return record
 
 
 def provenance_path(out: Path) -> Path:

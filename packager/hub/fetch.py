@@ -6,8 +6,8 @@ The staging folder is written only through file descriptors: the folder itself, 
 are opened relative to their parent's descriptor without following a link (O_NOFOLLOW), so a link put in their
 place, before or during a run, is never written through. A staging folder packager did not make (another user's,
 a link, a file, one holding anything but `lock`, `files` and `out`), or one whose entries are not what a pull
-leaves (a link, a FIFO or a folder where a file belongs, a file with a second hard link), is refused and left as
-it is; the folders a pull uses are made readable and writable by their owner only.
+leaves (a link, a FIFO or a folder where a file belongs, a file with a second hard link, another user's file), is
+refused and left as it is; the folders a pull uses are made readable and writable by their owner only.
 """
 
 from __future__ import annotations
@@ -161,6 +161,8 @@ class Staging:
     def _check_entry(self, shown: str, info: os.stat_result, folder: bool) -> None:
         if folder != stat.S_ISDIR(info.st_mode) or not (folder or stat.S_ISREG(info.st_mode)):
             self._refuse(f"{shown} is {_kind(info.st_mode)}")
+        if info.st_uid != os.geteuid():  # its owner can change it between the check and the publishing rename
+            self._refuse(f"{shown} belongs to another user (uid {info.st_uid})")
         if not folder and info.st_nlink != 1:
             self._refuse(f"{shown} has {info.st_nlink} hard links (it shares its data with another file)")
 

@@ -20,6 +20,8 @@ PASSPHRASE_BYTES = 64 * KIB  # the first line of --passphrase-file
 PROMPTS_BYTES = 16 * MIB  # --prompts: the built-in workloads are a few KB
 REPORT_BYTES = 64 * MIB  # a pair, verify or speculate report (--json) given to card or release
 JSON_BYTES = 256 * MIB  # any other JSON packager reads (tokenizer.json is about 11 MB)
+TEMPLATE_BYTES = 1 * MIB  # a card template (card --template): packager's own are under 20 KB
+COSTS_BYTES = 1 * MIB  # pair --costs: a few figures, a few hundred bytes
 LICENSE_BYTES = 1 * MIB  # a checkpoint's LICENSE the release ships (Llama 3.2's is 8 KB, Apache-2.0's 11 KB)
 
 _CHUNK = 1 * MIB

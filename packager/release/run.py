@@ -338,7 +338,8 @@ def _card_in_copy(
     spec: ReleaseSpec, users: Path, workspace: ExitStack, parity: dict[str, Any] | None, signing: SigningPlan | None
 ) -> Built:
     copy = workspace.enter_context(_dry_run_copy(users))
-    done = _card(spec, copy, parity, signing, provenance_path(users.absolute()))
+    record = provenance_path(users.absolute())  # the copy has another name: the record beside --bundle, if any
+    done = _card(spec, copy, parity, signing, record if os.path.exists(record) else None)
     return Built(copy, f"{done.detail} in a copy (a dry run writes nothing in --bundle)")
 
 

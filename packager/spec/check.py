@@ -8,7 +8,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from ..errors import InputTooLarge, shorten
+from ..errors import shorten
 from ..infra.userfile import SPEC_BYTES, read_at_most, say_size
 from ..report import Checked
 from ..report.findings import Finding
@@ -20,20 +20,18 @@ _KEY = re.compile(r"""^\s*((?:[A-Za-z0-9_-]+|"[^"]*"|'[^']*')(?:\s*\.\s*(?:[A-Za
 
 
 def check_spec(path: Path) -> Checked:
-    """One spec's findings; a spec that cannot be read or parsed is one finding, one too large to be a spec
-    (/dev/zero) an InputTooLarge."""
+    """One spec's findings; a spec that cannot be read or parsed, or is too large to be a spec (/dev/zero, read
+    no further than SPEC_BYTES), is one finding: the other specs checked with it are still reported."""
     shown = str(path)
     try:
         raw = read_at_most(path, SPEC_BYTES)
+        if len(raw) > SPEC_BYTES:  # no spec at all (a device, a stray large file), whatever its bytes
+            return _one(shown, f"is over {say_size(SPEC_BYTES)}: too large for a release spec")
         text = raw.decode("utf-8")
     except FileNotFoundError:
         return _one(shown, "does not exist")
     except (OSError, UnicodeDecodeError) as exc:
         return _one(shown, f"cannot be read ({shorten(str(exc))})")
-    if len(raw) > SPEC_BYTES:  # no spec at all (a device, a stray large file): an input error, not a finding
-        raise InputTooLarge(
-            f"release spec {shorten(shown, 120)} is over {say_size(SPEC_BYTES)}: too large for a release spec"
-        )
     try:
         data = spec.parse(text)
     except tomllib.TOMLDecodeError as exc:

@@ -4,11 +4,12 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .. import resources
-from ..errors import shorten
+from ..errors import control_character, printable, shorten
 
 TODO = "TODO"  # `packager init` writes what only a person knows as "TODO: ..."; the schema refuses it
 
@@ -33,7 +34,33 @@ def problems(data: dict[str, Any]) -> list[SpecProblem]:
     found = [p for p in found if p.placeholder or p.path not in todo]
     if not any(p.path[:1] == ("training",) for p in found):  # the figure rules need well-typed figures
         found += _training_problems(data.get("training"))
-    return found + _link_problems(data.get("card"), found) + _renamed_twice(data)
+    return found + _link_problems(data.get("card"), found) + _renamed_twice(data) + control_characters(data, found)
+
+
+# The tables whose text reaches the card (README.md) or the bundle's runtime_config.json; [convert] and [verify]
+# hold paths and figures, which reach only the terminal (escaped there, see errors.printable).
+CARD_TABLES = ("release", "model", "training", "pairing", "benchmarks", "credits", "card", "runtime")
+
+
+def control_characters(data: dict[str, Any], found: Sequence[SpecProblem] = ()) -> list[SpecProblem]:
+    """Text of the card's tables holding a character plain text must not (errors.control_character: ESC, BEL, a
+    line separator); a field already refused in `found` is said once."""
+    refused = {p.path for p in found}
+    problems: list[SpecProblem] = []
+
+    def walk(node: Any, path: tuple[str | int, ...]) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                walk(value, (*path, key))
+        elif isinstance(node, list):
+            for index, value in enumerate(node):
+                walk(value, (*path, index))
+        elif isinstance(node, str) and path not in refused and (bad := control_character(node)) is not None:
+            problems.append(SpecProblem(path, f"holds the control character {printable(bad)}: card text is plain text"))
+
+    for table in CARD_TABLES:
+        walk(data.get(table), (table,))
+    return problems
 
 
 def _renamed_twice(data: dict[str, Any]) -> list[SpecProblem]:

@@ -99,6 +99,8 @@ def _path_problem(bundle: Path, relative: str) -> str | None:
         if not target.is_relative_to(bundle.resolve()):
             return "leaves the bundle folder"
         return None if target.is_file() else "does not exist in the bundle"
+    except RuntimeError:  # Python 3.11's pathlib on a loop of links
+        return "cannot name a file in the bundle (a loop of symbolic links)"
     except (OSError, ValueError) as exc:  # a name too long, a loop of links, a NUL byte
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         return f"cannot name a file in the bundle ({reason})"

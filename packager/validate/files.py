@@ -3,6 +3,7 @@ the signature)."""
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
@@ -31,6 +32,10 @@ def open_folder(bundle: Path) -> dict[str, os.DirEntry[str]]:
     except FileNotFoundError:
         raise BundleError(f"bundle folder {shown} does not exist", "pass the folder packager convert wrote") from None
     except OSError as exc:
+        if exc.errno == errno.ELOOP:  # the bundle's own fault, as checksum says it: no space or permission helps
+            raise BundleError(
+                f"bundle folder {shown} is a loop of symbolic links", "pass the folder packager convert wrote"
+            ) from None
         raise from_os_error(exc, "cannot read the bundle folder") from None
 
 
@@ -71,13 +76,14 @@ def check_files(
 
 def _symlink(bundle: Path, name: str, entry: os.DirEntry[str], out: Collector) -> None:
     target = os.readlink(entry.path)
-    leaves = not Path(bundle, target).resolve().is_relative_to(bundle.resolve())
+    try:
+        where = "" if Path(bundle, target).resolve().is_relative_to(bundle.resolve()) else ", outside the bundle"
+    except (OSError, RuntimeError):  # a loop (RuntimeError in Python 3.11's pathlib)
+        where = ", a loop of links that leads to no file"
     out.error(
         name,
         "",
-        f"is a symbolic link to {shorten(target, 120)!r}"
-        + (", outside the bundle" if leaves else "")
-        + "; the Hub and apps need a regular file",
+        f"is a symbolic link to {shorten(target, 120)!r}{where}; the Hub and apps need a regular file",
     )
 
 

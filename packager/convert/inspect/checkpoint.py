@@ -371,7 +371,13 @@ def _stop_ids(folder: Path, config: dict[str, Any], family_stops: tuple[int, ...
     sources: list[Any] = [config.get("eos_token_id")]
     generation = folder / "generation_config.json"
     if generation.is_file():
-        sources.append(read_json(generation, InvalidCheckpointConfig).get("eos_token_id"))
+        settings = read_json(generation, InvalidCheckpointConfig)
+        if not isinstance(settings, dict):
+            raise InvalidCheckpointConfig(
+                f"{shorten(str(generation), 120)} is not a JSON object",
+                "fix or re-save generation_config.json with transformers, or remove it",
+            )
+        sources.append(settings.get("eos_token_id"))
     for value in sources:
         for item in value if isinstance(value, list) else [value]:
             if isinstance(item, int) and item not in ids:

@@ -21,7 +21,7 @@ def store(report: CheckReport) -> Path:
             f"--record: {path} does not exist",
             "record only bundles made by packager convert (the provenance sits beside the bundle)",
         )
-    record = provenance.read(path)
+    record = provenance.read(path, BundleError)
     previous = {row["version"]: row for row in (record.get("engine_check") or {}).get("results", [])}
     previous.update({r.version: {**asdict(r), "verdict": r.verdict} for r in report.results})
     record["engine_check"] = {

@@ -17,7 +17,8 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...errors import InvalidOption, from_os_error, shorten
+from ...errors import FileSystemError, InvalidOption, shorten
+from ...infra.userfile import COSTS_BYTES, read_bytes
 from ...runtime.models import Model
 
 COSTS_HINT = (
@@ -93,10 +94,9 @@ def measure(
 def read(path: Path, max_d: int) -> Costs:
     """Device costs from a JSON file: one figure each, in seconds, a verification for every d."""
     where = f"--costs {shorten(str(path), 120)}"
+    raw = read_bytes(path, COSTS_BYTES, what="--costs file", unreadable=FileSystemError)  # the OS's reason
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise from_os_error(exc, "cannot read --costs") from None
+        data = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         raise InvalidOption(f"{where} is not a JSON file", COSTS_HINT) from None
     try:

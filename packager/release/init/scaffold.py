@@ -63,6 +63,7 @@ def init(request: InitRequest) -> InitResult:
     folder = request.folder
     _check_folder(folder, [p for p in (request.checkpoint, request.adapter) if p is not None])
     requirement, hook = _ci_sources(request)  # checked before the checkpoint is read
+    _check_spec_paths(request)
     facts = gather(request.checkpoint, request.adapter) if request.checkpoint is not None else None
     context = _context(request, facts, requirement, hook)
     rendered = {target: render(name, context) for name, target in FILES.items()}
@@ -95,6 +96,26 @@ def _check_folder(folder: Path, inputs: list[Path]) -> None:
                 f"{shorten(str(folder), 120)} {'is' if real == source else 'lies inside'} "
                 f"{shorten(str(path), 120)}, an input of the release"
             )
+
+
+def _check_spec_paths(request: InitRequest) -> None:
+    """The checkpoint and the adapter as release.toml names them (relative to DIR) must be text TOML can hold: a
+    name with bytes that are not UTF-8 cannot be written into the spec."""
+    folder = Path(os.path.realpath(request.folder))
+    for option, path in (("--checkpoint", request.checkpoint), ("--lora", request.adapter)):
+        if path is not None and not _utf8(_relative(path, folder)):
+            raise InvalidOption(
+                f"{option} {shorten(str(path), 120)} is not UTF-8 text, which release.toml (TOML) cannot hold",
+                "rename the folder (or a folder above it) to a UTF-8 name, then init again",
+            )
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # surrogateescape's stand-ins of undecodable bytes
+        return False
+    return True
 
 
 def _ci_sources(request: InitRequest) -> tuple[str | None, tuple[str | None, str | None]]:
