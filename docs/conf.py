@@ -28,5 +28,6 @@ smartquotes = False  # "--option" stays two hyphens
 
 html_theme = "furo"
 html_title = f"packager {release}"
-html_static_path: list[str] = []
+html_static_path = ["_static"]
+html_css_files = ["packager.css"]
 html_show_sourcelink = False
