@@ -94,7 +94,7 @@ def test_every_command_help_ends_with_an_example_that_parses(
         assert ran[: len(path)] == path, f"{' '.join(path)}'s example runs {' '.join(ran)}: {line}"
 
 
-def test_the_help_lists_each_command_by_the_first_sentence_of_its_own_help_at_any_width() -> None:
+def test_the_help_lists_each_command_by_its_own_summary_at_any_width() -> None:
     """`packager --help` lists commands from a table (packager.cli.COMMANDS), not from the commands themselves:
     at every terminal width each line is what the command's own help gives, and each command lives in the module
     the table names."""
@@ -107,6 +107,22 @@ def test_the_help_lists_each_command_by_the_first_sentence_of_its_own_help_at_an
         assert real.callback is not None and real.callback.__module__ == f"packager.cli.{module}", name
         for width in range(8, 400, 3):
             assert _Listed(name).get_short_help_str(width) == real.get_short_help_str(width), (name, width)
+
+
+def test_at_80_columns_no_summary_is_cut_and_no_example_is_broken() -> None:
+    """Issue 39: `packager --help` cut each summary mid-sentence at 80 columns, and examples wrapped mid-command."""
+    from click.testing import CliRunner
+
+    from packager.cli import SUMMARIES, cli
+
+    listing = CliRunner().invoke(cli, ["--help"], terminal_width=80).output
+    for name, summary in SUMMARIES.items():
+        assert re.search(rf"^  {re.escape(name)} +{re.escape(summary)}$", listing, re.M), name
+        assert max(len(line) for line in listing.splitlines()) <= 80
+    for path, command in command_tree():
+        shown = CliRunner().invoke(cli, [*path, "--help"], terminal_width=80).output
+        for example in examples(command):
+            assert f"Example: {example}" in shown, (path, example)
 
 
 IMPORTED = (

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import importlib
+import inspect
 import json
 import os
 import signal
@@ -53,9 +54,29 @@ def with_debug(kwargs: dict[str, Any]) -> dict[str, Any]:
     return {**kwargs, "params": params}
 
 
-class PackagerCommand(cloup.Command):
+def _examples_kept_whole(help_text: str) -> str:
+    """The help with each `Example:` paragraph marked for click not to rewrap it (\\b): a command line is shown
+    whole, never broken mid-command at the terminal's width."""
+    paragraphs = inspect.cleandoc(help_text).split("\n\n")
+    return "\n\n".join(f"\b\n{p}" if p.startswith("Example:") else p for p in paragraphs)
+
+
+class _WholeExamples:
+    help: str | None
+
+    def format_help_text(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        original = self.help
+        if original:
+            self.help = _examples_kept_whole(original)
+        try:
+            super().format_help_text(ctx, formatter)  # type: ignore[misc]
+        finally:
+            self.help = original
+
+
+class PackagerCommand(_WholeExamples, cloup.Command):
     """Notes whether the command was asked for JSON, so that a failure prints a JSON error object too; takes
-    --debug as the group does."""
+    --debug as the group does; shows its examples whole."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **with_debug(kwargs))
@@ -160,14 +181,40 @@ COMMANDS = {
 }
 
 
+# What `packager --help` says of each command: a line that fits beside its name at 80 columns (click would cut the
+# first sentence mid-word there); each command carries it as its short help (PackagerGroup.add_command).
+SUMMARIES = {
+    "convert": "Convert a checkpoint into an MNN bundle.",
+    "quant-sweep": "Convert with several recipes: bytes against quality.",
+    "card": "Render the model card from the spec and measurements.",
+    "checksum": "Write or check the bundle's xxh3-128 manifest.",
+    "validate": "Check bundles: schemas, cross-file facts, checksums.",
+    "check-spec": "Check release specs without touching a Hub.",
+    "verify": "Check that a bundle computes what its source does.",
+    "engines": "Check bundles in real MNN engines from PyPI.",
+    "pair": "Measure how well a draft drafts for a target.",
+    "speculate": "Run MNN's own speculative decoding and measure it.",
+    "release": "Convert, check, card, sign, upload and tag a release.",
+    "upload": "Publish a bundle in one verified commit.",
+    "pull": "Download a release, every file checked.",
+    "verify-remote": "Check every file of a remote revision.",
+    "hub": "A local Hub-compatible server, to rehearse releases.",
+    "sign": "Sign every file of the release (model.sig).",
+    "verify-signature": "Check a bundle's model.sig and who signed it.",
+    "init": "Start a release repository for a new draft.",
+    "cache": "Inspect or empty packager's graph and target caches.",
+}
+
+
 class _Listed(click.Command):
-    """A command as `packager --help` lists it before its module is imported: its name and first sentence."""
+    """A command as `packager --help` lists it before its module is imported: its name, first sentence and
+    summary."""
 
     def __init__(self, name: str) -> None:
-        super().__init__(name, help=COMMANDS[name][1])
+        super().__init__(name, help=COMMANDS[name][1], short_help=SUMMARIES[name])
 
 
-class PackagerGroup(cloup.Group):
+class PackagerGroup(_WholeExamples, cloup.Group):
     """Maps PackagerError to its one line and exit code, Ctrl-C to 130 and SIGTERM to 143; tracebacks only
     with --debug. An OS error or an absurdly deep input that escaped the library still ends in one line (and,
     for a command asked for --json, a JSON error object on stdout). Every error line is escaped
@@ -181,6 +228,11 @@ class PackagerGroup(cloup.Group):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **with_debug(kwargs))  # the root's own --debug (which sets ctx.obj) is kept
+
+    def add_command(self, cmd: click.Command, name: str | None = None, *args: Any, **kwargs: Any) -> None:
+        if self.stages and cmd.short_help is None and (name or cmd.name) in SUMMARIES:
+            cmd.short_help = SUMMARIES[name or cmd.name or ""]
+        super().add_command(cmd, name, *args, **kwargs)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(set(self.commands) | (set(COMMANDS) if self.stages else set()))
