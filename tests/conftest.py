@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from packager.convert.pipeline import ConvertRequest, ConvertResult, convert
-from tests import leftovers
+from tests import leftovers, shared
 from tests.models import build_eagle_head, build_lora, build_qwen3
 
 # Nothing in the tests may reach a host other than 127.0.0.1 (the same guard is injected into the
@@ -34,9 +34,10 @@ def pytest_configure(config: pytest.Config) -> None:
     """The streaming converter's graph cache: never the user's own during tests. Made here, not at import, so a
     helper process that imports from tests/ leaves no folder behind. Each test process adopts the orphans of what
     it starts (tests/leftovers.py); the controller of an xdist run collects what its workers found."""
-    os.environ["PACKAGER_CACHE_DIR"] = tempfile.mkdtemp(prefix="packager-test-graph-cache-")
-    if not hasattr(config, "workerinput"):
+    if not hasattr(config, "workerinput"):  # the controller (or the only process): the workers inherit these
+        os.environ["PACKAGER_CACHE_DIR"] = tempfile.mkdtemp(prefix="packager-test-graph-cache-")
         os.environ["PACKAGER_TEST_LEFTOVERS"] = tempfile.mkdtemp(prefix="packager-test-leftovers-")
+        os.environ[shared.ROOT_VARIABLE] = tempfile.mkdtemp(prefix="packager-test-shared-")
     leftovers.become_subreaper()
 
 
@@ -81,13 +82,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    shutil.rmtree(os.environ["PACKAGER_CACHE_DIR"], ignore_errors=True)  # ~100 MB a session, never reused
     found = leftovers.kill_leftovers()  # every test and session fixture is done: nothing it started may live on
     record = Path(os.environ["PACKAGER_TEST_LEFTOVERS"])
     if found:
         (record / f"{os.getpid()}.txt").write_text("\n".join(found) + "\n", encoding="utf-8")
     if hasattr(session.config, "workerinput"):
         return
+    built = shared.count()
+    if built:
+        print("\nbuilt once for the session:", ", ".join(f"{n} {kind}" for kind, n in built.items()), file=sys.stderr)
+    for folder in (os.environ["PACKAGER_CACHE_DIR"], os.environ[shared.ROOT_VARIABLE]):
+        shutil.rmtree(folder, ignore_errors=True)  # the graph cache (~100 MB) and the shared builds, never reused
     lines = [line for f in sorted(record.glob("*.txt")) for line in f.read_text(encoding="utf-8").splitlines()]
     shutil.rmtree(record, ignore_errors=True)
     if lines:
@@ -95,52 +100,67 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
+# Session inputs are built once per session, whichever worker asks first (tests/shared.py): tests copy them
+# before changing anything.
 @pytest.fixture(scope="session")
-def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_qwen3(tmp_path_factory.mktemp("ckpt") / "tiny-qwen3")
-
-
-@pytest.fixture(scope="session")
-def lora_adapter(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_lora(tiny_checkpoint, tmp_path_factory.mktemp("lora") / "adapter")
-
-
-def _convert(tmp_path_factory: pytest.TempPathFactory, name: str, checkpoint: Path, **options: object) -> ConvertResult:
-    out = tmp_path_factory.mktemp(name) / "bundle"
-    return convert(ConvertRequest(checkpoint=checkpoint, out=out, **options))  # type: ignore[arg-type]
+def tiny_checkpoint() -> Path:
+    return shared.once("checkpoint", ["build_qwen3"], lambda d: build_qwen3(d / "tiny-qwen3"))
 
 
 @pytest.fixture(scope="session")
-def target8(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def lora_adapter(tiny_checkpoint: Path) -> Path:
+    return shared.once(
+        "checkpoint", ["build_lora", tiny_checkpoint], lambda d: build_lora(tiny_checkpoint, d / "adapter")
+    )
+
+
+def _convert(checkpoint: Path, **options: object) -> ConvertResult:
+    """A conversion of the session's, made once (keyed by the checkpoint's files and the options)."""
+    key = [shared.folder_digest(checkpoint), sorted((k, str(v)) for k, v in options.items())]
+    return shared.once(
+        "conversion",
+        key,
+        lambda d: convert(ConvertRequest(checkpoint=checkpoint, out=d / "bundle", **options)),  # type: ignore[arg-type]
+    )
+
+
+@pytest.fixture(scope="session")
+def target8() -> Path:
     """An untied 8-layer tiny Qwen3: deep enough for an EAGLE-3 head (layers 2, 4, 5)."""
-    return build_qwen3(tmp_path_factory.mktemp("target8") / "qwen3-8l", layers=8, seed=11, tie=False)
+    return shared.once(
+        "checkpoint", ["build_qwen3", 8, 11], lambda d: build_qwen3(d / "qwen3-8l", layers=8, seed=11, tie=False)
+    )
 
 
 @pytest.fixture(scope="session")
-def head(target8: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def head(target8: Path) -> Path:
     """A random EAGLE-3 head for target8 (SpecForge layout, draft vocabulary 2048)."""
-    return build_eagle_head(target8, tmp_path_factory.mktemp("head") / "head", seed=12, draft_vocab=2048)
+    return shared.once(
+        "checkpoint",
+        ["build_eagle_head", target8],
+        lambda d: build_eagle_head(target8, d / "head", seed=12, draft_vocab=2048),
+    )
 
 
 @pytest.fixture(scope="session")
-def eagle_bundle(target8: Path, head: Path, tmp_path_factory: pytest.TempPathFactory) -> ConvertResult:
+def eagle_bundle(target8: Path, head: Path) -> ConvertResult:
     """target8 with its head: a target+eagle bundle (tests copy it before changing anything)."""
-    return _convert(tmp_path_factory, "eagle", target8, eagle=head)
+    return _convert(target8, eagle=head)
 
 
 @pytest.fixture(scope="session")
-def bundle4(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> ConvertResult:
-    return _convert(tmp_path_factory, "b4", tiny_checkpoint)
+def bundle4(tiny_checkpoint: Path) -> ConvertResult:
+    return _convert(tiny_checkpoint)
 
 
 @pytest.fixture(scope="session")
-def bundle8(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> ConvertResult:
-    return _convert(tmp_path_factory, "b8", tiny_checkpoint, quant_bits=8)
+def bundle8(tiny_checkpoint: Path) -> ConvertResult:
+    return _convert(tiny_checkpoint, quant_bits=8)
 
 
 @pytest.fixture(scope="session")
-def lora_bundle8(tiny_checkpoint: Path, lora_adapter: Path, tmp_path_factory: pytest.TempPathFactory) -> ConvertResult:
-    return _convert(tmp_path_factory, "bl8", tiny_checkpoint, adapter=lora_adapter, quant_bits=8)
+def lora_bundle8(tiny_checkpoint: Path, lora_adapter: Path) -> ConvertResult:
+    return _convert(tiny_checkpoint, adapter=lora_adapter, quant_bits=8)
 
 
 def run_cli(
@@ -188,22 +208,22 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
 
 
 @pytest.fixture(scope="session")
-def llama_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def llama_checkpoint() -> Path:
     """A tiny Llama-3.2-shaped checkpoint with Meta's tokenizer and its LICENSE (tests/families.py)."""
     from tests.families import build_llama32
 
-    return build_llama32(tmp_path_factory.mktemp("llama") / "tiny-llama32")
+    return shared.once("checkpoint", ["build_llama32"], lambda d: build_llama32(d / "tiny-llama32"))
 
 
 @pytest.fixture(scope="session")
-def qwen25_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def qwen25_checkpoint() -> Path:
     """A tiny Qwen2.5-shaped checkpoint (q/k/v biases) with the real Qwen tokenizer (tests/families.py)."""
     from tests.families import build_qwen25
 
-    return build_qwen25(tmp_path_factory.mktemp("qwen25") / "tiny-qwen25")
+    return shared.once("checkpoint", ["build_qwen25"], lambda d: build_qwen25(d / "tiny-qwen25"))
 
 
 @pytest.fixture(scope="session")
-def llama_bundle8(llama_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> ConvertResult:
+def llama_bundle8(llama_checkpoint: Path) -> ConvertResult:
     """llama_checkpoint converted at 8 bits (tests copy it before changing anything)."""
-    return _convert(tmp_path_factory, "llama8", llama_checkpoint, quant_bits=8)
+    return _convert(llama_checkpoint, quant_bits=8)

@@ -90,6 +90,8 @@ HOSTILE = [
     ("qwen3", "qwen3", {"num_key_value_heads": "1"}, False, "num_key_value_heads"),
     ("qwen3", "qwen3", {"num_attention_heads": 4, "num_key_value_heads": 3}, False, "num_key_value_heads"),
     ("qwen3", "qwen3", {"rms_norm_eps": -1e-6}, False, "rms_norm_eps"),
+    ("qwen3", "qwen3", {"rope_theta": 10**400}, False, "rope_theta"),
+    ("gemma3", "gemma3_text", {"final_logit_softcapping": 10**400}, False, "final_logit_softcapping"),
     ("qwen3", "qwen3", {"hidden_act": "gelu"}, True, "hidden_act"),
     ("qwen3", "qwen3", {"attention_bias": True}, True, "attention_bias"),
     ("qwen3", "qwen3", {"use_sliding_window": True, "max_window_layers": 1, "num_hidden_layers": 2}, True, "use_"),

@@ -30,7 +30,10 @@ def _is_int(value: Any) -> TypeGuard[int]:
 
 
 def _is_number(value: Any) -> TypeGuard[float]:
-    return (_is_int(value) or isinstance(value, float)) and math.isfinite(value)
+    """A finite number a float holds (an integer of 400 digits is none: it would overflow every float after it)."""
+    if _is_int(value):
+        return abs(value) < 2**63
+    return isinstance(value, float) and math.isfinite(value)
 
 
 def positive_int(key: str, top: int | None = None) -> Check:
