@@ -123,6 +123,7 @@ class CardText:
     links: tuple[tuple[str, str], ...] = ()  # (name, http(s) URL), in the spec's order
     app: App | None = None
     pair_report: Path | None = None  # a `pair --json` report, relative to the spec
+    pair_target: str | None = None  # the Hub id of the target pair measured (the card never names a local folder)
     speculate_reports: tuple[Path, ...] = ()  # `speculate --json` reports of the bundle, relative to the spec
 
 
