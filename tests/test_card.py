@@ -6,9 +6,10 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from packager.card.render import human_size, render
+from packager.card.render import gather_measurements, human_size, render
 from packager.convert import provenance
 from packager.convert.pipeline import ConvertResult
 from packager.errors import CardError, SpecError
@@ -198,14 +199,58 @@ def test_card_states_a_pair_report(bundle4: ConvertResult, tmp_path: Path) -> No
     assert result.returncode == 0, result.stderr
     assert "- alpha (per-token acceptance): 1.000 (1.000-1.000)" in result.stdout
     assert "| 3 | 1.000 (1.000-1.000) | 4.00 (4.00-4.00) |" in result.stdout
-    cpu = "With the costs of this CPU ("
-    assert f"{cpu}" in result.stdout and (
-        "no speedup at any d" in result.stdout or "measured on that CPU, not a phone" in result.stdout
-    )
     assert "draft_predict_length` for that device" not in result.stdout  # only device costs may recommend it
     (tmp_path / "bad.json").write_text("{}")
     bad = run_cli("card", str(bundle), "--spec", str(EXAMPLE), "--pair", str(tmp_path / "bad.json"))
     assert bad.returncode == 24 and "is not a `packager pair --json` report" in bad.stderr
+
+
+def test_a_pair_of_the_draft_with_itself_names_no_local_folder_warns_and_labels_the_machine(
+    bundle4: ConvertResult, tmp_path: Path
+) -> None:
+    report = tmp_path / "pair.json"
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("The capital of France is\ndef fibonacci(n):\n", encoding="utf-8")
+    folder = tmp_path / "my-local-target-folder"
+    shutil.copytree(bundle4.out, folder)
+    pair = run_cli(
+        "pair", str(folder), str(folder), "--tokens", "8", "--repeats", "1", "--prompts", str(prompts), "--json"
+    )
+    assert pair.returncode == 0, pair.stderr
+    report.write_text(pair.stdout)
+    text = render(folder, spec_module.load(EXAMPLE), measurements=gather_measurements(folder, pair_report=report)).text
+    assert "my-local-target-folder" not in text and "Acceptance with a target whose Hub id was not given" in text
+    assert "**Draft and target are the same model here**:" in text
+    cpu = json.loads(pair.stdout)["costs"]["source"].removeprefix("this CPU (").removesuffix(")")
+    assert f"Speed, with the step costs measured on a machine's CPU ({cpu}), not a phone" in text
+    assert "this CPU" not in text
+    named = _spec_with(tmp_path, "[card]\n", '[card]\npair_target = "Qwen/Qwen3-8B"\n')
+    text = render(folder, spec_module.load(named), measurements=gather_measurements(folder, pair_report=report)).text
+    assert "Acceptance with Qwen/Qwen3-8B (packager pair:" in text and "the same model here** (Qwen/Qwen3-8B)" in text
+    bad = run_cli("check-spec", str(_spec_with(tmp_path, "[card]\n", '[card]\npair_target = "./target"\n')))
+    assert bad.returncode == 17 and "card.pair_target" in bad.stdout + bad.stderr
+
+
+def test_a_draft_card_says_how_to_use_it_and_counts_its_parameters(
+    bundle4: ConvertResult, tiny_checkpoint: Path, example: spec_module.ReleaseSpec
+) -> None:
+    from safetensors import safe_open
+
+    from packager.card.render import parameters_text
+
+    text = render(bundle4.out, example).text
+    assert "## How to use it with MNN" in text
+    assert "packager pull your-name/Qwen3-0.6B-KL-draft-MNN@v3 ./draft" in text
+    assert (
+        bundle4.out / "config_opencl.json"
+    ).read_text().strip() in text and '"speculative_type": "draftmodel"' in text
+    assert "`draft_config_path` set to where the app keeps this folder's `draft_config_cpu.json`" in text
+    counted = 0
+    for path in tiny_checkpoint.glob("*.safetensors"):
+        with safe_open(path, "np") as tensors:
+            for name in tensors.keys():  # noqa: SIM118 - safe_open is no mapping
+                counted += int(np.prod(tensors.get_slice(name).get_shape()))
+    assert f"| Parameters | {parameters_text(counted)} (counted in the bundle's graph;" in text
 
 
 CAPPED = ("bash", "-c", 'ulimit -v 4000000; exec "$0" "$@"')  # a read that would not stop fails here, not the host

@@ -53,6 +53,7 @@ def _pair_report(
     tau3: float = 2.31,
     sampled: float | None = 0.71,
     recommended: int | None = None,
+    target: str = "Qwen--Qwen3-8B",
 ) -> Path:
     """A pair report written by pair's own serializer (so its format is the real one), with chosen figures, whose
     draft was the bundle `draft` (its files' digests)."""
@@ -83,7 +84,7 @@ def _pair_report(
     )
     report = PairReport(
         draft=Path("/x/draft"),
-        target=Path("/x/Qwen3-8B-MNN"),
+        target=Path(f"/x/hub/models--{target}/snapshots/0123abcd"),  # a Hugging Face cache path: its Hub id
         prompts=54,
         positions=1728,
         new_tokens=32,
@@ -145,7 +146,7 @@ def test_usage_links_and_app_render_only_when_given(bundle4: ConvertResult, tmp_
     ) in text
     assert "TokForge downloads `config.json`" in text
     plain = render(bundle4.out, spec_module.load(EXAMPLE)).text
-    assert "## Links" not in plain and "## Use it in" not in plain and "## How to use it" not in plain
+    assert "## Links" not in plain and "## Use it in" not in plain and "## How to use it\n" not in plain
     assert "An app downloads `config.json`" in plain
     steps_only = render(bundle4.out, spec_module.load(_spec(tmp_path, 'usage = ["Copy the files to the phone."]'))).text
     assert "## How to use it\n\n1. Copy the files to the phone.\n" in steps_only and "## Links" not in steps_only
@@ -179,7 +180,7 @@ def test_pair_report_becomes_hub_eval_results(bundle4: ConvertResult, tmp_path: 
     assert tau.metric_config == "d=3" and "at d=3" in tau.metric_name  # the bundle's own draft_predict_length
     assert alpha.metric_args == {"ci95_low": 0.59, "ci95_high": 0.65}
     assert alpha.task_type == "text-generation" and alpha.dataset_type == "packager-pair"
-    assert alpha.dataset_config == "Qwen3-8B-MNN" and "54 chat-templated prompts, 1728" in alpha.dataset_name
+    assert alpha.dataset_config == "Qwen/Qwen3-8B" and "54 chat-templated prompts, 1728" in alpha.dataset_name
     assert alpha.source_name == f"packager {__version__}"
     assert alpha.source_url == "https://huggingface.co/your-name/Qwen3-0.6B-KL-draft-MNN"
     assert "temperature 0.7, top-k 20, top-p 0.8" in sampled.metric_config
@@ -188,6 +189,17 @@ def test_pair_report_becomes_hub_eval_results(bundle4: ConvertResult, tmp_path: 
     second = _results(render(bundle4.out, spec, measurements=_measured(bundle4, moved)).text)
     assert second["greedy_acceptance_alpha"].metric_value == 0.7 and "sampling_acceptance" not in second
     assert second["tokens_per_step"].metric_config == "d=5" and second["tokens_per_step"].metric_value == 3.5
+
+
+def test_a_pair_target_named_by_its_cache_path_is_stated_by_hub_id_and_the_draft_s_own_base_is_warned(
+    bundle4: ConvertResult, tmp_path: Path
+) -> None:
+    spec = spec_module.load(_spec(tmp_path))
+    other = render(bundle4.out, spec, measurements=_measured(bundle4, _pair_report(tmp_path / "p.json", bundle4.out)))
+    assert "Acceptance with Qwen/Qwen3-8B (packager pair:" in other.text and "same model here" not in other.text
+    own = _pair_report(tmp_path / "q.json", bundle4.out, target="Qwen--Qwen3-0.6B")  # the spec's base_model
+    text = render(bundle4.out, spec, measurements=_measured(bundle4, own)).text
+    assert "**Draft and target are the same model here** (Qwen/Qwen3-0.6B):" in text
 
 
 def _measured(bundle4: ConvertResult, pair: Path | None = None, verify: Path | None = None) -> dict[str, object]:

@@ -317,9 +317,9 @@ def test_the_readme_quick_start_releases_a_bundle_to_a_local_hub_and_pulls_it_ba
     assert "dry run of your-name/Qwen3-0.6B-KL-draft-MNN@v3: nothing changed" in run.stdout
     assert "released your-name/Qwen3-0.6B-KL-draft-MNN@v3" in run.stdout
     assert re.search(r"your-name/Qwen3-0\.6B-KL-draft-MNN@[0-9a-f]{40}: all 11 files match", run.stdout)
-    assert "pulled 7 files of your-name/Qwen3-0.6B-KL-draft-MNN@" in run.stdout
+    assert "pulled 8 files of your-name/Qwen3-0.6B-KL-draft-MNN@" in run.stdout
     assert sorted(p.name for p in (tmp_path / "app-copy").iterdir()) == sorted(
         ["config.json", "config_cpu.json", "draft_config_cpu.json", "llm.mnn", "llm.mnn.weight", "llm_config.json"]
-        + ["tokenizer.txt"]
+        + ["tokenizer.txt", "checksums.xxh128"]  # the manifest's lines of the seven: xxhsum -c checks the copy
     )
     assert not guard.exists() or guard.read_text() == ""  # nothing left 127.0.0.1

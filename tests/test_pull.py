@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from packager.bundle.checksum import write_manifest
-from packager.bundle.kinds import APP_FILES
+from packager.bundle.kinds import APP_FILES, MANIFEST
 from tests.localhub import WRITE_TOKEN, LocalHub, hub, online, ready
 from tests.localhub import upload as _upload
 from tests.signkeys import Keys, keys
@@ -89,8 +89,8 @@ def test_a_signed_release_pulls_the_app_files_verified(hub: LocalHub, signed: Pa
     result = pull(hub, f"{REPO}@v1", dest, "--public-key", str(keys.public), "--require-signature", "--json")
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
-    assert sorted(data["files"]) == sorted(APP_FILES) and data["signer"] and data["signed"]
-    assert sorted(p.name for p in dest.iterdir()) == sorted(APP_FILES)
+    assert sorted(data["files"]) == sorted([*APP_FILES, MANIFEST]) and data["signer"] and data["signed"]
+    assert sorted(p.name for p in dest.iterdir()) == sorted([*APP_FILES, MANIFEST])
     for name in APP_FILES:
         assert (dest / name).read_bytes() == (signed / name).read_bytes(), name
     assert sorted(p.name for p in dest.parent.iterdir()) == ["draft"]  # the staging folder is gone
@@ -105,6 +105,24 @@ def test_a_full_pull_is_the_whole_release_and_verifies_again_offline(
     assert sorted(p.name for p in dest.iterdir()) == sorted(p.name for p in signed.iterdir())
     again = hub.cli("verify-signature", str(dest), "--public-key", str(keys.public))
     assert again.returncode == 0, again.stderr
+    assert subprocess.run(["xxhsum", "-c", MANIFEST], cwd=dest, capture_output=True).returncode == 0
+
+
+def test_a_default_pull_validates_and_checks_with_xxhsum_as_the_card_says(
+    hub: LocalHub, signed: Path, tmp_path: Path
+) -> None:
+    dest = tmp_path / "app"
+    assert pull(hub, f"{REPO}@v1", dest).returncode == 0
+    lines = (dest / MANIFEST).read_text().splitlines()
+    assert lines == [
+        line
+        for line in (signed / MANIFEST).read_text().splitlines()
+        if line[line.index("(") + 1 : line.index(")")] in APP_FILES
+    ]
+    checked = subprocess.run(["xxhsum", "-c", MANIFEST], cwd=dest, capture_output=True, text=True)
+    assert checked.returncode == 0 and checked.stdout.count(": OK") == len(APP_FILES), checked.stdout + checked.stderr
+    result = hub.cli("validate", str(dest), "--strict")
+    assert result.returncode == 0 and "the app files of a draft bundle" in result.stdout, result.stdout
 
 
 def test_a_file_and_its_manifest_line_replaced_together_is_refused_naming_the_file(
@@ -179,7 +197,9 @@ def test_a_bundle_needing_a_newer_engine_is_refused(hub: LocalHub, signed: Path,
     ok = pull(hub, REPO, dest, "--engine", declared, "--public-key", str(keys.public), "--json")
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout)["min_engine"] == declared
-    assert sorted(p.name for p in dest.iterdir()) == sorted(APP_FILES)  # runtime_config.json checked, not kept
+    assert sorted(p.name for p in dest.iterdir()) == sorted(
+        [*APP_FILES, MANIFEST]
+    )  # runtime_config.json checked, not kept
 
 
 def test_a_resumed_partial_file_is_not_trusted(hub: LocalHub, signed: Path, keys: Keys, tmp_path: Path) -> None:
@@ -250,7 +270,7 @@ def test_an_empty_folder_is_filled(hub: LocalHub, signed: Path, tmp_path: Path) 
     dest = tmp_path / "draft"
     dest.mkdir()
     assert pull(hub, REPO, dest).returncode == 0
-    assert sorted(p.name for p in dest.iterdir()) == sorted(APP_FILES)
+    assert sorted(p.name for p in dest.iterdir()) == sorted([*APP_FILES, MANIFEST])
 
 
 def test_a_huge_remote_signature_is_refused_without_downloading_it(
@@ -528,7 +548,7 @@ def test_a_dir_through_a_folder_that_does_not_exist_leaves_no_folder_behind(
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["dir"] == str(tmp_path.resolve() / "draft")
     assert not (tmp_path / "new").exists() and sorted(p.name for p in (tmp_path / "draft").iterdir()) == sorted(
-        APP_FILES
+        [*APP_FILES, MANIFEST]
     )
 
 

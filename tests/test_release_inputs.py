@@ -11,6 +11,7 @@ import pytest
 
 from packager.convert.pipeline import ConvertResult
 from packager.infra.hashing import xxh3_128_file
+from tests.appfiles import app_copy
 from tests.conftest import run_cli
 from tests.localhub import LocalHub, hub, ready
 from tests.signkeys import Keys, keys
@@ -50,6 +51,16 @@ def test_a_convert_source_that_does_not_exist_is_10_before_any_work(bundle4: Con
         run_cli("convert", "--spec", str(spec), "--out", str(tmp_path / "out")), 10, "missing/checkpoint does not exist"
     )
     assert not (tmp_path / "out").exists() and not (tmp_path / "dist").exists()
+
+
+def test_the_app_files_a_pull_leaves_are_refused_as_the_bundle_of_a_release(
+    bundle4: ConvertResult, tmp_path: Path
+) -> None:
+    app = app_copy(bundle4.out, tmp_path / "app")
+    before = _contents(app)
+    done = run_cli("release", str(_spec(tmp_path)), "--bundle", str(app), "--dry-run", "--quiet")
+    assert done.returncode == 22, done.stdout + done.stderr
+    assert "holds only the files an app runs" in done.stdout and _contents(app) == before
 
 
 def test_a_spec_pair_report_of_other_files_is_refused_before_any_work(

@@ -17,6 +17,7 @@ from packager import resources
 from packager.bundle.checksum import write_manifest
 from packager.convert.pipeline import ConvertResult
 from packager.validate import validate
+from tests.appfiles import app_copy
 from tests.conftest import run_cli
 from tests.inprocess import invoke, one_error_line
 
@@ -172,6 +173,36 @@ def test_bundle_with_card_and_manifest_passes(copy_of: Path) -> None:
     (copy_of / "README.md").write_text("# card\n")
     write_manifest(copy_of)
     assert validate(copy_of).findings == ()
+
+
+def test_the_app_files_a_default_pull_leaves_validate_as_such(copy_of: Path, tmp_path: Path) -> None:
+    app = app_copy(copy_of, tmp_path / "app")
+    report = validate(app)
+    assert report.subset == "app" and report.errors == () and report.warnings == (), report.findings
+    assert [f.file for f in report.findings] == ["llm.mnn.json"]  # a note: the graph checks did not run
+    shown = run_cli("validate", str(app), "--strict")
+    assert shown.returncode == 0 and "ok (0 errors, 0 warnings; the app files of a draft bundle)" in shown.stdout
+    assert json.loads(run_cli("validate", str(app), "--json").stdout)["checked"][0]["subset"] == "app"
+    assert subprocess.run(["xxhsum", "-c", "checksums.xxh128"], cwd=app, capture_output=True).returncode == 0
+
+
+def test_an_app_copy_is_still_checked_file_by_file(copy_of: Path, tmp_path: Path) -> None:
+    app = app_copy(copy_of, tmp_path / "app")
+    (app / "tokenizer.txt").unlink()
+    mutate(app, {"op": "set", "file": "config_cpu.json", "pointer": "/thread_num", "value": "2"})
+    errors = {(f.file, f.message.split(":")[0]) for f in validate(app).errors}
+    assert ("tokenizer.txt", "missing (tokenizer)") in errors and ("checksums.xxh128", "tokenizer.txt") in errors
+    assert any(f == "config_cpu.json" for f, _ in errors)  # its schema, and it no longer matches its line
+
+
+def test_a_bundle_missing_its_reference_files_without_an_app_manifest_still_fails(copy_of: Path) -> None:
+    for name in ("llm.mnn.json", "runtime_config.json", "config_opencl.json"):
+        (copy_of / name).unlink()
+    report = validate(copy_of)
+    assert report.subset is None and {f.file for f in report.errors} >= {"llm.mnn.json", "runtime_config.json"}
+    (copy_of / "README.md").write_text("# card\n")
+    write_manifest(copy_of)  # a release's manifest (it lists the card): no app pull's
+    assert validate(copy_of).subset is None
 
 
 def test_syntax_error_has_line_and_column(copy_of: Path) -> None:

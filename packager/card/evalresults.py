@@ -29,7 +29,7 @@ def pair_results(pairing: dict[str, Any], repo_id: str, default_d: int | None) -
     """Greedy alpha, tokens per target step at the recommended d, and sampling acceptance when measured."""
     from huggingface_hub import EvalResult
 
-    target = pairing["target"]
+    target = pairing["target"] or "the target"  # its Hub id, when the spec or the report gives it
     workload: dict[str, Any] = {
         "task_type": TASK,
         "task_name": f"Speculative decoding: draft for {target}",

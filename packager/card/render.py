@@ -11,7 +11,9 @@ from typing import Any
 from .. import resources
 from ..bundle import folder as mnnfolder
 from ..bundle.engine import EngineRequirement, format_version, parse_version
-from ..bundle.kinds import DRAFT, LOOKUP, BundleKind, kind_of
+from ..bundle.graph import GraphFacts
+from ..bundle.graph import read as read_graph
+from ..bundle.kinds import DRAFT, EMBEDDINGS, LOOKUP, BundleKind, kind_of
 from ..errors import CardError, ProvenanceUnusable, control_character, printable, shorten
 from ..families import Family
 from ..infra.hashing import xxh3_128_file
@@ -95,6 +97,58 @@ def _files(bundle: Path, kind: BundleKind = DRAFT, license: CardLicense | None =
     ]
 
 
+def parameter_count(bundle: Path, graph: GraphFacts) -> int:
+    """The model's parameters as the bundle holds them: every linear layer of the graph (lm_head, which a tied
+    bundle also uses as its embedding table, once), the float32 norm weights, and an untied embeddings file."""
+    count = sum(lin.in_features * lin.out_features for lin in graph.linears)
+    count += sum(length // 4 for _, _, length in graph.norms)
+    embeddings = bundle / EMBEDDINGS
+    return count + (embeddings.stat().st_size // 2 if embeddings.is_file() else 0)  # bfloat16
+
+
+def parameters_text(count: int) -> str:
+    """596M, 1.72B, 135M, 48.1K: three significant digits, as model names give sizes."""
+    for unit, size in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if count >= size:
+            return f"{count / size:.3g}{unit}"
+    return str(count)
+
+
+def machine(source: str) -> str:
+    """Where a speed was measured, as a card reader must read it: packager's `this CPU (MODEL, N threads)` is the
+    CPU of whatever machine ran the measurement, not a phone."""
+    if source.startswith("this CPU (") and source.endswith(")"):
+        return f"a machine's CPU ({source[len('this CPU (') : -1]}), not a phone"
+    return source
+
+
+def hub_id_of(path: str) -> str | None:
+    """The Hub id a Hugging Face cache path names (`.../models--ORG--NAME/snapshots/REV`), else None."""
+    for part in Path(path).parts:
+        if part.startswith("models--") and part.count("--") == 2 and all(part.split("--")[1:]):
+            return "/".join(part.split("--")[1:])
+    return None
+
+
+def _name_target(measurements: dict[str, Any], spec: ReleaseSpec) -> dict[str, Any]:
+    """The pair figures with the target named by its Hub id (the spec's pair_target, else what the report's path
+    says, else none: never a local folder), and whether draft and target are the same model."""
+    pairing = measurements.get("pairing")
+    if pairing is None:
+        return measurements
+    target = spec.need("card").pair_target or pairing["target"]
+    own = {spec.need("model").base_model.lower(), spec.need("release").repo_id.lower()}
+    same = pairing.get("same_folder", False) or (target is not None and target.lower() in own)
+    return {**measurements, "pairing": {**pairing, "target": target, "same_model": same}}
+
+
+def _graph(bundle: Path) -> GraphFacts:
+    try:
+        return read_graph(_json(bundle, "llm.mnn.json"))
+    except (TypeError, ValueError, AttributeError):  # a hand-edited dump: a field of the wrong shape
+        raise CardError("llm.mnn.json is not a graph dump MNN wrote", "run packager validate on the bundle") from None
+
+
 def _json(bundle: Path, name: str) -> dict[str, Any]:
     return read_json(bundle / name, CardError)
 
@@ -153,12 +207,13 @@ def render(
             "run packager validate on the bundle",
         )
     bits, block = tie.bits, tie.block
+    measurements = _name_target(measurements or {}, spec)
     runtime = _json(bundle, "runtime_config.json")
     meta = metadata(spec, bits, family, license)
     lookahead = _lookahead(bundle, _json(bundle, "config.json"))
     meta["tags"] += ["lookahead"] if lookahead else []
     index = model_index(
-        spec.need("release").repo_id, measurements or {}, runtime.get("recommended", {}).get("draft_predict_length")
+        spec.need("release").repo_id, measurements, runtime.get("recommended", {}).get("draft_predict_length")
     )
     if index is not None:
         meta["model-index"] = index
@@ -182,13 +237,15 @@ def render(
         "draft_config_text": (bundle / "config_cpu.json").read_text(encoding="utf-8").strip(),
         "draft_config": _json(bundle, "config_cpu.json"),
         "opencl_config": _json(bundle, "config_opencl.json"),
+        "opencl_config_text": (bundle / "config_opencl.json").read_text(encoding="utf-8").strip(),
+        "parameters": parameters_text(parameter_count(bundle, _graph(bundle))),
         "recommended": runtime.get("recommended", {}),
         "engine": _engine(runtime),
         "format_version": format_version,
         "llm_config": llm_config,
-        "measurements": measurements or {},
+        "measurements": measurements,
         "lookahead": lookahead,
-        "quant_sweep": _sweep(spec, (measurements or {}).get("quant_recipe")),
+        "quant_sweep": _sweep(spec, measurements.get("quant_recipe")),
         "front_matter": _front_matter(meta),
         "family": family,
         "license": license,
@@ -216,6 +273,7 @@ def _finish(source: str, context: dict[str, Any], meta: dict[str, Any]) -> Card:
     env.filters["signed_percent"] = lambda value: f"{value:+.0f}%"
     env.filters["num"] = lambda value: f"{value:g}"
     env.filters["spoken_list"] = spoken_list
+    env.filters["machine"] = machine
     try:
         text = re.sub(r"\n{3,}", "\n\n", env.from_string(source).render(**context))
     except jinja2.UndefinedError as exc:
@@ -238,13 +296,12 @@ def _render_target(
 ) -> Card:
     """The card of a target or target+eagle bundle: what MNN runs, the head's facts, MNN's own speed-up."""
     from ..bundle.engine import combine, graph_requirement
-    from ..bundle.graph import read as read_graph
     from ..bundle.modes import mode_requirement
 
     family, license = family_facts(bundle, spec, kind)
     files = _files(bundle, kind, license)
     config = _json(bundle, "config.json")
-    graph = read_graph(_json(bundle, "llm.mnn.json"))
+    graph = _graph(bundle)
     lm = graph.lm_head
     bits, block = (lm.bits, lm.block) if lm is not None and lm.bits else (4, 128)
     mode = config.get("speculative_type")
@@ -260,6 +317,7 @@ def _render_target(
         "eagle": mode == "eagle",
         "head": measurements.get("eagle_head"),
         "untied": "tie_embeddings" not in _json(bundle, "llm_config.json"),
+        "parameters": parameters_text(parameter_count(bundle, graph)),
         "files": files,
         "total_size": sum(f.size for f in files),
         "file_count": len(files),
@@ -413,7 +471,8 @@ def pairing_from_report(path: Path, bundle: Path | None = None) -> dict[str, Any
         best = next((d for d in report["depths"] if d["d"] == report["best_d"]), None)
         sampling = report["sampling"]
         found = {
-            "target": Path(report["target"]).name,
+            "target": hub_id_of(report["target"]),  # a local folder's name is never stated
+            "same_folder": os.path.normpath(report["draft"]) == os.path.normpath(report["target"]),
             "alpha": report["alpha"],
             "prompts": report["prompts"],
             "positions": report["positions"],

@@ -252,6 +252,16 @@ class Staging:
             raise
         return fd
 
+    def write(self, name: str, data: bytes) -> None:
+        """`name` in files/ replaced whole by `data` (written beside it, then renamed over it)."""
+        part = f"{name}.part"
+        sink = self.open_part(part, append=False, have=0)
+        try:
+            _write(sink, data, self, name)
+        finally:
+            os.close(sink)
+        self.rename(part, name)
+
     def publish(self, names: list[str]) -> None:
         """Move `names` into a fresh folder and rename it to DIR: DIR appears whole or not at all."""
         assert self._root is not None and self._files is not None and self._parent is not None

@@ -2,7 +2,8 @@
 
 Every file taken is checked whole against the revision's xxh3-128 manifest and, when the release is signed,
 against its `model.sig` (a partial pull checks the subset it took). DIR is written only when everything
-passed: a refused pull leaves nothing in it.
+passed: a refused pull leaves nothing in it. DIR holds the manifest too: the release's for a full pull, its lines
+of the files taken for an app's pull.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..bundle.checksum import MANIFEST, SIGNATURE, parse_manifest
+from ..bundle.checksum import render as render_manifest
 from ..bundle.engine import parse_version
 from ..bundle.kinds import OPTIONAL, kind_from_names
 from ..errors import ContentMismatch, EngineTooOld, InvalidOption, SignatureMalformed, SignatureUntrusted, shorten
@@ -125,8 +127,11 @@ def pull(request: PullRequest, progress: Progress = lambda _: None, meter: Meter
         if signed is not None and mismatched(stage.files, signed, [MANIFEST]):
             raise ContentMismatch(f"{MANIFEST} of {where} differs from what {SIGNATURE} signed")
         min_engine = _engine_check(stage.path(ENGINE_FILE), request.engine, where) if request.engine else None
-        # A full pull is the whole release, checkable again later; an app's pull is just what it runs.
-        keep = wanted + ([MANIFEST, *([SIGNATURE] if SIGNATURE in listing else [])] if request.files == "all" else [])
+        # A full pull is the whole release, checkable again later; an app's pull is what it runs, with the manifest's
+        # lines of those files: `xxhsum -c checksums.xxh128` and `packager validate` check either folder.
+        keep = [*wanted, MANIFEST, *([SIGNATURE] if SIGNATURE in listing and request.files == "all" else [])]
+        if request.files == "app":
+            stage.write(MANIFEST, render_manifest({name: listed[name] for name in wanted}))
         stage.publish(keep)
     return PullResult(
         request.repo_id,

@@ -292,6 +292,11 @@ def _validate(bundle: Path) -> Done:
     from ..validate import validate
 
     report = validate(bundle)
+    if report.subset is not None:
+        raise BundleError(
+            f"{bundle} holds only the files an app runs (as packager pull takes them), not the whole bundle",
+            "release the folder packager convert wrote",
+        )
     if report.errors:
         first = report.errors[0]
         raise BundleError(

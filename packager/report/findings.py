@@ -36,6 +36,7 @@ class ValidationReport:
     findings: tuple[Finding, ...]
     checked_files: tuple[str, ...] = field(default=())
     kind: str = "draft"  # the bundle kind its files say it is (packager.bundle.kinds.kind_of)
+    subset: str | None = None  # "app": the app's files of a bundle, as `pull` takes them by default
 
     @property
     def errors(self) -> tuple[Finding, ...]:

@@ -23,6 +23,7 @@ def text(report: Report) -> str:
         errors, warnings = checked.counts()
         verdict = "ok" if checked.ok(report.strict) else "FAILED"
         kind = f"; a {checked.bundle_kind} bundle" if checked.bundle_kind else ""
+        kind = f"; the app files of a {checked.bundle_kind} bundle" if checked.subset == "app" else kind
         lines.append(clean(f"{checked.path}: {verdict} ({errors} errors, {warnings} warnings{kind})"))
     if report.skipped:
         lines.append(f"skipped {len(report.skipped)} file(s) that belong to no {_noun(report)}")
@@ -56,6 +57,7 @@ def as_json(report: Report) -> str:
                 "warnings": w,
                 "files": list(c.files),
                 **({"bundle_kind": c.bundle_kind} if c.bundle_kind else {}),
+                **({"subset": c.subset} if c.subset else {}),
             }
             for c, (e, w) in zip(report.checked, totals)
         ],

@@ -124,6 +124,7 @@ class CardText:
     app: App | None = None
     pair_report: Path | None = None  # a `pair --json` report, relative to the spec
     verify_report: Path | None = None  # a passing `verify --json` report of the bundle, relative to the spec
+    pair_target: str | None = None  # the Hub id of the target pair measured (the card never names a local folder)
     speculate_reports: tuple[Path, ...] = ()  # `speculate --json` reports of the bundle, relative to the spec
 
 

@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from ..bundle import graph
-from ..bundle.checksum import MANIFEST, check_manifest
-from ..bundle.kinds import DRAFT, kind_of
-from ..errors import BundleError, ManifestError, shorten
+from ..bundle.checksum import MANIFEST, check_manifest, read_manifest
+from ..bundle.kinds import CARD, DRAFT, BundleKind, kind_of
+from ..errors import BundleError, ManifestError, PackagerError, shorten
 from ..report.findings import Collector, Finding, ValidationReport
 from . import crossfile, speculative, weights
 from .documents import JSON_FILES, SCHEMA_FOR, check_schema, load_json
@@ -20,11 +20,13 @@ __all__ = ["Finding", "ValidationReport", "validate"]
 
 def validate(bundle: Path, checksums: bool = True) -> ValidationReport:
     """Syntax, schemas, completeness, cross-file consistency, sampled weights and (when present) the checksum
-    manifest. A path that is no readable folder raises (one line); everything else is a finding."""
+    manifest; an app's files as `pull` takes them (see _app_subset) are checked as such. A path that is no readable
+    folder raises (one line); everything else is a finding."""
     present = open_folder(bundle)
     out = Collector()
     kind = kind_of(bundle)
-    usable = check_files(bundle, present, out, kind)
+    subset = checksums and _app_subset(bundle, present, kind)
+    usable = check_files(bundle, present, out, kind, app=subset)
     docs = _documents(bundle, usable, out)
     facts = _graph(docs.get("llm.mnn.json"), out)
     weight_size = (
@@ -62,7 +64,35 @@ def validate(bundle: Path, checksums: bool = True) -> ValidationReport:
         )
     if checksums and MANIFEST in present and present[MANIFEST].is_file(follow_symlinks=False):
         _guard(out, MANIFEST, lambda: _check_manifest(bundle, out))
-    return ValidationReport(bundle=bundle, findings=tuple(out.items), checked_files=tuple(usable), kind=kind.name)
+    if subset and "llm.mnn.json" not in usable:
+        out.note(
+            "llm.mnn.json",
+            "",
+            "not among the app files: the checks of the graph against llm_config.json, the weights and the "
+            "tokenizer did not run here; validate the whole release (packager pull --files all) for them",
+        )
+    return ValidationReport(
+        bundle=bundle,
+        findings=tuple(out.items),
+        checked_files=tuple(usable),
+        kind=kind.name,
+        subset="app" if subset else None,
+    )
+
+
+def _app_subset(bundle: Path, present: dict[str, Any], kind: BundleKind) -> bool:
+    """Whether the folder holds an app's files, as `packager pull` takes them by default: its manifest lists every
+    app file of the kind and none of the kind's reference files nor the card (a release's manifest lists them all).
+    The folder is then checked against that manifest and the kind's app files."""
+    entry = present.get(MANIFEST)
+    if entry is None or not entry.is_file(follow_symlinks=False):
+        return False
+    try:
+        listed = set(read_manifest(bundle / MANIFEST))
+    except (PackagerError, OSError):
+        return False  # the manifest check says what is wrong with it
+    reference = set(kind.files) - set(kind.app_files)
+    return set(kind.app_files) <= listed and not listed & (reference | {CARD})
 
 
 def _documents(bundle: Path, usable: list[str], out: Collector) -> dict[str, Any]:

@@ -33,7 +33,9 @@ def check_bundles(
                 raise
             checked.append(Checked("bundle", str(bundle), (Finding(FOLDER, "", "error", exc.message),)))
             continue
-        checked.append(Checked("bundle", str(bundle), report.findings, report.checked_files, report.kind))
+        checked.append(
+            Checked("bundle", str(bundle), report.findings, report.checked_files, report.kind, report.subset)
+        )
     return Report("packager validate", tuple(checked), strict, skipped)
 
 

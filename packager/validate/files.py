@@ -40,9 +40,10 @@ def open_folder(bundle: Path) -> dict[str, os.DirEntry[str]]:
 
 
 def check_files(
-    bundle: Path, present: dict[str, os.DirEntry[str]], out: Collector, kind: BundleKind = DRAFT
+    bundle: Path, present: dict[str, os.DirEntry[str]], out: Collector, kind: BundleKind = DRAFT, app: bool = False
 ) -> list[str]:
-    """Report missing, extra, linked and non-regular entries of the kind's files; return those safe to read."""
+    """Report missing, extra, linked and non-regular entries of the kind's files (with `app`, of the files an app
+    runs: the reference files may be absent); return those safe to read."""
     if not ALL_NAMES & set(present):
         others = (
             f"it holds {len(present)} other entries (e.g. {', '.join(sorted(present)[:3])})"
@@ -61,7 +62,7 @@ def check_files(
     for name, purpose in wanted.items():
         entry = present.get(name)
         if entry is None:
-            if name not in OPTIONAL:
+            if name not in OPTIONAL and not (app and name not in kind.app_files):
                 held = "" if kind is DRAFT else f"; a {kind.name} bundle holds it"
                 out.error(name, "", f"missing ({purpose.lower()}{held})")
         elif entry.is_symlink():

@@ -92,36 +92,6 @@ async def validate_yaml(request: web.Request) -> web.Response:
     return answer({"errors": [], "warnings": []})
 
 
-async def model_info(request: web.Request) -> web.Response:
-    info = can_read(request)
-    store, repo = hub_of(request).store, repo_of(request)
-    commit = store.resolve(repo, request.match_info.get("rev") or "main")
-    blobs = request.query.get("blobs") == "true"
-    siblings = []
-    for entry in store.tree(commit).values():
-        item: dict[str, Any] = {"rfilename": entry.path}
-        if blobs:
-            item.update(size=entry.size, blobId=entry.oid)
-            if entry.lfs:
-                item["lfs"] = {"sha256": entry.lfs, "size": entry.size, "pointerSize": 134}
-        siblings.append(item)
-    last = store.commit_info(commit)["date"] if commit else info["created"]
-    return answer(
-        {
-            "id": repo,
-            "modelId": repo,
-            "sha": commit,
-            "private": info["private"],
-            "disabled": False,
-            "gated": store.gated(repo),
-            "tags": [],
-            "siblings": siblings,
-            "lastModified": last,
-            "createdAt": info["created"],
-        }
-    )
-
-
 async def no_xet(request: web.Request) -> web.Response:
     raise HubError(404, "XetNotSupported", "this Hub stores LFS objects without Xet")
 

@@ -10,7 +10,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
-from . import api, collections, lfs
+from . import api, collections, lfs, models
 from .app import HUB, answer, errors, faults, hub_of, read_json
 from .rules import HubError, bad_request
 from .state import Hub, HubConfig
@@ -67,8 +67,9 @@ def make_app(config: HubConfig) -> web.Application:
     add("GET", f"{MODEL}/commits/{REV}", api.commits)
     add("POST", f"{MODEL}/tag/{REV}", api.tag)
     add("POST", f"{MODEL}/branch/{{branch:[^/]+}}", api.branch)
-    add("GET", f"{MODEL}/revision/{REV}", api.model_info)
-    add("GET", MODEL, api.model_info)
+    add("GET", f"{MODEL}/revision/{REV}", models.model_info)
+    add("GET", MODEL, models.model_info)
+    add("GET", "/api/models", models.list_models)
     add("POST", "/api/collections", collections.create)
     add("GET", "/api/collections", collections.listing)
     add("GET", "/api/collections/{ns}/{slug}", collections.get)

@@ -94,6 +94,10 @@ class Store:
         rows = self._read("SELECT id, private, created FROM repos WHERE id=?", (repo,))
         return None if not rows else {"id": rows[0][0], "private": bool(rows[0][1]), "created": rows[0][2]}
 
+    def repos(self) -> list[dict[str, Any]]:
+        rows = self._read("SELECT id, private, created FROM repos ORDER BY id", ())
+        return [{"id": repo, "private": bool(private), "created": created} for repo, private, created in rows]
+
     def set_private(self, repo: str, private: bool) -> None:
         with self._lock:
             self._db.execute("UPDATE repos SET private=? WHERE id=?", (int(private), repo))
