@@ -99,6 +99,13 @@ HOSTILE = [
     ("qwen2", "qwen2", {"hidden_act": "relu"}, True, "hidden_act"),
     ("llama3", "llama", {"mlp_bias": True}, True, "mlp_bias"),
     ("phi3", "phi3", {"original_max_position_embeddings": 1}, False, "original_max_position_embeddings"),
+    (
+        "phi3",
+        "phi3",
+        {"rope_parameters": {"rope_type": "longrope", "original_max_position_embeddings": 1}},
+        False,
+        "rope_",
+    ),
     ("phi3", "phi3", {"sliding_window": 2047}, True, "sliding_window"),
     # Low 14: stop ids that are no token ids.
     ("qwen3", "qwen3", {"eos_token_id": [151645, -1]}, False, "eos_token_id"),

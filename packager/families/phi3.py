@@ -20,18 +20,26 @@ from .configkeys import CARRIED, IRRELEVANT, REFUSED, SHAPE, ConfigKey, Finding,
 
 def _original_positions(config: Mapping[str, Any]) -> Finding | None:
     """longrope's switch point: from 2 (its attention factor takes a log of it) up to max_position_embeddings."""
-    value, top = config.get("original_max_position_embeddings"), config.get("max_position_embeddings")
-    if value is None:
-        return None
+    top = config.get("max_position_embeddings")
+    for where in ("rope_parameters", "rope_scaling", None):
+        place = config.get(where) if where else config
+        if isinstance(place, Mapping) and place.get("original_max_position_embeddings") is not None:
+            found = _original_in(place["original_max_position_embeddings"], top, where)
+            if found is not None:
+                return found
+    return None
+
+
+def _original_in(value: Any, top: Any, where: str | None) -> Finding | None:
     ok = isinstance(value, int) and not isinstance(value, bool) and value >= 2
     if ok and isinstance(top, int) and value > top:
         ok = False
     if ok:
         return None
+    key = f"{where}.original_max_position_embeddings" if where else "original_max_position_embeddings"
     return Finding(
-        "original_max_position_embeddings",
-        f"original_max_position_embeddings must be a whole number from 2 up to max_position_embeddings "
-        f"({shown(top)}), found {shown(value)}",
+        key,
+        f"{key} must be a whole number from 2 up to max_position_embeddings ({shown(top)}), found {shown(value)}",
         False,
     )
 
