@@ -355,7 +355,7 @@ def _reuse_verify(spec: ReleaseSpec, bundle: Path) -> Verified:
     report = spec.need("card").verify_report
     assert report is not None
     parity = parity_from_report(report, CardError, bundle)
-    return Verified(parity, f"reused {shorten(str(report), 80)} (a passing verify of these very files)")
+    return Verified(parity, f"reused {shorten(str(report))} (a passing verify of these very files)")
 
 
 def _card(
