@@ -135,7 +135,7 @@ def eagle_report(eagle_bundle: ConvertResult, prompts_file: Path, tmp_path_facto
 
 
 def _card(bundle: Path, *reports: Path) -> object:
-    from tests.test_card import EXAMPLE
+    from tests.specs import EXAMPLE
 
     return run_cli(
         "card",
@@ -197,7 +197,7 @@ def test_two_reports_of_one_mode_are_refused(eagle_bundle: ConvertResult, eagle_
 def test_the_specs_speculate_reports_reach_the_card_and_a_lossy_one_stops_a_release_before_any_work(
     eagle_bundle: ConvertResult, eagle_report: Path, tmp_path: Path
 ) -> None:
-    from tests.test_card import EXAMPLE
+    from tests.specs import EXAMPLE
 
     shutil.copy(eagle_report, tmp_path / "eagle.json")
     spec = tmp_path / "release.toml"
