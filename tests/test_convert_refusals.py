@@ -13,6 +13,8 @@ from tests.conftest import run_cli
 from tests.models import build_lora, build_qwen3, copy_checkpoint
 from tests.refusals import assert_refused
 
+pytestmark = pytest.mark.converter
+
 
 def _edit_config(folder: Path, **changes: object) -> None:
     path = folder / "config.json"

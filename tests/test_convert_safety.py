@@ -16,6 +16,8 @@ from tests.conftest import run_cli, start_cli
 from tests.models import copy_checkpoint
 from tests.refusals import assert_refused
 
+pytestmark = pytest.mark.converter
+
 
 def _partials(folder: Path) -> list[Path]:
     return [p for p in folder.iterdir() if PARTIAL_MARK in p.name]

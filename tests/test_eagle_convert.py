@@ -23,6 +23,8 @@ from packager.validate import validate
 from tests.conftest import run_cli
 from tests.models import build_qwen3
 
+pytestmark = pytest.mark.converter
+
 
 def _copy_head(head: Path, dst: Path) -> Path:
     shutil.copytree(head, dst)

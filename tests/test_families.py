@@ -17,6 +17,8 @@ from tests.conftest import run_cli
 from tests.families import build_llama32, smollm2_checkpoint
 from tests.models import copy_checkpoint, llmexport_raw
 
+pytestmark = pytest.mark.converter
+
 
 @pytest.fixture(scope="module")
 def smollm2() -> Path:

@@ -12,6 +12,8 @@ from tests.families import build_gemma3, build_llama32, build_qwen25, smollm2_ch
 from tests.localhub import LocalHub, hub
 from tests.specs import family_release_spec
 
+pytestmark = [pytest.mark.converter, pytest.mark.hub]
+
 CASES = {
     "llama32": ("meta-llama/Llama-3.2-1B-Instruct", "llama3.2", "Llama 3.x", "Built with Llama"),
     "qwen25": ("Qwen/Qwen2.5-0.5B-Instruct", "apache-2.0", "Qwen2.5", ""),

@@ -18,6 +18,8 @@ from tests.conftest import run_cli
 from tests.families import build_gemma3
 from tests.models import copy_checkpoint, llmexport_raw
 
+pytestmark = pytest.mark.converter
+
 IMAGE_SOFT_TOKEN = 262144  # Gemma 3's image placeholder: vocab_size of the text models, so no row of theirs
 QUICK = Options(new_tokens=12, repeats=1, target_cache=False)
 

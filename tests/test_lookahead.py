@@ -23,6 +23,8 @@ from tests.conftest import run_cli
 from tests.models import build_qwen3
 from tests.signkeys import Keys, keys
 
+pytestmark = pytest.mark.converter
+
 TEXT = (
     "Lookahead drafts the tokens that followed the same words before.\nThe quick brown fox jumps over the lazy dog.\n"
 )

@@ -21,6 +21,8 @@ from tests.families import build_phi35
 from tests.localhub import LocalHub, hub
 from tests.specs import family_release_spec
 
+pytestmark = pytest.mark.converter
+
 
 @pytest.fixture(scope="module")
 def phi(tmp_path_factory: pytest.TempPathFactory) -> Path:

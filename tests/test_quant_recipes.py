@@ -25,6 +25,8 @@ from tests.conftest import run_cli
 from tests.mutations import mutate
 from tests.trained import Fixture, fixture
 
+pytestmark = pytest.mark.trained
+
 FIXTURES = Path(
     os.environ.get("PACKAGER_FIXTURE_DIR") or Path(tempfile.gettempdir()) / f"packager-test-fixtures-{os.getuid()}"
 )

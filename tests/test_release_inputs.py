@@ -16,6 +16,8 @@ from tests.conftest import run_cli
 from tests.localhub import LocalHub, hub, ready
 from tests.signkeys import Keys, keys
 
+pytestmark = pytest.mark.converter
+
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "release.toml"
 
 

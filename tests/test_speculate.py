@@ -15,6 +15,8 @@ from packager.convert.pipeline import ConvertResult
 from packager.measure.speculate import Request, speculate
 from tests.conftest import run_cli, start_cli
 
+pytestmark = pytest.mark.converter
+
 PROMPTS = ("What is Python?", "Write a haiku about rain.", "List three colors.")
 
 

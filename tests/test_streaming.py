@@ -22,6 +22,8 @@ from tests.conftest import run_cli
 from tests.models import build_lora, build_qwen3
 from tests.weighttasks import weight_tasks
 
+pytestmark = pytest.mark.converter
+
 
 def _llmexport_quant():  # type: ignore[no-untyped-def]
     spec = importlib.util.find_spec("llmexport")

@@ -1,12 +1,28 @@
-"""The suite reads like the package: shared helpers live in helper modules, and no test module imports another."""
+"""The suite reads like the package: shared helpers live in helper modules (no test module imports another), and a
+module whose every test needs the converter, a trained fixture, the Hub or an engine says so at its top."""
 
 from __future__ import annotations
 
 import ast
+import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent
+HEAVY = ("converter", "trained", "hub", "engines")
+# Modules whose every test is heavy but which do not say so yet: their owners add `pytestmark` after their own
+# changes land. Remove a name once its module says it (the test below fails if it already does).
+NOT_YET_MARKED = {
+    "test_hub.py",
+    "test_hub_collections.py",
+    "test_hub_model_pages.py",
+    "test_hub_presence.py",
+    "test_hub_server.py",
+    "test_pair.py",
+}
+
 # A line of a script's source that imports a test module.
 _SCRIPT_IMPORT = re.compile(r"\s*(from tests\.test_\w+ import |import tests\.test_|from tests import (.*, )?test_)")
 
@@ -60,3 +76,60 @@ def test_the_import_check_sees_imports_inside_functions_and_scripts(tmp_path: Pa
         "from tests.TEST_card",
         "from tests.TEST_streaming import f (in a string)",
     ]
+
+
+# Collects the suite (nothing runs) and prints, per module, the heavy marks all its tests carry once conftest has
+# marked them, and the marks its own `pytestmark` declares.
+_COLLECT = """
+import json, sys
+import pytest
+
+HEAVY = set(sys.argv[1].split(","))
+
+
+class Marks:
+    def __init__(self):
+        self.modules = {}
+
+    def pytest_collection_finish(self, session):
+        for item in session.items:
+            name = item.path.name
+            carried = {m.name for m in item.iter_markers()} & HEAVY
+            own = getattr(item.module, "pytestmark", [])
+            own = {m.name for m in (own if isinstance(own, list) else [own])} & HEAVY
+            entry = self.modules.setdefault(name, {"all": carried, "declared": own})
+            entry["all"] &= carried
+
+
+marks = Marks()
+code = pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", sys.argv[2]], plugins=[marks])
+print("MARKS " + json.dumps({k: {n: sorted(v) for n, v in e.items()} for k, e in marks.modules.items()}))
+sys.exit(int(code))
+"""
+
+
+def test_every_module_whose_tests_are_all_heavy_says_so_with_pytestmark() -> None:
+    # One collection of the whole suite in a process of its own (a few seconds: the imports of the test modules).
+    result = subprocess.run(
+        [sys.executable, "-c", _COLLECT, ",".join(HEAVY), str(TESTS)],
+        capture_output=True,
+        text=True,
+        cwd=TESTS.parent,
+        timeout=300,
+    )
+    lines = [line for line in result.stdout.splitlines() if line.startswith("MARKS ")]
+    assert result.returncode == 0 and lines, result.stdout[-3000:] + result.stderr[-3000:]
+    modules = json.loads(lines[-1].removeprefix("MARKS "))
+    assert len(modules) > 50, sorted(modules)
+    unsaid = {
+        name: sorted(set(entry["all"]) - set(entry["declared"]))
+        for name, entry in modules.items()
+        if set(entry["all"]) - set(entry["declared"]) and name not in NOT_YET_MARKED
+    }
+    assert unsaid == {}, "add `pytestmark = pytest.mark.<kind>` (or a list) at the top of these modules"
+    done = {
+        n
+        for n in NOT_YET_MARKED
+        if set(modules.get(n, {}).get("all", [])) <= set(modules.get(n, {}).get("declared", []))
+    }
+    assert done == set(), "these modules need no exemption now: remove them from NOT_YET_MARKED"
