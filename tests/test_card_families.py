@@ -19,40 +19,11 @@ from packager.trust.keys import PASSPHRASE_ENV
 from packager.validate import validate
 from tests.conftest import run_cli
 from tests.signkeys import Keys, keys
+from tests.specs import card_spec as _spec
 
 pytestmark = pytest.mark.converter
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "release.toml"
 FAMILY_ERROR = 69  # errors.FamilyLicenseConflict
-
-
-def _spec(
-    folder: Path,
-    *,
-    license: str | None = None,
-    base: str = "meta-llama/Llama-3.2-1B-Instruct",
-    source: Path | None = None,
-    extra: tuple[str, ...] = (),  # lines after the [convert] table (its keys, then other tables)
-) -> Path:
-    lines = [
-        "[release]",
-        'repo_id = "me/tiny-draft-mnn"',
-        'title = "Tiny draft"',
-        'version = "v1"',
-        'summary = "A tiny draft."',
-        *([f'license = "{license}"'] if license else []),
-        "",
-        "[model]",
-        f'base_model = "{base}"',
-        "",
-        "[card]",
-        'runs_on = "Android phones (CPU)"',
-        'limitations = ["A test model."]',
-        *(["", "[convert]", f'checkpoint = "{source}"'] if source else []),
-        *extra,
-    ]
-    path = folder / "release.toml"
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return path
 
 
 def _copy(bundle: ConvertResult, tmp_path: Path) -> Path:

@@ -9,31 +9,15 @@ import re
 import shlex
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import click
 import pytest
 
+from tests.clitree import command_tree
 from tests.conftest import run_cli
 from tests.inprocess import invoke, one_error_line
-
-
-def command_tree() -> list[tuple[tuple[str, ...], click.Command]]:
-    """Every command of the click tree, groups included (the root is ()), found by walking it: never a list."""
-    from packager.cli import cli
-
-    def walk(command: click.Command, path: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], click.Command]]:
-        yield path, command
-        if isinstance(command, click.Group):
-            ctx = click.Context(command)
-            for name in command.list_commands(ctx):
-                sub = command.get_command(ctx, name)
-                assert sub is not None, (*path, name)
-                yield from walk(sub, (*path, name))
-
-    return list(walk(cli, ()))
 
 
 def examples(command: click.Command) -> list[str]:

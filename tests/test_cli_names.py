@@ -15,8 +15,8 @@ import click
 import pytest
 
 from packager.cli import cli
+from tests.clitree import command_tree
 from tests.conftest import run_cli
-from tests.test_cli import command_tree
 
 EXAMPLE_SPEC = Path(__file__).resolve().parents[1] / "examples" / "release.toml"
 

@@ -19,6 +19,8 @@ from packager.infra.hashing import xxh3_128_file
 from tests.conftest import run_cli
 from tests.parity import compare, load_mnn
 
+pytestmark = pytest.mark.converter
+
 PROMPTS = resources.parity_prompts()
 
 

@@ -11,6 +11,9 @@ import pytest
 
 from tests.conftest import run_cli
 from tests.models import build_lora, build_qwen3, copy_checkpoint
+from tests.refusals import assert_refused
+
+pytestmark = pytest.mark.converter
 
 
 def _edit_config(folder: Path, **changes: object) -> None:
@@ -69,16 +72,6 @@ MUTATIONS: dict[str, tuple[Callable[[Path], None], int, str]] = {
         "generation_config.json is not a JSON object",
     ),
 }
-
-
-def assert_refused(result, code: int, text: str, out: Path) -> None:  # type: ignore[no-untyped-def]
-    lines = result.stderr.strip().splitlines()
-    assert result.returncode == code, result.stderr
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("packager: error: ") and text in lines[0], lines[0]
-    assert "Traceback" not in result.stderr + result.stdout
-    assert not out.exists()
-    assert not [p for p in out.parent.iterdir() if ".packager-partial-" in p.name]
 
 
 @pytest.mark.parametrize("case", sorted(MUTATIONS))

@@ -14,7 +14,9 @@ import pytest
 from packager.bundle.staging import PARTIAL_MARK
 from tests.conftest import run_cli, start_cli
 from tests.models import copy_checkpoint
-from tests.test_convert_refusals import assert_refused
+from tests.refusals import assert_refused
+
+pytestmark = pytest.mark.converter
 
 
 def _partials(folder: Path) -> list[Path]:

@@ -20,7 +20,7 @@ import pytest
 
 from packager import errors
 from packager.cli import cli
-from tests.test_errors import OTHER_CODES, REPORT_CODES, _every_error
+from tests.errorcodes import OTHER_CODES, REPORT_CODES, every_error
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -87,10 +87,10 @@ def test_every_option_of_every_command_is_in_the_cli_reference(site: Path) -> No
 def test_every_exit_code_in_errors_py_is_on_the_exit_code_page(site: Path) -> None:
     page = (site / "reference" / "exit-codes.html").read_text(encoding="utf-8")
     shown = {int(code) for code in re.findall(r'<td><p><code class="[^"]*"><span class="pre">(\d+)</span>', page)}
-    codes = {cls.exit_code for cls in _every_error()} | REPORT_CODES | OTHER_CODES
+    codes = {cls.exit_code for cls in every_error()} | REPORT_CODES | OTHER_CODES
     assert sorted(codes - shown) == []
     assert sorted(shown - codes) == []
-    for cls in _every_error():  # each class is named on the page, with its own docstring
+    for cls in every_error():  # each class is named on the page, with its own docstring
         assert f'<span class="pre">{cls.__name__}</span>' in page, cls.__name__
     assert errors.VerifyFailed.exit_code == errors.VERIFY_FAILED
 

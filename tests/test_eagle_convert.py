@@ -23,6 +23,8 @@ from packager.validate import validate
 from tests.conftest import run_cli
 from tests.models import build_qwen3
 
+pytestmark = pytest.mark.converter
+
 
 def _copy_head(head: Path, dst: Path) -> Path:
     shutil.copytree(head, dst)
@@ -194,7 +196,7 @@ def test_a_draft_bundle_is_still_judged_a_draft(bundle4: Any) -> None:
 def test_the_card_of_an_eagle_bundle_says_its_kind_its_head_and_its_files(eagle_bundle: Any) -> None:
     from packager.card.render import gather_measurements, render
     from packager.spec import model as spec_module
-    from tests.test_card import EXAMPLE
+    from tests.specs import EXAMPLE
 
     text = render(eagle_bundle.out, spec_module.load(EXAMPLE), measurements=gather_measurements(eagle_bundle.out)).text
     assert "| Bundle kind | `target+eagle` |" in text and 'speculative_type: "eagle"' in text

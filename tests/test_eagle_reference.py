@@ -16,6 +16,8 @@ from packager.convert.eagle.reference import aux_hidden_states, aux_layers, eagl
 from packager.errors import InvalidCheckpointConfig
 from tests.models import build_eagle_head, build_qwen3, llmexport_raw
 
+pytestmark = pytest.mark.converter
+
 LLMEXPORT_THETA = 10000.0
 
 

@@ -25,6 +25,8 @@ from packager.measure.engines.check import check, compare, run_probe
 from packager.validate import validate
 from tests.conftest import run_cli
 
+pytestmark = pytest.mark.engines
+
 OLDEST_TEXT = format_version(OLDEST)
 
 

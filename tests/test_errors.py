@@ -3,32 +3,15 @@ generated from errors.py: tests/test_docs.py checks the page)."""
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 import sys
 from pathlib import Path
 
 import pytest
 
-import packager
 from packager import errors
-from packager.errors import PackagerError
+from tests.errorcodes import OTHER_CODES, REPORT_CODES, every_error
 
 ROOT = Path(__file__).resolve().parents[1]
-# Exit codes of commands that print a whole report instead of one error line, and of signals.
-REPORT_CODES = {errors.VALIDATION_FAILED, errors.CHECKSUM_MISMATCH, errors.ENGINES_CHECK_FAILED, errors.VERIFY_FAILED}
-OTHER_CODES = {0, 2, 130, 143}
-
-
-def _every_error() -> list[type[PackagerError]]:
-    for module in pkgutil.walk_packages(packager.__path__, "packager."):
-        if not module.name.endswith("__main__"):
-            importlib.import_module(module.name)  # an error class defined anywhere is found
-
-    def below(cls: type[PackagerError]) -> list[type[PackagerError]]:
-        return [c for sub in cls.__subclasses__() for c in (sub, *below(sub))]
-
-    return below(PackagerError)
 
 
 def _documented() -> dict[int, list[str]]:
@@ -47,12 +30,12 @@ def _documented() -> dict[int, list[str]]:
 
 
 def test_every_error_class_lives_in_errors_py() -> None:
-    assert [c.__qualname__ for c in _every_error() if c.__module__ != "packager.errors"] == []
+    assert [c.__qualname__ for c in every_error() if c.__module__ != "packager.errors"] == []
 
 
 def test_every_exit_code_belongs_to_one_error_class() -> None:
     owners: dict[int, list[str]] = {}
-    for cls in _every_error():
+    for cls in every_error():
         if "exit_code" in vars(cls):  # a subclass without its own code shares its parent's on purpose
             owners.setdefault(cls.exit_code, []).append(cls.__name__)
     shared = {code: names for code, names in owners.items() if len(names) > 1 or code in OTHER_CODES}
@@ -62,7 +45,7 @@ def test_every_exit_code_belongs_to_one_error_class() -> None:
 
 
 def test_every_exit_code_has_a_meaning_in_errors_py() -> None:
-    codes = {cls.exit_code for cls in _every_error()} | REPORT_CODES | OTHER_CODES
+    codes = {cls.exit_code for cls in every_error()} | REPORT_CODES | OTHER_CODES
     assert sorted(codes - set(_documented())) == []
     # every error class says what it means in a docstring of its own (the page's "meaning" column)
-    assert [cls.__name__ for cls in _every_error() if not (vars(cls).get("__doc__") or "").strip()] == []
+    assert [cls.__name__ for cls in every_error() if not (vars(cls).get("__doc__") or "").strip()] == []

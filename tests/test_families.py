@@ -12,10 +12,12 @@ import pytest
 
 from packager.convert.inspect.checkpoint import inspect_checkpoint
 from packager.convert.pipeline import ConvertRequest, convert
+from tests.bundlecheck import assert_same_bundle
 from tests.conftest import run_cli
 from tests.families import build_llama32, smollm2_checkpoint
 from tests.models import copy_checkpoint, llmexport_raw
-from tests.test_streaming import assert_same_bundle
+
+pytestmark = pytest.mark.converter
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,9 @@ import pytest
 
 from tests.families import build_gemma3, build_llama32, build_qwen25, smollm2_checkpoint
 from tests.localhub import LocalHub, hub
-from tests.test_card_families import _spec as card_spec
+from tests.specs import family_release_spec
+
+pytestmark = [pytest.mark.converter, pytest.mark.hub]
 
 CASES = {
     "llama32": ("meta-llama/Llama-3.2-1B-Instruct", "llama3.2", "Llama 3.x", "Built with Llama"),
@@ -33,14 +35,6 @@ def _source(case: str, root: Path) -> Path:
     return smollm2_checkpoint()
 
 
-def _spec(folder: Path, source: Path, base: str) -> Path:
-    """The card tests' spec, converting `source` at 8 bits and verifying on three prompts of its own."""
-    (folder / "prompts.txt").write_text("The capital of France is\ndef fibonacci(n):\nQ: Why is the sky blue?\n")
-    return card_spec(
-        folder, base=base, source=source, extra=("quant_bits = 8", "", "[verify]", 'prompts = "prompts.txt"')
-    )
-
-
 @pytest.mark.parametrize("case", list(CASES))
 def test_a_family_draft_is_converted_verified_and_released_with_a_card_naming_its_family(
     hub: LocalHub,
@@ -48,7 +42,7 @@ def test_a_family_draft_is_converted_verified_and_released_with_a_card_naming_it
     case: str,
 ) -> None:
     base, license_id, title, attribution = CASES[case]
-    spec = _spec(tmp_path, _source(case, tmp_path), base)
+    spec = family_release_spec(tmp_path, _source(case, tmp_path), base)
     out = tmp_path / "dist" / "bundle"
     result = hub.cli("release", str(spec), "--out", str(out), "--json", "--quiet", timeout=900)
     assert result.returncode == 0, result.stdout + result.stderr

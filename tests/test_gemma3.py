@@ -13,10 +13,12 @@ import pytest
 from packager.convert.inspect.checkpoint import inspect_checkpoint
 from packager.convert.pipeline import ConvertRequest, ConvertResult, convert
 from packager.measure.pair import Options, pair
+from tests.bundlecheck import assert_same_bundle
 from tests.conftest import run_cli
 from tests.families import build_gemma3
 from tests.models import copy_checkpoint, llmexport_raw
-from tests.test_streaming import assert_same_bundle
+
+pytestmark = pytest.mark.converter
 
 IMAGE_SOFT_TOKEN = 262144  # Gemma 3's image placeholder: vocab_size of the text models, so no row of theirs
 QUICK = Options(new_tokens=12, repeats=1, target_cache=False)

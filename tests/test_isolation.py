@@ -11,6 +11,8 @@ import pytest
 
 from tests.conftest import run_cli
 
+pytestmark = pytest.mark.converter
+
 
 def _freeze() -> str:
     return subprocess.run(

@@ -19,6 +19,8 @@ from tests.conftest import run_cli
 from tests.families import build_lfm2
 from tests.models import build_qwen3, llmexport_raw
 
+pytestmark = pytest.mark.converter
+
 PLAIN = {"tokenizer_file": "tokenizer.mtok", "precision": "high", "memory": "normal", "thread_num": 1}
 LOOKAHEAD = {**PLAIN, "speculative_type": "lookahead", "draft_predict_length": 3, "ngram_match_maxlen": 4}
 

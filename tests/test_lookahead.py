@@ -23,6 +23,8 @@ from tests.conftest import run_cli
 from tests.models import build_qwen3
 from tests.signkeys import Keys, keys
 
+pytestmark = pytest.mark.converter
+
 TEXT = (
     "Lookahead drafts the tokens that followed the same words before.\nThe quick brown fox jumps over the lazy dog.\n"
 )
@@ -363,7 +365,7 @@ def test_checksum_sign_card_upload_and_pull_carry_the_corpus(draft: dict[str, An
     from packager.card.render import render
     from packager.trust.sign import sign
     from tests.localhub import LocalHub, upload
-    from tests.test_card import EXAMPLE
+    from tests.specs import EXAMPLE
 
     bundle = tmp_path / "bundle"
     shutil.copytree(draft["out"], bundle)
@@ -392,7 +394,7 @@ def test_the_card_of_a_target_says_lookahead_and_a_draft_without_a_corpus_says_s
     target: ConvertResult, sharp_tied: Path, tmp_path: Path
 ) -> None:
     from packager.card.render import render
-    from tests.test_card import EXAMPLE
+    from tests.specs import EXAMPLE
 
     text = render(target.out, spec_module.load(EXAMPLE)).text
     assert (

@@ -13,6 +13,8 @@ from packager.convert.inspect.lora import inspect_adapter, merge
 from packager.convert.pipeline import ConvertResult
 from tests.parity import compare
 
+pytestmark = pytest.mark.converter
+
 
 @pytest.fixture(scope="module")
 def merged(tiny_checkpoint: Path, lora_adapter: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:

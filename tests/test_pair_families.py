@@ -17,6 +17,8 @@ from tests.conftest import run_cli
 from tests.families import build_qwen25, smollm2_checkpoint
 from tests.models import copy_checkpoint
 
+pytestmark = pytest.mark.converter
+
 PROMPTS = ("Write one sentence about rivers.", "List three colours.")
 QUICK = Options(new_tokens=12, repeats=1, target_cache=False)
 

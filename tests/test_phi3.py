@@ -15,11 +15,13 @@ from packager.convert.inspect.checkpoint import inspect_checkpoint
 from packager.convert.pipeline import ConvertRequest, ConvertResult, convert
 from packager.errors import UntiedEmbeddings
 from packager.families import BY_NAME
+from tests.bundlecheck import assert_same_bundle
 from tests.conftest import run_cli
 from tests.families import build_phi35
 from tests.localhub import LocalHub, hub
-from tests.test_families_release import _spec
-from tests.test_streaming import assert_same_bundle
+from tests.specs import family_release_spec
+
+pytestmark = pytest.mark.converter
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +111,7 @@ def test_a_phi35_target_is_released_with_a_card_naming_its_family_license_and_po
     phi: Path,
     tmp_path: Path,
 ) -> None:
-    spec = _spec(tmp_path, phi, "microsoft/Phi-3.5-mini-instruct")
+    spec = family_release_spec(tmp_path, phi, "microsoft/Phi-3.5-mini-instruct")
     text = spec.read_text(encoding="utf-8").replace("quant_bits = 8\n", 'quant_bits = 8\nkind = "target"\n')
     spec.write_text(text, encoding="utf-8")
     out = tmp_path / "dist" / "bundle"

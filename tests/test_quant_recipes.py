@@ -22,8 +22,10 @@ from packager.measure.sweep.report import as_dict
 from packager.spec.model import from_dict
 from packager.validate import validate
 from tests.conftest import run_cli
-from tests.test_validate import mutate
+from tests.mutations import mutate
 from tests.trained import Fixture, fixture
+
+pytestmark = pytest.mark.trained
 
 FIXTURES = Path(
     os.environ.get("PACKAGER_FIXTURE_DIR") or Path(tempfile.gettempdir()) / f"packager-test-fixtures-{os.getuid()}"
@@ -211,7 +213,7 @@ def test_a_sweep_bundle_is_the_bundle_convert_makes(swept: dict, trained: Fixtur
 def test_the_card_says_why_that_recipe(swept: dict, hqq_lm8: ConvertResult, tmp_path: Path) -> None:  # type: ignore[type-arg]
     import tomllib
 
-    from tests.test_card import EXAMPLE
+    from tests.specs import EXAMPLE
 
     data = tomllib.loads(EXAMPLE.read_text())
     measured = gather_measurements(hqq_lm8.out)

@@ -16,6 +16,8 @@ from tests.conftest import run_cli
 from tests.localhub import LocalHub, hub, ready
 from tests.signkeys import Keys, keys
 
+pytestmark = pytest.mark.converter
+
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "release.toml"
 
 
@@ -66,9 +68,9 @@ def test_the_app_files_a_pull_leaves_are_refused_as_the_bundle_of_a_release(
 def test_a_spec_pair_report_of_other_files_is_refused_before_any_work(
     bundle4: ConvertResult, bundle8: ConvertResult, tmp_path: Path
 ) -> None:
-    from tests.test_card_presence import _pair_report
+    from tests.pairreports import pair_report
 
-    _pair_report(tmp_path / "pair8.json", bundle8.out)  # pair's own serializer, the 8-bit bundle's digests
+    pair_report(tmp_path / "pair8.json", bundle8.out)  # pair's own serializer, the 8-bit bundle's digests
     spec = _spec(tmp_path, card='pair_report = "pair8.json"')
     bundle = tmp_path / "bundle"
     shutil.copytree(bundle4.out, bundle)
@@ -98,9 +100,9 @@ def test_a_spec_pair_report_of_other_files_is_refused_before_any_work(
 def test_a_pair_report_of_other_files_stops_a_converting_release_at_the_card(
     tiny_checkpoint: Path, bundle4: ConvertResult, tmp_path: Path
 ) -> None:
-    from tests.test_card_presence import _pair_report
+    from tests.pairreports import pair_report
 
-    _pair_report(tmp_path / "pair4.json", bundle4.out)  # of the 4-bit bundle; the release converts to 8 bits
+    pair_report(tmp_path / "pair4.json", bundle4.out)  # of the 4-bit bundle; the release converts to 8 bits
     spec = _spec(tmp_path, convert=f'checkpoint = "{tiny_checkpoint}"', card='pair_report = "pair4.json"')
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("The capital of France is\n", encoding="utf-8")

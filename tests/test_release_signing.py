@@ -15,6 +15,8 @@ from tests.localhub import WRITE_TOKEN, LocalHub, hub, online, ready
 from tests.localhub import history as _history
 from tests.signkeys import Keys, keys
 
+pytestmark = [pytest.mark.converter, pytest.mark.hub]
+
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "release.toml"
 REPO = "your-name/Qwen3-0.6B-KL-draft-MNN"
 MODEL_SIGNING = Path(sys.executable).parent / "model_signing"

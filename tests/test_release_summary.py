@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from jsonschema import Draft202012Validator
 
 from packager import resources
 from tests.localhub import LocalHub, hub, ready
 from tests.localhub import upload as _upload
+
+pytestmark = pytest.mark.hub
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "release.toml"
 REPO = "your-name/Qwen3-0.6B-KL-draft-MNN"

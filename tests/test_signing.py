@@ -16,6 +16,8 @@ from tests.conftest import run_cli
 from tests.localhub import ready
 from tests.signkeys import PASSPHRASE, Keys, forge_signature, keys
 
+pytestmark = [pytest.mark.converter, pytest.mark.hub]
+
 
 def _env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in (PASSPHRASE_ENV, "PACKAGER_SIGNING_KEY")}

@@ -15,6 +15,8 @@ from packager.convert.pipeline import ConvertResult
 from packager.measure.speculate import Request, speculate
 from tests.conftest import run_cli, start_cli
 
+pytestmark = pytest.mark.converter
+
 PROMPTS = ("What is Python?", "Write a haiku about rain.", "List three colors.")
 
 
@@ -135,7 +137,7 @@ def eagle_report(eagle_bundle: ConvertResult, prompts_file: Path, tmp_path_facto
 
 
 def _card(bundle: Path, *reports: Path) -> object:
-    from tests.test_card import EXAMPLE
+    from tests.specs import EXAMPLE
 
     return run_cli(
         "card",
@@ -197,7 +199,7 @@ def test_two_reports_of_one_mode_are_refused(eagle_bundle: ConvertResult, eagle_
 def test_the_specs_speculate_reports_reach_the_card_and_a_lossy_one_stops_a_release_before_any_work(
     eagle_bundle: ConvertResult, eagle_report: Path, tmp_path: Path
 ) -> None:
-    from tests.test_card import EXAMPLE
+    from tests.specs import EXAMPLE
 
     shutil.copy(eagle_report, tmp_path / "eagle.json")
     spec = tmp_path / "release.toml"

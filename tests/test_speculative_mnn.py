@@ -14,6 +14,8 @@ from packager.runtime.child import MNNModel
 from packager.runtime.models import HFModel
 from packager.runtime.speculative import autoregressive, speculative
 
+pytestmark = pytest.mark.converter
+
 PROMPTS = ("The capital of France is", "def fibonacci(n):\n", "Q: Why is the sky blue?\nA:")
 STOP = (151645, 151643)
 

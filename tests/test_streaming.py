@@ -15,10 +15,14 @@ import pytest
 
 from packager.bundle.kinds import FILES
 from packager.convert.pipeline import ConvertRequest, ConvertResult, convert
-from packager.convert.stream import graphcache, layout, weightwriter
+from packager.convert.stream import graphcache, weightwriter
 from packager.convert.stream.quant import QuantSpec, quantize
+from tests.bundlecheck import assert_same_bundle
 from tests.conftest import run_cli
 from tests.models import build_lora, build_qwen3
+from tests.weighttasks import weight_tasks
+
+pytestmark = pytest.mark.converter
 
 
 def _llmexport_quant():  # type: ignore[no-untyped-def]
@@ -58,14 +62,6 @@ def _streamed(checkpoint: Path, out: Path, **options: object) -> ConvertResult:
     result = convert(ConvertRequest(checkpoint=checkpoint, out=out, **options))  # type: ignore[arg-type]
     assert result.path == "streamed"
     return result
-
-
-def assert_same_bundle(a: Path, b: Path) -> None:
-    """Every file of either bundle, byte for byte (a bundle of any kind: both hold the same names)."""
-    names = sorted(p.name for p in a.iterdir())
-    assert names == sorted(p.name for p in b.iterdir()) and "llm.mnn.weight" in names, names
-    for name in names:
-        assert (a / name).read_bytes() == (b / name).read_bytes(), name
 
 
 @pytest.fixture(scope="module")
@@ -379,30 +375,11 @@ def test_a_graph_build_that_fails_stops_the_weight_writers_and_its_error_stands(
     assert not multiprocessing.active_children()  # no writer process outlives the conversion
 
 
-def _weight_tasks(checkpoint: Path) -> tuple[list[weightwriter.Task], int]:
-    from packager.convert.inspect.checkpoint import inspect_checkpoint
-
-    info = inspect_checkpoint(checkpoint)
-    s = info.shape
-    regions = layout.predict(
-        s.hidden_size,
-        s.num_layers,
-        s.num_heads,
-        s.num_kv_heads,
-        s.head_dim,
-        s.intermediate_size,
-        s.vocab_size,
-        QuantSpec(4, 128),
-    )
-    tasks = weightwriter.plan(regions, weightwriter.index(info.weight_files), {}, {}, adapted=False)
-    return tasks, layout.total_size(regions)
-
-
 def test_stopped_weight_writers_start_no_further_task(tiny_checkpoint: Path, tmp_path: Path) -> None:
     # Before `widen` one process of two runs; `stop` set at its first report leaves exactly that task written.
     import threading
 
-    tasks, size = _weight_tasks(tiny_checkpoint)
+    tasks, size = weight_tasks(tiny_checkpoint)
     assert len(tasks) > 3
     widen, stop = threading.Event(), threading.Event()
     path = tmp_path / "llm.mnn.weight"
@@ -432,9 +409,9 @@ import multiprocessing, os, signal, sys, threading
 from pathlib import Path
 from packager.convert.stream.quant import QuantSpec
 from packager.convert.stream import weightwriter
-from tests.test_streaming import _weight_tasks
+from tests.weighttasks import weight_tasks
 
-tasks, size = _weight_tasks(Path(sys.argv[1]))
+tasks, size = weight_tasks(Path(sys.argv[1]))
 
 def progress(line):  # at the first report the pool still has tasks: print its processes, then die at once
     print(" ".join(str(p.pid) for p in multiprocessing.active_children()), flush=True)

@@ -16,6 +16,8 @@ from packager.convert.pipeline import ConvertResult
 from packager.measure.pair import Options, pair, targetcache
 from tests.conftest import run_cli
 
+pytestmark = pytest.mark.converter
+
 PROMPTS = ("The capital of France is", "def fibonacci(n):", "Q: What is the boiling point of water?\nA:")
 QUICK = Options(new_tokens=12, repeats=1)
 

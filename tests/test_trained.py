@@ -21,6 +21,8 @@ from packager.runtime.speculative import speculative
 from tests.conftest import run_cli
 from tests.trained import RECIPES, Fixture, build_corpus, fixture, held_out_accuracy
 
+pytestmark = pytest.mark.trained
+
 # Built once per recipe, BUILDER number and library versions, reused across this user's test sessions (atomic).
 FIXTURES = Path(
     os.environ.get("PACKAGER_FIXTURE_DIR") or Path(tempfile.gettempdir()) / f"packager-test-fixtures-{os.getuid()}"

@@ -27,6 +27,8 @@ from tests.models import build_qwen3, qwen3_tokenizer_dir
 from tests.trained import EOT, IM_END, VOCAB, _render_chat, build_corpus
 from tests.trained_eagle import RECIPE, EagleFixture, fixture
 
+pytestmark = [pytest.mark.converter, pytest.mark.trained]
+
 # Built once per recipe, BUILDER number and library versions, reused across this user's test sessions (atomic).
 FIXTURES = Path(
     os.environ.get("PACKAGER_FIXTURE_DIR") or Path(tempfile.gettempdir()) / f"packager-test-fixtures-{os.getuid()}"
