@@ -17,8 +17,7 @@ from packager.spec import model as spec_module
 from packager.validate import validate
 from tests.conftest import run_cli
 from tests.inprocess import invoke, one_error_line
-
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "release.toml"
+from tests.specs import EXAMPLE
 
 
 @pytest.fixture()

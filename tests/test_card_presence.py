@@ -12,14 +12,11 @@ from packager.card.render import human_size, render
 from packager.convert.pipeline import ConvertResult
 from packager.errors import CardError, SpecError
 from packager.measure.digests import measured_digests
-from packager.measure.intervals import Interval
-from packager.measure.pair.costs import Costs, Spread
-from packager.measure.pair.report import DepthReport, PairReport, as_dict
-from packager.measure.pair.sampling import Sampling
 from packager.spec import model as spec_module
 from tests.conftest import run_cli
+from tests.pairreports import pair_report
+from tests.specs import EXAMPLE
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "release.toml"
 PRESENCE = """
 usage = ["Install TokForge from Google Play.", "On Android, open Settings > Speed & engine > Models & Modules.",
          "Load a Qwen3 MNN chat model and chat as usual."]
@@ -43,63 +40,6 @@ def _spec(tmp_path: Path, card_extra: str = PRESENCE, release_extra: str = "") -
     head, tail = text.split("[[credits]]", 1)
     path = tmp_path / "release.toml"
     path.write_text(f"{head.rstrip()}\n{card_extra}\n[[credits]]{tail}")
-    return path
-
-
-def _pair_report(
-    path: Path,
-    draft: Path,
-    alpha: float = 0.62,
-    tau3: float = 2.31,
-    sampled: float | None = 0.71,
-    recommended: int | None = None,
-    target: str = "Qwen--Qwen3-8B",
-) -> Path:
-    """A pair report written by pair's own serializer (so its format is the real one), with chosen figures, whose
-    draft was the bundle `draft` (its files' digests)."""
-    spread = Spread.exact(0.01)
-    taus = {d: 1 + (tau3 - 1) * d / 3 for d in range(1, 7)}  # tau grows with d, tau3 at d=3
-    depths = tuple(
-        DepthReport(
-            d=d,
-            steps=100,
-            acceptance_rate=Interval(alpha, alpha - 0.05, alpha + 0.05),
-            tokens_per_step=Interval(taus[d], taus[d] - 0.1, taus[d] + 0.1),
-            tokens_per_step_formula=2.0,
-            tokens_per_step_sampled=None,
-            verify_seconds=spread,
-            speedup_from_measured_tau=Spread(1.2, 1.1, 1.3),
-            speedup_from_alpha_formula=1.2,
-        )
-        for d in range(1, 7)
-    )
-    costs = Costs(
-        source="--costs phone.json" if recommended else "this CPU (test, 2 threads)",
-        device=recommended is not None,
-        draft_step=spread,
-        target_step=spread,
-        verify=dict.fromkeys(range(1, 7), spread),
-        repeats=((0.01, 0.01, dict.fromkeys(range(1, 7), 0.01), 0.01),),
-        draft_catchup=spread,
-    )
-    report = PairReport(
-        draft=Path("/x/draft"),
-        target=Path(f"/x/hub/models--{target}/snapshots/0123abcd"),  # a Hugging Face cache path: its Hub id
-        prompts=54,
-        positions=1728,
-        new_tokens=32,
-        threads=2,
-        dtype="stored",
-        tokenizer_strings_compared=100,
-        alpha=Interval(alpha, alpha - 0.03, alpha + 0.03),
-        sampling=Sampling(0.7, 20, 0.8) if sampled is not None else None,
-        sampled_acceptance=Interval(sampled, sampled - 0.04, sampled + 0.04) if sampled else None,
-        costs=costs,
-        depths=depths,
-        best_d=recommended,
-        draft_files=measured_digests(draft),
-    )
-    path.write_text(json.dumps(as_dict(report)))
     return path
 
 
@@ -173,7 +113,7 @@ def test_pair_report_becomes_hub_eval_results(bundle4: ConvertResult, tmp_path: 
     from packager import __version__
 
     spec = spec_module.load(_spec(tmp_path))
-    report = _pair_report(tmp_path / "p.json", bundle4.out)
+    report = pair_report(tmp_path / "p.json", bundle4.out)
     first = _results(render(bundle4.out, spec, measurements=_measured(bundle4, report)).text)
     alpha, tau, sampled = first["greedy_acceptance_alpha"], first["tokens_per_step"], first["sampling_acceptance"]
     assert (alpha.metric_value, tau.metric_value, sampled.metric_value) == (0.62, 2.31, 0.71)
@@ -185,7 +125,7 @@ def test_pair_report_becomes_hub_eval_results(bundle4: ConvertResult, tmp_path: 
     assert alpha.source_url == "https://huggingface.co/your-name/Qwen3-0.6B-KL-draft-MNN"
     assert "temperature 0.7, top-k 20, top-p 0.8" in sampled.metric_config
     # The figures move with the report; the device's recommended d wins over the bundle's; no sampling, no result.
-    moved = _pair_report(tmp_path / "q.json", bundle4.out, alpha=0.7, tau3=2.5, sampled=None, recommended=5)
+    moved = pair_report(tmp_path / "q.json", bundle4.out, alpha=0.7, tau3=2.5, sampled=None, recommended=5)
     second = _results(render(bundle4.out, spec, measurements=_measured(bundle4, moved)).text)
     assert second["greedy_acceptance_alpha"].metric_value == 0.7 and "sampling_acceptance" not in second
     assert second["tokens_per_step"].metric_config == "d=5" and second["tokens_per_step"].metric_value == 3.5
@@ -195,9 +135,9 @@ def test_a_pair_target_named_by_its_cache_path_is_stated_by_hub_id_and_the_draft
     bundle4: ConvertResult, tmp_path: Path
 ) -> None:
     spec = spec_module.load(_spec(tmp_path))
-    other = render(bundle4.out, spec, measurements=_measured(bundle4, _pair_report(tmp_path / "p.json", bundle4.out)))
+    other = render(bundle4.out, spec, measurements=_measured(bundle4, pair_report(tmp_path / "p.json", bundle4.out)))
     assert "Acceptance with Qwen/Qwen3-8B (packager pair:" in other.text and "same model here" not in other.text
-    own = _pair_report(tmp_path / "q.json", bundle4.out, target="Qwen--Qwen3-0.6B")  # the spec's base_model
+    own = pair_report(tmp_path / "q.json", bundle4.out, target="Qwen--Qwen3-0.6B")  # the spec's base_model
     text = render(bundle4.out, spec, measurements=_measured(bundle4, own)).text
     assert "**Draft and target are the same model here** (Qwen/Qwen3-0.6B):" in text
 
@@ -229,7 +169,7 @@ def test_no_measurement_no_model_index(bundle4: ConvertResult) -> None:
 
 
 def test_card_cli_takes_the_spec_pair_report_and_verify(bundle4: ConvertResult, tmp_path: Path) -> None:
-    _pair_report(tmp_path / "pair.json", bundle4.out, alpha=0.55)
+    pair_report(tmp_path / "pair.json", bundle4.out, alpha=0.55)
     spec = _spec(tmp_path, PRESENCE.replace("\n[card.links]", 'pair_report = "pair.json"\n\n[card.links]', 1))
     result = run_cli(
         "card",
@@ -250,7 +190,7 @@ def test_card_cli_takes_the_spec_pair_report_and_verify(bundle4: ConvertResult, 
         "--spec",
         str(spec),
         "--pair",
-        str(_pair_report(tmp_path / "other.json", bundle4.out, alpha=0.8)),
+        str(pair_report(tmp_path / "other.json", bundle4.out, alpha=0.8)),
         "-o",
         "-",
     )
@@ -335,7 +275,7 @@ def test_a_good_presence_spec_loads_into_typed_fields(tmp_path: Path) -> None:
 def test_a_tampered_pair_report_is_refused_naming_the_figure(
     bundle4: ConvertResult, tmp_path: Path, field: str, value: object
 ) -> None:
-    path = _pair_report(tmp_path / "p.json", bundle4.out)
+    path = pair_report(tmp_path / "p.json", bundle4.out)
     data = json.loads(path.read_text())
     if field == "alpha":
         data["alpha"]["value"] = value

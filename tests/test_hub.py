@@ -12,6 +12,8 @@ from tests.localhub import change_weights as _change_weights
 from tests.localhub import history as _history
 from tests.localhub import upload as _upload
 
+pytestmark = pytest.mark.hub
+
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "release.toml"
 SPEC_REPO = "your-name/Qwen3-0.6B-KL-draft-MNN"
 

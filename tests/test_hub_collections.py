@@ -9,6 +9,8 @@ import pytest
 
 from tests.localhub import OTHER_TOKEN, OTHER_USER, READ_TOKEN, WRITE_TOKEN, LocalHub, hub, online
 
+pytestmark = pytest.mark.hub
+
 
 def _api(hub: LocalHub, token: str | None = WRITE_TOKEN) -> Any:
     from huggingface_hub import HfApi

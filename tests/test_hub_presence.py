@@ -7,12 +7,15 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from jsonschema import Draft202012Validator
 
 from packager import resources
 from tests.localhub import OTHER_TOKEN, OTHER_USER, WRITE_TOKEN, LocalHub, hub, online, ready
 from tests.localhub import history as _history
 from tests.localhub import upload as _upload
+
+pytestmark = pytest.mark.hub
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "release.toml"
 REPO = "your-name/Qwen3-0.6B-KL-draft-MNN"

@@ -18,6 +18,8 @@ from hypothesis import strategies as st
 from packager.hub.local.rules import path_problem
 from tests.localhub import READ_TOKEN, WRITE_TOKEN, LocalHub, online
 
+pytestmark = pytest.mark.hub
+
 LFS_BYTES = b"\x00binary" + bytes(range(256)) * 40
 
 

@@ -21,6 +21,8 @@ from packager.runtime.speculative import autoregressive, speculative
 from tests.conftest import run_cli
 from tests.models import build_deep_target, build_qwen3, copy_checkpoint, llmexport_raw
 
+pytestmark = pytest.mark.converter
+
 PROMPTS = (
     "The capital of France is",
     "def fibonacci(n):",

@@ -14,14 +14,7 @@ TESTS = Path(__file__).resolve().parent
 HEAVY = ("converter", "trained", "hub", "engines")
 # Modules whose every test is heavy but which do not say so yet: their owners add `pytestmark` after their own
 # changes land. Remove a name once its module says it (the test below fails if it already does).
-NOT_YET_MARKED = {
-    "test_hub.py",
-    "test_hub_collections.py",
-    "test_hub_model_pages.py",
-    "test_hub_presence.py",
-    "test_hub_server.py",
-    "test_pair.py",
-}
+NOT_YET_MARKED: set[str] = set()
 
 # A line of a script's source that imports a test module.
 _SCRIPT_IMPORT = re.compile(r"\s*(from tests\.test_\w+ import |import tests\.test_|from tests import (.*, )?test_)")
