@@ -49,19 +49,6 @@ def test_speedup_charges_the_draft_catch_up_after_a_full_acceptance() -> None:
     assert acceptance.speedup(3.0, 3, 1.0, 4.0, 4.0, full=1.0, catchup=None) == 12 / 7
 
 
-def test_pair_measures_fewer_builtin_conversations_by_default_as_the_target_grows() -> None:
-    """The default finishes in about a minute for a small pair; --full (Options.full) measures all of them."""
-    from packager.measure.pair import default_prompts
-    from packager.measure.pair.memory import GIB
-
-    assert [default_prompts(int(gib * GIB)) for gib in (0.25, 0.5, 1.0, 2.0, 8.0)] == [24, 24, 16, 16, 12]
-    items = workload.builtin()
-    chosen = workload.spread(items, 24)
-    assert len(set(chosen)) == 24 and list(chosen) == [item for item in items if item in chosen]  # in their order
-    assert {p.category for p in chosen} == {p.category for p in items} and len({p.language for p in chosen}) >= 6
-    assert workload.spread(items, len(items)) == items == workload.spread(items, 100)
-
-
 def test_pair_reports_every_prompt_and_an_estimate_from_the_first(tiny_checkpoint: Path) -> None:
     """With stderr no terminal each report is a line: one as measuring starts, one a prompt, one a timing
     repeat, and the estimate of the whole run after the first prompt; never a stage silent for minutes."""
@@ -421,11 +408,3 @@ def test_too_few_tokens_is_one_line_before_anything_loads(tokens: str, tmp_path:
     result = run_cli("pair", str(tmp_path), str(tmp_path), "--tokens", tokens)
     assert result.returncode == 19 and result.stderr.count("\n") == 1
     assert f"--tokens {tokens} is too few: measuring every d up to 6 needs at least 7 tokens" in result.stderr
-
-
-def test_pair_full_is_refused_with_a_prompts_file(tmp_path: Path) -> None:
-    """--full measures every built-in conversation: beside --prompts it would be silently ignored."""
-    prompts = tmp_path / "prompts.txt"
-    prompts.write_text("Hello\n", encoding="utf-8")
-    result = run_cli("pair", str(tmp_path), str(tmp_path), "--full", "--prompts", str(prompts))
-    assert result.returncode == 19 and "--full" in result.stderr, result.stderr
