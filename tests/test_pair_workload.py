@@ -28,3 +28,19 @@ def test_pair_full_is_refused_with_a_prompts_file(tmp_path: Path) -> None:
     prompts.write_text("Hello\n", encoding="utf-8")
     result = run_cli("pair", str(tmp_path), str(tmp_path), "--full", "--prompts", str(prompts))
     assert result.returncode == 19 and "--full" in result.stderr, result.stderr
+
+
+def test_pair_help_states_the_default_workload_the_library_measures() -> None:
+    import click
+
+    from packager.cli import cli
+    from packager.measure.pair import DEFAULT_PROMPTS, LARGE_TARGET_PROMPTS
+
+    command = cli.get_command(click.Context(cli), "pair")
+    assert command is not None
+    option = next(p for p in command.params if p.name == "prompts_file")
+    said = str(option.show_default)
+    expected = [f"{DEFAULT_PROMPTS[0][1]} of the built-in {len(workload.builtin())} conversations"]
+    expected += [f"{count} up to {gib:g} GiB" for gib, count in DEFAULT_PROMPTS[1:]]
+    expected += [f"up to {DEFAULT_PROMPTS[0][0]:g} GiB", f"else {LARGE_TARGET_PROMPTS};"]
+    assert all(part in said for part in expected), (said, expected)
