@@ -14,10 +14,12 @@ from pathlib import Path
 import pytest
 
 from packager.bundle.checksum import render
+from packager.cli.progress import StderrProgress
 from packager.infra.hashing import xxh3_128_bytes
 from packager.infra.progress import Step
 from tests.conftest import run_cli
 from tests.localhub import WRITE_TOKEN, LocalHub, hub, online
+from tests.terminal import fake_terminal, finished_lines, words
 
 STAGE_LINE = re.compile(r"^packager: \[ *\d+\.\ds\] ")
 
@@ -122,12 +124,60 @@ def test_verify_remote_draws_a_file_bar_on_a_terminal_and_lines_elsewhere(hub: L
 
 
 def test_convert_draws_its_stages_and_a_weight_bar_on_a_terminal(tiny_checkpoint: Path, tmp_path: Path) -> None:
-    """The longest stage people wait for: each stage a bar line with its time, the quantized megabytes filling one."""
-    code, out, drawn = on_a_terminal("convert", str(tiny_checkpoint), "--out", str(tmp_path / "bundle"))
+    """The longest stage people wait for: each stage a bar line with its time, the quantized megabytes filling one
+    (the only line about quantizing weights, though the graph is built beside it: its own cache is empty)."""
+    cold = {**os.environ, "PACKAGER_CACHE_DIR": str(tmp_path / "cache")}
+    code, out, drawn = on_a_terminal("convert", str(tiny_checkpoint), "--out", str(tmp_path / "bundle"), env=cold)
     assert code == 0, drawn
     assert out.startswith("bundle: ")  # the result on stdout, after the bars are closed
     shown = frames(drawn)
     weights = [frame for frame in shown if frame.startswith("quantizing weights (MB):")]
     assert weights and "100%|" in weights[-1], drawn
+    assert any(line.startswith("graph cache miss") for line in finished_lines(drawn)), drawn
+    assert [line for line in finished_lines(drawn) if "quantizing weights" in line] == [weights[-1]], drawn
     assert any(re.match(r"validating the bundle \(draft\) \[\d\d:\d\d\]$", frame) for frame in shown), drawn
     assert not any(STAGE_LINE.match(frame) for frame in shown)
+
+
+LONG_STAGE = (
+    "graph cache miss: building the graph once for this shape (llmexport, weights skipped), writing the weights "
+    "meanwhile"
+)
+
+
+def test_a_stage_wider_than_the_terminal_is_wrapped_between_words_never_cut() -> None:
+    with fake_terminal() as screen, StderrProgress(False) as progress:
+        progress(LONG_STAGE)
+        progress("assembling the bundle")
+    shown = finished_lines(screen.getvalue())
+    assert all(len(line) < 80 for line in shown), shown
+    elapsed = re.compile(r"^\[\d+:\d\d\]$")  # each stage's time, on its last line
+    assert [word for word in words(" ".join(shown)) if not elapsed.match(word)] == words(
+        LONG_STAGE + " assembling the bundle"
+    )
+    assert elapsed.match(shown[-2].split()[-1]) and elapsed.match(shown[-1].split()[-1]), shown
+
+
+def test_a_stage_beside_a_filling_bar_is_written_above_it_and_the_bar_stays_one() -> None:
+    """convert writes its weights while the graph is built: the weight bar is one bar, the graph's stages lines."""
+    label = "quantizing weights (MB)"
+    with fake_terminal() as screen, StderrProgress(False) as progress:
+        progress("starting the converter")
+        progress(Step("17 MB", 17, 80, label))
+        progress("writing both tokenizer candidates and measuring their agreement (beside the graph)")
+        progress(Step("34 MB", 34, 80, label))
+        progress("exporting the ONNX graph")
+        progress(Step("80 MB", 80, 80, label))
+        progress("assembling the bundle")
+    shown = finished_lines(screen.getvalue())
+    assert [line for line in shown if label in line] == [shown[-2]], shown
+    assert "| 80/80 [" in shown[-2] and shown[-1].startswith("assembling the bundle [")
+    assert "writing both tokenizer candidates and measuring their agreement (beside the graph)" in " ".join(shown)
+    assert "exporting the ONNX graph" in shown
+
+
+def test_a_bar_first_shown_part_way_claims_no_rate_until_its_count_moves() -> None:
+    """A stage that reports its first count late must not show the count as done in no time ([00:00<00:00])."""
+    with fake_terminal() as screen, StderrProgress(False) as progress:
+        progress(Step("16/54", 16, 54, "the source's continuations"))
+        assert re.search(r"\| 16/54 \[[\d:]+<\?\]$", screen.getvalue()), screen.getvalue()

@@ -26,6 +26,19 @@ def test_batches_go_shortest_first_within_both_limits() -> None:
     assert groups[-1] == [2] and groups[0][0] == 1  # the longest alone, the shortest first
 
 
+def test_the_continuations_report_none_done_before_their_first_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """verify's longest stage shows its count (a bar at 0 on a terminal) from its start, not after a first batch
+    that can take most of a minute."""
+    from packager.measure import continuation
+
+    counts: list[int] = []
+    monkeypatch.setattr(continuation, "_decode", lambda prompts, *_: (counts.append(-1), list(prompts))[1])
+    prompts = [[1] * 10] * (MAX_BATCH + 3)
+    done = continue_all(object(), prompts, 4, STOP, None, progress=counts.append)  # type: ignore[arg-type]
+    assert len(done) == len(prompts)
+    assert counts == [0, -1, MAX_BATCH, -1, len(prompts)]  # 0 before the first batch decodes, then per batch
+
+
 @pytest.fixture(scope="module")
 def source(tiny_checkpoint: Path) -> HFModel:
     return HFModel(tiny_checkpoint, dtype="stored")

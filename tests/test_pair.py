@@ -6,6 +6,7 @@ is bench/speculative_bench.py: tests do not time)."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import struct
 from pathlib import Path
@@ -48,6 +49,26 @@ def test_speedup_charges_the_draft_catch_up_after_a_full_acceptance() -> None:
     # Half the steps accept everything and then pay a two-token catch-up of 1.5 instead of a step of 1.
     assert acceptance.speedup(3.0, 3, 1.0, 4.0, 4.0, full=0.5, catchup=1.5) == 12 / 7.25
     assert acceptance.speedup(3.0, 3, 1.0, 4.0, 4.0, full=1.0, catchup=None) == 12 / 7
+
+
+def test_pair_reports_every_prompt_and_an_estimate_from_the_first(tiny_checkpoint: Path) -> None:
+    """With stderr no terminal each report is a line: one as measuring starts, one a prompt, one a timing
+    repeat, and the estimate of the whole run after the first prompt; never a stage silent for minutes."""
+    from packager.infra.progress import Step
+
+    lines: list[str] = []
+    report = pair(tiny_checkpoint, tiny_checkpoint, None, Options(new_tokens=8, repeats=2, threads=1), lines.append)
+    assert report.prompts == 24  # a tiny target: the small default
+    prompts = [line for line in lines if isinstance(line, Step) and line.label == "measuring acceptance"]
+    assert [step.done for step in prompts] == list(range(25)) and {step.total for step in prompts} == {24}
+    estimate = lines.index(prompts[1]) - 1
+    assert re.fullmatch(
+        r"pair: 24 prompts x up to 8 tokens on the target and the draft, then 2 timing repeats; about \d+ s on this "
+        r"machine \(the first prompt took \d+\.\d s\)",
+        lines[estimate],
+    ), lines
+    repeats = [line for line in lines if isinstance(line, Step) and line.label == "timing steps"]
+    assert [step.done for step in repeats] == [0, 1, 2]
 
 
 def test_builtin_workload_is_rendered_with_the_checkpoints_own_template(tiny_checkpoint: Path) -> None:

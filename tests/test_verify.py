@@ -9,12 +9,22 @@ from pathlib import Path
 import pytest
 
 from packager.convert.pipeline import ConvertResult
+from packager.infra.progress import Step
 from packager.measure.verify import Thresholds, compare_in_chunks, compare_positions, margins, verify
 from tests.conftest import run_cli
 
 
 def test_faithful_8bit_bundle_passes(bundle8: ConvertResult, tiny_checkpoint: Path) -> None:
-    report = verify(bundle8.out, tiny_checkpoint)
+    """...and reports its stages by counts: the source's continuations and the bundle's comparisons each from 0
+    (a bar from the stage's start), the comparisons every 6 prompts (a line each when stderr is no terminal)."""
+    lines: list[str] = []
+    report = verify(bundle8.out, tiny_checkpoint, progress=lines.append)
+    counts = {
+        label: [line.done for line in lines if isinstance(line, Step) and line.label == label]
+        for label in ("the source's continuations", "the bundle on the same tokens")
+    }
+    assert counts["the source's continuations"][0] == 0 and counts["the source's continuations"][-1] == 54
+    assert counts["the bundle on the same tokens"] == [*range(0, 54, 6), 54], counts
     assert report.ok, report.failures
     assert report.mean_cosine > 0.999 and report.mean_kl < 0.001
     assert report.positions >= 1000 and report.prompts == 54

@@ -1,11 +1,16 @@
 """Progress on stderr as people expect it: on a terminal a tqdm bar per stage (a counted stage fills its bar, any
 other shows the time it has taken so far); elsewhere (a pipe, a file, CI) one line per step with the time since the
-command started; nothing at all with --quiet. The library only reports (packager/infra/progress.py); this draws."""
+command started; nothing at all with --quiet. The library only reports (packager/infra/progress.py); this draws.
+
+On a terminal no line is ever cut: a stage's text wider than the terminal is wrapped between words (its last line
+carries the elapsed time). A stage reported while a counted bar is still filling (work beside it, as convert's
+graph beside its weights) is written above that bar, which stays the one bar of its stage."""
 
 from __future__ import annotations
 
 import os
 import sys
+import textwrap
 import threading
 import time
 from types import TracebackType
@@ -17,6 +22,7 @@ from ..errors import printable
 from ..infra.progress import Step
 
 TICK = 0.5  # seconds between redraws of a stage's elapsed time while the stage reports nothing
+ELAPSED = " [0:00:00]"  # the most an uncounted stage's bar adds to its text (an hour)
 
 
 def stderr_is_terminal() -> bool:
@@ -50,10 +56,10 @@ class StderrProgress:
             return
         with self._lock:
             if not isinstance(stage, Step):
-                self._open(printable(stage.strip()), None)
+                self._line(printable(stage.strip()))
                 return
             if self._bar is None or self._label != stage.label or self._bar.total != stage.total:
-                self._open(stage.label, stage.total)
+                self._open(stage.label, stage.total, stage.done)
             self._bar.n = stage.done
             self._bar.refresh()
 
@@ -69,7 +75,23 @@ class StderrProgress:
         with self._lock:
             self._end(finished)
 
-    def _open(self, label: str, total: int | None) -> None:
+    def _line(self, text: str) -> None:
+        """An uncounted stage: its own bar showing its time, its text wrapped between words to the terminal's
+        width; written above a counted bar that is still filling, which stays."""
+        lines = textwrap.wrap(text, max(20, _columns() - len(ELAPSED) - 1), break_on_hyphens=False) or [""]
+        if self._bar is not None and self._bar.total and self._bar.n < self._bar.total:
+            for line in lines:
+                self._bar.write(line, file=sys.stderr)
+            return
+        self._end(finished=True)  # a new stage began: the last one is over
+        for line in lines[:-1]:
+            click.echo(line, err=True)
+        self._open(lines[-1], None)
+
+    def _open(self, label: str, total: int | None, done: int = 0) -> None:
+        """A new bar. A counted bar first shown part-way (its stage began before it reported a count) starts its
+        rate from there: its ETA is unknown until the count moves, never the nonsense of a whole stage's work done
+        in no time."""
         from tqdm import tqdm
 
         self._end(finished=True)  # a new stage began: the last one is over
@@ -80,6 +102,7 @@ class StderrProgress:
             bar_format=counted if total else "{desc} [{elapsed}]",
             file=sys.stderr,
             leave=True,
+            initial=done if total else 0,
             **_shape(),
         )
         self._label = label if total else None
@@ -100,6 +123,15 @@ class StderrProgress:
             with self._lock:
                 if self._bar is not None:
                     self._bar.refresh()
+
+
+def _columns() -> int:
+    """The terminal's width now (80 where it reports none)."""
+    try:
+        columns = os.get_terminal_size(sys.stderr.fileno()).columns
+    except (OSError, ValueError, AttributeError):
+        columns = 0
+    return columns if columns > 0 else 80
 
 
 def _shape() -> dict[str, Any]:

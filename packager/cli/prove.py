@@ -147,8 +147,14 @@ def verify(
     "prompts_file",
     metavar="FILE",
     type=_path(exists=True, dir_okay=False),
-    show_default="the built-in 54 conversations",
+    show_default="24 of the built-in 54 conversations for a target of up to 0.5 GiB of weights, 16 up to 2 GiB, "
+    "else 12; all 54 with --full",
     help="Prompts (user turns), one per line (or JSON).",
+)
+@click.option(
+    "--full",
+    is_flag=True,
+    help="Measure all 54 built-in conversations (the default measures fewer, by the target's size).",
 )
 @threads_option("Threads for both runtimes.")
 @option(
@@ -194,6 +200,7 @@ def pair_command(
     top_k: int,
     top_p: float,
     no_target_cache: bool,
+    full: bool,
     as_json: bool,
     quiet: bool,
 ) -> None:
@@ -218,6 +225,8 @@ def pair_command(
 
     if temperature is None and (top_k or top_p != 1.0):
         raise InvalidOption("--top-k and --top-p need --temperature", "add --temperature 0.7 (Qwen3's advice)")
+    if full and prompts_file:
+        raise InvalidOption("--full measures the built-in conversations: it goes without --prompts")
     sampling = Sampling(temperature, top_k, top_p) if temperature is not None else None
     options = Options(
         new_tokens=new_tokens,
@@ -227,6 +236,7 @@ def pair_command(
         sampling=sampling,
         costs_file=costs_file,
         target_cache=not no_target_cache,
+        full=full,
     )
     with StderrProgress(quiet) as progress:
         report = run_pair(

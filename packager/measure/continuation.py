@@ -153,8 +153,10 @@ def continue_all(
     progress: Callable[[int], None] = lambda _: None,
 ) -> list[Continued]:
     """Every prompt's greedy continuation (up to n tokens, ending after a stop id) by a transformers causal LM
-    (`model.model`: the base, `model.lm_head`), in input order; `progress` gets the count done so far."""
+    (`model.model`: the base, `model.lm_head`), in input order; `progress` gets the count done so far, 0 before
+    the first batch (a batch can take most of a minute: the stage shows its count from its start)."""
     done: dict[int, Continued] = {}
+    progress(0)
     for batch in batches([len(p) for p in prompts]):
         for index, item in zip(batch, _decode([prompts[i] for i in batch], model, n, stop, spill)):
             done[index] = item

@@ -12,7 +12,7 @@ a LoRA-distilled draft, several seeds; bench/verify_calibration.py, bench/RESULT
 from __future__ import annotations
 
 import gc
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -213,13 +213,16 @@ def verify(
                 # MNN computes the next prompt while this one is compared; its rows are compared where the child
                 # wrote them, done with before the next prompt's rows are asked for
                 rows = ours.logits_each(([*item.ids, *item.tokens] for item in continued), borrowed=True)
-                for item, all_rows in zip(continued, rows):
+                compared = _compared_counter(len(continued), progress)
+                compared(0)
+                for number, (item, all_rows) in enumerate(zip(continued, rows), 1):
                     t, c, k, m = compare_in_chunks(all_rows[: item.positions], spill.read(item, borrowed=True))
                     top1 += t
                     cosine += c
                     kl += k
                     margin += m
                     greedy.append(_greedy_prefix(t, item) / max(1, len(item.tokens)))
+                    compared(number)
             finally:
                 _one_torch_thread(torch_threads)
         finally:
@@ -229,6 +232,19 @@ def verify(
             ours.close()
     report = _judge(bundle, source, thresholds, matched, len(corpus), len(items), top1, cosine, kl, margin, greedy)
     return replace(report, failures=(*stops_missing, *report.failures)) if stops_missing else report
+
+
+COMPARED_EVERY = 6  # prompts between the reports of the bundle's stage (a line each when stderr is no terminal)
+
+
+def _compared_counter(total: int, progress: Progress) -> Callable[[int], None]:
+    """Reports the prompts the bundle has been compared on: at 0, every COMPARED_EVERY and at the last."""
+
+    def report(done: int) -> None:
+        if done % COMPARED_EVERY == 0 or done == total:
+            progress(Step(f"  {done}/{total} prompts compared", done, total, "the bundle on the same tokens"))
+
+    return report
 
 
 def _same_family(bundle: Path, theirs: str | None) -> None:

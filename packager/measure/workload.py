@@ -32,6 +32,14 @@ def builtin() -> tuple[Prompt, ...]:
     )
 
 
+def spread(items: tuple[Prompt, ...], count: int) -> tuple[Prompt, ...]:
+    """`count` of the items, evenly spaced through them, in their order (the built-in file groups them by category,
+    then language: a spread keeps every kind); all of them when there are no more."""
+    if count >= len(items):
+        return items
+    return tuple(items[index * len(items) // count] for index in range(count))
+
+
 def from_texts(texts: tuple[str, ...]) -> tuple[Prompt, ...]:
     """Prompts of a --prompts file: each is one user turn."""
     return tuple(Prompt("user", "?", (("user", text),)) for text in texts)

@@ -140,7 +140,12 @@ def _export(
     if not job.get("fuse_c4", True):
         _without_c4_fusion(MNNConverter)
     _wrap(MNNConverter, "onnx2mnn", "converting the ONNX graph with MNN", events)
-    _wrap(MNNConverter, "rebuild", f"quantizing weights ({job['quant_bits']}-bit, block {job['quant_block']})", events)
+    recipe = f"{job['quant_bits']}-bit, block {job['quant_block']}"
+    # graph only: the weights are quantized beside it (convert's "quantizing weights (MB)" bar); this lays out theirs
+    rebuilt = (
+        f"laying out the graph for {recipe} weights" if job.get("graph_only") else f"quantizing weights ({recipe})"
+    )
+    _wrap(MNNConverter, "rebuild", rebuilt, events)
     events.send("stage", name=GRAPH_STAGE if job.get("graph_only") else "loading the checkpoint into llmexport")
     exporter = llmexport.LlmExporter(args)
     if job.get("rope_fix") and not rope_fixed:  # never a graph with llmexport's default frequencies, unsaid

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -31,6 +32,7 @@ class Options:
     sampling: Sampling | None = None  # None: greedy only
     costs_file: Path | None = None  # device costs; None: measure on this CPU
     target_cache: bool = True  # reuse (and store) the target's continuations and argmaxes
+    full: bool = False  # all the built-in conversations, whatever the target's size (else: default_prompts)
 
     def check(self) -> None:
         if self.new_tokens < self.max_d + 1:
@@ -41,6 +43,20 @@ class Options:
             )
         if self.repeats < 1 or (self.threads is not None and self.threads < 1):
             raise InvalidOption("repeats and threads must be at least 1")
+
+
+# How many of the built-in conversations pair measures by default, by the target's weights: a small pair finishes
+# in about a minute on two cores (each prompt is up to --tokens decoding steps of the target); --full measures all.
+DEFAULT_PROMPTS = ((0.5, 24), (2.0, 16))  # (GiB of target weights at most, prompts)
+LARGE_TARGET_PROMPTS = 12
+COST_STEPS_PER_REPEAT = 40  # model steps in one timing repeat at max_d 6 (costs.measure), for the estimate
+
+
+def default_prompts(target_weight_bytes: int) -> int:
+    """The built-in conversations measured by default for a target of this many bytes of weights."""
+    return next(
+        (count for gib, count in DEFAULT_PROMPTS if target_weight_bytes <= gib * memory.GIB), LARGE_TARGET_PROMPTS
+    )
 
 
 @dataclass(frozen=True)
@@ -127,7 +143,8 @@ def open_cache(target_path: Path, options: Options, threads: int) -> TargetCache
 
 def _load_both(
     draft_path: Path, target_path: Path, options: Options, threads: int, progress: Progress
-) -> tuple[Model, Model]:
+) -> tuple[Model, Model, int]:
+    """The draft, the target and the target's bytes of weights."""
     estimates = [
         memory.estimate(p, mnn=is_bundle(p), as_float32=options.dtype == "float32") for p in (target_path, draft_path)
     ]
@@ -135,7 +152,7 @@ def _load_both(
     progress(f"loading the target ({estimates[0].weight_bytes / memory.GIB:.2f} GiB of weights, {threads} threads)")
     target = load(target_path, threads, options.dtype)
     progress(f"loading the draft ({estimates[1].weight_bytes / memory.GIB:.2f} GiB of weights)")
-    return load(draft_path, threads, options.dtype), target
+    return load(draft_path, threads, options.dtype), target, estimates[0].weight_bytes
 
 
 def pair(
@@ -151,9 +168,14 @@ def pair(
     compat.check_files(draft_facts, target_facts)  # refused here, before any model is loaded
     draft_files = measured_digests(draft_path)  # the files about to be loaded: a card states the figures for them
     threads = options.threads or all_cores()
-    draft, target = _load_both(draft_path, target_path, options, threads, progress)
+    draft, target, target_bytes = _load_both(draft_path, target_path, options, threads, progress)
     compared = compat.check_tokenizers(draft, target, draft_facts, target_facts)
-    items = workload.from_texts(prompts) if prompts else workload.builtin()
+    if prompts:
+        items = workload.from_texts(prompts)
+    else:
+        items = workload.builtin()
+        if not options.full:
+            items = workload.spread(items, default_prompts(target_bytes))
     template, stop = target_facts.chat_template, tuple(sorted(target_facts.stop))
     if options.target_cache:
         progress("digesting the target's files (its cache is content-addressed)")
@@ -161,19 +183,22 @@ def pair(
     progress(f"measuring acceptance on {len(items)} chat-templated prompts x up to {options.new_tokens} tokens")
     results: list[PromptResult] = []
     longest: list[int] = []
+    progress(Step(f"  0/{len(items)} prompts", 0, len(items), "measuring acceptance"))  # counted from its start
     for number, item in enumerate(items, 1):
+        started = time.perf_counter()
         ids = target.encode(workload.render(template, item, target_facts.variables))
         results.append(measure_prompt(draft, target, ids, options.new_tokens, stop, options.sampling, cache))
         longest = max(longest, ids + results[-1].continuation, key=len)
-        if number % 9 == 0 or number == len(items):
-            progress(
-                Step(
-                    f"  {number}/{len(items)} prompts ({cache.hits if cache else 0} of the target's from its cache)",
-                    number,
-                    len(items),
-                    "measuring acceptance",
-                )
+        if number == 1:
+            progress(_estimate(len(items), options, device_costs is None, time.perf_counter() - started))
+        progress(  # every prompt: a line each when stderr is no terminal, never minutes of silence
+            Step(
+                f"  {number}/{len(items)} prompts ({cache.hits if cache else 0} of the target's from its cache)",
+                number,
+                len(items),
+                "measuring acceptance",
             )
+        )
     if cache is not None:
         targetcache.trim()
         if cache.write_error:
@@ -182,12 +207,34 @@ def pair(
         progress(f"timing draft step, target step and verifications, interleaved, {options.repeats} repeats")
         where = costs.host(threads)
         cut = len(longest) - options.max_d - 2
-        found = costs.measure(draft, target, longest[:cut], longest[cut:], options.max_d, options.repeats, where)
+        found = costs.measure(
+            draft,
+            target,
+            longest[:cut],
+            longest[cut:],
+            options.max_d,
+            options.repeats,
+            where,
+            lambda done: progress(Step(f"  {done}/{options.repeats} repeats", done, options.repeats, "timing steps")),
+        )
     else:
         found = device_costs
     return replace(
         _report(draft_path, target_path, options, threads, compared, results, found, cache.hits if cache else 0),
         draft_files=draft_files,
+    )
+
+
+def _estimate(prompts: int, options: Options, timed: bool, first: float) -> str:
+    """What pair is about to do and how long it should take here, from the first prompt's measured time (its
+    target decoding steps and the two teacher-forced passes; a step of the timing repeats costs about as much as one
+    of those)."""
+    step = first / (options.new_tokens + 2)
+    seconds = first * prompts + (options.repeats * COST_STEPS_PER_REPEAT * step if timed else 0.0)
+    then = f", then {options.repeats} timing repeats" if timed else ""
+    return (
+        f"pair: {prompts} prompts x up to {options.new_tokens} tokens on the target and the draft{then}; "
+        f"about {seconds:.0f} s on this machine (the first prompt took {first:.1f} s)"
     )
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,15 +57,23 @@ class Costs:
 
 
 def measure(
-    draft: Model, target: Model, context: list[int], probe: list[int], max_d: int, repeats: int, source: str
+    draft: Model,
+    target: Model,
+    context: list[int],
+    probe: list[int],
+    max_d: int,
+    repeats: int,
+    source: str,
+    progress: Callable[[int], None] = lambda _: None,
 ) -> Costs:
     """Each repeat: three target steps on one cache (the baseline's pattern), then for every d (in rotating order)
     d draft steps, the verification of d + 1 tokens and the draft's catch-up, both caches rolled back to
-    `context` after each. `probe` needs max_d + 2 tokens."""
+    `context` after each. `probe` needs max_d + 2 tokens. `progress` gets the repeats done (0 first)."""
     if len(probe) < max_d + 2:
         raise ValueError(f"costs need {max_d + 2} probe tokens, got {len(probe)}")
     rows = []
     depths = list(range(1, max_d + 1))
+    progress(0)
     for repeat in range(repeats):
         base = target.start(context)
         target_step = statistics.median(target.timed_step(probe[i : i + 1], False) for i in range(3))
@@ -80,6 +89,7 @@ def measure(
             target.keep(base)
             draft.keep(base)
         rows.append((statistics.median(steps), target_step, verify, statistics.median(catchups)))
+        progress(repeat + 1)
     return Costs(
         source=source,
         device=False,
