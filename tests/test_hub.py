@@ -22,7 +22,9 @@ def test_fresh_release_is_one_verified_tagged_commit(hub: LocalHub, ready: Path)
     result = hub.cli("release", str(EXAMPLE), "--bundle", str(ready), "--json", "--quiet")
     assert result.returncode == 0, result.stdout + result.stderr
     summary = json.loads(result.stdout)
-    assert [s["name"] for s in summary["stages"]] == ["convert", "validate", "card", "checksum", "upload, verify, tag"]
+    names = [s["name"] for s in summary["stages"]]
+    assert names == ["convert", "validate", "verify", "card", "checksum", "upload, verify, tag"]
+    assert summary["stages"][2]["detail"].startswith("not verified against its source")  # no checkpoint: said
     history = _history(hub, SPEC_REPO)
     assert len(history) == 1 and history[0]["title"].startswith("Release v3:") and "packager" in history[0]["title"]
     tree = {f["path"] for f in hub.api(f"/api/models/{SPEC_REPO}/tree/v3?recursive=true")}

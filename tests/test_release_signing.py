@@ -22,6 +22,10 @@ REPO = "your-name/Qwen3-0.6B-KL-draft-MNN"
 MODEL_SIGNING = Path(sys.executable).parent / "model_signing"
 
 
+def _stage(summary: dict, name: str) -> dict:  # type: ignore[type-arg]
+    return next(stage for stage in summary["stages"] if stage["name"] == name)
+
+
 def spec_signed_with(tmp_path: Path, key: Path | None) -> Path:
     spec = tmp_path / "release.toml"
     line = f'signing_key = "{key}"\n' if key else ""
@@ -46,7 +50,7 @@ def test_a_signed_release_is_one_commit_with_model_sig_and_pulls_verified(
     assert result.returncode == 0, result.stdout + result.stderr
     summary = json.loads(result.stdout)
     names = [s["name"] for s in summary["stages"]]
-    assert names == ["convert", "validate", "card", "checksum", "sign", "upload, verify, tag"]
+    assert names == ["convert", "validate", "verify", "card", "checksum", "sign", "upload, verify, tag"]
     assert "signature verified on the Hub (12 files)" in summary["stages"][-1]["detail"]
     assert len(_history(hub, REPO)) == 1
     tree = {f["path"] for f in hub.api(f"/api/models/{REPO}/tree/v3?recursive=true")}
@@ -99,7 +103,7 @@ def test_an_unchanged_signed_rerelease_makes_no_commit(hub: LocalHub, ready: Pat
     assert release(hub, spec, ready).returncode == 0
     again = release(hub, spec, ready)
     assert again.returncode == 0, again.stdout + again.stderr
-    assert "model.sig kept" in json.loads(again.stdout)["stages"][4]["detail"]
+    assert "model.sig kept" in _stage(json.loads(again.stdout), "sign")["detail"]
     assert len(_history(hub, REPO)) == 1
 
 
@@ -244,10 +248,9 @@ def test_a_changed_signed_rerelease_is_signed_anew_and_verifies_on_the_hub(
     spec.write_text(spec.read_text().replace('version = "v3"', 'version = "v4"'))
     again = release(hub, spec, ready)
     assert again.returncode == 0, again.stdout + again.stderr
-    stages = json.loads(again.stdout)["stages"]
-    assert (
-        "model.sig written" in stages[4]["detail"] and "signature verified on the Hub (12 files)" in stages[5]["detail"]
-    )
+    summary = json.loads(again.stdout)
+    assert "model.sig written" in _stage(summary, "sign")["detail"]
+    assert "signature verified on the Hub (12 files)" in _stage(summary, "upload, verify, tag")["detail"]
     check = hub.cli("verify-remote", f"{REPO}@v4", "--public-key", str(keys.public))
     assert check.returncode == 0, check.stdout + check.stderr
 
