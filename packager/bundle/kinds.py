@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..infra.userfile import read_at_most
 
@@ -89,6 +90,11 @@ class BundleKind:
     def app_set(self, folder: Path) -> list[str]:
         return [*self.app_files, *(name for name in OPTIONAL if (folder / name).is_file())]
 
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        """A kind is one of KINDS, compared by identity: pickled (a result sent to another process), it comes back
+        as that same object, not a copy."""
+        return (named, (self.name,))
+
 
 DRAFT = BundleKind("draft", "a draft model for an app's draftmodel mode (ten files)", FILES, APP_FILES)
 TARGET = BundleKind("target", "a model upstream MNN runs on its own", TARGET_FILES, _TARGET_APP)
@@ -99,6 +105,11 @@ TARGET_EAGLE = BundleKind(
     (*_TARGET_APP, *EAGLE_FILES),
 )
 KINDS = {kind.name: kind for kind in (DRAFT, TARGET, TARGET_EAGLE)}
+
+
+def named(name: str) -> BundleKind:
+    """The kind of that name (KINDS)."""
+    return KINDS[name]
 # Every name any kind holds (what a folder of bundle files may contain).
 ALL_NAMES = frozenset(FILES) | frozenset(TARGET_EAGLE.files) | frozenset(OPTIONAL)
 
