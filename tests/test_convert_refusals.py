@@ -66,6 +66,11 @@ MUTATIONS: dict[str, tuple[Callable[[Path], None], int, str]] = {
         "does not hold a BPE model",
     ),
     "missing tokenizer.json": (lambda f: (f / "tokenizer.json").unlink(), 15, "tokenizer.json"),
+    "generation_config.json stop id -1": (
+        lambda f: _replace(f / "generation_config.json", b'{"eos_token_id": [151645, -1]}'),
+        11,
+        "eos_token_id -1 is not a token id",
+    ),
     "generation_config.json a list": (
         lambda f: _replace(f / "generation_config.json", b"[]"),
         11,

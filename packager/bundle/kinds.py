@@ -110,6 +110,8 @@ KINDS = {kind.name: kind for kind in (DRAFT, TARGET, TARGET_EAGLE)}
 def named(name: str) -> BundleKind:
     """The kind of that name (KINDS)."""
     return KINDS[name]
+
+
 # Every name any kind holds (what a folder of bundle files may contain).
 ALL_NAMES = frozenset(FILES) | frozenset(TARGET_EAGLE.files) | frozenset(OPTIONAL)
 

@@ -29,6 +29,7 @@ from ...families import (
     shown,
     supported_hint,
 )
+from ...families.configkeys import eos_ids
 from ...infra import heap
 from ...infra.jsonfile import read_json
 from . import safetensors_header
@@ -377,6 +378,9 @@ def _stop_ids(folder: Path, config: dict[str, Any], family_stops: tuple[int, ...
                 f"{shorten(str(generation), 120)} is not a JSON object",
                 "fix or re-save generation_config.json with transformers, or remove it",
             )
+        found = eos_ids({"eos_token_id": settings.get("eos_token_id"), "vocab_size": config.get("vocab_size")})
+        if found is not None:  # the same rule as config.json's (families.configkeys): a token id within the rows
+            raise InvalidCheckpointConfig(f"{shorten(str(generation), 120)}: {found.message}", "fix the value")
         sources.append(settings.get("eos_token_id"))
     for value in sources:
         for item in value if isinstance(value, list) else [value]:
