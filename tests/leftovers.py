@@ -50,13 +50,13 @@ def living_children() -> list[tuple[int, str]]:
         stat = _stat(entry.name)
         if stat is None or stat[0] != me:
             continue
-        if stat[1] == "Z":
+        command = _cmdline(entry.name)
+        if stat[1] in "ZX" or not command:  # exited, or exiting (its command line is gone once it lets go of it)
             try:
                 os.waitpid(int(entry.name), os.WNOHANG)
             except ChildProcessError:
                 pass
             continue
-        command = _cmdline(entry.name)
         if not any(kept in command for kept in KEPT):
             found.append((int(entry.name), command))
     return found
