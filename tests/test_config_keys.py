@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import json
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -161,3 +163,20 @@ def test_invalid_values_are_said_before_refused_ones() -> None:
     config = _default_config("gemma3_text", query_pre_attn_scalar=1, sliding_window=0)
     with pytest.raises(InvalidCheckpointConfig, match=r"sliding_window .*\(and 1 more finding"):
         check_config_keys(BY_NAME["gemma3"], config, "c")
+
+
+def test_rms_norm_eps_is_carried_into_the_graph(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    """A carried key changes the graph: two epsilons, two graphs (the Gemma 3 test proves two carried keys by
+    verify as well)."""
+    from packager.convert.pipeline import ConvertRequest, convert
+    from tests.models import copy_checkpoint
+
+    graphs = []
+    for eps in (1e-6, 1e-2):
+        folder = copy_checkpoint(tiny_checkpoint, tmp_path / f"eps-{eps}")
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        (folder / "config.json").write_text(json.dumps({**config, "rms_norm_eps": eps}), encoding="utf-8")
+        graphs.append(
+            (convert(ConvertRequest(checkpoint=folder, out=tmp_path / f"b-{eps}")).out / "llm.mnn").read_bytes()
+        )
+    assert graphs[0] != graphs[1]

@@ -282,7 +282,8 @@ def table(*groups: tuple[ConfigKey, ...] | ConfigKey) -> tuple[ConfigKey, ...]:
 def findings(keys: tuple[ConfigKey, ...], config: Mapping[str, Any]) -> list[Finding]:
     """What is wrong with the config's values under the table `keys`, invalid values first."""
     found = [f for key in keys for check in key.checks if (f := check(config)) is not None]
-    return sorted(found, key=lambda f: f.refused)
+    unique = list(dict.fromkeys(found))  # one check may serve several keys (rope_theta's, wherever it is kept)
+    return sorted(unique, key=lambda f: f.refused)
 
 
 # The Llama architecture's keys (Llama 3.x and SmolLM2).
