@@ -200,22 +200,17 @@ SHAPE = (
 )
 
 
+def assumes(key: str, converts: Any, why: str, default: Any = None, also: tuple[Any, ...] = ()) -> ConfigKey:
+    """A refused key: the graph assumes `converts` for the reason `why` (the docs' table says the same)."""
+    return ConfigKey(key, REFUSED, why, (only(key, converts, why, default, also),))
+
+
 def silu(key: str = "hidden_act") -> ConfigKey:
-    return ConfigKey(
-        key,
-        REFUSED,
-        "the graph's MLP is SwiGLU (silu)",
-        (only(key, "silu", "the graph's MLP is SwiGLU", default="silu"),),
-    )
+    return assumes(key, "silu", "the graph's MLP is SwiGLU", default="silu")
 
 
 def no_bias(key: str, what: str) -> ConfigKey:
-    return ConfigKey(
-        key,
-        REFUSED,
-        f"the family's {what} have no biases",
-        (only(key, False, f"the family's {what} have no biases", default=False),),
-    )
+    return assumes(key, False, f"the family's {what} have no biases", default=False)
 
 
 def _full_layers(config: Mapping[str, Any]) -> Finding | None:

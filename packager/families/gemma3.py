@@ -19,8 +19,8 @@ from .configkeys import (
     SHAPE,
     ConfigKey,
     Finding,
+    assumes,
     no_bias,
-    only,
     positive_int,
     positive_number,
     table,
@@ -63,18 +63,8 @@ GEMMA3_KEYS = table(
         "each head's width (named: transformers' default is 256)",
         (positive_int("head_dim"), _head_dim_named),
     ),
-    ConfigKey(
-        "hidden_activation",
-        REFUSED,
-        "the graph's MLP is GeGLU with the tanh GELU",
-        (
-            only(
-                "hidden_activation",
-                "gelu_pytorch_tanh",
-                "the graph's MLP is GeGLU with the tanh GELU",
-                "gelu_pytorch_tanh",
-            ),
-        ),
+    assumes(
+        "hidden_activation", "gelu_pytorch_tanh", "the graph's MLP is GeGLU with the tanh GELU", "gelu_pytorch_tanh"
     ),
     no_bias("attention_bias", "attention projections"),
     ConfigKey(
@@ -83,12 +73,7 @@ GEMMA3_KEYS = table(
         "MNN's fused attention scales by head_dim ** -0.5: the key must equal head_dim",
         (positive_number("query_pre_attn_scalar"), _attention_scale),
     ),
-    ConfigKey(
-        "attn_logit_softcapping",
-        REFUSED,
-        "MNN's fused attention caps no logits",
-        (only("attn_logit_softcapping", None, "MNN's fused attention caps no attention logits"),),
-    ),
+    assumes("attn_logit_softcapping", None, "MNN's fused attention caps no attention logits"),
     ConfigKey(
         "final_logit_softcapping",
         CARRIED,
@@ -109,12 +94,7 @@ GEMMA3_KEYS = table(
         (positive_int("sliding_window_pattern"),),
     ),
     ConfigKey("rope_local_base_freq", CARRIED, "transformers 4's rope base of the sliding layers"),
-    ConfigKey(
-        "use_bidirectional_attention",
-        REFUSED,
-        "the graph is causal",
-        (only("use_bidirectional_attention", False, "the graph attends only to earlier positions", False, (None,)),),
-    ),
+    assumes("use_bidirectional_attention", False, "the graph attends only to earlier positions", False, (None,)),
     *(
         ConfigKey(key, IRRELEVANT, "read only by the multimodal Gemma 3 (image tokens and the vision tower)")
         for key in (

@@ -29,7 +29,7 @@ from ...families import (
     shown,
     supported_hint,
 )
-from ...families.configkeys import eos_ids
+from ...families.configkeys import eos_ids, kv_heads
 from ...infra import heap
 from ...infra.jsonfile import read_json
 from . import safetensors_header
@@ -221,16 +221,15 @@ def _shape(folder: Path, config: dict[str, Any]) -> ModelShape:
     head_dim = config.get("head_dim") or hidden // heads
     if not isinstance(head_dim, int) or head_dim <= 0:
         raise InvalidCheckpointConfig(f"{folder}/config.json: head_dim must be a positive integer")
-    kv_heads = heads if config.get("num_key_value_heads") is None else need("num_key_value_heads")
-    if heads % kv_heads:
-        raise InvalidCheckpointConfig(
-            f"{folder}/config.json: num_key_value_heads {kv_heads} does not divide num_attention_heads {heads}"
-        )
+    wrong_kv = kv_heads(config)  # the config-key tables' rule (families.configkeys), needed before the family
+    if wrong_kv is not None:
+        raise InvalidCheckpointConfig(f"{folder}/config.json: {wrong_kv.message}")
+    kv = heads if config.get("num_key_value_heads") is None else need("num_key_value_heads")
     return ModelShape(
         hidden_size=hidden,
         num_layers=need("num_hidden_layers"),
         num_heads=heads,
-        num_kv_heads=kv_heads,
+        num_kv_heads=kv,
         head_dim=head_dim,
         intermediate_size=need("intermediate_size"),
         vocab_size=need("vocab_size"),
