@@ -54,7 +54,7 @@ class UntiedEmbeddings(PackagerError):
     exit_code = 13
     hint = (
         "the ten-file draft bundle has no embeddings file, so its embeddings must be tied to lm_head "
-        "(tie_word_embeddings: true, as in Qwen3-0.6B/1.7B/4B); convert an untied model as a target bundle "
+        "(tie_word_embeddings: true); convert an untied model as a target bundle "
         "with --kind target (or --eagle HEAD), which ships embeddings_bf16.bin"
     )
 

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 )
 @spec_option("Release spec whose [verify] table sets thresholds (and prompts).")
 @dtype_option(
-    "The source computes in its stored dtype (bf16 for Qwen3) or in float32 (twice the memory).",
+    "The source computes in its stored dtype (bf16 for most checkpoints) or in float32 (twice the memory).",
     old=("--source-dtype",),
 )
 @json_option
@@ -224,7 +224,10 @@ def pair_command(
     from ..measure.verify import prompts_from_file
 
     if temperature is None and (top_k or top_p != 1.0):
-        raise InvalidOption("--top-k and --top-p need --temperature", "add --temperature 0.7 (Qwen3's advice)")
+        raise InvalidOption(
+            "--top-k and --top-p need --temperature",
+            "add --temperature (the bundle card's Sampling line gives the family's advice)",
+        )
     if full and prompts_file:
         raise InvalidOption("--full measures the built-in conversations: it goes without --prompts")
     sampling = Sampling(temperature, top_k, top_p) if temperature is not None else None

@@ -47,6 +47,8 @@ class License:
     attribution: str = ""  # a line the license requires wherever the model is offered ("Built with Llama")
     file: str = ""  # a license file the checkpoint must carry and the release must ship, when the license asks
     notice: str = ""  # the notice the license asks every copy to carry (the card prints it under License)
+    # Other Hub ids for the same terms (a model may be released under the license id of its own version).
+    aliases: tuple[str, ...] = ()
 
 
 class Row(NamedTuple):

@@ -17,6 +17,7 @@ LLAMA32_LICENSE = License(
     "https://www.llama.com/llama3_2/license/",
     attribution="Built with Llama",
     file="LICENSE",
+    aliases=("llama3", "llama3.1", "llama3.3"),
     # Section 1.b.iii.
     notice="Llama 3.2 is licensed under the Llama 3.2 Community License, Copyright © Meta Platforms, Inc. "
     "All Rights Reserved.",

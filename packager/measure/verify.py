@@ -21,7 +21,6 @@ from typing import Any
 import numpy as np
 
 from ..errors import FileSystemError, InvalidOption, PackagerError, VerifyFailed, shorten
-from ..families.qwen3 import QWEN3
 from ..infra import heap
 from ..infra.progress import Progress, Step
 from ..infra.userfile import PROMPTS_BYTES, read_bytes
@@ -348,13 +347,13 @@ def _import_source_libraries(source: Path) -> None:
 
 def _source_facts(source: Path) -> tuple[tuple[int, ...], str, Mapping[str, Any], str | None]:
     """The source's stop ids, chat template, its family's template variables and its family (None: unreadable)."""
-    variables: Mapping[str, Any] = QWEN3.template_variables
+    variables: Mapping[str, Any] = {}
     family: str | None = None
     try:
         found = compat.facts(source)
         stop, variables, family = tuple(sorted(found.stop)), found.variables, found.family
     except PackagerError:  # an unreadable source: loading it below says what is wrong, as verify's error
-        stop = QWEN3.known_stop_ids
+        stop = ()
     try:
         template = workload.chat_template(source)
     except (OSError, ValueError):  # likewise: the source's own load reports it
