@@ -438,7 +438,8 @@ def card(
     """
     from ..bundle.staging import write_atomic
     from ..card.family import ship_license
-    from ..card.render import gather_measurements, render
+    from ..card.measurements import gather_measurements
+    from ..card.render import render
     from ..release.signing import plan, with_card_facts
 
     if as_json and output == Path("-"):

@@ -213,7 +213,7 @@ def _prepare(request: ReleaseRequest) -> Prepared:
 
         check_current(built)  # a model.sig already stale fails the upload: said now, not after the verify
     if card.pair_report is not None:
-        from ..card.render import pairing_from_report
+        from ..card.measurements import pairing_from_report
 
         pairing_from_report(card.pair_report, built)
     if card.verify_report is not None:  # a report of other files, or a failed one: said before any work
@@ -367,7 +367,8 @@ def _card(
 ) -> Done:
     from ..bundle.staging import write_atomic
     from ..card.family import ship_license
-    from ..card.render import gather_measurements, render
+    from ..card.measurements import gather_measurements
+    from ..card.render import render
     from .signing import with_card_facts
 
     missing_license = ship_license(bundle, spec)

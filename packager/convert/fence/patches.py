@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ...bundle.engine import NO_C4_FUSION
 from ...families import rope_type
 
 
@@ -129,6 +130,22 @@ def per_layer_type_rope(source: Path) -> list[Any]:
 
     utils.model.LlmModel.from_pretrained = classmethod(from_pretrained)
     return fixed
+
+
+# MNNConvert runs FuseTransformerC4 only in the MNN-to-MNN pass at --optimizeLevel=1 (llmexport's removeDupOps;
+# tools/converter/source/common/cli.cpp, MNN 3.6.1), unless --transformerFuseC4 is 0.
+
+
+def without_c4_fusion(converter: Any) -> None:
+    """Every MNNConvert run llmexport makes that would fuse attention to C4 gets --transformerFuseC4=0."""
+    original = converter.convert
+
+    def convert(self: Any, convert_args: list[str]) -> Any:
+        if "--optimizeLevel=1" in convert_args:
+            convert_args = [*convert_args, NO_C4_FUSION]
+        return original(self, convert_args)
+
+    converter.convert = convert
 
 
 # name -> the patch, given the checkpoint folder (the names are what families declare; tests/test_family_contract.py
