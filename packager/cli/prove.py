@@ -75,8 +75,9 @@ def verify(
     Example: packager verify ./bundle --checkpoint ./qwen3-draft
     """
     from ..measure.digests import measured_digests
-    from ..measure.verify import Thresholds, prompts_from_file, spec_prompts
+    from ..measure.verify import Thresholds
     from ..measure.verify import verify as run_verify
+    from ..measure.workload import prompts_from_file, spec_prompts
 
     spec = load_spec(spec_path) if spec_path else None
     thresholds = Thresholds.from_spec(spec.verify if spec else None)
@@ -221,7 +222,7 @@ def pair_command(
     from ..measure.pair import pair as run_pair
     from ..measure.pair.report import as_dict, text
     from ..measure.pair.sampling import Sampling
-    from ..measure.verify import prompts_from_file
+    from ..measure.workload import prompts_from_file
 
     if temperature is None and (top_k or top_p != 1.0):
         raise InvalidOption(

@@ -80,7 +80,7 @@ def speculate(
     from ..measure.speculate import Request, refuse_if_lossy
     from ..measure.speculate import speculate as run_speculate
     from ..measure.speculate.summary import text
-    from ..measure.verify import prompts_from_file
+    from ..measure.workload import prompts_from_file
 
     with StderrProgress(quiet) as progress:
         report = run_speculate(

@@ -204,7 +204,7 @@ def _prepare(request: ReleaseRequest) -> Prepared:
     _check_source(spec)
     prompts = None
     if spec.verify_prompts is not None and spec.convert.checkpoint is not None:
-        from ..measure.verify import spec_prompts
+        from ..measure.workload import spec_prompts
 
         prompts = spec_prompts(spec)
     built = request.bundle if request.bundle is not None and request.bundle.is_dir() else None  # else: validate says
