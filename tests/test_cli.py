@@ -125,8 +125,8 @@ IMPORTED = (
     [
         (("--help",), set()),
         (("validate", "--help"), {"build"}),
-        (("hub", "serve", "--help"), {"publish"}),
-        (("pull", "--help"), {"trust", "publish"}),
+        (("hub", "serve", "--help"), {"hubserver"}),
+        (("pull", "--help"), {"trust"}),
     ],
 )
 def test_a_command_line_imports_only_the_modules_of_the_commands_it_names(

@@ -166,7 +166,7 @@ COMMANDS = {
         "Download every file of a remote revision and check it against its xxh3-128 manifest (and its model.sig, when "
         "signed and you say whom you trust).",
     ),
-    "hub": ("publish", "A local Hub-compatible server, to rehearse releases offline."),
+    "hub": ("hubserver", "A local Hub-compatible server, to rehearse releases offline."),
     "sign": ("trust", "Write BUNDLE/model.sig: an OpenSSF model-signing signature over every file of the release."),
     "verify-signature": (
         "trust",

@@ -16,6 +16,7 @@ from .options import (
     json_option,
     load_spec,
     option,
+    prompts_option,
     quiet_option,
     spec_option,
     threads_option,
@@ -34,14 +35,7 @@ if TYPE_CHECKING:
     exists=True,
     file_okay=False,
 )
-@option(
-    "--prompts",
-    "prompts_file",
-    metavar="FILE",
-    type=_path(exists=True, dir_okay=False),
-    show_default="--spec's [verify] prompts, else the built-in 54 conversations",
-    help="Prompts (user turns), one per line (or JSON).",
-)
+@prompts_option("--spec's [verify] prompts, else the built-in 54 conversations")
 @spec_option("Release spec whose [verify] table sets thresholds (and prompts).")
 @dtype_option(
     "The source computes in its stored dtype (bf16 for most checkpoints) or in float32 (twice the memory).",
@@ -143,14 +137,9 @@ def verify(
     show_default=True,
     help="Greedy target tokens per prompt at most (generation stops at end of text); at least 7.",
 )
-@option(
-    "--prompts",
-    "prompts_file",
-    metavar="FILE",
-    type=_path(exists=True, dir_okay=False),
-    show_default="24 of the built-in 54 conversations for a target of up to 0.5 GiB of weights, 16 up to 2 GiB, "
-    "else 12; all 54 with --full",
-    help="Prompts (user turns), one per line (or JSON).",
+@prompts_option(
+    "24 of the built-in 54 conversations for a target of up to 0.5 GiB of weights, 16 up to 2 GiB, else 12; all 54 "
+    "with --full"
 )
 @click.option(
     "--full",

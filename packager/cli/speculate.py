@@ -9,7 +9,7 @@ from typing import Literal
 import click
 
 from . import StderrProgress, _path, cli
-from .options import json_option, option, quiet_option, threads_option
+from .options import json_option, option, prompts_option, quiet_option, threads_option
 
 
 @cli.command()
@@ -20,14 +20,7 @@ from .options import json_option, option, quiet_option, threads_option
     show_default="the bundle's own speculative_type",
     help="The speculative mode to run.",
 )
-@option(
-    "--prompts",
-    "prompts_file",
-    metavar="FILE",
-    type=_path(exists=True, dir_okay=False),
-    show_default="the built-in 54 conversations",
-    help="Prompts (user turns), one per line (or JSON).",
-)
+@prompts_option("the built-in 54 conversations")
 @option(
     "--tokens",
     "max_new_tokens",
