@@ -124,7 +124,7 @@ IMPORTED = (
     ("words", "loaded"),
     [
         (("--help",), set()),
-        (("validate", "--help"), {"build"}),
+        (("validate", "--help"), {"check"}),
         (("hub", "serve", "--help"), {"hubserver"}),
         (("pull", "--help"), {"trust"}),
     ],

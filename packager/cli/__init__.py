@@ -133,10 +133,13 @@ COMMANDS = {
         "Write (or --check) the bundle's xxh3-128 manifest checksums.xxh128, in `xxhsum --tag -H2` format.",
     ),
     "validate": (
-        "build",
+        "check",
         "Check bundles: JSON syntax, schemas, unknown keys, completeness, cross-file consistency, checksums.",
     ),
-    "check-spec": ("ci", "Check release specs without touching a Hub: schema, TODOs left by init, training figures."),
+    "check-spec": (
+        "check",
+        "Check release specs without touching a Hub: schema, TODOs left by init, training figures.",
+    ),
     "verify": ("prove", "Check that BUNDLE (MNN) behaves like its source checkpoint (transformers)."),
     "engines": (
         "engines",
@@ -172,7 +175,7 @@ COMMANDS = {
         "trust",
         "Check BUNDLE's model.sig: signed by whom you trust, over exactly the bundle's files, none changed.",
     ),
-    "init": ("ci", "Start a release repository for a new draft in DIR."),
+    "init": ("init", "Start a release repository for a new draft in DIR."),
     "cache": (
         "cache",
         "Inspect or empty packager's caches: graphs (built once per model shape and quantization) and targets (a "

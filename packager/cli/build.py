@@ -1,4 +1,4 @@
-"""Commands that build and check a bundle: convert, validate, checksum, card."""
+"""Commands that build a bundle: convert, checksum, card."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from typing import Any
 import click
 
 from ..convert.recipe import DEFAULT_BITS, DEFAULT_BLOCK
-from ..errors import CHECKSUM_MISMATCH, VALIDATION_FAILED, printable
+from ..errors import CHECKSUM_MISMATCH, printable
 from ..families import FAMILIES
-from . import StderrProgress, _emit, _path, chosen_format, cli, emit_report, format_option, warn
+from . import StderrProgress, _emit, _path, cli, warn
 from .options import (
     checkpoint_argument,
     json_option,
@@ -295,48 +295,6 @@ def _convert_text(s: dict[str, Any]) -> str:
         )
     lines += [f"warning: the sandbox blocked {item}" for item in s["sandbox_blocked"]]
     return "\n".join(lines)
-
-
-@cli.command()
-@click.argument("bundles", metavar="BUNDLE...", nargs=-1, required=True, type=_path())
-@option(
-    "--from-files",
-    "from_files",
-    is_flag=True,
-    old=("--files",),  # pull's --files chooses which files; here the arguments are files
-    help="The arguments are files (as pre-commit passes them): validate every bundle folder they belong "
-    "to; a file in no bundle folder is skipped.",
-)
-@format_option
-@option("--json", "as_json", is_flag=True, help="Same as --format json.")
-@click.option("--strict", is_flag=True, help="Fail on warnings too.")
-@quiet_option
-@click.pass_context
-def validate(
-    ctx: click.Context,
-    bundles: tuple[Path, ...],
-    from_files: bool,
-    fmt: str | None,
-    as_json: bool,
-    strict: bool,
-    quiet: bool,
-) -> None:
-    """Check bundles: JSON syntax, schemas, unknown keys, completeness, cross-file consistency, checksums.
-
-    Every finding of every bundle is reported at once. Exit 0 when there is no error (warnings allowed unless
-    --strict), 30 otherwise.
-
-    Example: packager validate ./bundle --strict
-
-    Example: packager validate --from-files --format github dist/draft/config.json dist/draft/llm.mnn
-    """
-    from ..validate.checks import check_bundles
-
-    with StderrProgress(quiet, lines=False) as progress:  # a bar on a terminal; hooks and CI logs stay as they were
-        report = check_bundles(bundles, from_files=from_files, strict=strict, progress=progress)
-    emit_report(report, chosen_format(fmt, as_json))
-    if not report.ok():
-        ctx.exit(VALIDATION_FAILED)
 
 
 @cli.command()
