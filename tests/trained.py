@@ -34,7 +34,8 @@ from typing import Any
 
 import xxhash
 
-from tests.models import qwen3_tokenizer_dir
+from tests.fixturecache import built_once, cache_root, staged
+from tests.tokenizers import qwen3_tokenizer_dir
 
 # Part of every cache key, with the recipe, the corpus and the library versions: bump it whenever the training
 # code changes what a recipe produces.
@@ -112,14 +113,6 @@ class Fixture:
     adapter: Path  # the distilled LoRA adapter (peft) on `student`
     draft: Path  # student + adapter merged, a checkpoint
     metrics: dict[str, Any]
-
-
-def cache_root() -> Path:
-    configured = os.environ.get("PACKAGER_FIXTURE_DIR")
-    if configured:
-        return Path(configured)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "packager" / "trained-fixtures"
 
 
 # ---------------------------------------------------------------- corpus
@@ -485,34 +478,6 @@ def _load(root: Path) -> Fixture:
         draft=root / "draft",
         metrics=metrics,
     )
-
-
-def built_once(out: Path, marker: str, build_it: Callable[[], object]) -> None:
-    """Build `out` unless it holds `marker`, one process at a time: parallel test workers (pytest -n) wait for
-    the first one's build instead of training the same models again beside it."""
-    import fcntl
-
-    with open(out.parent / f".{out.name}.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (out / marker).is_file():
-            build_it()
-
-
-@contextmanager
-def staged(out: Path, marker: str, log: Callable[[str], None]) -> Iterator[Path]:
-    """A hidden folder beside `out` to build in, renamed to `out` when the block succeeds and removed in any
-    case; if another build's folder (one holding `marker`) got there first, that one is kept."""
-    tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=out.parent))
-    try:
-        yield tmp
-        try:
-            tmp.rename(out)
-        except OSError:
-            if not (out / marker).is_file():
-                raise
-            log(f"another build finished first; using {out}")
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def build(recipe: Recipe, out: Path, log=print) -> dict[str, Any]:  # type: ignore[no-untyped-def]
