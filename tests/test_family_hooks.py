@@ -44,14 +44,17 @@ CONFIGS: dict[str, dict[str, Any]] = {
 # The patches each family asks for, by config (only the configs the family converts: others are refused earlier).
 EXPECTED_PATCHES = {
     "llama3": {"plain": (), "llama3": ("transformers_rope",), "llama3 (transformers 4)": ("transformers_rope",)},
-    "gemma3": {"per layer type": ("per_layer_type_rope",), "gemma3 (transformers 4)": ("per_layer_type_rope",)},
+    "gemma3": {
+        "per layer type": ("per_layer_type_rope", "embed_scale"),
+        "gemma3 (transformers 4)": ("per_layer_type_rope", "embed_scale"),
+    },
 }
 
 
 @pytest.mark.parametrize("family", FAMILIES, ids=IDS)
 def test_every_patch_a_family_declares_is_in_the_registry(family: Family) -> None:
     for config in CONFIGS.values():
-        assert set(family.patches(config)) <= set(patches.PATCHES), family.patches(config)
+        assert set(family.patches(config)) <= set(patches.PATCHES) | set(patches.FILLS), family.patches(config)
 
 
 @pytest.mark.parametrize("family", FAMILIES, ids=IDS)

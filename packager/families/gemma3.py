@@ -155,8 +155,9 @@ GEMMA3 = Family(
     tokenizer_formats=("pipeline",),
     layer_types=("sliding_attention", "full_attention"),
     # llmexport 0.0.5 gives every layer the local rope base (its rotary per layer kind is gemma4's only): each
-    # layer kind gets transformers' own frequencies.
-    patches=lambda config: ("per_layer_type_rope",),
+    # layer kind gets transformers' own frequencies; the weightless model of a graph-only export gets its
+    # embedding scale (sqrt(hidden)) written.
+    patches=lambda config: ("per_layer_type_rope", "embed_scale"),
     beyond_rows=("<image_soft_token>",),
     config_keys=GEMMA3_KEYS,
     multimodal_types=("gemma3",),  # Gemma 3 4b and up as released: Gemma3ForConditionalGeneration

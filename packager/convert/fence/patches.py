@@ -148,6 +148,17 @@ def without_c4_fusion(converter: Any) -> None:
     converter.convert = convert
 
 
+def embed_scale(model: Any) -> None:
+    """The embedding scale (sqrt(hidden), a constant of the trace) of a weightless model: to_empty left the buffer
+    unwritten, and the scaled embedding module keeps the value as a number as well."""
+    import torch
+
+    for module in model.modules():
+        scale = getattr(module, "scalar_embed_scale", None)
+        if scale is not None and isinstance(getattr(module, "embed_scale", None), torch.Tensor):
+            module.embed_scale.fill_(scale)
+
+
 # name -> the patch, given the checkpoint folder (the names are what families declare; tests/test_family_contract.py
 # checks every declared name is here).
 PATCHES: dict[str, Callable[[Path], list[Any]]] = {
@@ -156,7 +167,16 @@ PATCHES: dict[str, Callable[[Path], list[Any]]] = {
 }
 
 
+# name -> what writes a buffer of the weightless model the graph-only export traces (packager.convert.fence.skeleton).
+FILLS: dict[str, Callable[[Any], None]] = {"embed_scale": embed_scale}
+
+
 def apply(names: tuple[str, ...], source: Path) -> dict[str, list[Any]]:
     """Each named patch installed for the checkpoint at `source`: name -> the list its patch fills as llmexport
-    builds the model."""
-    return {name: PATCHES[name](source) for name in names}
+    builds the model (the names of FILLS are the skeleton's, `fills`)."""
+    return {name: PATCHES[name](source) for name in names if name not in FILLS}
+
+
+def fills(names: tuple[str, ...]) -> tuple[Callable[[Any], None], ...]:
+    """The named buffer fills of the weightless model, in the order named."""
+    return tuple(FILLS[name] for name in names if name in FILLS)

@@ -127,7 +127,7 @@ def _export(
         patches.head_rope(float(job.eagle_rope_theta or 0), job.eagle_rope_scaling)
     patched = patches.apply(job.patches, source)
     if job.graph_only:
-        skeleton.like_checkpoint(job.graph_dtype, dict(job.equal_tensors))
+        skeleton.like_checkpoint(job.graph_dtype, dict(job.equal_tensors), patches.fills(job.patches))
         skeleton.lengths_only(MNNConverter)
         skeleton.without_discarded_tokenizer()
         if facts is not None:
