@@ -26,8 +26,8 @@ from .stages import (
     Published,
     ReleaseRequest,
     ReleaseResult,
-    Verified,
     StageRunner,
+    Verified,
 )
 
 if TYPE_CHECKING:
