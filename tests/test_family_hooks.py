@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from packager.convert.fence import patches
-from packager.convert.fence.job import WorkerJob
+from packager.convert.fence.job import WorkerJob, WorkerResult
 from packager.families import BY_NAME, FAMILIES, Family
 
 IDS = [f.name for f in FAMILIES]
@@ -143,6 +143,18 @@ def test_the_worker_job_is_one_declaration_read_back_exactly_from_its_json() -> 
     plain = WorkerJob(**{**values, "adapter": None, "eagle": None, "lm_bits": None, "eagle_rope_scaling": None})
     assert WorkerJob.from_json(plain.to_json()) == plain
     assert job.family in BY_NAME
+
+
+def test_the_worker_result_is_read_back_exactly_from_what_the_worker_sends() -> None:
+    made = WorkerResult(
+        export_dir=Path("/work/export"),
+        tokenizers={"pipeline": Path("/work/export/tokenizer.mtok"), "text": Path("/work/tokenizer-text/t.txt")},
+        encodings={"pipeline": [[1, 2], [3]], "text": [[1, 2], [4, 5]]},
+        versions={"mnn": "3.6.1"},
+        also={"8bit-b128": Path("/work/export-0")},
+    )
+    sent = json.loads(json.dumps(made.to_plain()))  # as the done event carries it
+    assert WorkerResult.from_plain(sent) == made
 
 
 FAMILY_WORD = re.compile(r"qwen|llama|smollm|gemma|phi[-_0-9]", re.IGNORECASE)

@@ -51,25 +51,42 @@ class WorkerJob:
 
 @dataclass(frozen=True)
 class WorkerResult:
+    """What the worker made, sent back as its `done` event (to_plain) and read by the parent (from_plain), which
+    adds what the fence blocked and the log."""
+
     export_dir: Path
-    tokenizers: dict[str, Path]
-    encodings: dict[str, list[list[int]]]
+    tokenizers: dict[str, Path]  # tokenizer.txt candidates by format
+    encodings: dict[str, list[list[int]]]  # MNN's ids for the corpus with each candidate
     versions: dict[str, str]
-    blocked: tuple[str, ...]
-    log: Path
+    blocked: tuple[str, ...] = ()
+    log: Path | None = None
     also: dict[str, Path] = field(default_factory=dict)  # the `also` recipes' export folders, by name
+
+    def to_plain(self) -> dict[str, Any]:
+        return to_plain(self)
+
+    @classmethod
+    def from_plain(cls, data: dict[str, Any]) -> WorkerResult:
+        return from_plain(cls, data)
+
+
+def to_plain(value: Any) -> dict[str, Any]:
+    """A dataclass of plain values (paths, tuples, dicts, numbers, strings, None) as a JSON-ready dict."""
+    return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
+
+
+def from_plain(cls: type[Any], data: dict[str, Any]) -> Any:
+    """The dataclass `cls` from to_plain's dict, each field turned back into its declared type."""
+    hints = typing.get_type_hints(cls)
+    return cls(**{f.name: _typed(hints[f.name], data[f.name]) for f in fields(cls) if f.name in data})
 
 
 def to_json(value: Any) -> str:
-    """A dataclass of plain values (paths, tuples, dicts, numbers, strings, None) as one JSON object."""
-    return json.dumps({f.name: _plain(getattr(value, f.name)) for f in fields(value)})
+    return json.dumps(to_plain(value))
 
 
 def from_json(cls: type[Any], text: str) -> Any:
-    """The dataclass `cls` from to_json's text, each field turned back into its declared type."""
-    data = json.loads(text)
-    hints = typing.get_type_hints(cls)
-    return cls(**{f.name: _typed(hints[f.name], data[f.name]) for f in fields(cls) if f.name in data})
+    return from_plain(cls, json.loads(text))
 
 
 def _plain(value: Any) -> Any:

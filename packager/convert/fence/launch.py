@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -114,16 +115,8 @@ def _result(final: dict[str, Any] | None, code: int, log: Path, workdir: Path) -
         # A worker can report "done" and still end badly (killed while exiting, say): then the exit is the reason.
         reason = (final or {}).get("message") or _ended(code)
         raise ConversionFailed(f"conversion failed: {reason}", details=_tail(log))
-    data = final["result"]
-    return WorkerResult(
-        export_dir=Path(data["export_dir"]),
-        tokenizers={k: Path(v) for k, v in data["tokenizers"].items()},
-        encodings=data["encodings"],
-        versions=data["versions"],
-        blocked=tuple(final.get("blocked", [])),
-        log=log,
-        also={k: Path(v) for k, v in data.get("also", {}).items()},
-    )
+    made = WorkerResult.from_plain(final["result"])
+    return replace(made, blocked=tuple(final.get("blocked", [])), log=log)
 
 
 def _ended(code: int) -> str:

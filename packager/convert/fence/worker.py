@@ -22,7 +22,7 @@ from ...infra.lifeline import die_with, exit_now
 from ...infra.versions import installed
 from . import patches, tokenizer_files
 from .forked import Forked
-from .job import WorkerJob
+from .job import WorkerJob, WorkerResult
 from .sandbox import Fence
 
 # The versions provenance records (those that shape the bundle's bytes).
@@ -179,7 +179,7 @@ def _export_again(exporter: Any, recipe: dict[str, Any], dst: Path) -> None:
     exporter.export("mnn")
 
 
-def _graph_only(job: WorkerJob, source: Path, tokenizer_dir: Path, events: Events, fence: Fence) -> dict[str, Any]:
+def _graph_only(job: WorkerJob, source: Path, tokenizer_dir: Path, events: Events, fence: Fence) -> WorkerResult:
     """The graph, with the tokenizer candidates made meanwhile by a forked copy of this worker.
 
     The tokenizer needs nothing of the graph: MNN's probe reads only the tokenizer file (the probe's
@@ -206,10 +206,15 @@ def _graph_only(job: WorkerJob, source: Path, tokenizer_dir: Path, events: Event
     if tokenizers is None:  # the copy failed (see the log): the same work here, with the graph at hand
         events.send("stage", name="writing both tokenizer candidates and measuring their agreement")
         tokenizers = tokenizer_files.tokenizer_candidates(job, tokenizer_dir, work / "tokenizers-again", export_dir)
-    return {"export_dir": str(export_dir), **tokenizers, "merged_source": None, "versions": installed(WORKER_VERSIONS)}
+    return WorkerResult(
+        export_dir=export_dir,
+        tokenizers={k: Path(v) for k, v in tokenizers["tokenizers"].items()},
+        encodings=tokenizers["encodings"],
+        versions=installed(WORKER_VERSIONS),
+    )
 
 
-def run(job: WorkerJob, events: Events, fence: Fence | None = None) -> dict[str, Any]:
+def run(job: WorkerJob, events: Events, fence: Fence | None = None) -> WorkerResult:
     work = job.workdir
     source = job.source
     if job.adapter and not job.graph_only:
@@ -232,14 +237,13 @@ def run(job: WorkerJob, events: Events, fence: Fence | None = None) -> dict[str,
         name: tokenizer_files.encodings(export_dir, path, work / f"probe-{name}", list(job.corpus))
         for name, path in candidates.items()
     }
-    return {
-        "export_dir": str(export_dir),
-        "tokenizers": {k: str(v) for k, v in candidates.items()},
-        "encodings": encoded,
-        "merged_source": str(source) if job.adapter else None,
-        "versions": installed(WORKER_VERSIONS),
-        "also": {extra["name"]: str(work / f"export-{number}") for number, extra in enumerate(job.also)},
-    }
+    return WorkerResult(
+        export_dir=export_dir,
+        tokenizers=candidates,
+        encodings=encoded,
+        versions=installed(WORKER_VERSIONS),
+        also={extra["name"]: work / f"export-{number}" for number, extra in enumerate(job.also)},
+    )
 
 
 def _os_error(exc: BaseException) -> dict[str, Any]:
@@ -271,7 +275,7 @@ def main(argv: list[str]) -> int:
         os_error = _os_error(exc)
         events.send("error", message=message[:2000], blocked=fence.blocked, **os_error)
         return 1
-    events.send("done", result=result, blocked=fence.blocked)
+    events.send("done", result=result.to_plain(), blocked=fence.blocked)
     return 0
 
 
