@@ -346,9 +346,11 @@ def test_other_chat_template_is_refused(tiny_checkpoint: Path, tmp_path: Path) -
 @pytest.fixture(scope="module")
 def deep_targets(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("deep")
+    # Four extra layers: what the loop checks (lossless, each step's acceptance as the estimate counts) does not
+    # depend on the target's depth, and the noisy one still disagrees on about 4 in 10 tokens (alpha 0.58).
     return {
-        "same": build_deep_target(tiny_checkpoint, root / "same", extra_layers=30, noise=0.0),
-        "noisy": build_deep_target(tiny_checkpoint, root / "noisy", extra_layers=30, noise=0.02),
+        "same": build_deep_target(tiny_checkpoint, root / "same", extra_layers=4, noise=0.0),
+        "noisy": build_deep_target(tiny_checkpoint, root / "noisy", extra_layers=4, noise=0.02),
     }
 
 
