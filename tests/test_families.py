@@ -12,6 +12,7 @@ import pytest
 
 from packager.convert.inspect.checkpoint import inspect_checkpoint
 from packager.convert.pipeline import ConvertRequest, convert
+from packager.families.smollm2 import SMOLLM2
 from tests.bundlecheck import assert_same_bundle
 from tests.conftest import run_cli
 from tests.families import build_llama32, smollm2_checkpoint
@@ -265,7 +266,9 @@ def test_packagers_smollm2_bundle_is_at_least_as_faithful_as_llmexports_own(
     questions = ("What is the capital of France?", "Name three primary colors.", "Why is the sky blue?")
     sequences = []
     for question in questions:
-        prompt = source.encode(workload.render(template, workload.Prompt("chat", "en", (("user", question),))))
+        prompt = source.encode(
+            workload.render(template, workload.Prompt("chat", "en", (("user", question),)), SMOLLM2.template_variables)
+        )
         sequences.append((len(prompt), prompt + source.greedy(prompt, 24, (2,))))
     expected = [source.logits_all(ids)[start - 1 :] for start, ids in sequences]
 

@@ -15,6 +15,7 @@ import pytest
 
 from packager.bundle.kinds import APP_FILES
 from packager.convert.pipeline import ConvertResult
+from packager.families.qwen3 import QWEN3
 from packager.measure import compat, workload
 from packager.measure.pair import Options, acceptance, pair, runs_for
 from packager.runtime.models import HFModel, MNNModel
@@ -83,8 +84,10 @@ def test_builtin_workload_is_rendered_with_the_checkpoints_own_template(tiny_che
         expected = tokenizer.apply_chat_template(
             messages, tokenize=False, add_generation_prompt=True, enable_thinking=False
         )
-        assert workload.render(template, item) == expected
-    assert workload.render(template, items[0]).endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+        assert workload.render(template, item, QWEN3.template_variables) == expected
+    assert workload.render(template, items[0], QWEN3.template_variables).endswith(
+        "<|im_start|>assistant\n<think>\n\n</think>\n\n"
+    )
 
 
 def test_generation_stops_at_a_stop_id_in_both_runtimes(tiny_checkpoint: Path, bundle4: ConvertResult) -> None:
@@ -367,7 +370,7 @@ def test_real_speculative_loop_is_lossless_and_accepts_what_the_estimate_counts(
     tokens = dict.fromkeys(range(1, acceptance.MAX_D + 1), 0)
     steps = dict(tokens)
     for item in workload.from_texts(PROMPTS[:2]):
-        ids = target.encode(workload.render(template, item))
+        ids = target.encode(workload.render(template, item, QWEN3.template_variables))
         reference = autoregressive(target, ids, 60)
         continuation, runs = runs_for(draft, target, ids, 60)
         assert continuation == reference
