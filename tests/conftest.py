@@ -50,6 +50,10 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ[_counts.VARIABLE] = str(Path(os.environ[shared.ROOT_VARIABLE]) / "conversions.log")
         path = [str(Path(__file__).parent / "counting"), os.environ.get("PYTHONPATH", "")]
         os.environ["PYTHONPATH"] = os.pathsep.join(p for p in path if p)
+        # Two test workers, each with torch's and MNN's two threads, share two cores: OpenMP threads that spin
+        # while they wait burn the cycles the other worker needs. Sleeping instead changes no result (the same
+        # thread counts) and cut test_verify.py's CPU time by 29% on a busy machine (bench/RESULTS.md, issue 40).
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     leftovers.become_subreaper()
 
 

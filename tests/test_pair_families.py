@@ -16,6 +16,7 @@ from packager.measure.pair import Options, fit_width, pair
 from tests.conftest import run_cli
 from tests.families import build_qwen25, smollm2_checkpoint
 from tests.models import copy_checkpoint
+from tests.specs import few_prompts
 
 PROMPTS = ("Write one sentence about rivers.", "List three colours.")
 QUICK = Options(new_tokens=12, repeats=1, target_cache=False)
@@ -117,7 +118,8 @@ def test_verify_fails_a_llama_bundle_whose_tokenizer_stops_on_qwens_ids(
     special = int(second.split()[0])
     ids[special : special + 2] = ["151645", "151643"]  # Qwen's <|im_end|> and <|endoftext|>
     tokenizer.write_bytes(b"\n".join([first, second, " ".join(ids).encode(), rest]))
-    result = run_cli("verify", str(bundle), "--checkpoint", str(llama_checkpoint))
+    prompts = few_prompts(tmp_path)
+    result = run_cli("verify", str(bundle), "--checkpoint", str(llama_checkpoint), "--prompts", str(prompts))
     assert result.returncode != 0, result.stdout
     assert "stop ids: the bundle's tokenizer stops on [151645, 151643" in result.stdout + result.stderr
 
