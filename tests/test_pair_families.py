@@ -85,6 +85,7 @@ def test_pair_accepts_vocabularies_at_most_128_apart(tmp_path: Path, target_voca
         assert result.returncode == 51 and "more than 128 apart" in result.stderr, result.stderr
 
 
+@pytest.mark.slow
 def test_pair_refuses_vocabularies_of_different_sizes_whose_shared_ids_read_differently(tmp_path: Path) -> None:
     draft, target = _qwen25_pair(tmp_path, 152064)
     data = json.loads((target / "tokenizer.json").read_text(encoding="utf-8"))
