@@ -588,3 +588,40 @@ class Unreadable(HubError):
     """A file that could not be read whole (exit 40, unlike a mismatch: exit 31)."""
 
     hint = "rerun later; if it persists, the Hub's copy is damaged: packager upload of the bundle sends it again"
+
+
+class DFlashDraftLayout(PackagerError):
+    """`convert --dflash`: the draft's layout is wrong (no config.json, dflash_config or model.safetensors; a tensor
+    missing, misnamed or unexpected; a block size, activation, rope or attention kind the exported graph cannot
+    take)."""
+
+    exit_code = 84
+    hint = (
+        "pass a DFlash draft in z-lab's DFlashDraftModel layout (config.json with block_size and dflash_config, "
+        "model.safetensors with layers.N.*, norm, fc and hidden_norm); MNN's own exporter leaves a tensor it does "
+        "not find random without a word"
+    )
+
+
+class DFlashDraftMismatch(PackagerError):
+    """`convert --dflash`: the draft was made for another target (hidden size, heads, head_dim, vocabulary, depth,
+    target_layer_ids outside its layers, a tensor's shape)."""
+
+    exit_code = 85
+    hint = "pass the DFlash draft trained for this target (its config names the target's shape)"
+
+
+class DFlashMaskToken(PackagerError):
+    """`convert --dflash`: the draft's mask token is missing, has no embedding row in the target, or is a token the
+    tokenizer produces from ordinary text."""
+
+    exit_code = 86
+    hint = "set dflash_config.mask_token_id to the id the draft was trained with (a special or unused row)"
+
+
+class DFlashTargetRefused(PackagerError):
+    """`convert --dflash`: the target's family has no DFlash export in packager, or the engine asked for reads
+    another DFlash format than packager writes."""
+
+    exit_code = 87
+    hint = "convert a Qwen3 or Llama 3.1 target, for MNN 3.6.x (pass --engine 3.6.1)"
