@@ -66,6 +66,10 @@ def _eagle_head(folder: Path) -> None:
     )
 
 
+def _broken_json(folder: Path) -> None:
+    (folder / "config.json").write_text("{")
+
+
 def _pickle(folder: Path) -> None:
     (folder / "model.safetensors").rename(folder / "pytorch_model.bin")
 
@@ -128,7 +132,7 @@ DRAFTS: dict[str, tuple[Callable[[Path], None], type[errors.PackagerError], str]
     "a pickle": (_pickle, L, "pytorch_model.bin (a pickle)"),
     "no weights": (lambda f: (f / "model.safetensors").unlink(), L, "has no model.safetensors"),
     "no config": (lambda f: (f / "config.json").unlink(), L, "has no config.json"),
-    "config not JSON": (lambda f: (f / "config.json").write_text("{"), L, "config.json"),
+    "config not JSON": (_broken_json, L, "config.json"),
     "sliding window": (_config(use_sliding_window=True), L, "sliding-window attention"),
     "yarn rope": (_config(rope_scaling={"rope_type": "yarn", "factor": 4.0}), L, "rope_scaling"),
     "attention biases": (_config(attention_bias=True), L, "attention_bias is true"),

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from ...errors import (
     CorruptWeights,
@@ -67,7 +67,7 @@ def build_target_layer_ids(num_target_layers: int, num_draft_layers: int) -> tup
     if num_draft_layers == 1:
         return (num_target_layers // 2,)
     start, end = 1, num_target_layers - 3
-    return tuple(int(round(start + i * (end - start) / (num_draft_layers - 1))) for i in range(num_draft_layers))
+    return tuple(round(start + i * (end - start) / (num_draft_layers - 1)) for i in range(num_draft_layers))
 
 
 def expected_shapes(draft: DFlashDraft) -> dict[str, tuple[int, ...]]:
@@ -137,7 +137,7 @@ def _weights(folder: Path) -> Path:
     raise DFlashDraftLayout(f"{folder} has no model.safetensors{found}")
 
 
-def _integer(value: Any) -> bool:
+def _integer(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -339,9 +339,12 @@ def _check_mask_token(draft: DFlashDraft, target: CheckpointInfo) -> None:
     texts: dict[int, str] = {}
     if isinstance(vocab, dict):
         texts = {i: t for t, i in vocab.items() if i == draft.mask_token_id}
-    elif isinstance(vocab, list):  # unigram: [[piece, score], ...]
-        if draft.mask_token_id < len(vocab) and isinstance(vocab[draft.mask_token_id], list):
-            texts = {draft.mask_token_id: str(vocab[draft.mask_token_id][0])}
+    elif (
+        isinstance(vocab, list)  # unigram: [[piece, score], ...]
+        and draft.mask_token_id < len(vocab)
+        and isinstance(vocab[draft.mask_token_id], list)
+    ):
+        texts = {draft.mask_token_id: str(vocab[draft.mask_token_id][0])}
     for a in tokenizer.get("added_tokens") or [] if isinstance(tokenizer, dict) else []:
         if isinstance(a, dict) and a.get("id") == draft.mask_token_id:
             texts[draft.mask_token_id] = str(a.get("content"))
