@@ -625,3 +625,11 @@ class DFlashTargetRefused(PackagerError):
 
     exit_code = 87
     hint = "convert a Qwen3 or Llama 3.1 target, for MNN 3.6.x (pass --engine 3.6.1)"
+
+
+class DFlashDraftUnfaithful(PackagerError):
+    """`convert --dflash`: the exported DFlash draft's block logits differ from the checkpoint's draft (run in torch
+    on the same inputs) by more than 8-bit rounding leaves; nothing is written."""
+
+    exit_code = 88
+    hint = "report it with --debug's output: packager's DFlash graph does not compute this draft's architecture"
