@@ -6,11 +6,89 @@ from typing import Any
 
 from . import DISTRIBUTION
 
+# Every exit code packager ends with, in one block (tests/test_errors.py: no two outcomes share one). An error
+# class takes its own from here; the outcomes that are no error class carry their documentation in `#:` comments:
+# the exit-code page of the docs is generated from them and from the classes' docstrings (docs/_ext/packager_docs.py).
+#: Success.
+SUCCESS = 0
+PACKAGER_ERROR = 1
+#: Command-line usage error (click): an unknown option, a missing argument, a value of the wrong kind.
+USAGE_ERROR = 2
+CHECKPOINT_NOT_FOUND = 10
+INVALID_CHECKPOINT_CONFIG = 11
+UNSUPPORTED_MODEL = 12
+UNTIED_EMBEDDINGS = 13
+CORRUPT_WEIGHTS = 14
+MISSING_TOKENIZER = 15
+ADAPTER_MISMATCH = 16
+SPEC_ERROR = 17
+OUTPUT_EXISTS = 18
+INVALID_OPTION = 19
+CONVERSION_FAILED = 20
+SANDBOX_VIOLATION = 21
+BUNDLE_ERROR = 22
+MANIFEST_ERROR = 23
+CARD_ERROR = 24
+FILE_SYSTEM_ERROR = 25
+INPUT_TOO_LARGE = 26
+RUNTIME_CRASHED = 27
+ENGINE_INSTALL_FAILED = 28
+EXTRA_NOT_INSTALLED = 29
+#: `validate` found errors (or warnings with `--strict`).
+VALIDATION_FAILED = 30
+#: `checksum --check` or `verify-remote` found mismatching, missing or extra files.
+CHECKSUM_MISMATCH = 31
+#: `engines check`: a checked engine at or above the bundle's declared minimum did not load it or disagreed.
+ENGINES_CHECK_FAILED = 32
+HUB_ERROR = 40
+HUB_AUTH_ERROR = 41
+HUB_FORBIDDEN = 42
+HUB_NOT_FOUND = 43
+HUB_CONFLICT = 44
+HUB_VERIFICATION_FAILED = 45
+HUB_REVISION_REFUSED = 46
+HUB_VISIBILITY_REFUSED = 47
+HUB_BAD_TARGET = 48
+VERIFY_FAILED = 50  # VerifyFailed's code, a report's too (documented on the class)
+PAIR_INCOMPATIBLE = 51
+NOT_ENOUGH_MEMORY = 52
+EAGLE_HEAD_LAYOUT = 53
+EAGLE_HEAD_MISMATCH = 54
+TARGET_TOO_SHALLOW = 55
+EAGLE_VOCABULARY_MAP = 56
+PICKLE_HEAD_REFUSED = 57
+EAGLE_HEAD_UNFAITHFUL = 58
+INIT_FILE_EXISTS = 60
+INIT_TARGET_REFUSED = 61
+COLLECTION_NOT_UPDATED = 65
+COLLECTION_FORBIDDEN = 66
+GATING_FAILED = 67
+HUB_GATED = 68
+FAMILY_LICENSE_CONFLICT = 69
+SIGNING_KEY_INVALID = 70
+SIGNING_KEY_CURVE = 71
+SIGNING_KEY_LOCKED = 72
+SIGNATURE_MALFORMED = 73
+SIGSTORE_FAILED = 74
+SIGNATURE_COVERAGE = 75
+SIGNATURE_UNSAFE_PATH = 76
+SIGNATURE_UNTRUSTED = 77
+CONTENT_MISMATCH = 78
+ENGINE_TOO_OLD = 79
+CORPUS_UNUSABLE = 80
+CORPUS_NOT_TEXT = 81
+SPECULATION_UNAVAILABLE = 82
+SPECULATION_NOT_LOSSLESS = 83
+#: Interrupted (Ctrl-C); nothing is left half-written (an interrupted `pull` keeps `.DIR.pull/` to resume and says so).
+INTERRUPTED = 130
+#: Terminated (SIGTERM); handled exactly like Ctrl-C.
+TERMINATED = 143
+
 
 class PackagerError(Exception):
     """Base of every error the CLI turns into one line and an exit code."""
 
-    exit_code = 1
+    exit_code = PACKAGER_ERROR
     hint = ""
 
     def __init__(self, message: str, hint: str | None = None, details: str = "") -> None:
@@ -30,31 +108,31 @@ class PackagerError(Exception):
 class CheckpointNotFound(PackagerError):
     """The checkpoint folder is missing, not a folder or unreadable."""
 
-    exit_code = 10
+    exit_code = CHECKPOINT_NOT_FOUND
     hint = "pass the folder that holds config.json and the *.safetensors files"
 
 
 class InvalidCheckpointConfig(PackagerError):
     """`config.json` is missing, not JSON, or a required field is wrong."""
 
-    exit_code = 11
+    exit_code = INVALID_CHECKPOINT_CONFIG
     hint = "fix or re-save config.json with transformers"
 
 
 class UnsupportedModel(PackagerError):
     """Not a model family packager converts (`model_type` or layer types: mixture-of-experts, linear attention)."""
 
-    exit_code = 12
+    exit_code = UNSUPPORTED_MODEL
     hint = "README: Supported families lists the families packager converts"  # raisers give the list (families)
 
 
 class UntiedEmbeddings(PackagerError):
     """Untied embeddings in a draft bundle (convert them with `--kind target` or `--eagle`)."""
 
-    exit_code = 13
+    exit_code = UNTIED_EMBEDDINGS
     hint = (
         "the ten-file draft bundle has no embeddings file, so its embeddings must be tied to lm_head "
-        "(tie_word_embeddings: true, as in Qwen3-0.6B/1.7B/4B); convert an untied model as a target bundle "
+        "(tie_word_embeddings: true); convert an untied model as a target bundle "
         "with --kind target (or --eagle HEAD), which ships embeddings_bf16.bin"
     )
 
@@ -62,14 +140,14 @@ class UntiedEmbeddings(PackagerError):
 class CorruptWeights(PackagerError):
     """Weights missing, truncated, corrupt, or not matching the config."""
 
-    exit_code = 14
+    exit_code = CORRUPT_WEIGHTS
     hint = "re-download or re-save the checkpoint's safetensors files"
 
 
 class MissingTokenizer(PackagerError):
     """Tokenizer files or chat template missing, or a tokenizer larger than the vocabulary."""
 
-    exit_code = 15
+    exit_code = MISSING_TOKENIZER
     hint = (
         "copy the tokenizer files of the base model (tokenizer.json, tokenizer_config.json, vocab.json, merges.txt) "
         "into the checkpoint"
@@ -79,7 +157,7 @@ class MissingTokenizer(PackagerError):
 class AdapterMismatch(PackagerError):
     """The LoRA adapter is missing pieces or does not fit the base."""
 
-    exit_code = 16
+    exit_code = ADAPTER_MISMATCH
     hint = "pass the LoRA adapter that was trained on this base checkpoint"
 
 
@@ -87,7 +165,7 @@ class SpecError(PackagerError):
     """The release spec is unreadable, not TOML, or fails its schema (the message names the field's path, e.g. a TODO
     left by `init`); also `check-spec`'s exit when a spec fails."""
 
-    exit_code = 17
+    exit_code = SPEC_ERROR
     hint = "fix the release spec (see examples/release.toml)"
 
 
@@ -95,27 +173,27 @@ class OutputExists(PackagerError):
     """`--out` exists (use `--force`), or is something `--force` may not replace (not a bundle, an input, the current
     or home directory); a non-empty `pull` DIR."""
 
-    exit_code = 18
+    exit_code = OUTPUT_EXISTS
     hint = "choose another --out or pass --force to replace it"
 
 
 class InvalidOption(PackagerError):
     """An invalid option value (e.g. `--quant-bits 3`, a block that does not divide the model)."""
 
-    exit_code = 19
+    exit_code = INVALID_OPTION
 
 
 class ConversionFailed(PackagerError):
     """The converter failed (`--debug` shows its log)."""
 
-    exit_code = 20
+    exit_code = CONVERSION_FAILED
     hint = "rerun with --debug to see the converter's log"
 
 
 class SandboxViolation(ConversionFailed):
     """The converter tried something the fence forbids (network, a child process, a write outside its folder)."""
 
-    exit_code = 21
+    exit_code = SANDBOX_VIOLATION
     hint = (
         "the converter tried to reach the network, start a process or write outside its work folder; nothing was "
         "installed or sent"
@@ -125,21 +203,21 @@ class SandboxViolation(ConversionFailed):
 class BundleError(PackagerError):
     """The bundle folder is missing, or holds something other than regular files."""
 
-    exit_code = 22
+    exit_code = BUNDLE_ERROR
 
 
 class FileSystemError(PackagerError):
     """An operating-system error (full disk, read-only file system, permissions, a name too long, ...): the line gives
     the system's own reason."""
 
-    exit_code = 25
+    exit_code = FILE_SYSTEM_ERROR
     hint = "free space, fix permissions or choose another path, then rerun"
 
 
 class InputTooLarge(PackagerError):
     """An input nested too deeply or too large to be a real bundle file, spec or checkpoint config."""
 
-    exit_code = 26
+    exit_code = INPUT_TOO_LARGE
     hint = "the file is not what packager expects; restore it from the tool that wrote it"
 
 
@@ -147,7 +225,7 @@ class RuntimeCrashed(PackagerError):
     """The MNN runtime (run in a child process) crashed or was killed while loading or running a bundle (the signal is
     named)."""
 
-    exit_code = 27
+    exit_code = RUNTIME_CRASHED
     hint = "run packager validate on the bundle; the weights or graph are likely damaged"
 
 
@@ -155,7 +233,7 @@ class EngineInstallFailed(PackagerError):
     """An MNN engine could not be installed from PyPI into packager's engine cache (`engines check`; pip's last line is
     shown)."""
 
-    exit_code = 28
+    exit_code = ENGINE_INSTALL_FAILED
     hint = "check that PyPI is reachable (pip's own settings apply) and that the folder is writable; rerun"
 
 
@@ -163,14 +241,14 @@ class ExtraNotInstalled(PackagerError):
     """The command needs packager's `[convert]` extra (torch, transformers, MNN, llmexport), which this install
     lacks (checked before any work)."""
 
-    exit_code = 29
+    exit_code = EXTRA_NOT_INSTALLED
     hint = f"install it: pip install '{DISTRIBUTION}[convert]' (the distribution is {DISTRIBUTION})"
 
 
 class NotEnoughMemory(PackagerError):
     """`pair` would need more memory than is available (checked before loading)."""
 
-    exit_code = 52
+    exit_code = NOT_ENOUGH_MEMORY
     hint = (
         "convert the target to a 4-bit MNN bundle with `packager convert TARGET --out TARGET-4bit` "
         "(or pass an MNN folder llmexport made) and pair against that"
@@ -180,14 +258,14 @@ class NotEnoughMemory(PackagerError):
 class InitFileExists(PackagerError):
     """`packager init` would have to overwrite a file (all are named; nothing was written)."""
 
-    exit_code = 60
+    exit_code = INIT_FILE_EXISTS
     hint = "packager init never overwrites a file: move it aside, or init another folder"
 
 
 class InitTargetRefused(PackagerError):
     """`packager init`: DIR is a file, or is or lies inside the checkpoint or the adapter (also through a link)."""
 
-    exit_code = 61
+    exit_code = INIT_TARGET_REFUSED
     hint = "init the release repository outside the checkpoint and the adapter (it may contain them)"
 
 
@@ -236,34 +314,12 @@ def from_os_error(exc: OSError, doing: str = "") -> FileSystemError:
     return FileSystemError(f"{what}{reason}{where}")
 
 
-# Outcomes that are no error class. The `#:` comments are their documentation: the exit-code page of the docs is
-# generated from them and from the classes' docstrings (docs/_ext/packager_docs.py).
-#: Success.
-SUCCESS = 0
-#: Command-line usage error (click): an unknown option, a missing argument, a value of the wrong kind.
-USAGE_ERROR = 2
-
-# Exit codes of commands whose output is a full report rather than one error line.
-#: `validate` found errors (or warnings with `--strict`).
-VALIDATION_FAILED = 30
-#: `checksum --check` or `verify-remote` found mismatching, missing or extra files.
-CHECKSUM_MISMATCH = 31
-VERIFY_FAILED = 50  # VerifyFailed's code (documented there)
-#: `engines check`: a checked engine at or above the bundle's declared minimum did not load it or disagreed.
-ENGINES_CHECK_FAILED = 32
-
-#: Interrupted (Ctrl-C); nothing is left half-written (an interrupted `pull` keeps `.DIR.pull/` to resume and says so).
-INTERRUPTED = 130
-#: Terminated (SIGTERM); handled exactly like Ctrl-C.
-TERMINATED = 143
-
-
 # EAGLE-3 heads (convert --eagle): each refusal happens before any conversion work.
 class EagleHeadLayout(PackagerError):
     """`convert --eagle`: the head's layout is wrong (a tensor missing, misnamed or unexpected; no config.json or
     model.safetensors; an activation or rope scaling the exported head cannot hold)."""
 
-    exit_code = 53
+    exit_code = EAGLE_HEAD_LAYOUT
     hint = (
         "pass an EAGLE-3 head in the SpecForge / AngelSlim layout (config.json and model.safetensors with fc, "
         "midlayer.*, norm, lm_head and d2t); a tensor llmexport does not find stays random without a word"
@@ -274,14 +330,14 @@ class EagleHeadMismatch(PackagerError):
     """`convert --eagle`: the head does not fit the target (hidden size, head counts, head_dim, vocabulary, a tensor's
     shape)."""
 
-    exit_code = 54
+    exit_code = EAGLE_HEAD_MISMATCH
     hint = "pass the head that was trained for this target (its config.json must describe the target's shape)"
 
 
 class TargetTooShallow(PackagerError):
     """`convert --eagle`: the target has fewer than 7 layers."""
 
-    exit_code = 55
+    exit_code = TARGET_TOO_SHALLOW
     hint = (
         "EAGLE-3 reads the inputs of target layers 2, N/2 and N-3, three distinct layers only when the "
         "target has at least 7 layers"
@@ -291,14 +347,14 @@ class TargetTooShallow(PackagerError):
 class EagleVocabularyMap(PackagerError):
     """`convert --eagle`: `d2t` maps outside the target vocabulary, or `draft_vocab_size` exceeds it."""
 
-    exit_code = 56
+    exit_code = EAGLE_VOCABULARY_MAP
     hint = "d2t must hold draft_vocab_size offsets, each mapping a draft id into the target's vocabulary"
 
 
 class PickleHeadRefused(PackagerError):
     """`convert --eagle`: the head is a pickle (`pytorch_model.bin`) and `--allow-pickle-head` was not given."""
 
-    exit_code = 57
+    exit_code = PICKLE_HEAD_REFUSED
     hint = (
         "pytorch_model.bin is a pickle, which can run code when loaded; convert it to model.safetensors, or "
         "pass --allow-pickle-head if you trust where it came from"
@@ -308,7 +364,7 @@ class PickleHeadRefused(PackagerError):
 class EagleHeadUnfaithful(PackagerError):
     """`convert --eagle`: the exported head does not compute what the checkpoint's head computes (nothing written)."""
 
-    exit_code = 58
+    exit_code = EAGLE_HEAD_UNFAITHFUL
     hint = (
         "the exported head does not compute what the checkpoint computes; nothing was written (report this with "
         "--debug)"
@@ -320,7 +376,7 @@ class CorpusUnusable(PackagerError):
     """`convert --lookahead CORPUS`: the corpus does not exist, is a folder, a device, pipe or socket, or lies inside
     `--out` (nothing written)."""
 
-    exit_code = 80
+    exit_code = CORPUS_UNUSABLE
     hint = "pass a regular text file outside --out, or --lookahead alone to draft from the prompt's own n-grams"
 
 
@@ -328,21 +384,21 @@ class CorpusNotText(PackagerError):
     """`convert --lookahead CORPUS`: the corpus is empty, holds a NUL byte, is not UTF-8 text, or is larger than 8 MiB
     (nothing written)."""
 
-    exit_code = 81
+    exit_code = CORPUS_NOT_TEXT
     hint = "pass UTF-8 text of at most 8 MiB: the text your users' prompts and answers repeat"
 
 
 class ManifestError(BundleError):
     """The checksum manifest is malformed."""
 
-    exit_code = 23
+    exit_code = MANIFEST_ERROR
     hint = "rewrite it with: packager checksum BUNDLE"
 
 
 class CardError(PackagerError):
     """The model card template is broken or its front matter invalid, or a report given to the card is refused."""
 
-    exit_code = 24
+    exit_code = CARD_ERROR
     hint = "fix the template or the spec field it names"
 
 
@@ -358,34 +414,34 @@ class FamilyLicenseConflict(CardError):
     """The release spec contradicts the bundle's family: a license other than the family's (a Llama bundle carded
     apache-2.0), or another family's base model."""
 
-    exit_code = 69
+    exit_code = FAMILY_LICENSE_CONFLICT
 
 
 class HubError(PackagerError):
     """A transient failure (5xx, lost connection, exhausted retries): the only kind where rerunning helps."""
 
-    exit_code = 40
+    exit_code = HUB_ERROR
     hint = "rerun the same command; what the Hub already has is not sent again"
 
 
 class HubAuthError(HubError):
     """The Hub rejected the credentials (401), or a token holds anything but printable ASCII."""
 
-    exit_code = 41
+    exit_code = HUB_AUTH_ERROR
     hint = "log in with `hf auth login` or set HF_TOKEN to a token with write access"
 
 
 class HubForbidden(HubError):
     """The token may not write there (403)."""
 
-    exit_code = 42
+    exit_code = HUB_FORBIDDEN
     hint = "use a token with write access to this repo (or a namespace you own)"
 
 
 class HubNotFound(HubError):
     """Repo or revision not found (404)."""
 
-    exit_code = 43
+    exit_code = HUB_NOT_FOUND
     hint = "check the repo id and revision (packager creates the repo on upload)"
 
 
@@ -393,28 +449,28 @@ class HubConflict(HubError):
     """Conflict (409/412): a tag on another commit, or the branch moved meanwhile; also a second pull into the same
     DIR."""
 
-    exit_code = 44
+    exit_code = HUB_CONFLICT
     hint = "someone changed the repo meanwhile or the tag exists; check the remote and rerun"
 
 
 class HubVerificationFailed(HubError):
     """The remote revision does not hold what was uploaded."""
 
-    exit_code = 45
+    exit_code = HUB_VERIFICATION_FAILED
     hint = "the remote revision is not what was uploaded; run packager verify-remote and re-upload"
 
 
 class HubRevisionRefused(HubError):
     """`--revision` is not a branch name (an existing tag, a commit id, an invalid ref); nothing was sent."""
 
-    exit_code = 46
+    exit_code = HUB_REVISION_REFUSED
     hint = "--revision takes a branch name (new or existing); tags are made with --tag"
 
 
 class HubVisibilityRefused(HubError):
     """`--private` but the repo exists and is public (use `--make-private`); nothing was sent."""
 
-    exit_code = 47
+    exit_code = HUB_VISIBILITY_REFUSED
     hint = "make it private deliberately with --make-private (or on the Hub's settings page), then upload"
 
 
@@ -422,21 +478,21 @@ class HubBadTarget(HubError):
     """An invalid repo id or tag name, an endpoint that is no http(s) URL or no Hub, or a request the Hub refused as
     invalid (400/413/422); rerunning cannot help."""
 
-    exit_code = 48
+    exit_code = HUB_BAD_TARGET
     hint = "fix the repo id or --endpoint (a Hub URL such as https://huggingface.co); rerunning cannot help"
 
 
 class GatingFailed(PackagerError):
     """`gated` could not be set or did not take; nothing was committed."""
 
-    exit_code = 67
+    exit_code = GATING_FAILED
     hint = "gating needs a token with write access to the repo (and, on the Hub, a plan that allows it); rerun"
 
 
 class HubGated(HubError):
     """The repo is gated and the request has no token, or the token's user has not been granted access."""
 
-    exit_code = 68
+    exit_code = HUB_GATED
     hint = (
         "the repo is gated: log in (hf auth login, HF_TOKEN or --token-file) as a user who has been granted "
         "access; ask for it on the repo's page"
@@ -446,7 +502,7 @@ class HubGated(HubError):
 class CollectionNotUpdated(PackagerError):
     """The release is on the Hub, committed, verified and tagged, but its collection could not be updated (yet)."""
 
-    exit_code = 65
+    exit_code = COLLECTION_NOT_UPDATED
     hint = "rerun the same command to finish: nothing is sent again and the repo is added to the collection once"
     upload: Any = None  # the verified UploadResult when this is raised after its commit (None: nothing was sent)
 
@@ -456,7 +512,7 @@ class CollectionForbidden(CollectionNotUpdated):
     before anything is sent; or the Hub refuses the collection after the commit (then committed and tagged,
     collection not updated)."""
 
-    exit_code = 66
+    exit_code = COLLECTION_FORBIDDEN
     hint = (
         "set [release] collection_owner (upload --collection-owner) to a namespace this token may write, or ask "
         "the owner for write access, then rerun"
@@ -466,7 +522,7 @@ class CollectionForbidden(CollectionNotUpdated):
 class EngineTooOld(PackagerError):
     """`pull --engine`: the bundle needs a newer MNN engine than the app's (or declares none)."""
 
-    exit_code = 79
+    exit_code = ENGINE_TOO_OLD
     hint = "update the app's MNN engine, or pull a release made for the engine you have (packager convert --engine)"
 
 
@@ -474,7 +530,7 @@ class PairIncompatible(PackagerError):
     """`pair`: the draft cannot serve the target (other family, vocabulary, special or stop tokens, template), or a
     folder is neither a checkpoint nor an MNN model."""
 
-    exit_code = 51
+    exit_code = PAIR_INCOMPATIBLE
     hint = "a draft must share the target's tokenizer, vocabulary and chat template (same model family)"
 
 
@@ -482,7 +538,7 @@ class SpeculationUnavailable(PackagerError):
     """`speculate`: the bundle cannot run the mode in upstream MNN (none configured and no `--mode`, `draftmodel`,
     `--mode eagle` without a runnable EAGLE-3 head, an unreadable config.json)."""
 
-    exit_code = 82
+    exit_code = SPECULATION_UNAVAILABLE
     hint = "convert with --eagle HEAD or --lookahead, or pass --mode lookahead (it needs no weights)"
 
 
@@ -490,7 +546,7 @@ class SpeculationNotLossless(PackagerError):
     """`speculate`: MNN's speculative generation emitted other tokens than its plain decoding, beyond near-ties (the
     report is printed first)."""
 
-    exit_code = 83
+    exit_code = SPECULATION_NOT_LOSSLESS
     hint = "the head or the bundle computes something else than the target; do not ship it"
 
 
@@ -504,21 +560,21 @@ class VerifyFailed(PackagerError):
 class SigningKeyInvalid(PackagerError):
     """Signing key: not a private key (a public key, a certificate, not PEM)."""
 
-    exit_code = 70
+    exit_code = SIGNING_KEY_INVALID
     hint = "pass an EC private key in PEM (openssl ecparam -name prime256v1 -genkey -noout -out key.pem)"
 
 
 class SigningKeyCurve(PackagerError):
     """Signing key or public key: not EC, or on a curve model-signing does not sign with (only P-256, P-384, P-521)."""
 
-    exit_code = 71
+    exit_code = SIGNING_KEY_CURVE
     hint = "sign with an EC key on P-256 (prime256v1), P-384 or P-521"
 
 
 class SigningKeyLocked(PackagerError):
     """Signing key: protected by a passphrase and none was given, or the passphrase does not unlock it."""
 
-    exit_code = 72
+    exit_code = SIGNING_KEY_LOCKED
     hint = "put the key's passphrase in PACKAGER_SIGNING_KEY_PASSPHRASE or a file given with --passphrase-file"
 
 
@@ -538,7 +594,7 @@ class SignatureMalformed(PackagerError):
     """`model.sig` is not JSON, no sigstore bundle (its verificationMaterial naming neither a key nor a certificate),
     or larger than 1 MiB (not read)."""
 
-    exit_code = 73
+    exit_code = SIGNATURE_MALFORMED
     hint = "model.sig is not a model-signing signature; sign the bundle again with packager sign"
 
 
@@ -546,7 +602,7 @@ class SigstoreFailed(PackagerError):
     """Keyless signing or verification could not be done: no OIDC identity, or sigstore's services (Fulcio,
     Rekor, the TUF trust root) out of reach."""
 
-    exit_code = 74
+    exit_code = SIGSTORE_FAILED
     hint = (
         "keyless signing and verification need sigstore's services on the network (and, to sign, an OIDC "
         "identity: CI with `permissions: id-token: write`); or sign and verify with a key"
@@ -556,14 +612,14 @@ class SigstoreFailed(PackagerError):
 class SignatureCoverage(PackagerError):
     """`model.sig` names a file the bundle or revision does not hold, or leaves one of its files out."""
 
-    exit_code = 75
+    exit_code = SIGNATURE_COVERAGE
     hint = "the signature is not over this release's files; sign the released folder again with packager sign"
 
 
 class SignatureUnsafePath(PackagerError):
     """`model.sig` names a path outside the flat bundle (`..`, `/`, absolute)."""
 
-    exit_code = 76
+    exit_code = SIGNATURE_UNSAFE_PATH
     hint = "a signature naming paths outside the bundle folder is refused; do not use this release"
 
 
@@ -571,7 +627,7 @@ class SignatureUntrusted(PackagerError):
     """Not signed by whom you trust: another key or identity, a key-signed release checked keyless (or the reverse), or
     unsigned when a signature was required."""
 
-    exit_code = 77
+    exit_code = SIGNATURE_UNTRUSTED
     hint = "check that you pass the publisher's public key (or sigstore identity and issuer) the card names"
 
 
@@ -580,7 +636,7 @@ class ContentMismatch(PackagerError):
     post-upload check), a file `verify-remote` finds not as signed, or `upload` found a `model.sig` that no longer
     matches the bundle; named."""
 
-    exit_code = 78
+    exit_code = CONTENT_MISMATCH
     hint = "the files are not the ones the publisher released; do not use them, and tell the publisher"
 
 

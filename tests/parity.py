@@ -49,7 +49,7 @@ def load_mnn(bundle: Path) -> Any:
 
 def compare(bundle: Path, checkpoint: Path, prompts: tuple[str, ...]) -> ParityReport:
     """Cosine and top-1 of the last position's logits, MNN vs transformers (float32), per prompt."""
-    from packager.measure.verify import compare_positions
+    from packager.measure.logits import compare_positions
 
     ours, theirs = MNNModel(bundle), HFModel(checkpoint)
     rows = []

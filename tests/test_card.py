@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from packager.card.render import gather_measurements, human_size, render
+from packager.card.measurements import gather_measurements
+from packager.card.render import human_size, render
 from packager.convert import provenance
 from packager.convert.pipeline import ConvertResult
 from packager.errors import CardError, SpecError
@@ -104,7 +105,7 @@ def test_training_figures_come_from_the_spec(bundle4: ConvertResult, tmp_path: P
 
 
 def test_measurements_come_from_provenance(bundle4: ConvertResult, example: spec_module.ReleaseSpec) -> None:
-    from packager.card.render import measurements_from_provenance
+    from packager.card.measurements import measurements_from_provenance
 
     record = provenance.read(bundle4.provenance)
     text = render(bundle4.out, example, measurements=measurements_from_provenance(record)).text

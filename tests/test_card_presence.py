@@ -143,7 +143,7 @@ def test_a_pair_target_named_by_its_cache_path_is_stated_by_hub_id_and_the_draft
 
 
 def _measured(bundle4: ConvertResult, pair: Path | None = None, verify: Path | None = None) -> dict[str, object]:
-    from packager.card.render import gather_measurements
+    from packager.card.measurements import gather_measurements
 
     found = gather_measurements(bundle4.out, provenance=bundle4.provenance, pair_report=pair, verify_report=verify)
     assert found is not None

@@ -124,9 +124,9 @@ IMPORTED = (
     ("words", "loaded"),
     [
         (("--help",), set()),
-        (("validate", "--help"), {"build"}),
-        (("hub", "serve", "--help"), {"publish"}),
-        (("pull", "--help"), {"trust", "publish"}),
+        (("validate", "--help"), {"check"}),
+        (("hub", "serve", "--help"), {"hubserver"}),
+        (("pull", "--help"), {"trust"}),
     ],
 )
 def test_a_command_line_imports_only_the_modules_of_the_commands_it_names(
@@ -290,9 +290,9 @@ def test_a_base_install_is_told_the_distributions_name_before_any_work(
     from click.testing import CliRunner
 
     from packager.cli import cli
-    from packager.convert import pipeline
+    from packager.convert import plan
 
-    monkeypatch.setattr(pipeline, "missing", lambda: ("torch", "llmexport"))
+    monkeypatch.setattr(plan, "missing", lambda: ("torch", "llmexport"))
     result = CliRunner().invoke(cli, ["convert", str(tmp_path), "--out", str(tmp_path / "b")])
     assert result.exit_code == 29 and result.stderr.count("\n") == 1, result.stderr
     assert "converting needs torch, llmexport" in result.stderr

@@ -194,7 +194,8 @@ def test_a_draft_bundle_is_still_judged_a_draft(bundle4: Any) -> None:
 
 
 def test_the_card_of_an_eagle_bundle_says_its_kind_its_head_and_its_files(eagle_bundle: Any) -> None:
-    from packager.card.render import gather_measurements, render
+    from packager.card.measurements import gather_measurements
+    from packager.card.render import render
     from packager.spec import model as spec_module
     from tests.specs import EXAMPLE
 

@@ -13,7 +13,8 @@ import pytest
 
 from packager.bundle.graph import read as read_graph
 from packager.bundle.kinds import FILES
-from packager.card.render import gather_measurements, render
+from packager.card.measurements import gather_measurements
+from packager.card.render import render
 from packager.convert.pipeline import ConvertRequest, ConvertResult, convert, convert_many
 from packager.convert.recipe import QuantRecipe
 from packager.errors import CardError

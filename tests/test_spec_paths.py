@@ -17,7 +17,7 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "release.toml"
 
 
 def test_a_bad_prompts_file_of_the_spec_is_named_by_its_key(tmp_path: Path) -> None:
-    from packager.measure.verify import spec_prompts
+    from packager.measure.workload import spec_prompts
 
     (tmp_path / "p.txt").write_bytes(b"\xff\xfe")
     spec = from_dict({"verify": {"prompts": "p.txt"}}, tmp_path / "release.toml")

@@ -10,7 +10,8 @@ import pytest
 
 from packager.convert.pipeline import ConvertResult
 from packager.infra.progress import Step
-from packager.measure.verify import Thresholds, compare_in_chunks, compare_positions, margins, verify
+from packager.measure.logits import compare_in_chunks, compare_positions, margins
+from packager.measure.verify import Thresholds, verify
 from tests.conftest import run_cli
 
 

@@ -23,6 +23,7 @@ def weight_tasks(checkpoint: Path) -> tuple[list[weightwriter.Task], int]:
         s.intermediate_size,
         s.vocab_size,
         QuantSpec(4, 128),
+        family=info.family.layout,
     )
     tasks = weightwriter.plan(regions, weightwriter.index(info.weight_files), {}, {}, adapted=False)
     return tasks, layout.total_size(regions)

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..families.base import Family
-from ..families.qwen3 import QWEN3
 from .engine import EngineRequirement
 
 DRAFT: dict[str, Any] = {
@@ -78,7 +77,8 @@ def render(
     overrides: RuntimeOverrides,
     engine: EngineRequirement,
     mode: dict[str, Any] | None = None,
-    family: Family = QWEN3,
+    *,
+    family: Family,
 ) -> dict[str, bytes]:
     """The five config files as bytes, keyed by file name; `mode` (lookahead's keys) goes into config.json last.
     The family's runtime keys go over the presets, the spec's over both."""
@@ -138,7 +138,8 @@ def render_target(
     head: Any = None,
     untied: bool = False,
     mode: dict[str, Any] | None = None,
-    family: Family = QWEN3,
+    *,
+    family: Family,
 ) -> dict[str, bytes]:
     """config.json of a target bundle (with the EAGLE keys when it carries a head, or lookahead's `mode` keys)."""
     main = {

@@ -16,9 +16,8 @@ from ..infra.jsonfile import read_json
 from ..infra.userfile import LICENSE_BYTES, read_bytes
 from ..spec.model import ReleaseSpec
 
-# Hub ids that name the family's license in other words: a Llama 3.x model may be released under the license of
-# its own version (llama3.1, llama3.3); "other" is the Hub's id for a license it has no id for (Qwen2.5-3B's).
-_SAME_LICENSE = {"llama3.2": ("llama3", "llama3.1", "llama3.2", "llama3.3")}
+# The Hub's id for a license it has no id for (Qwen2.5-3B's); other ids of the family's own terms are its
+# License.aliases.
 OTHER = "other"
 
 
@@ -61,7 +60,7 @@ def card_license(spec: ReleaseSpec, family: Family, bundle: Path) -> CardLicense
     license than the family's weights carry is refused (FamilyLicenseConflict)."""
     own = family.license
     said = spec.need("release").license
-    if said is not None and said != own.spdx and said != OTHER and said not in _SAME_LICENSE.get(own.spdx, ()):
+    if said is not None and said != own.spdx and said != OTHER and said not in own.aliases:
         raise FamilyLicenseConflict(
             f"the release spec's license {shorten(said, 40)!r} contradicts the bundle's family: {family.title} "
             f"weights are released under {own.spdx} ({own.name})",

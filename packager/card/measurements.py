@@ -1,12 +1,17 @@
-"""The measurement reports a card states (`pair --json`, `verify --json`, `speculate --json`): each names the
-xxh3-128 of the files it measured, which must be the bundle's own now, and its figures must be real numbers in
-range before they reach the card's text or its Hub evaluation results."""
+"""The measurements a card states, read in one place: the conversion's provenance and the reports (`pair --json`,
+`verify --json`, `speculate --json`). Each report names the xxh3-128 of the files it measured, which must be the
+bundle's own now, and its figures must be real numbers in range before they reach the card's text or its Hub
+evaluation results."""
 
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 from typing import Any
+
+from .. import resources
+from ..errors import CardError, ProvenanceUnusable, shorten
 
 PARITY_KEYS = (
     "prompts",
@@ -199,3 +204,142 @@ def check_same_files(path: Path, bundle: Path, files: dict[str, Any], error: typ
             f"{path} measured another bundle: it names no digest of {', '.join(unmeasured[:3])}",
             f"run {command} on this bundle again",
         )
+
+
+def hub_id_of(path: str) -> str | None:
+    """The Hub id a Hugging Face cache path names (`.../models--ORG--NAME/snapshots/REV`), else None."""
+    for part in Path(path).parts:
+        if part.startswith("models--") and part.count("--") == 2 and all(part.split("--")[1:]):
+            return "/".join(part.split("--")[1:])
+    return None
+
+
+def _recipe_name(recipe: dict[str, Any]) -> str:
+    from ..convert.recipe import QuantRecipe
+
+    return QuantRecipe(
+        bits=recipe["bits"],
+        block=recipe["block"],
+        symmetric=recipe["symmetric"],
+        algorithm=recipe["algorithm"],
+        lm_bits=recipe["lm_bits"],
+        lm_block=recipe["lm_block"],
+    ).name
+
+
+def provenance_measurements(path: Path) -> dict[str, Any]:
+    """What the card may state from the provenance record at `path`; a file that is no record packager convert
+    wrote (not JSON, not an object, a field missing or of another type) is one ProvenanceUnusable naming it."""
+    from ..convert import provenance
+
+    record = provenance.read(path)
+    try:
+        return measurements_from_provenance(record)
+    except KeyError as exc:
+        detail = f"no {shorten(str(exc), 60)}"
+    except (TypeError, AttributeError, IndexError):
+        detail = "a field holds a value of another type"
+    raise ProvenanceUnusable(
+        f"provenance record {shorten(str(path), 120)} is not a record packager convert wrote ({detail})"
+    )
+
+
+def measurements_from_provenance(record: dict[str, Any]) -> dict[str, Any]:
+    """What the card may state from a conversion's provenance: tokenizer agreement and tool versions."""
+    tokenizer = record["tokenizer"]
+    chosen = tokenizer["agreement"][tokenizer["format"]]
+    kinds = {item["text"]: item["category"] for item in resources.tokenizer_corpus_items()}
+    categories: dict[str, int] = {}
+    for text in chosen.get("mismatched", []):
+        kind = kinds.get(text, "other")
+        categories[kind] = categories.get(kind, 0) + 1
+    found = {
+        "tokenizer": {
+            "format": tokenizer["format"],
+            "matched": chosen["matched"],
+            "total": chosen["total"],
+            "mismatched_categories": dict(sorted(categories.items())),
+        },
+        "versions": record["versions"],
+        "tool_version": record["tool"]["version"],
+    }
+    if isinstance(record.get("eagle_head"), dict):
+        found["eagle_head"] = record["eagle_head"]
+    recipe = record.get("options", {}).get("quant_recipe")
+    if isinstance(recipe, dict):
+        found["quant_recipe"] = {**recipe, "name": _recipe_name(recipe)}
+    check = record.get("engine_check")
+    if isinstance(check, dict) and check.get("results"):  # packager engines check --record
+        found["engines"] = {
+            "reference": check["reference_engine"],
+            "prompts": check.get("prompts"),
+            "results": list(check["results"]),
+        }
+    return found
+
+
+def gather_measurements(
+    bundle: Path,
+    provenance: Path | None = None,
+    parity: dict[str, Any] | None = None,
+    pair_report: Path | None = None,
+    verify_report: Path | None = None,
+    speculate_reports: tuple[Path, ...] = (),
+) -> dict[str, Any] | None:
+    """Every measurement the card may state: the conversion's provenance (default BUNDLE.provenance.json beside
+    the bundle, when present; `provenance`, when given, must be one), a verify result (or a `verify --json`
+    report), a pair report and `speculate --json` reports of this bundle. None when there is none."""
+    from ..convert.provenance import provenance_path
+
+    # Named, it is read whatever it is (a device is refused, never skipped); the default only where it exists.
+    record = provenance or provenance_path(bundle.absolute())
+    found = provenance_measurements(record) if provenance or os.path.exists(record) else {}
+    if verify_report is not None:
+        parity = parity_from_report(verify_report, CardError, bundle)
+    if parity:
+        found["parity"] = parity
+    if pair_report is not None:
+        found["pairing"] = pairing_from_report(pair_report, bundle)
+    if speculate_reports:
+        runs = [speculation_from_report(path, bundle, CardError) for path in speculate_reports]
+        if len({run["mode"] for run in runs}) < len(runs):
+            raise CardError("two speculate reports measure the same mode", "give one report per mode")
+        found["speculation"] = runs
+    return found or None
+
+
+def pairing_from_report(path: Path, bundle: Path | None = None) -> dict[str, Any]:
+    """The figures of a `packager pair --json` report the card states: acceptance and tokens per step per d (they
+    carry to any device), and a speedup only with where its costs were measured. Its draft must be this very
+    bundle (the digests of the draft's files, compared unless `bundle` is None)."""
+    report = read_report(path, "pair report", CardError)
+    try:
+        best = next((d for d in report["depths"] if d["d"] == report["best_d"]), None)
+        sampling = report["sampling"]
+        found = {
+            "target": hub_id_of(report["target"]),  # a local folder's name is never stated
+            "same_folder": os.path.normpath(report["draft"]) == os.path.normpath(report["target"]),
+            "alpha": report["alpha"],
+            "prompts": report["prompts"],
+            "positions": report["positions"],
+            "new_tokens": report["new_tokens"],
+            "depths": [
+                {"d": d["d"], "acceptance_rate": d["acceptance_rate"], "tokens_per_step": d["tokens_per_step"]}
+                for d in report["depths"]
+            ],
+            "sampling": sampling,
+            "costs_source": report["costs"]["source"],
+            "device": report["costs"]["device"],
+            "best_d": report["best_d"],
+            "speedup": best["speedup_from_measured_tau"] if best else None,
+            "recommended_d": report["recommended_draft_predict_length"],
+        }
+        check_pairing(found)
+    except (TypeError, KeyError) as exc:
+        raise CardError(f"{path} is not a `packager pair --json` report (no {exc})") from None
+    except ValueError as exc:
+        raise CardError(f"{path}: {exc}", "use the report `packager pair --json` wrote") from None
+    files = measured_files(report, "draft_files_xxh3_128", path, "packager pair", CardError)
+    if bundle is not None:
+        check_same_files(path, bundle, files, CardError, "packager pair")
+    return found

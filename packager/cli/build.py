@@ -1,4 +1,4 @@
-"""Commands that build and check a bundle: convert, validate, checksum, card."""
+"""Commands that build a bundle: convert, checksum."""
 
 from __future__ import annotations
 
@@ -8,16 +8,15 @@ from typing import Any
 import click
 
 from ..convert.recipe import DEFAULT_BITS, DEFAULT_BLOCK
-from ..errors import CHECKSUM_MISMATCH, VALIDATION_FAILED, printable
+from ..errors import CHECKSUM_MISMATCH
 from ..families import FAMILIES
-from . import StderrProgress, _emit, _path, chosen_format, cli, emit_report, format_option, warn
+from . import StderrProgress, _emit, _path, cli, warn
 from .options import (
     checkpoint_argument,
     json_option,
     load_spec,
     lora_option,
     option,
-    output_option,
     quiet_option,
     spec_option,
 )
@@ -298,48 +297,6 @@ def _convert_text(s: dict[str, Any]) -> str:
 
 
 @cli.command()
-@click.argument("bundles", metavar="BUNDLE...", nargs=-1, required=True, type=_path())
-@option(
-    "--from-files",
-    "from_files",
-    is_flag=True,
-    old=("--files",),  # pull's --files chooses which files; here the arguments are files
-    help="The arguments are files (as pre-commit passes them): validate every bundle folder they belong "
-    "to; a file in no bundle folder is skipped.",
-)
-@format_option
-@option("--json", "as_json", is_flag=True, help="Same as --format json.")
-@click.option("--strict", is_flag=True, help="Fail on warnings too.")
-@quiet_option
-@click.pass_context
-def validate(
-    ctx: click.Context,
-    bundles: tuple[Path, ...],
-    from_files: bool,
-    fmt: str | None,
-    as_json: bool,
-    strict: bool,
-    quiet: bool,
-) -> None:
-    """Check bundles: JSON syntax, schemas, unknown keys, completeness, cross-file consistency, checksums.
-
-    Every finding of every bundle is reported at once. Exit 0 when there is no error (warnings allowed unless
-    --strict), 30 otherwise.
-
-    Example: packager validate ./bundle --strict
-
-    Example: packager validate --from-files --format github dist/draft/config.json dist/draft/llm.mnn
-    """
-    from ..validate.checks import check_bundles
-
-    with StderrProgress(quiet, lines=False) as progress:  # a bar on a terminal; hooks and CI logs stay as they were
-        report = check_bundles(bundles, from_files=from_files, strict=strict, progress=progress)
-    emit_report(report, chosen_format(fmt, as_json))
-    if not report.ok():
-        ctx.exit(VALIDATION_FAILED)
-
-
-@cli.command()
 @click.argument("bundle", type=_path())
 @click.option("--check", is_flag=True, help="Verify the manifest instead of writing it.")
 @json_option
@@ -380,86 +337,3 @@ def _checked_text(d: dict[str, Any]) -> str:
     if d["ok"]:
         lines.append(f"{d['bundle']}: all {d['checked']} files match {Path(d['manifest']).name}")
     return "\n".join(lines)
-
-
-@cli.command()
-@click.argument("bundle", type=_path())
-@spec_option(required=True)
-@output_option("Where to write the card; - for stdout.", show_default="BUNDLE/README.md")
-@click.option("--template", type=_path(exists=True, dir_okay=False), help="Your own Jinja2 template.")
-@option(
-    "--pair",
-    "pair_report",
-    type=_path(exists=True, dir_okay=False),
-    show_default="the spec's [card] pair_report",
-    help="A `packager pair --json` report of this draft with a target, to state on the card and as Hub "
-    "evaluation results.",
-)
-@click.option(
-    "--verify",
-    "verify_report",
-    type=_path(exists=True, dir_okay=False),
-    help="A passing `packager verify --json` report, to state its KL and top-1 agreement likewise.",
-)
-@option(
-    "--provenance",
-    type=_path(exists=True, dir_okay=False),
-    show_default="BUNDLE.provenance.json if present",
-    help="Conversion provenance with measurements.",
-)
-@option(
-    "--speculate",
-    "speculate_reports",
-    multiple=True,
-    type=_path(exists=True, dir_okay=False),
-    show_default="the spec's [card] speculate_reports",
-    help="A lossless `packager speculate --json` report of this bundle (one per mode; repeatable), to state "
-    "MNN's own tokens per step and speed-up.",
-)
-@json_option
-def card(
-    bundle: Path,
-    spec_path: Path,
-    output: Path | None,
-    template: Path | None,
-    pair_report: Path | None,
-    verify_report: Path | None,
-    provenance: Path | None,
-    speculate_reports: tuple[Path, ...],
-    as_json: bool,
-) -> None:
-    """Render the model card (README.md) from the release spec, the bundle's files and measurements.
-
-    Example: packager card ./bundle --spec examples/release.toml
-
-    Example: packager card ./bundle --spec release.toml --pair pair.json --verify verify.json -o -
-
-    Example: packager card ./bundle-eagle --spec release.toml --speculate eagle.json --speculate lookahead.json
-    """
-    from ..bundle.staging import write_atomic
-    from ..card.family import ship_license
-    from ..card.render import gather_measurements, render
-    from ..release.signing import plan, with_card_facts
-
-    if as_json and output == Path("-"):
-        raise click.UsageError("-o - prints the card on stdout, where --json prints its result: give one")
-    spec = load_spec(spec_path)
-    missing_license = ship_license(bundle, spec) if output != Path("-") else None  # stdout: the bundle is left as is
-    measurements = gather_measurements(
-        bundle,
-        provenance=provenance,
-        verify_report=verify_report or spec.need("card").verify_report,
-        pair_report=pair_report or spec.need("card").pair_report,
-        speculate_reports=speculate_reports or spec.need("card").speculate_reports,
-    )
-    measurements = with_card_facts(spec, measurements, plan(spec))  # a signed release's card says who signs
-    rendered = render(bundle, spec, template=template, measurements=measurements)
-    if output == Path("-"):
-        click.echo(rendered.text, nl=False)
-        return
-    target = output or bundle / "README.md"
-    write_atomic(target, rendered.text.encode("utf-8"))
-    written = {"ok": True, "card": str(target), "warnings": [missing_license] if missing_license else []}
-    _emit(written, as_json, lambda d: f"wrote {d['card']}")
-    if missing_license:
-        click.echo(f"warning: {printable(missing_license)}", err=True)

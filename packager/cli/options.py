@@ -3,6 +3,7 @@ click. An old spelling stays as a hidden alias that still works and says, in one
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,38 @@ def option(*names: str, **kwargs: Any) -> Decorator:
 
 def path(**kwargs: Any) -> click.Path:
     return click.Path(path_type=Path, **kwargs)
+
+
+class _Seconds(click.FloatRange):
+    """A number of seconds in the range; nan is refused too (a FloatRange lets it through: nan < min is False)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        seconds = super().convert(value, param, ctx)
+        if math.isnan(seconds):
+            self.fail(f"{value!r} is not a number of seconds.", param, ctx)
+        return seconds
+
+
+def seconds(most: float) -> click.FloatRange:
+    """Seconds from 0.1 to `most`: nan, inf and a timeout no socket takes are usage errors (exit 2)."""
+    return _Seconds(min=0.1, max=most)
+
+
+def timeout_option(help: str) -> Decorator:
+    """--timeout SECONDS of a download (30 by default, a day at most)."""
+    return option("--timeout", type=seconds(86400), metavar="SECONDS", default=30.0, help=help)
+
+
+def prompts_option(show_default: str) -> Decorator:
+    """--prompts FILE: the user turns a measurement runs on, one per line (or JSON)."""
+    return option(
+        "--prompts",
+        "prompts_file",
+        metavar="FILE",
+        type=path(exists=True, dir_okay=False),
+        show_default=show_default,
+        help="Prompts (user turns), one per line (or JSON).",
+    )
 
 
 # --- output and chatter -------------------------------------------------------------------------------------------
@@ -158,3 +191,28 @@ def load_spec(spec_path: Path) -> Any:
     for old, new in spec_module.deprecated_keys(spec.data):
         warn_deprecated(None, old, new)
     return spec
+
+
+# --- the Hub ---------------------------------------------------------------------------------------------------
+
+
+def token_option(command: Any) -> Any:
+    return option(
+        "--token-file",
+        metavar="FILE",
+        type=path(dir_okay=False),
+        show_default="$HF_TOKEN, else your huggingface login",
+        help="Read the Hub token from this file (first line).",
+    )(command)
+
+
+def hub_token(token_file: Path | None) -> str | None:
+    from ..hub.client import read_token_file
+
+    return read_token_file(token_file) if token_file is not None else None
+
+
+def target_revision(target: str) -> tuple[str, str]:
+    """REPO_ID[@REV] as (repo id, revision): main without an @, and "" (refused later, naming it) for a bare @."""
+    repo_id, at, revision = target.partition("@")
+    return repo_id, revision if at else "main"

@@ -16,6 +16,7 @@ from .options import (
     json_option,
     load_spec,
     option,
+    prompts_option,
     quiet_option,
     spec_option,
     threads_option,
@@ -34,17 +35,10 @@ if TYPE_CHECKING:
     exists=True,
     file_okay=False,
 )
-@option(
-    "--prompts",
-    "prompts_file",
-    metavar="FILE",
-    type=_path(exists=True, dir_okay=False),
-    show_default="--spec's [verify] prompts, else the built-in 54 conversations",
-    help="Prompts (user turns), one per line (or JSON).",
-)
+@prompts_option("--spec's [verify] prompts, else the built-in 54 conversations")
 @spec_option("Release spec whose [verify] table sets thresholds (and prompts).")
 @dtype_option(
-    "The source computes in its stored dtype (bf16 for Qwen3) or in float32 (twice the memory).",
+    "The source computes in its stored dtype (bf16 for most checkpoints) or in float32 (twice the memory).",
     old=("--source-dtype",),
 )
 @json_option
@@ -75,8 +69,9 @@ def verify(
     Example: packager verify ./bundle --checkpoint ./qwen3-draft
     """
     from ..measure.digests import measured_digests
-    from ..measure.verify import Thresholds, prompts_from_file, spec_prompts
+    from ..measure.verify import Thresholds
     from ..measure.verify import verify as run_verify
+    from ..measure.workload import prompts_from_file, spec_prompts
 
     spec = load_spec(spec_path) if spec_path else None
     thresholds = Thresholds.from_spec(spec.verify if spec else None)
@@ -142,14 +137,9 @@ def verify(
     show_default=True,
     help="Greedy target tokens per prompt at most (generation stops at end of text); at least 7.",
 )
-@option(
-    "--prompts",
-    "prompts_file",
-    metavar="FILE",
-    type=_path(exists=True, dir_okay=False),
-    show_default="24 of the built-in 54 conversations for a target of up to 0.5 GiB of weights, 16 up to 2 GiB, "
-    "else 12; all 54 with --full",
-    help="Prompts (user turns), one per line (or JSON).",
+@prompts_option(
+    "24 of the built-in 54 conversations for a target of up to 0.5 GiB of weights, 16 up to 2 GiB, else 12; all 54 "
+    "with --full"
 )
 @click.option(
     "--full",
@@ -221,10 +211,13 @@ def pair_command(
     from ..measure.pair import pair as run_pair
     from ..measure.pair.report import as_dict, text
     from ..measure.pair.sampling import Sampling
-    from ..measure.verify import prompts_from_file
+    from ..measure.workload import prompts_from_file
 
     if temperature is None and (top_k or top_p != 1.0):
-        raise InvalidOption("--top-k and --top-p need --temperature", "add --temperature 0.7 (Qwen3's advice)")
+        raise InvalidOption(
+            "--top-k and --top-p need --temperature",
+            "add --temperature (the bundle card's Sampling line gives the family's advice)",
+        )
     if full and prompts_file:
         raise InvalidOption("--full measures the built-in conversations: it goes without --prompts")
     sampling = Sampling(temperature, top_k, top_p) if temperature is not None else None

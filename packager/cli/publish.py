@@ -1,11 +1,9 @@
-"""Commands that publish: upload, verify-remote, release, and the local Hub server."""
+"""Commands that publish: upload, verify-remote, release."""
 
 from __future__ import annotations
 
 import json
-import math
 import os
-import sys
 from pathlib import Path
 from typing import Any, Literal
 
@@ -13,45 +11,20 @@ import click
 
 from ..errors import CHECKSUM_MISMATCH, InvalidOption
 from . import StderrProgress, _emit, _path, cli, warn
-from .options import endpoint_option, json_option, load_spec, option, output_option, quiet_option, spec_argument
+from .options import (
+    endpoint_option,
+    hub_token,
+    json_option,
+    load_spec,
+    option,
+    output_option,
+    quiet_option,
+    spec_argument,
+    target_revision,
+    timeout_option,
+    token_option,
+)
 from .trustopts import _trust, trust_options
-
-
-def _token_option(command: Any) -> Any:
-    return option(
-        "--token-file",
-        metavar="FILE",
-        type=_path(dir_okay=False),
-        show_default="$HF_TOKEN, else your huggingface login",
-        help="Read the Hub token from this file (first line).",
-    )(command)
-
-
-def _token(token_file: Path | None) -> str | None:
-    from ..hub.client import read_token_file
-
-    return read_token_file(token_file) if token_file is not None else None
-
-
-class _Seconds(click.FloatRange):
-    """A number of seconds in the range; nan is refused too (a FloatRange lets it through: nan < min is False)."""
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        seconds = super().convert(value, param, ctx)
-        if math.isnan(seconds):
-            self.fail(f"{value!r} is not a number of seconds.", param, ctx)
-        return seconds
-
-
-def seconds(most: float) -> click.FloatRange:
-    """Seconds from 0.1 to `most`: nan, inf and a timeout no socket takes are usage errors (exit 2)."""
-    return _Seconds(min=0.1, max=most)
-
-
-def target_revision(target: str) -> tuple[str, str]:
-    """REPO_ID[@REV] as (repo id, revision): main without an @, and "" (refused later, naming it) for a bare @."""
-    repo_id, at, revision = target.partition("@")
-    return repo_id, revision if at else "main"
 
 
 @cli.command()
@@ -88,7 +61,7 @@ def target_revision(target: str) -> tuple[str, str]:
 )
 @json_option
 @quiet_option
-@_token_option
+@token_option
 def upload(
     bundle: Path,
     repo_id: str,
@@ -135,7 +108,7 @@ def upload(
                 make_private=make_private,
                 dry_run=dry_run,
                 message=message,
-                token=_token(token_file),
+                token=hub_token(token_file),
                 collection=wanted,
                 gated=gated,
             ),
@@ -162,7 +135,6 @@ def upload(
 def _collection_request(repo_id: str, title: str | None, owner: str | None, note: str | None) -> Any:
     """The collection flags, checked like the spec's [release] collection keys (the same schema), and named as
     the flags they are."""
-    from ..errors import InvalidOption
     from ..hub.collection import CollectionRequest
     from ..spec.model import problems
 
@@ -212,17 +184,11 @@ def _collection_text(c: dict[str, Any], dry_run: bool) -> str:
 @cli.command("verify-remote")
 @click.argument("target", metavar="REPO_ID[@REV]")
 @endpoint_option
-@option(
-    "--timeout",
-    type=seconds(86400),
-    metavar="SECONDS",
-    default=30.0,
-    help="Seconds a download may deliver nothing before it fails, naming the file.",
-)
+@timeout_option("Seconds a download may deliver nothing before it fails, naming the file.")
 @json_option
 @quiet_option
 @trust_options
-@_token_option
+@token_option
 @click.pass_context
 def verify_remote(
     ctx: click.Context,
@@ -253,7 +219,7 @@ def verify_remote(
             repo_id,
             revision,
             endpoint=endpoint,
-            token=_token(token_file),
+            token=hub_token(token_file),
             timeout=timeout,
             progress=progress,
             trust=_trust(public_key, identity, issuer),
@@ -323,7 +289,7 @@ def verify_remote(
     old=("--summary",),
 )
 @quiet_option
-@_token_option
+@token_option
 @click.pass_context
 def release(
     ctx: click.Context,
@@ -369,7 +335,7 @@ def release(
                     out=out,
                     endpoint=endpoint,
                     private=private,
-                    token=_token(token_file),
+                    token=hub_token(token_file),
                     dry_run=dry_run,
                 ),
                 progress=progress,
@@ -406,133 +372,3 @@ def _write_summary(path: Path, data: dict[str, Any]) -> None:
     from ..bundle.staging import write_atomic
 
     write_atomic(path, (json.dumps(data, indent=2) + "\n").encode("utf-8"))
-
-
-@cli.group()
-def hub() -> None:
-    """A local Hub-compatible server, to rehearse releases offline.
-
-    Example: PACKAGER_HUB_TOKEN=secret packager hub serve --root ./hub-data --port 8765
-    """
-
-
-@hub.command("serve")
-@option(
-    "--root",
-    metavar="DIR",
-    type=_path(file_okay=False),
-    default=Path("hub-data"),
-    help="Where repos and objects are stored (kept across restarts).",
-)
-@option("--host", default="127.0.0.1", help="The address to listen on.")
-@option("--port", type=int, default=8765, help="0 picks a free port.")
-@click.option(
-    "--token",
-    "tokens",
-    metavar="TOKEN",
-    multiple=True,
-    envvar="PACKAGER_HUB_TOKEN",
-    help="A token allowed to write (repeatable; also $PACKAGER_HUB_TOKEN, space-separated). USER:TOKEN "
-    "makes it USER's, who then writes only the namespace USER; a plain TOKEN is the user `local`'s, "
-    "who writes every other namespace.",
-)
-@click.option(
-    "--token-file",
-    "token_files",
-    metavar="FILE",
-    multiple=True,
-    type=_path(dir_okay=False, exists=True),
-    help="A file of write tokens, one a line, TOKEN or USER:TOKEN (keeps them out of `ps`).",
-)
-@click.option(
-    "--read-token",
-    "read_tokens",
-    metavar="TOKEN",
-    multiple=True,
-    envvar="PACKAGER_HUB_READ_TOKEN",
-    help="A token allowed to read only (repeatable; also $PACKAGER_HUB_READ_TOKEN).",
-)
-@click.option(
-    "--read-token-file",
-    "read_token_files",
-    metavar="FILE",
-    multiple=True,
-    type=_path(dir_okay=False, exists=True),
-    help="A file of read-only tokens, one a line.",
-)
-@option(
-    "--body-timeout",
-    type=seconds(3600),
-    metavar="SECONDS",
-    default=30.0,
-    help="Seconds a request body may send nothing before the request is abandoned (408).",
-)
-@click.option("--test-hooks", is_flag=True, help="Enable /_faults and /_stats (fault injection for tests).")
-@option(
-    "--json",
-    "as_json",
-    is_flag=True,
-    help='Print the result as JSON on stdout: once serving, one line {"url", "root", "removed"} (the port '
-    "--port 0 picked is in url).",
-)
-def hub_serve(
-    root: Path,
-    host: str,
-    port: int,
-    tokens: tuple[str, ...],
-    token_files: tuple[Path, ...],
-    read_tokens: tuple[str, ...],
-    read_token_files: tuple[Path, ...],
-    body_timeout: float,
-    test_hooks: bool,
-    as_json: bool,
-) -> None:
-    """Serve the Hub API on HOST:PORT until interrupted (plain LFS, no Xet).
-
-    Example: PACKAGER_HUB_TOKEN=secret packager hub serve --root ./hub-data --port 8765
-
-    Example: PACKAGER_HUB_TOKEN=secret packager hub serve --port 0 --json
-    """
-    import asyncio
-
-    from ..hub.local.server import serve
-    from ..hub.local.state import HubConfig
-
-    writers = frozenset(tokens) | _tokens_from(token_files)
-    if not writers:
-        raise click.UsageError("give at least one write token (--token-file, $PACKAGER_HUB_TOKEN or --token)")
-    config = HubConfig(
-        root=root,
-        write_tokens=writers,
-        read_tokens=frozenset(read_tokens) | _tokens_from(read_token_files),
-        test_hooks=test_hooks,
-        body_idle_seconds=body_timeout,
-    )
-
-    def announce(url: str, removed: int) -> None:
-        cleaned = f"; removed {removed} partial upload(s) a crash left" if removed else ""
-        if as_json:  # one line: a script reads it as soon as the Hub serves
-            click.echo(json.dumps({"ok": True, "url": url, "root": str(root), "removed": removed}))
-        else:
-            click.echo(f"packager hub: serving {url} (root {root}){cleaned}")
-        sys.stdout.flush()
-
-    try:
-        asyncio.run(serve(config, host, port, announce))
-    except OSError as exc:
-        raise InvalidOption(
-            f"cannot serve on {host}:{port}: {exc.strerror or exc}",
-            "choose another --port (0 picks a free one) or --host",
-        ) from None
-
-
-def _tokens_from(files: tuple[Path, ...]) -> frozenset[str]:
-    from ..errors import InvalidOption
-    from ..infra.userfile import TOKEN_BYTES, read_text
-
-    lines = (
-        line.strip()
-        for path in files
-        for line in read_text(path, TOKEN_BYTES, what="token file", unreadable=InvalidOption).splitlines()
-    )
-    return frozenset(line for line in lines if line and not line.startswith("#"))

@@ -9,7 +9,7 @@ from typing import Literal
 import click
 
 from . import StderrProgress, _path, cli
-from .options import json_option, option, quiet_option, threads_option
+from .options import json_option, option, prompts_option, quiet_option, threads_option
 
 
 @cli.command()
@@ -20,14 +20,7 @@ from .options import json_option, option, quiet_option, threads_option
     show_default="the bundle's own speculative_type",
     help="The speculative mode to run.",
 )
-@option(
-    "--prompts",
-    "prompts_file",
-    metavar="FILE",
-    type=_path(exists=True, dir_okay=False),
-    show_default="the built-in 54 conversations",
-    help="Prompts (user turns), one per line (or JSON).",
-)
+@prompts_option("the built-in 54 conversations")
 @option(
     "--tokens",
     "max_new_tokens",
@@ -80,7 +73,7 @@ def speculate(
     from ..measure.speculate import Request, refuse_if_lossy
     from ..measure.speculate import speculate as run_speculate
     from ..measure.speculate.summary import text
-    from ..measure.verify import prompts_from_file
+    from ..measure.workload import prompts_from_file
 
     with StderrProgress(quiet) as progress:
         report = run_speculate(

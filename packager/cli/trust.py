@@ -9,8 +9,16 @@ from typing import Any, Literal
 import click
 
 from . import StderrProgress, _emit, _path, cli
-from .options import endpoint_option, json_option, option, quiet_option
-from .publish import _token, _token_option, seconds, target_revision
+from .options import (
+    endpoint_option,
+    hub_token,
+    json_option,
+    option,
+    quiet_option,
+    target_revision,
+    timeout_option,
+    token_option,
+)
 from .trustopts import _trust, trust_options
 
 
@@ -143,16 +151,10 @@ def verify_signature(
 @click.option("--require-signature", is_flag=True, help="Refuse an unsigned release.")
 @click.option("--engine", metavar="VERSION", help="The app's MNN version: refuse a bundle that needs a newer one.")
 @endpoint_option
-@option(
-    "--timeout",
-    type=seconds(86400),
-    metavar="SECONDS",
-    default=30.0,
-    help="Seconds a download may deliver nothing before it is retried (said in one line), then fails.",
-)
+@timeout_option("Seconds a download may deliver nothing before it is retried (said in one line), then fails.")
 @json_option
 @quiet_option
-@_token_option
+@token_option
 def pull(
     target: str,
     dest: Path,
@@ -193,7 +195,7 @@ def pull(
                 require_signature=require_signature,
                 engine=engine,
                 endpoint=endpoint,
-                token=_token(token_file),
+                token=hub_token(token_file),
                 timeout=timeout,
             ),
             progress=progress,

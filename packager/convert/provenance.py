@@ -8,11 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..bundle.engine import DEFAULT_TARGET, EngineRequirement, EngineTarget
+from ..bundle.engine import EngineRequirement
 from ..bundle.staging import write_atomic
 from ..errors import InputTooLarge, PackagerError, ProvenanceUnusable, shorten
 from ..infra.hashing import xxh3_128_file
-from ..spec.model import ReleaseSpec
 from .inspect.checkpoint import (
     DERIVABLE_TOKENIZER_FILES,
     MODEL_FILES,
@@ -21,7 +20,7 @@ from .inspect.checkpoint import (
     CheckpointInfo,
 )
 from .inspect.lora import ADAPTER_FILES, AdapterInfo
-from .recipe import QuantRecipe
+from .plan import Conversion
 from .tokenizer import TokenizerChoice
 
 
@@ -49,28 +48,26 @@ def input_digests(info: CheckpointInfo, adapter: AdapterInfo | None) -> InputDig
     return InputDigests(checkpoint_sources(info.path), _sources(adapter.path, ADAPTER_FILES) if adapter else None)
 
 
-def build(
-    *,
-    info: CheckpointInfo,
-    adapter: AdapterInfo | None,
-    bits: int,
-    block: int,
-    engine: EngineRequirement,
-    tokenizer: TokenizerChoice,
-    digests: dict[str, str],
-    versions: dict[str, str],
-    graph_uuid: str,
-    blocked: tuple[str, ...],
-    spec: ReleaseSpec | None,
-    path: str = "reference",
-    target: EngineTarget = DEFAULT_TARGET,
-    inputs: InputDigests,
-    recipe: QuantRecipe | None = None,
-    kind: str = "draft",
-    head: Any = None,
-    faithfulness: Any = None,
-    lookahead: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Made:
+    """What the converter and the assembly made of a conversion, as provenance records it."""
+
+    engine: EngineRequirement
+    tokenizer: TokenizerChoice
+    digests: dict[str, str]
+    versions: dict[str, str]
+    graph_uuid: str
+    blocked: tuple[str, ...]
+    inputs: InputDigests
+    path: str = "reference"  # how the weights were made: "streamed" or "reference"
+    faithfulness: Any = None  # the exported EAGLE-3 head against the checkpoint's
+
+
+def build(conversion: Conversion, made: Made) -> dict[str, Any]:
+    info, adapter, head, faithfulness = conversion.info, conversion.adapter, conversion.head, made.faithfulness
+    kind, spec, target, recipe = conversion.kind.name, conversion.request.spec, conversion.goal, conversion.recipe
+    bits, block, engine, tokenizer, inputs = recipe.bits, recipe.block, made.engine, made.tokenizer, made.inputs
+    lookahead = conversion.mode.record() if conversion.mode else None
     extra: dict[str, Any] = {} if kind == "draft" else {"kind": kind}  # a draft's record stays what it was
     if lookahead is not None:  # its settings, and the corpus's size and xxh3-128 (lookahead.Lookahead.record)
         extra["lookahead"] = lookahead
@@ -98,7 +95,7 @@ def build(
     return {
         **extra,
         "tool": {"name": "packager", "version": __version__},
-        "versions": versions,
+        "versions": made.versions,
         "source": {
             "path": str(info.path),
             "model_type": info.model_type,
@@ -120,8 +117,8 @@ def build(
             "quant_bits": bits,
             "quant_block": block,
             "spec": str(spec.path) if spec and spec.path else None,
-            "weights": path,
-            "quant_recipe": (recipe or QuantRecipe(bits, block)).record(),
+            "weights": made.path,
+            "quant_recipe": recipe.record(),
             # Only for convert --engine: the default (newest) keeps the record it always had.
             **(
                 {}
@@ -150,9 +147,9 @@ def build(
                 for a in tokenizer.agreements
             },
         },
-        "graph_uuid": graph_uuid,
-        "bundle_xxh3_128": digests,
-        "sandbox_blocked": list(blocked),
+        "graph_uuid": made.graph_uuid,
+        "bundle_xxh3_128": made.digests,
+        "sandbox_blocked": list(made.blocked),
     }
 
 

@@ -53,6 +53,17 @@ class QuantRecipe:
             parts.append(f"lm{self.lm[0]}bit" + ("" if self.lm[1] == self.block else f"-b{self.lm[1]}"))
         return "-".join(parts)
 
+    def flags(self) -> dict[str, Any]:
+        """The recipe as convert's options (ConvertRequest's fields, a spec's [convert] keys)."""
+        return {
+            "quant_bits": self.bits,
+            "quant_block": self.block,
+            "symmetric": self.symmetric,
+            "algorithm": self.algorithm,
+            "lm_bits": self.lm[0],
+            "lm_block": self.lm[1],
+        }
+
     def record(self) -> dict[str, Any]:
         """The recipe with the lm_head's values resolved (provenance, card, sweep JSON)."""
         return {**asdict(self), "lm_bits": self.lm[0], "lm_block": self.lm[1]}

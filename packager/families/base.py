@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 
 def shown(value: object, limit: int = 60) -> str:
@@ -47,73 +47,104 @@ class License:
     attribution: str = ""  # a line the license requires wherever the model is offered ("Built with Llama")
     file: str = ""  # a license file the checkpoint must carry and the release must ship, when the license asks
     notice: str = ""  # the notice the license asks every copy to carry (the card prints it under License)
+    # Other Hub ids for the same terms (a model may be released under the license id of its own version).
+    aliases: tuple[str, ...] = ()
+
+
+class Row(NamedTuple):
+    """One tensor of a decoder layer: its name after `model.layers.N.`, "linear" or "norm", its shape (a norm:
+    width, 0) and whether a linear carries a bias."""
+
+    suffix: str
+    kind: str
+    out_features: int
+    in_features: int = 0
+    bias: bool = False
+
+
+@dataclass(frozen=True)
+class Dims:
+    """The sizes a decoder layer's tensors are made of."""
+
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+
+
+Rows = Callable[[Dims], tuple[Row, ...]]
+Slices = Callable[[Dims], dict[str, tuple[str, int, int]]]
+
+
+def norm(suffix: str, d: Dims) -> Row:
+    return Row(suffix, "norm", d.hidden)
+
+
+def attention(d: Dims, bias: bool = False, qk_norm: bool = False) -> tuple[Row, ...]:
+    """q, k, v and o projections as llmexport writes them (a per-head q/k norm right after its projection)."""
+    q, kv = d.heads * d.head_dim, d.kv_heads * d.head_dim
+    head_norm = (lambda name: (Row(f"self_attn.{name}_norm", "norm", d.head_dim),)) if qk_norm else (lambda _: ())
+    return (
+        Row("self_attn.q_proj", "linear", q, d.hidden, bias),
+        *head_norm("q"),
+        Row("self_attn.k_proj", "linear", kv, d.hidden, bias),
+        *head_norm("k"),
+        Row("self_attn.v_proj", "linear", kv, d.hidden, bias),
+        Row("self_attn.o_proj", "linear", d.hidden, q),
+    )
+
+
+def gated_mlp(d: Dims) -> tuple[Row, ...]:
+    """A gated MLP's gate, up and down projections (SwiGLU, GeGLU)."""
+    return (
+        Row("mlp.gate_proj", "linear", d.intermediate, d.hidden),
+        Row("mlp.up_proj", "linear", d.intermediate, d.hidden),
+        Row("mlp.down_proj", "linear", d.hidden, d.intermediate),
+    )
+
+
+def decoder(qkv_bias: bool = False, qk_norm: bool = False) -> Rows:
+    """The pre-norm decoder layer most families share: norm, attention, norm, gated MLP."""
+
+    def rows(d: Dims) -> tuple[Row, ...]:
+        return (
+            norm("input_layernorm", d),
+            *attention(d, qkv_bias, qk_norm),
+            norm("post_attention_layernorm", d),
+            *gated_mlp(d),
+        )
+
+    return rows
 
 
 @dataclass(frozen=True)
 class Layout:
-    """How the family's decoder layer lays its weights out (llmexport writes them in graph order)."""
+    """How the family's decoder layer lays its weights out (llmexport writes them in graph order): hooks the
+    streaming writer and inspection call, never asking which family it is."""
 
-    qk_norm: bool  # per-head RMSNorm of q and k (q_norm, k_norm), written after q_proj and k_proj
-    qkv_bias: bool  # q_proj, k_proj and v_proj carry biases (float32 after each linear's alpha)
-    norm_offset: float = 0.0  # a norm scales by offset + w (Gemma's 1 + w); the graph's gamma is offset + w in float32
-    # Gemma's sandwich: each sublayer's output is normed too (post_attention_layernorm after attention,
-    # pre_feedforward_layernorm before the MLP and post_feedforward_layernorm after it).
-    sandwich_norms: bool = False
-    # Phi-3's checkpoint holds q, k and v as one qkv_proj (rows q, then k, then v); llmexport splits it into three
-    # projections, each with a bias of zeros.
-    fused_qkv: bool = False
-    # Phi-3's gate and up projections are one gate_up_proj (gate rows first), which the graph keeps as one linear.
-    fused_gate_up: bool = False
+    rows: Rows  # the layer's tensors as the graph holds them, in weight-file order
+    checkpoint_rows: Rows | None = None  # the same as the checkpoint holds them (None: as the graph does)
+    # Graph tensor suffix -> (checkpoint tensor suffix, first row, rows) where the graph's tensor is a slice of a
+    # fused one; a graph bias that is in no checkpoint tensor is zeros.
+    slices: Slices = lambda d: {}
+    norm_offset: float = 0.0  # a norm scales by offset + w; the graph's gamma is offset + w in float32
 
-    def layer(self, hidden: int, heads: int, kv_heads: int, head_dim: int, intermediate: int) -> tuple[Any, ...]:
+    def layer(self, hidden: int, heads: int, kv_heads: int, head_dim: int, intermediate: int) -> tuple[Row, ...]:
         """(tensor suffix, kind, out_features, in_features, bias) of one decoder layer as the graph holds it, in
         weight-file order (for a norm: (suffix, "norm", width, 0, False))."""
-        q, kv = heads * head_dim, kv_heads * head_dim
-        bias = self.qkv_bias or self.fused_qkv
-        rows: list[tuple[str, str, int, int, bool]] = [("input_layernorm", "norm", hidden, 0, False)]
-        rows.append(("self_attn.q_proj", "linear", q, hidden, bias))
-        rows += [("self_attn.q_norm", "norm", head_dim, 0, False)] if self.qk_norm else []
-        rows.append(("self_attn.k_proj", "linear", kv, hidden, bias))
-        rows += [("self_attn.k_norm", "norm", head_dim, 0, False)] if self.qk_norm else []
-        rows.append(("self_attn.v_proj", "linear", kv, hidden, bias))
-        rows.append(("self_attn.o_proj", "linear", hidden, q, False))
-        rows.append(("post_attention_layernorm", "norm", hidden, 0, False))
-        rows += [("pre_feedforward_layernorm", "norm", hidden, 0, False)] if self.sandwich_norms else []
-        if self.fused_gate_up:
-            rows.append(("mlp.gate_up_proj", "linear", 2 * intermediate, hidden, False))
-        else:
-            rows += [
-                ("mlp.gate_proj", "linear", intermediate, hidden, False),
-                ("mlp.up_proj", "linear", intermediate, hidden, False),
-            ]
-        rows.append(("mlp.down_proj", "linear", hidden, intermediate, False))
-        rows += [("post_feedforward_layernorm", "norm", hidden, 0, False)] if self.sandwich_norms else []
-        return tuple(rows)
+        return self.rows(Dims(hidden, heads, kv_heads, head_dim, intermediate))
 
     def checkpoint_layer(
         self, hidden: int, heads: int, kv_heads: int, head_dim: int, intermediate: int
-    ) -> tuple[Any, ...]:
-        """The same rows as the checkpoint holds them: a fused q/k/v is one qkv_proj (without a bias)."""
-        rows = self.layer(hidden, heads, kv_heads, head_dim, intermediate)
-        if not self.fused_qkv:
-            return rows
-        qkv = (heads + 2 * kv_heads) * head_dim
-        fused = ("self_attn.qkv_proj", "linear", qkv, hidden, False)
-        kept = [row for row in rows if row[0] not in ("self_attn.k_proj", "self_attn.v_proj")]
-        return tuple(fused if row[0] == "self_attn.q_proj" else row for row in kept)
+    ) -> tuple[Row, ...]:
+        """The same rows as the checkpoint holds them."""
+        return (self.checkpoint_rows or self.rows)(Dims(hidden, heads, kv_heads, head_dim, intermediate))
 
     def sources(self, heads: int, kv_heads: int, head_dim: int) -> dict[str, tuple[str, int, int]]:
-        """Graph tensor suffix -> (checkpoint tensor suffix, first row, rows) where the graph's tensor is a slice
-        of a fused one; a graph bias that is in no checkpoint tensor is zeros."""
-        if not self.fused_qkv:
-            return {}
-        q, kv = heads * head_dim, kv_heads * head_dim
-        fused = "self_attn.qkv_proj.weight"
-        return {
-            "self_attn.q_proj.weight": (fused, 0, q),
-            "self_attn.k_proj.weight": (fused, q, kv),
-            "self_attn.v_proj.weight": (fused, q + kv, kv),
-        }
+        """Graph tensor suffix -> (checkpoint tensor suffix, first row, rows) of each graph tensor that is a slice
+        of a fused checkpoint tensor."""
+        return self.slices(Dims(0, heads, kv_heads, head_dim, 0))
 
 
 @dataclass(frozen=True)
@@ -161,6 +192,11 @@ class Family:
     # The model types of the family's multimodal checkpoints (text and images, the text model's config in
     # text_config): refused, saying to convert their text model.
     multimodal_types: tuple[str, ...] = ()
+    # The torch patches (packager.convert.fence.patches, by name) the converter applies to llmexport for a config
+    # of this family: what llmexport exports otherwise than transformers computes.
+    patches: Callable[[Mapping[str, Any]], tuple[str, ...]] = lambda config: ()
+    # What a conversion of such a config says it does otherwise than transformers (convert's warnings).
+    warnings: Callable[[Mapping[str, Any]], tuple[str, ...]] = lambda config: ()
 
     def tokenizer_type(self) -> str:
         return self.llmexport_type or self.model_types[0]

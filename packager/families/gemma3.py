@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .base import Family, Layout, License, shown
+from .base import Dims, Family, Layout, License, Row, attention, gated_mlp, norm, shown
 from .configkeys import (
     CARRIED,
     IRRELEVANT,
@@ -109,6 +109,20 @@ GEMMA3_KEYS = table(
     ),
 )
 
+
+def _rows(d: Dims) -> tuple[Row, ...]:
+    """Gemma's sandwich: each sublayer's output is normed too (post_attention_layernorm after attention,
+    pre_feedforward_layernorm before the MLP and post_feedforward_layernorm after it); q and k are normed per head."""
+    return (
+        norm("input_layernorm", d),
+        *attention(d, qk_norm=True),
+        norm("post_attention_layernorm", d),
+        norm("pre_feedforward_layernorm", d),
+        *gated_mlp(d),
+        norm("post_feedforward_layernorm", d),
+    )
+
+
 # The Gemma Terms of Use (section 3.1) ask every distribution to carry this notice.
 GEMMA_TERMS = License(
     "gemma",
@@ -125,7 +139,7 @@ GEMMA3 = Family(
     # <end_of_turn> (106) ends a chat turn, <eos> (1) plain text.
     stop_tokens=("<end_of_turn>", "<eos>"),
     known_stop_ids=(106, 1),
-    layout=Layout(qk_norm=True, qkv_bias=False, norm_offset=1.0, sandwich_norms=True),
+    layout=Layout(_rows, norm_offset=1.0),  # Gemma computes x * (1 + w)
     license=GEMMA_TERMS,
     architecture=(
         "Gemma 3 decoder (five sliding-window layers to each global layer; rope bases 10,000 local and 1,000,000 "
@@ -140,6 +154,10 @@ GEMMA3 = Family(
     # pre-tokenizer, so only the pipeline format reads it right.
     tokenizer_formats=("pipeline",),
     layer_types=("sliding_attention", "full_attention"),
+    # llmexport 0.0.5 gives every layer the local rope base (its rotary per layer kind is gemma4's only): each
+    # layer kind gets transformers' own frequencies; the weightless model of a graph-only export gets its
+    # embedding scale (sqrt(hidden)) written.
+    patches=lambda config: ("per_layer_type_rope", "embed_scale"),
     beyond_rows=("<image_soft_token>",),
     config_keys=GEMMA3_KEYS,
     multimodal_types=("gemma3",),  # Gemma 3 4b and up as released: Gemma3ForConditionalGeneration

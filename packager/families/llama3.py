@@ -5,7 +5,10 @@ graph transformers' own llama3 frequencies (packager.convert.fence.worker)."""
 
 from __future__ import annotations
 
-from .base import Family, Layout, License
+from collections.abc import Mapping
+from typing import Any
+
+from .base import Family, Layout, License, decoder, rope_type
 from .configkeys import LLAMA_KEYS
 
 LLAMA32_LICENSE = License(
@@ -14,10 +17,17 @@ LLAMA32_LICENSE = License(
     "https://www.llama.com/llama3_2/license/",
     attribution="Built with Llama",
     file="LICENSE",
+    aliases=("llama3", "llama3.1", "llama3.3"),
     # Section 1.b.iii.
     notice="Llama 3.2 is licensed under the Llama 3.2 Community License, Copyright © Meta Platforms, Inc. "
     "All Rights Reserved.",
 )
+
+
+def _patches(config: Mapping[str, Any]) -> tuple[str, ...]:
+    """llmexport 0.0.5 exports the llama3 rope with the default frequencies: the graph gets transformers' own."""
+    return ("transformers_rope",) if rope_type(config) == "llama3" else ()
+
 
 LLAMA3 = Family(
     name="llama3",
@@ -28,11 +38,12 @@ LLAMA3 = Family(
     stop_tokens=("<|eot_id|>", "<|end_of_text|>", "<|eom_id|>"),
     known_stop_ids=(128009, 128001, 128008),
     config_keys=LLAMA_KEYS,
-    layout=Layout(qk_norm=False, qkv_bias=False),
+    layout=Layout(decoder()),
     license=LLAMA32_LICENSE,
     architecture="Llama 3 decoder (grouped-query attention, SwiGLU, llama3 rope scaling, rope theta 5e5)",
     bos_token="<|begin_of_text|>",
     rope_types=("default", "llama3"),
+    patches=_patches,
     template_variables={"bos_token": "<|begin_of_text|>"},
     tokenizer_formats=("pipeline",),
     tags=("llama", "llama-3"),

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .base import Family, Layout, License, shown
+from .base import Dims, Family, Layout, License, Row, attention, exact_positions, norm, shown
 from .configkeys import CARRIED, IRRELEVANT, REFUSED, SHAPE, ConfigKey, Finding, positive_int, silu, table
 
 
@@ -64,6 +64,36 @@ def _no_window(config: Mapping[str, Any]) -> Finding | None:
     return None
 
 
+def _rows(d: Dims) -> tuple[Row, ...]:
+    """llmexport splits the fused q/k/v into three projections, each with a bias of zeros; the fused gate and up
+    projections (gate rows first) stay one linear."""
+    return (
+        norm("input_layernorm", d),
+        *attention(d, bias=True),
+        norm("post_attention_layernorm", d),
+        Row("mlp.gate_up_proj", "linear", 2 * d.intermediate, d.hidden),
+        Row("mlp.down_proj", "linear", d.hidden, d.intermediate),
+    )
+
+
+def _checkpoint_rows(d: Dims) -> tuple[Row, ...]:
+    """The checkpoint holds q, k and v as one qkv_proj (rows q, then k, then v), without a bias."""
+    qkv = Row("self_attn.qkv_proj", "linear", (d.heads + 2 * d.kv_heads) * d.head_dim, d.hidden)
+    split = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj")
+    return tuple(qkv if row.suffix == split[0] else row for row in _rows(d) if row.suffix not in split[1:])
+
+
+def _slices(d: Dims) -> dict[str, tuple[str, int, int]]:
+    """Each split projection's rows of qkv_proj."""
+    q, kv = d.heads * d.head_dim, d.kv_heads * d.head_dim
+    fused = "self_attn.qkv_proj.weight"
+    return {
+        "self_attn.q_proj.weight": (fused, 0, q),
+        "self_attn.k_proj.weight": (fused, q, kv),
+        "self_attn.v_proj.weight": (fused, q + kv, kv),
+    }
+
+
 PHI3_KEYS = table(
     SHAPE,
     silu(),
@@ -84,6 +114,20 @@ PHI3_KEYS = table(
     ConfigKey("resid_pdrop", IRRELEVANT, "dropout is off at inference"),
 )
 
+
+def _warnings(config: Mapping[str, Any]) -> tuple[str, ...]:
+    """longrope's limit: what the graph computes as transformers does, and up to where."""
+    positions = exact_positions(config)
+    if positions is None:
+        return ()
+    return (
+        f"the bundle computes what transformers does up to {positions:,} positions "
+        "(original_max_position_embeddings), not past them: llmexport exports longrope's short factor, and "
+        "past them transformers switches every position to the long factor, which a graph with fixed rope "
+        "frequencies cannot do; keep prompt and output within that many tokens",
+    )
+
+
 PHI3 = Family(
     name="phi3",
     title="Phi-3.5-mini",
@@ -92,13 +136,14 @@ PHI3 = Family(
     # <|end|> ends a chat turn, <|endoftext|> plain text; generation_config also stops on <|assistant|>.
     stop_tokens=("<|end|>", "<|endoftext|>", "<|assistant|>"),
     known_stop_ids=(32007, 32000, 32001),
-    layout=Layout(qk_norm=False, qkv_bias=False, fused_qkv=True, fused_gate_up=True),
+    layout=Layout(_rows, _checkpoint_rows, _slices),
     license=License("mit", "MIT", "https://opensource.org/license/mit"),
     architecture=(
         "Phi-3 decoder (fused q/k/v and gate/up projections, SwiGLU, untied embeddings, longrope rope scaling "
         "exported with its short factor: exact up to 4,096 positions)"
     ),
     rope_types=("longrope",),
+    warnings=_warnings,
     config_keys=PHI3_KEYS,
     tokenizer_formats=("pipeline",),
     tags=("phi3", "phi"),

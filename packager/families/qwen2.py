@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .base import Family, Layout
+from .base import Family, Layout, decoder
 from .configkeys import SHAPE, full_attention_only, silu, table
 from .qwen3 import APACHE, CHATML_STOPS
 
@@ -14,7 +14,7 @@ QWEN2 = Family(
     stop_tokens=CHATML_STOPS,
     known_stop_ids=(151645, 151643),  # the same vocabulary as Qwen3's
     config_keys=table(SHAPE, silu(), full_attention_only("Qwen2.5")),
-    layout=Layout(qk_norm=False, qkv_bias=True),
+    layout=Layout(decoder(qkv_bias=True)),  # q, k and v carry biases
     # Apache-2.0 for 0.5B, 1.5B, 7B, 14B and 32B; Qwen2.5-3B and 72B carry Qwen's own licenses (say so in the spec).
     license=APACHE,
     architecture="Qwen2 decoder (grouped-query attention with q/k/v biases, SwiGLU, rope theta 1e6)",

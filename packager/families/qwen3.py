@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .base import Family, Layout, License
+from .base import Family, Layout, License, decoder
 from .configkeys import SHAPE, full_attention_only, no_bias, silu, table
 
 APACHE = License("apache-2.0", "Apache License 2.0", "https://www.apache.org/licenses/LICENSE-2.0")
@@ -16,7 +16,7 @@ QWEN3 = Family(
     markers={"<|im_end|>": 151645},
     stop_tokens=CHATML_STOPS,
     known_stop_ids=(151645, 151643),
-    layout=Layout(qk_norm=True, qkv_bias=False),
+    layout=Layout(decoder(qk_norm=True)),  # a per-head RMSNorm of q and k
     license=APACHE,
     architecture="Qwen3 decoder (grouped-query attention with per-head q/k RMSNorm, SwiGLU, rope theta 1e6)",
     config_keys=table(SHAPE, silu(), no_bias("attention_bias", "attention projections"), full_attention_only("Qwen3")),

@@ -5,7 +5,7 @@ Hidden 576 (135M) and 960 (360M) are not multiples of 128: the default block is 
 
 from __future__ import annotations
 
-from .base import Family, Layout
+from .base import Family, Layout, decoder
 from .configkeys import LLAMA_KEYS
 from .qwen3 import APACHE
 
@@ -18,7 +18,7 @@ SMOLLM2 = Family(
     stop_tokens=("<|im_end|>", "<|endoftext|>"),
     known_stop_ids=(2, 0),
     config_keys=LLAMA_KEYS,
-    layout=Layout(qk_norm=False, qkv_bias=False),
+    layout=Layout(decoder()),
     license=APACHE,
     architecture="Llama decoder (grouped-query attention, SwiGLU, rope theta 1e5) with SmolLM2's GPT-2 BPE",
     tokenizer_formats=("pipeline",),

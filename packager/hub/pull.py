@@ -94,8 +94,9 @@ def pull(request: PullRequest, progress: Progress = lambda _: None, meter: Meter
     """`meter` draws a byte progress bar for each large file (None: the stage lines only)."""
     from ..errors import HubError, HubVerificationFailed
     from .client import READING_HINTS, connect, with_retries
-    from .fetch import Staging, check_dest, download
+    from .fetch import download
     from .remote import KEEP, files_at, manifest_size
+    from .staging import Staging, check_dest
 
     check_request(request)
     dest = destination(request.dest)

@@ -1,5 +1,6 @@
-"""The pair workload: conversations rendered with the model's own chat template (thinking off), so the draft
-is measured on what a chat app feeds the target; generation stops at the stop ids."""
+"""The workload: conversations rendered with the model's own chat template (thinking off), so the draft is
+measured on what a chat app feeds the target (generation stops at the stop ids), and prompts a user gives
+(--prompts, a spec's [verify] prompts)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from .. import resources
-from ..errors import PairIncompatible, shorten
+from ..errors import FileSystemError, InvalidOption, PackagerError, PairIncompatible, shorten
 from ..families.qwen3 import QWEN3
+from ..infra.userfile import PROMPTS_BYTES, read_bytes
 
 Messages = tuple[tuple[str, str], ...]  # (role, content) turns
 
@@ -92,3 +94,43 @@ def render(template: str, prompt: Prompt, variables: Mapping[str, Any] | None = 
             **(QWEN3.template_variables if variables is None else variables),
         )
     )
+
+
+def prompts_from_file(
+    path: Path, named: str = "--prompts", error: type[PackagerError] = InvalidOption
+) -> tuple[str, ...]:
+    """One prompt per line, or a JSON list / {"prompts": [...]} of non-empty strings. `named` says where the path
+    was given ("--prompts", or "<spec>: [verify] prompts") and `error` is what a bad file raises (a missing or
+    unreadable --prompts file is a FileSystemError; one the spec names is the spec's error)."""
+    where = f"{named} {shorten(str(path), 120)}"
+    data = read_bytes(path, PROMPTS_BYTES, what=named, unreadable=FileSystemError if error is InvalidOption else error)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise error(f"{where} is not UTF-8 text ({exc.reason} at byte {exc.start})", _PROMPTS_HINT) from None
+    if text.lstrip().startswith(("[", "{")):
+        try:
+            data = json.loads(text)
+        except (json.JSONDecodeError, RecursionError) as exc:
+            reason = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
+            raise error(f"{where} is not valid JSON ({reason})", _PROMPTS_HINT) from None
+        prompts = data.get("prompts") if isinstance(data, dict) else data
+    else:
+        prompts = [line for line in text.splitlines() if line.strip()]
+    if not isinstance(prompts, list) or not all(isinstance(p, str) and p.strip() for p in prompts):
+        raise error(f"{where} must hold a list of non-empty strings", _PROMPTS_HINT)
+    if not prompts:
+        raise error(f"{where} holds no prompts", _PROMPTS_HINT)
+    return tuple(prompts)
+
+
+def spec_prompts(spec: Any) -> tuple[str, ...] | None:
+    """The prompts of a release spec's [verify] prompts (None: the built-in workload), refused as the spec's."""
+    if spec is None or spec.verify_prompts is None:
+        return None
+    from ..errors import SpecError
+
+    return prompts_from_file(spec.verify_prompts, f"{spec.path or 'the release spec'}: [verify] prompts", SpecError)
+
+
+_PROMPTS_HINT = 'give one prompt per line, or a JSON list of strings, or {"prompts": [...]}'

@@ -6,12 +6,10 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from ..bundle.kinds import CARD, SIGNATURE
 from ..convert.provenance import provenance_path
@@ -20,45 +18,20 @@ from ..infra.progress import Progress
 from ..spec.model import ReleaseSpec
 from .signing import SigningPlan, sign_stage
 from .signing import plan as plan_signing
+from .stages import (
+    NOT_VERIFIED,
+    Built,
+    Done,
+    Prepared,
+    Published,
+    ReleaseRequest,
+    ReleaseResult,
+    StageRunner,
+    Verified,
+)
 
 if TYPE_CHECKING:
-    from ..hub.publish import UploadRequest, UploadResult
-
-
-@dataclass(frozen=True)
-class Stage:
-    name: str
-    ok: bool
-    seconds: float
-    detail: str
-    warnings: tuple[str, ...] = ()  # what the stage warned of (convert: a position limit, an adapter's base, ...)
-
-
-@dataclass(frozen=True)
-class ReleaseResult:
-    stages: tuple[Stage, ...]
-    bundle: Path | None
-    repo_id: str
-    commit: str | None = None
-    tag: str | None = None
-    error: PackagerError | None = field(default=None, compare=False)
-    dry_run: bool = False
-    upload: UploadResult | None = None  # the upload's (dry run: the plan's) result, once that stage ran
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-
-@dataclass(frozen=True)
-class ReleaseRequest:
-    spec: ReleaseSpec
-    bundle: Path | None = None
-    out: Path | None = None
-    endpoint: str | None = None
-    private: bool = False
-    token: str | None = field(default=None, repr=False)  # else HF_TOKEN or the huggingface login
-    dry_run: bool = False  # every stage but the upload, which only plans: nothing changes on the Hub
+    from ..hub.publish import UploadRequest
 
 
 def _default_out(spec: ReleaseSpec) -> Path:
@@ -67,79 +40,11 @@ def _default_out(spec: ReleaseSpec) -> Path:
     return base / "dist" / f"{release.repo_id.split('/')[-1]}-{release.version}"
 
 
-@dataclass(frozen=True)
-class Prepared:
-    """What a release checks before any work: who signs, the verify prompts; the reports are checked, not kept."""
-
-    signing: SigningPlan | None
-    prompts: tuple[str, ...] | None
-
-
-@dataclass(frozen=True)
-class Done:
-    """A stage that leaves nothing for the next one but its line in the summary."""
-
-    detail: str
-    warnings: tuple[str, ...] = ()
-
-
-# What release says, in its summary and on the card, of a --bundle it has no source to verify against.
-NOT_VERIFIED = (
-    "not verified against its source: the release spec has no [convert] checkpoint to verify --bundle against"
-)
-
-
-@dataclass(frozen=True)
-class Built:
-    bundle: Path
-    detail: str
-    warnings: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class Verified:
-    parity: dict[str, Any]  # the figures the card states
-    detail: str
-
-
-@dataclass(frozen=True)
-class Published:
-    """The upload (a dry run: its plan), and what it did to the collection: a result, or the failure after the
-    verified commit (raised by the collection stage)."""
-
-    upload: UploadResult
-    collection: Any
-    detail: str
-
-
-Outcome = TypeVar("Outcome", Done, Built, Verified, Published)
-
-
-class _Stages:
-    """Runs stages in order, each timed and said; the first failure stops the release with its line kept."""
-
-    def __init__(self, progress: Progress) -> None:
-        self.progress = progress
-        self.done: list[Stage] = []
-
-    def run(self, name: str, action: Callable[[], Outcome]) -> Outcome:
-        self.progress(f"release: {name}")
-        start = time.monotonic()
-        try:
-            outcome = action()
-        except PackagerError as exc:
-            self.done.append(Stage(name, False, time.monotonic() - start, exc.one_line()))
-            raise
-        warnings = outcome.warnings if isinstance(outcome, (Built, Done)) else ()
-        self.done.append(Stage(name, True, time.monotonic() - start, outcome.detail, warnings))
-        return outcome
-
-
 def run(request: ReleaseRequest, progress: Progress = lambda _: None) -> ReleaseResult:
     spec = request.spec
     release = spec.need("release")
     prepared = _prepare(request)
-    stages = _Stages(progress)
+    stages = StageRunner(progress)
     built, published, error = request.bundle, None, None
     with ExitStack() as workspace:  # a dry run's copy of --bundle, removed when the release ends, however it ends
         try:
@@ -204,7 +109,7 @@ def _prepare(request: ReleaseRequest) -> Prepared:
     _check_source(spec)
     prompts = None
     if spec.verify_prompts is not None and spec.convert.checkpoint is not None:
-        from ..measure.verify import spec_prompts
+        from ..measure.workload import spec_prompts
 
         prompts = spec_prompts(spec)
     built = request.bundle if request.bundle is not None and request.bundle.is_dir() else None  # else: validate says
@@ -213,7 +118,7 @@ def _prepare(request: ReleaseRequest) -> Prepared:
 
         check_current(built)  # a model.sig already stale fails the upload: said now, not after the verify
     if card.pair_report is not None:
-        from ..card.render import pairing_from_report
+        from ..card.measurements import pairing_from_report
 
         pairing_from_report(card.pair_report, built)
     if card.verify_report is not None:  # a report of other files, or a failed one: said before any work
@@ -367,7 +272,8 @@ def _card(
 ) -> Done:
     from ..bundle.staging import write_atomic
     from ..card.family import ship_license
-    from ..card.render import gather_measurements, render
+    from ..card.measurements import gather_measurements
+    from ..card.render import render
     from .signing import with_card_facts
 
     missing_license = ship_license(bundle, spec)

@@ -11,7 +11,7 @@ from typing import Any
 
 from .. import __version__
 from ..errors import PackagerError
-from .run import ReleaseResult
+from .stages import ReleaseResult
 
 SUMMARY_VERSION = 1
 

@@ -73,7 +73,7 @@ class HFModel:
                 raise from_os_error(exc, f"cannot load the checkpoint {name}") from None
             raise CheckpointNotFound(
                 f"transformers cannot load the checkpoint {name} ({shorten(str(exc))})",
-                "pass a Qwen3 checkpoint folder that transformers can load",
+                "pass a checkpoint folder that transformers can load",
             ) from None
         self.torch = torch
         self.vocab = int(self.model.config.vocab_size)

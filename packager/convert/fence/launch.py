@@ -6,13 +6,14 @@ import json
 import os
 import subprocess
 import sys
-from dataclasses import dataclass, field
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
 from ...errors import ConversionFailed, FileSystemError, SandboxViolation
 from ...infra.progress import Progress
 from ...resources import package_root
+from .job import WorkerJob, WorkerResult
 
 # The worker module, named from this package (it is never imported here: it imports torch and llmexport).
 WORKER = f"{__package__}.worker"
@@ -41,49 +42,6 @@ _CACHE_DIRS = (
 _ENV_DROP = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_API_TOKEN", "PYTHONSTARTUP", "PYTHONINSPECT")
 
 
-@dataclass(frozen=True)
-class WorkerJob:
-    source: Path
-    adapter: Path | None
-    workdir: Path
-    quant_bits: int
-    quant_block: int
-    stop_ids: tuple[int, ...]
-    corpus: tuple[str, ...]
-    graph_only: bool = False
-    graph_dtype: str = "float32"  # the dtype the real path loads the model in (the checkpoint's, float32 after a merge)
-    equal_tensors: tuple[tuple[str, int], ...] = ()  # tensor name -> equality class of its values
-    fuse_c4: bool = True  # MNNConvert's FuseTransformerC4 pass (graphs it touches first run in MNN 3.6.1)
-    symmetric: bool = False
-    hqq: bool = False
-    lm_bits: int | None = None  # None: quant_bits
-    lm_block: int | None = None  # None: quant_block
-    # More recipes exported from the same loaded model (whole-model path only): each a dict of name, quant_bits,
-    # quant_block, symmetric, hqq, lm_bits, lm_block.
-    also: tuple[dict[str, Any], ...] = ()
-    eagle: Path | None = None  # an EAGLE-3 head exported with the target (llmexport --eagle_path)
-    eagle_rope_theta: float | None = None  # the head's own rope theta (llmexport hard-codes 10000)
-    eagle_rope_scaling: dict[str, Any] | None = None  # the head's llama3 scaling, None for plain rope
-    tokenizer_type: str = "qwen3"  # the model_type llmexport's tokenizer loader is given (the family's)
-    # A rope type llmexport exports wrong (it ignores llama3): the graph gets transformers' own frequencies.
-    rope_fix: str | None = None
-    text_tokenizer: bool = True  # also write the text-format (type 3) candidate (only where it is right for the family)
-    # Special tokens at ids past the model's rows, left out of the tokenizer llmexport reads (Gemma 3's
-    # <image_soft_token>): MNN would otherwise encode their text to an id it has no embedding row for.
-    left_out_tokens: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class WorkerResult:
-    export_dir: Path
-    tokenizers: dict[str, Path]
-    encodings: dict[str, list[list[int]]]
-    versions: dict[str, str]
-    blocked: tuple[str, ...]
-    log: Path
-    also: dict[str, Path] = field(default_factory=dict)  # the `also` recipes' export folders, by name
-
-
 class Runner(Protocol):
     def __call__(self, job: WorkerJob, progress: Progress) -> WorkerResult: ...
 
@@ -99,36 +57,7 @@ def worker_env() -> dict[str, str]:
 def run_worker(job: WorkerJob, progress: Progress) -> WorkerResult:
     """Run the conversion worker and return what it produced; its output goes to `workdir/worker.log`."""
     job_file = job.workdir / "job.json"
-    job_file.write_text(
-        json.dumps(
-            {
-                "source": str(job.source),
-                "adapter": str(job.adapter) if job.adapter else None,
-                "workdir": str(job.workdir),
-                "quant_bits": job.quant_bits,
-                "quant_block": job.quant_block,
-                "stop_ids": list(job.stop_ids),
-                "corpus": list(job.corpus),
-                "graph_only": job.graph_only,
-                "graph_dtype": job.graph_dtype,
-                "equal_tensors": dict(job.equal_tensors),
-                "fuse_c4": job.fuse_c4,
-                "symmetric": job.symmetric,
-                "hqq": job.hqq,
-                "lm_bits": job.lm_bits,
-                "lm_block": job.lm_block,
-                "also": list(job.also),
-                "eagle": str(job.eagle) if job.eagle else None,
-                "eagle_rope_theta": job.eagle_rope_theta,
-                "eagle_rope_scaling": job.eagle_rope_scaling,
-                "tokenizer_type": job.tokenizer_type,
-                "rope_fix": job.rope_fix,
-                "text_tokenizer": job.text_tokenizer,
-                "left_out_tokens": list(job.left_out_tokens),
-            }
-        ),
-        encoding="utf-8",
-    )
+    job_file.write_text(job.to_json(), encoding="utf-8")
     log = job.workdir / "worker.log"
     read_fd, write_fd = os.pipe()
     env = worker_env()
@@ -186,16 +115,8 @@ def _result(final: dict[str, Any] | None, code: int, log: Path, workdir: Path) -
         # A worker can report "done" and still end badly (killed while exiting, say): then the exit is the reason.
         reason = (final or {}).get("message") or _ended(code)
         raise ConversionFailed(f"conversion failed: {reason}", details=_tail(log))
-    data = final["result"]
-    return WorkerResult(
-        export_dir=Path(data["export_dir"]),
-        tokenizers={k: Path(v) for k, v in data["tokenizers"].items()},
-        encodings=data["encodings"],
-        versions=data["versions"],
-        blocked=tuple(final.get("blocked", [])),
-        log=log,
-        also={k: Path(v) for k, v in data.get("also", {}).items()},
-    )
+    made = WorkerResult.from_plain(final["result"])
+    return replace(made, blocked=tuple(final.get("blocked", [])), log=log)
 
 
 def _ended(code: int) -> str:

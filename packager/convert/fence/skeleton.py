@@ -14,14 +14,15 @@ from typing import Any
 _SAMPLE_ROWS = 8
 
 
-def like_checkpoint(dtype: str, classes: dict[str, int]) -> None:
+def like_checkpoint(dtype: str, classes: dict[str, int], fills: tuple[Callable[[Any], None], ...] = ()) -> None:
     """Make llmexport's weightless model trace to the same graph the real checkpoint traces to.
 
     llmexport builds it with from_config (float32) and leaves its memory uninitialized. Two things of the
     weights do shape the graph: the dtype (casts are traced) and which tensors are equal (the ONNX exporter
     folds identical initializers into one, e.g. the all-ones norms of an untrained model). So the skeleton is
     built in the dtype the real path loads, and each traced parameter is filled with a value of its equality
-    class (classes come from the checkpoint's own tensors; unequal tensors get unequal values).
+    class (classes come from the checkpoint's own tensors; unequal tensors get unequal values). `fills` write the
+    buffers a family's graph reads, which to_empty left unwritten too (packager.convert.fence.patches.FILLS).
     """
     import torch
     import transformers
@@ -32,13 +33,13 @@ def like_checkpoint(dtype: str, classes: dict[str, int]) -> None:
         kwargs.setdefault("dtype", getattr(torch, dtype))
         model = original(cls, config, **kwargs)
         to_empty = model.to_empty
-        model.to_empty = lambda **kw: _fill(to_empty(**kw), classes)
+        model.to_empty = lambda **kw: _fill(to_empty(**kw), classes, fills)
         return model
 
     transformers.AutoModelForCausalLM.from_config = classmethod(from_config)  # type: ignore[method-assign,assignment]  # patched for the trace
 
 
-def _fill(model: Any, classes: dict[str, int]) -> Any:
+def _fill(model: Any, classes: dict[str, int], fills: tuple[Callable[[Any], None], ...]) -> Any:
     import torch
 
     embed = model.get_input_embeddings()
@@ -56,12 +57,8 @@ def _fill(model: Any, classes: dict[str, int]) -> Any:
         for p in m.parameters(recurse=False)
     }
     with torch.no_grad():
-        for module in model.modules():
-            # to_empty left the buffers unwritten too; the one a graph reads is Gemma's embedding scale
-            # (sqrt(hidden), a constant of the trace), which its module keeps as a number as well.
-            scale = getattr(module, "scalar_embed_scale", None)
-            if scale is not None and isinstance(getattr(module, "embed_scale", None), torch.Tensor):
-                module.embed_scale.fill_(scale)
+        for fill in fills:
+            fill(model)
         for index, (name, param) in enumerate(model.named_parameters()):
             values = param[:_SAMPLE_ROWS] if id(param) in untraced else param
             values.zero_()

@@ -10,7 +10,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import shutil
 import sys
 import traceback
 import types
@@ -19,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from ... import DISTRIBUTION
-from ...bundle.engine import NO_C4_FUSION
 from ...infra.lifeline import die_with, exit_now
 from ...infra.versions import installed
-from ..inspect.checkpoint import PER_LAYER_TYPE
-from .forked import Forked, Send
+from . import patches, tokenizer_files
+from .forked import Forked
+from .job import WorkerJob, WorkerResult
 from .sandbox import Fence
 
 # The versions provenance records (those that shape the bundle's bytes).
@@ -75,7 +74,7 @@ QUANT_CHUNK_ELEMENTS = 8 * 1024 * 1024
 
 
 def _export(
-    job: dict[str, Any],
+    job: WorkerJob,
     source: Path,
     tokenizer_dir: Path,
     events: Events,
@@ -94,7 +93,7 @@ def _export(
 
     utils.torch_utils._QUANT_MAX_ELEMENTS = QUANT_CHUNK_ELEMENTS
 
-    dst = Path(job["workdir"]) / "export"
+    dst = job.workdir / "export"
     parser = llmexport.argparse.ArgumentParser()
     llmexport.build_args(parser)
     args = parser.parse_args(
@@ -108,53 +107,48 @@ def _export(
             "--export",
             "mnn",
             "--quant_bit",
-            str(job["quant_bits"]),
+            str(job.quant_bits),
             "--quant_block",
-            str(job["quant_block"]),
+            str(job.quant_block),
             # A path that does not exist makes llmexport use pymnn's converter in this process, not os.popen.
             "--mnnconvert",
-            str(Path(job["workdir"]) / "no-native-mnnconvert"),
+            str(job.workdir / "no-native-mnnconvert"),
             # Graph only: llmexport builds the model from config.json alone and lays the weight file out
             # without computing it (packager's streaming writer fills it).
-            *(["--skip_weight"] if job.get("graph_only") else []),
-            *(["--sym"] if job.get("symmetric") else []),
-            *(["--hqq"] if job.get("hqq") else []),
-            *(["--lm_quant_bit", str(job["lm_bits"])] if job.get("lm_bits") is not None else []),
-            *(["--lm_quant_block", str(job["lm_block"])] if job.get("lm_block") is not None else []),
-            *(["--eagle_path", str(job["eagle"])] if job.get("eagle") else []),
+            *(["--skip_weight"] if job.graph_only else []),
+            *(["--sym"] if job.symmetric else []),
+            *(["--hqq"] if job.hqq else []),
+            *(["--lm_quant_bit", str(job.lm_bits)] if job.lm_bits is not None else []),
+            *(["--lm_quant_block", str(job.lm_block)] if job.lm_block is not None else []),
+            *(["--eagle_path", str(job.eagle)] if job.eagle else []),
         ]
     )
-    if job.get("eagle"):
-        _head_rope(float(job["eagle_rope_theta"]), job.get("eagle_rope_scaling"))
-    rope_fixed: list[Any] = []
-    if job.get("rope_fix") == PER_LAYER_TYPE:
-        rope_fixed = _per_layer_type_rope(source)
-    elif job.get("rope_fix"):
-        rope_fixed = _transformers_rope(source, str(job["rope_fix"]))
-    if job.get("graph_only"):
-        skeleton.like_checkpoint(job["graph_dtype"], job["equal_tensors"])
+    if job.eagle:
+        patches.head_rope(float(job.eagle_rope_theta or 0), job.eagle_rope_scaling)
+    patched = patches.apply(job.patches, source)
+    if job.graph_only:
+        skeleton.like_checkpoint(job.graph_dtype, dict(job.equal_tensors), patches.fills(job.patches))
         skeleton.lengths_only(MNNConverter)
         skeleton.without_discarded_tokenizer()
         if facts is not None:
             skeleton.tokenizer_facts(facts)
-    if not job.get("fuse_c4", True):
-        _without_c4_fusion(MNNConverter)
+    if not job.fuse_c4:
+        patches.without_c4_fusion(MNNConverter)
     _wrap(MNNConverter, "onnx2mnn", "converting the ONNX graph with MNN", events)
-    recipe = f"{job['quant_bits']}-bit, block {job['quant_block']}"
+    recipe = f"{job.quant_bits}-bit, block {job.quant_block}"
     # graph only: the weights are quantized beside it (convert's "quantizing weights (MB)" bar); this lays out theirs
-    rebuilt = (
-        f"laying out the graph for {recipe} weights" if job.get("graph_only") else f"quantizing weights ({recipe})"
-    )
+    rebuilt = f"laying out the graph for {recipe} weights" if job.graph_only else f"quantizing weights ({recipe})"
     _wrap(MNNConverter, "rebuild", rebuilt, events)
-    events.send("stage", name=GRAPH_STAGE if job.get("graph_only") else "loading the checkpoint into llmexport")
+    events.send("stage", name=GRAPH_STAGE if job.graph_only else "loading the checkpoint into llmexport")
     exporter = llmexport.LlmExporter(args)
-    if job.get("rope_fix") and not rope_fixed:  # never a graph with llmexport's default frequencies, unsaid
-        raise RuntimeError(f"the {job['rope_fix']} rope frequencies did not reach the model llmexport built")
-    exporter.tokenizer.stop_ids = list(job["stop_ids"])
-    if job.get("eagle") and fence is not None:
+    for name, changed in patched.items():  # never a graph with llmexport's own frequencies, unsaid
+        if not changed:
+            raise RuntimeError(f"the {name} patch did not reach the model llmexport built")
+    exporter.tokenizer.stop_ids = list(job.stop_ids)
+    if job.eagle and fence is not None:
         from .headbeside import export_head_beside
 
-        export_head_beside(exporter, fence, Path(job["workdir"]) / "head-beside")
+        export_head_beside(exporter, fence, job.workdir / "head-beside")
     _wrap(exporter, "export_onnx", "exporting the ONNX graph", events)
     if not tokenizer:
         exporter.export_tokenizer = lambda: None
@@ -164,128 +158,10 @@ def _export(
     # exporter.unloaded_ops, which the converter only reads: later exports trace the same stand-ins and quantize
     # from the same real weights. (Swapping again would find no linears left to swap.)
     exporter.unload_param = lambda: None
-    for number, extra in enumerate(job.get("also", ())):
+    for number, extra in enumerate(job.also):
         events.send("stage", name=f"recipe {extra['name']}: exporting again from the loaded model")
-        _export_again(exporter, extra, Path(job["workdir"]) / f"export-{number}")
+        _export_again(exporter, extra, job.workdir / f"export-{number}")
     return dst
-
-
-def _head_rope(theta: float, scaling: dict[str, Any] | None = None) -> None:
-    """llmexport builds every EAGLE head's rope with theta 10000 (utils/eagle.py); Qwen3 heads are trained at
-    1e6. The head's own theta goes into the rope its graph is traced with. (The converter then checks the
-    exported head against the checkpoint's, so a change here that stopped working could not pass unseen.)"""
-    import utils.eagle
-    from utils.transformers import Rotary
-
-    original = utils.eagle.Eagle.__init__
-    if scaling:
-        _head_config_without_scaling(utils.eagle)
-
-    def init(self: Any, eagle_path: str, base: Any) -> None:
-        original(self, eagle_path, base)
-        self.rope_theta = theta
-        self.config.rotary = Rotary(self)
-        if scaling:  # a Llama 3.1 head's llama3 frequencies, as transformers computes them
-            from ..rope import frequencies
-
-            self.config.rotary.theta = frequencies(self.config.rotary.rotary_dim, theta, scaling)
-
-    utils.eagle.Eagle.__init__ = init
-
-
-def _head_config_without_scaling(module: Any) -> None:
-    """llmexport reads the head's config.json with transformers' base PretrainedConfig, which under transformers 5
-    cannot take a rope scaling (it standardizes the rope before max_position_embeddings is set). llmexport never
-    uses the scaling (the frequencies come from _head_rope), so the head's config is read without it."""
-    base = module.PretrainedConfig
-
-    class WithoutScaling(base):  # type: ignore[misc,valid-type]
-        @classmethod
-        def from_json_file(cls, path: Any) -> Any:
-            data = json.loads(Path(path).read_text(encoding="utf-8"))
-            for key in ("rope_scaling", "rope_parameters"):
-                data.pop(key, None)
-            return base(**data)
-
-    module.PretrainedConfig = WithoutScaling
-
-
-def _transformers_rope(source: Path, kind: str) -> list[Any]:
-    """llmexport's Rotary knows dynamic, yarn and longrope; any other rope type (llama3) falls back to the default
-    frequencies, wrong by up to 32x on Llama 3.2. The rotary built for the checkpoint's own config gets
-    transformers' frequencies for its rope type instead (the reference the families issue names); a rotary of
-    another config (an EAGLE head's) is left as it was. tests/test_families.py checks the graph's logits at
-    positions past 1,024 against transformers'."""
-    import torch
-    from transformers import AutoConfig
-    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
-    from utils.transformers import Rotary
-
-    config = AutoConfig.from_pretrained(str(source))
-    inv_freq, scaling = ROPE_INIT_FUNCTIONS[kind](config, "cpu")
-    if scaling != 1.0:
-        raise RuntimeError(f"rope type {kind} scales attention by {scaling}, which packager does not export")
-    own = dict(config.rope_parameters or {})
-    original = Rotary.__init__
-    fixed: list[Any] = []  # the rotaries given the frequencies (the caller checks there is one)
-
-    def init(self: Any, rotary_config: Any) -> None:
-        original(self, rotary_config)
-        params = getattr(rotary_config, "rope_parameters", None)
-        if isinstance(params, dict) and dict(params) == own and self.rotary_dim == 2 * inv_freq.numel():
-            self.theta = inv_freq.to(torch.float32).clone()
-            fixed.append(self)
-
-    Rotary.__init__ = init
-    return fixed
-
-
-def _per_layer_type_rope(source: Path) -> list[Any]:
-    """Gemma 3 gives each layer type its own rope (base 10,000 for sliding-window layers, 1,000,000 for global ones,
-    the global scaled linearly from 4b up). llmexport 0.0.5 builds a second rotary only for gemma4, so every Gemma 3
-    layer got the local base. The model llmexport builds gets transformers' own frequencies for each layer type
-    (from the checkpoint's rotary embedding module): the sliding one in its rotary, the global one in the
-    `rotary_full` its forward already uses for every layer outside `sliding_attn_layers`.
-    tests/test_gemma3.py checks the graph's logits past position 1,024 against transformers'."""
-    import copy
-
-    import torch
-    import utils.model
-    from transformers import AutoConfig
-    from transformers.models.gemma3.modeling_gemma3 import Gemma3RotaryEmbedding
-
-    config = AutoConfig.from_pretrained(str(source))
-    rotary = Gemma3RotaryEmbedding(config)
-    frequencies = {}
-    for kind in ("sliding_attention", "full_attention"):
-        if not hasattr(rotary, f"{kind}_inv_freq"):  # no layer of this kind: the other's serves (and is unused)
-            continue
-        scaling = getattr(rotary, f"{kind}_attention_scaling")
-        if scaling != 1.0:
-            raise RuntimeError(f"the {kind} rope scales attention by {scaling}, which packager does not export")
-        frequencies[kind] = getattr(rotary, f"{kind}_inv_freq").to(torch.float32).clone()
-    for kind, other in (("sliding_attention", "full_attention"), ("full_attention", "sliding_attention")):
-        frequencies.setdefault(kind, frequencies[other])
-    original = utils.model.LlmModel.from_pretrained.__func__
-    fixed: list[Any] = []
-
-    def from_pretrained(cls: Any, *args: Any, **kwargs: Any) -> Any:
-        model = original(cls, *args, **kwargs)
-        local = model.rotary
-        if local is None or local.rotary_dim != 2 * frequencies["full_attention"].numel():
-            return model
-        if model.rotary_full is not None:
-            raise RuntimeError(
-                "llmexport built this model with a rotary per layer kind already; packager's fix is stale"
-            )
-        glob = copy.deepcopy(local)
-        local.theta, glob.theta = frequencies["sliding_attention"], frequencies["full_attention"]
-        model.rotary_full = glob
-        fixed.append(model)
-        return model
-
-    utils.model.LlmModel.from_pretrained = classmethod(from_pretrained)
-    return fixed
 
 
 def _export_again(exporter: Any, recipe: dict[str, Any], dst: Path) -> None:
@@ -303,159 +179,7 @@ def _export_again(exporter: Any, recipe: dict[str, Any], dst: Path) -> None:
     exporter.export("mnn")
 
 
-# MNNConvert runs FuseTransformerC4 only in the MNN-to-MNN pass at --optimizeLevel=1 (llmexport's removeDupOps;
-# tools/converter/source/common/cli.cpp, MNN 3.6.1), unless --transformerFuseC4 is 0.
-
-
-def _without_c4_fusion(converter: Any) -> None:
-    """Every MNNConvert run llmexport makes that would fuse attention to C4 gets --transformerFuseC4=0."""
-    original = converter.convert
-
-    def convert(self: Any, convert_args: list[str]) -> Any:
-        if "--optimizeLevel=1" in convert_args:
-            convert_args = [*convert_args, NO_C4_FUSION]
-        return original(self, convert_args)
-
-    converter.convert = convert
-
-
-def _text_tokenizer(job: dict[str, Any], source: Path, work: Path | None = None) -> Path:
-    from utils.tokenizer import LlmTokenizer
-
-    # Without tokenizer.json llmexport writes the text (HUGGINGFACE, type 3) format instead of .mtok.
-    work = work or Path(job["workdir"])
-    src = work / "tokenizer-text-source"
-    src.mkdir()
-    for name in ("vocab.json", "merges.txt", "tokenizer_config.json", "generation_config.json"):
-        if (source / name).is_file():
-            shutil.copy(source / name, src / name)
-    tokenizer = LlmTokenizer.from_pretrained(str(src), model_type=job.get("tokenizer_type", "qwen3"))
-    tokenizer.stop_ids = list(job["stop_ids"])
-    out = work / "tokenizer-text"
-    return Path(tokenizer.export(str(out)))
-
-
-def tokenizer_source(source: Path, dst: Path, left_out: tuple[str, ...] = ()) -> Path:
-    """A folder with every tokenizer file llmexport reads: the checkpoint itself when it has them all.
-
-    transformers 5 saves only tokenizer.json, tokenizer_config.json (without added_tokens_decoder) and
-    chat_template.jinja. The missing pieces are derived from those into `dst`, so such a checkpoint converts
-    to the bytes the same tokenizer gives with the files present; the checkpoint itself is never written.
-    The `left_out` special tokens (ids past the model's rows) are taken out of the derived files.
-    """
-    from ...errors import MissingTokenizer
-    from ...infra.jsonfile import read_json
-    from ..inspect.checkpoint import bpe_tables
-
-    config = read_json(source / "tokenizer_config.json", MissingTokenizer)
-    complete = (
-        all((source / n).is_file() for n in ("vocab.json", "merges.txt"))
-        and "added_tokens_decoder" in config
-        and bool(config.get("chat_template"))
-    )
-    if complete and not left_out:
-        return source
-    dst.mkdir()
-    for item in source.iterdir():
-        if item.is_file() and not item.name.endswith(".safetensors"):
-            shutil.copy(item, dst / item.name)
-    data = read_json(source / "tokenizer.json", MissingTokenizer)
-    if left_out:
-        data, config = _without_tokens(data, config, set(left_out))
-        (dst / "tokenizer.json").write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
-    vocab, merges, added = bpe_tables(data, source)
-    if not (dst / "vocab.json").is_file():
-        (dst / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
-    if not (dst / "merges.txt").is_file():
-        (dst / "merges.txt").write_text("#version: 0.2\n" + "".join(f"{m}\n" for m in merges), encoding="utf-8")
-    if "added_tokens_decoder" not in config:
-        keys = ("content", "lstrip", "normalized", "rstrip", "single_word", "special")
-        config["added_tokens_decoder"] = {str(t["id"]): {k: t[k] for k in keys if k in t} for t in added}
-    if not config.get("chat_template") and (source / "chat_template.jinja").is_file():
-        config["chat_template"] = (source / "chat_template.jinja").read_text(encoding="utf-8")
-    (dst / "tokenizer_config.json").write_text(json.dumps(config, ensure_ascii=False, indent=2), encoding="utf-8")
-    return dst
-
-
-def _without_tokens(data: Any, config: dict[str, Any], tokens: set[str]) -> tuple[Any, dict[str, Any]]:
-    """tokenizer.json and tokenizer_config.json without the added `tokens`, and without the config's names for
-    them (Gemma 3's `image_token`, also under `extra_special_tokens`), which would make transformers add them back."""
-    data = {**data, "added_tokens": [t for t in data.get("added_tokens") or [] if t.get("content") not in tokens]}
-    decoder = config.get("added_tokens_decoder")
-    config = {k: v for k, v in config.items() if not (isinstance(v, str) and v in tokens)}
-    if isinstance(decoder, dict):
-        config["added_tokens_decoder"] = {
-            k: v for k, v in decoder.items() if not (isinstance(v, dict) and v.get("content") in tokens)
-        }
-    extra = config.get("extra_special_tokens")
-    if isinstance(extra, dict):
-        config["extra_special_tokens"] = {k: v for k, v in extra.items() if v not in tokens}
-    return data, config
-
-
-def _encodings(export_dir: Path, tokenizer_file: Path, probe_dir: Path, corpus: list[str]) -> list[list[int]]:
-    """MNN's ids for every corpus string, with `tokenizer_file` as the bundle's tokenizer.txt.
-
-    MNN 3.6.1 builds the tokenizer before it reads the graph, so a probe with empty stand-in graph files
-    gets a working tokenizer without loading the weights (load() then reports the missing graph). If that
-    ever stops working, the probe loads the real graph instead.
-    """
-    import MNN.llm as mnn_llm
-
-    probe_dir.mkdir()
-    shutil.copy(tokenizer_file, probe_dir / "tokenizer.txt")
-    shutil.copy(export_dir / "llm_config.json", probe_dir / "llm_config.json")
-    config = {
-        "llm_model": "llm.mnn",
-        "llm_weight": "llm.mnn.weight",
-        "tokenizer_file": "tokenizer.txt",
-        "backend_type": "cpu",
-        "thread_num": 1,
-    }
-    (probe_dir / "config.json").write_text(json.dumps(config), encoding="utf-8")
-    for name in ("llm.mnn", "llm.mnn.weight"):
-        (probe_dir / name).write_bytes(b"")
-    llm = mnn_llm.create(str(probe_dir / "config.json"))
-    llm._c_obj.load()
-    if not list(llm.tokenizer_encode("Hello world")):
-        for name in ("llm.mnn", "llm.mnn.weight"):
-            (probe_dir / name).unlink()
-            os.symlink(export_dir / name, probe_dir / name)
-        llm = mnn_llm.create(str(probe_dir / "config.json"))
-        if not llm._c_obj.load():
-            raise RuntimeError(f"MNN could not load the exported model with {tokenizer_file.name}")
-    return [list(llm.tokenizer_encode(text)) for text in corpus]
-
-
-def _pipeline_tokenizer(job: dict[str, Any], source: Path, out: Path, send: Send | None = None) -> Path:
-    """tokenizer.mtok as llmexport's own export writes it (its tokenizer, our stop ids); `send` gets the facts
-    of the tokenizer the graph reads, as soon as it is loaded."""
-    from utils.tokenizer import LlmTokenizer
-
-    from . import skeleton
-
-    tokenizer = LlmTokenizer.from_pretrained(str(source), model_type=job.get("tokenizer_type", "qwen3"))
-    if send is not None:
-        send(skeleton.facts_of(tokenizer))
-    tokenizer.stop_ids = list(job["stop_ids"])
-    return Path(tokenizer.export(str(out)))
-
-
-def _tokenizer_candidates(
-    job: dict[str, Any], source: Path, folder: Path, export_dir: Path, send: Send | None = None
-) -> dict[str, Any]:
-    """Both tokenizer candidates and MNN's ids for the corpus with each (graph-only jobs)."""
-    folder.mkdir()
-    candidates = {"pipeline": _pipeline_tokenizer(job, source, folder / "tokenizer-pipeline", send)}
-    if job.get("text_tokenizer", True):
-        candidates["text"] = _text_tokenizer(job, source, folder)
-    encoded = {
-        name: _encodings(export_dir, path, folder / f"probe-{name}", job["corpus"]) for name, path in candidates.items()
-    }
-    return {"tokenizers": {k: str(v) for k, v in candidates.items()}, "encodings": encoded}
-
-
-def _graph_only(job: dict[str, Any], source: Path, tokenizer_dir: Path, events: Events, fence: Fence) -> dict[str, Any]:
+def _graph_only(job: WorkerJob, source: Path, tokenizer_dir: Path, events: Events, fence: Fence) -> WorkerResult:
     """The graph, with the tokenizer candidates made meanwhile by a forked copy of this worker.
 
     The tokenizer needs nothing of the graph: MNN's probe reads only the tokenizer file (the probe's
@@ -467,54 +191,59 @@ def _graph_only(job: dict[str, Any], source: Path, tokenizer_dir: Path, events: 
     import MNN.llm  # noqa: F401 - the same
     from utils.tokenizer import LlmTokenizer  # noqa: F401 - imported before the fork, so the copy shares it
 
-    work = Path(job["workdir"])
+    work = job.workdir
     config_only = work / "probe-config"
     config_only.mkdir()
     (config_only / "llm_config.json").write_text("{}", encoding="utf-8")
     events.send("stage", name="writing both tokenizer candidates and measuring their agreement (beside the graph)")
     side = Forked(
         fence,
-        lambda send: _tokenizer_candidates(job, tokenizer_dir, work / "tokenizers", config_only, send),
+        lambda send: tokenizer_files.tokenizer_candidates(job, tokenizer_dir, work / "tokenizers", config_only, send),
         nice=TOKENIZER_NICE,
     )
     export_dir = _export(job, source, tokenizer_dir, events, tokenizer=False, facts=side.early, fence=fence)
     tokenizers = side.result()
     if tokenizers is None:  # the copy failed (see the log): the same work here, with the graph at hand
         events.send("stage", name="writing both tokenizer candidates and measuring their agreement")
-        tokenizers = _tokenizer_candidates(job, tokenizer_dir, work / "tokenizers-again", export_dir)
-    return {"export_dir": str(export_dir), **tokenizers, "merged_source": None, "versions": installed(WORKER_VERSIONS)}
+        tokenizers = tokenizer_files.tokenizer_candidates(job, tokenizer_dir, work / "tokenizers-again", export_dir)
+    return WorkerResult(
+        export_dir=export_dir,
+        tokenizers={k: Path(v) for k, v in tokenizers["tokenizers"].items()},
+        encodings=tokenizers["encodings"],
+        versions=installed(WORKER_VERSIONS),
+    )
 
 
-def run(job: dict[str, Any], events: Events, fence: Fence | None = None) -> dict[str, Any]:
-    work = Path(job["workdir"])
-    source = Path(job["source"])
-    if job.get("adapter") and not job.get("graph_only"):
+def run(job: WorkerJob, events: Events, fence: Fence | None = None) -> WorkerResult:
+    work = job.workdir
+    source = job.source
+    if job.adapter and not job.graph_only:
         from ..inspect.lora import merge
 
         events.send("stage", name="merging the LoRA adapter into the base (peft)")
         merged = work / "merged"
-        merge(source, Path(job["adapter"]), merged)
+        merge(source, job.adapter, merged)
         source = merged
-    tokenizer_dir = tokenizer_source(source, work / "tokenizer-source", tuple(job.get("left_out_tokens") or ()))
-    if job.get("graph_only") and fence is not None:
+    tokenizer_dir = tokenizer_files.tokenizer_source(source, work / "tokenizer-source", job.left_out_tokens)
+    if job.graph_only and fence is not None:
         return _graph_only(job, source, tokenizer_dir, events, fence)
     export_dir = _export(job, source, tokenizer_dir, events)
     candidates = {"pipeline": export_dir / "tokenizer.mtok"}
-    if job.get("text_tokenizer", True):
+    if "text" in tokenizer_files.family(job).tokenizer_formats:
         events.send("stage", name="writing the text tokenizer candidate")
-        candidates["text"] = _text_tokenizer(job, tokenizer_dir)
+        candidates["text"] = tokenizer_files.text_tokenizer(job, tokenizer_dir)
     events.send("stage", name="measuring tokenizer agreement with the Hugging Face tokenizer")
     encoded = {
-        name: _encodings(export_dir, path, work / f"probe-{name}", job["corpus"]) for name, path in candidates.items()
+        name: tokenizer_files.encodings(export_dir, path, work / f"probe-{name}", list(job.corpus))
+        for name, path in candidates.items()
     }
-    return {
-        "export_dir": str(export_dir),
-        "tokenizers": {k: str(v) for k, v in candidates.items()},
-        "encodings": encoded,
-        "merged_source": str(source) if job.get("adapter") else None,
-        "versions": installed(WORKER_VERSIONS),
-        "also": {extra["name"]: str(work / f"export-{number}") for number, extra in enumerate(job.get("also", ()))},
-    }
+    return WorkerResult(
+        export_dir=export_dir,
+        tokenizers=candidates,
+        encodings=encoded,
+        versions=installed(WORKER_VERSIONS),
+        also={extra["name"]: work / f"export-{number}" for number, extra in enumerate(job.also)},
+    )
 
 
 def _os_error(exc: BaseException) -> dict[str, Any]:
@@ -533,9 +262,9 @@ def _os_error(exc: BaseException) -> dict[str, Any]:
 
 def main(argv: list[str]) -> int:
     die_with(int(os.environ.get("PACKAGER_PARENT_PID", os.getppid())))
-    job = json.loads(Path(argv[1]).read_text(encoding="utf-8"))
+    job = WorkerJob.from_json(Path(argv[1]).read_text(encoding="utf-8"))
     events = Events(int(os.environ["PACKAGER_EVENTS_FD"]))
-    fence = Fence(Path(job["workdir"]))
+    fence = Fence(job.workdir)
     _prepare_imports()
     fence.install()
     try:
@@ -546,7 +275,7 @@ def main(argv: list[str]) -> int:
         os_error = _os_error(exc)
         events.send("error", message=message[:2000], blocked=fence.blocked, **os_error)
         return 1
-    events.send("done", result=result, blocked=fence.blocked)
+    events.send("done", result=result.to_plain(), blocked=fence.blocked)
     return 0
 
 

@@ -23,9 +23,7 @@ from ...families import (
     exact_positions,
     findings,
     of_checkpoint,
-    per_layer_type_rope,
     refusal,
-    rope_type,
     shown,
     supported_hint,
 )
@@ -76,6 +74,7 @@ class CheckpointInfo:
     # The positions up to which the bundle computes what transformers does, where that is not every position
     # (families.exact_positions: longrope's short factor).
     exact_positions: int | None = None
+    warnings: tuple[str, ...] = ()  # what converting it does otherwise than transformers (the family's to say)
 
 
 def inspect_checkpoint(
@@ -124,6 +123,7 @@ def inspect_checkpoint(
         tied=tied,
         left_out_tokens=tuple(sorted(left_out)),
         exact_positions=exact_positions(config),
+        warnings=family.warnings(config),
     )
 
 
@@ -156,27 +156,11 @@ def _ids_of(vocab: dict[str, int], added: list[dict[str, Any]]) -> dict[str, int
     return ids_of
 
 
-# Rope types llmexport 0.0.5 exports with the default frequencies although transformers computes others.
-ROPE_FIXED = frozenset({"llama3"})
-# The worker's name for a rope given per layer type (Gemma 3's local and global bases), which llmexport 0.0.5 gives
-# only gemma4: under transformers 5 every Gemma 3 layer gets the local base.
-PER_LAYER_TYPE = "per_layer_type"
-
-
 def family_fields(info: CheckpointInfo) -> dict[str, Any]:
-    """What the converter worker needs of the checkpoint's family (WorkerJob fields)."""
+    """What the converter worker needs of the checkpoint's family (WorkerJob fields): its name (the worker looks
+    its facts up) and the torch patches it declares for this config."""
     config = read_json(info.path / "config.json", InvalidCheckpointConfig)
-    rope = rope_type(config)
-    # By family, not by how the config spells it: a config saved by transformers 4 names Gemma 3's bases as
-    # rope_theta and rope_local_base_freq, which transformers 5 reads into a rope per layer type as well.
-    per_type = per_layer_type_rope(config) or len(info.family.layer_types) > 1
-    fix = PER_LAYER_TYPE if per_type else rope if rope in ROPE_FIXED else None
-    return {
-        "tokenizer_type": info.family.tokenizer_type(),
-        "rope_fix": fix,
-        "text_tokenizer": "text" in info.family.tokenizer_formats,
-        "left_out_tokens": info.left_out_tokens,
-    }
+    return {"family": info.family.name, "patches": info.family.patches(config), "left_out_tokens": info.left_out_tokens}
 
 
 def _folder(path: Path) -> Path:

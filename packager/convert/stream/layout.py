@@ -92,9 +92,10 @@ def predict(
     vocab: int,
     spec: QuantSpec,
     tied: bool = True,
-    family: Layout = Layout(qk_norm=True, qkv_bias=False),
+    *,
+    family: Layout,
 ) -> tuple[Region, ...]:
-    """The regions llmexport lays out for a dense decoder of this shape and family layout (Qwen3's unless told),
+    """The regions llmexport lays out for a dense decoder of this shape and family layout,
     before the graph exists (so the weights can be written while it is built); checked against the graph's own
     layout before use."""
     found: list[Region] = []

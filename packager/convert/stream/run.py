@@ -33,6 +33,7 @@ from ..inspect.checkpoint import (
 from ..inspect.eagle_head import HeadInfo
 from ..inspect.lora import _LORA_KEY, _SAVED_KEY, AdapterInfo
 from ..inspect.safetensors_header import TensorRef
+from ..plan import Conversion
 from . import graphcache, layout, weightwriter
 from .quant import QuantSpec
 from .weightwriter import Lora, StreamingUnsupported
@@ -41,21 +42,12 @@ _STORED = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}
 GRAPH_VERSIONS = ("mnn", "llmexport", "torch", "transformers", "onnx", "tokenizers", "peft")
 
 
-def export(
-    info: CheckpointInfo,
-    adapter: AdapterInfo | None,
-    bits: int,
-    block: int,
-    workdir: Path,
-    corpus: tuple[str, ...],
-    runner: Runner,
-    progress: Progress,
-    fuse_c4: bool = True,
-    head: HeadInfo | None = None,
-) -> WorkerResult:
+def export(conversion: Conversion, workdir: Path, runner: Runner, progress: Progress) -> WorkerResult:
     """Fill `workdir/export` with the graph files, both tokenizer candidates and the streamed weight file; an
     untied checkpoint's embeddings file streamed too; with `head`, its EAGLE-3 files, exported by llmexport
     beside the target's graph (the head is small; it is cached with the graph, keyed by its own bytes)."""
+    info, adapter, head, corpus = conversion.info, conversion.adapter, conversion.head, conversion.corpus
+    bits, block, fuse_c4 = conversion.recipe.bits, conversion.recipe.block, conversion.goal.fuse_c4
     refs = weightwriter.index(info.weight_files)
     dtype = _compute_dtype(info, refs, adapter)
     saved, loras = _adapter_tensors(adapter, info) if adapter else ({}, {})
@@ -114,7 +106,7 @@ def export(
             shape.vocab_size,
             spec,
             info.tied,
-            info.family.layout,
+            family=info.family.layout,
         )
         # The weights are written beside the graph build from the start, on one process while the converter
         # imports its libraries (a single-threaded wait the other core would spend idle) and on every core
@@ -130,21 +122,7 @@ def export(
         with ThreadPoolExecutor(max_workers=1) as background:
             early = background.submit(write, predicted, BESIDE_NICE, imported, failed)
             try:
-                entry = _build(
-                    info,
-                    adapter,
-                    bits,
-                    block,
-                    workdir,
-                    corpus,
-                    runner,
-                    build_progress,
-                    dtype,
-                    classes,
-                    entry_key,
-                    fuse_c4,
-                    head,
-                )
+                entry = _build(conversion, workdir, runner, build_progress, dtype, classes, entry_key)
             except BaseException:
                 failed.set()  # no further weight task starts; the error is what the user sees
                 raise
@@ -286,20 +264,16 @@ def _head_fields(head: HeadInfo) -> dict[str, Any]:
 
 
 def _build(
-    info: CheckpointInfo,
-    adapter: AdapterInfo | None,
-    bits: int,
-    block: int,
+    conversion: Conversion,
     workdir: Path,
-    corpus: tuple[str, ...],
     runner: Runner,
     progress: Progress,
     dtype: str,
     classes: tuple[tuple[str, int], ...],
     entry_key: str,
-    fuse_c4: bool = True,
-    head: HeadInfo | None = None,
 ) -> Path:
+    info, adapter, head = conversion.info, conversion.adapter, conversion.head
+    bits, block, fuse_c4 = conversion.recipe.bits, conversion.recipe.block, conversion.goal.fuse_c4
     graph_work = workdir / "graph"
     graph_work.mkdir()
     result = runner(
@@ -310,7 +284,7 @@ def _build(
             quant_bits=bits,
             quant_block=block,
             stop_ids=info.stop_ids,
-            corpus=corpus,
+            corpus=conversion.corpus,
             graph_only=True,
             graph_dtype=dtype,
             equal_tensors=classes,

@@ -23,9 +23,15 @@ class Sampling:
                 f"--temperature {self.temperature} must be above 0", "greedy is the default (no sampling options)"
             )
         if self.top_k < 0:
-            raise InvalidOption(f"--top-k {self.top_k} must be 0 (off) or more", "Qwen3 recommends 20")
+            raise InvalidOption(
+                f"--top-k {self.top_k} must be 0 (off) or more",
+                "use 0 (off) or the family's advice (the bundle card's Sampling line)",
+            )
         if not 0 < self.top_p <= 1:
-            raise InvalidOption(f"--top-p {self.top_p} must be in (0, 1]", "Qwen3 recommends 0.8 (thinking off)")
+            raise InvalidOption(
+                f"--top-p {self.top_p} must be in (0, 1]",
+                "use 1 (off) or the family's advice (the bundle card's Sampling line)",
+            )
 
     def distribution(self, logits: np.ndarray) -> np.ndarray:
         """Temperature, then top-k, then top-p (the order transformers' and MNN's samplers use), renormalized."""

@@ -13,7 +13,6 @@ import tempfile
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from ...convert import recipe as recipes
 from ...convert.recipe import QuantRecipe
@@ -75,7 +74,7 @@ def sweep(request: SweepRequest, progress: Progress = lambda _: None) -> SweepRe
         progress(f"converting {len(grid)} recipes from one load of the model")
         results = convert_many(
             [
-                ConvertRequest(checkpoint=source, out=request.workdir / item.name, force=True, **_flags(item))
+                ConvertRequest(checkpoint=source, out=request.workdir / item.name, force=True, **item.flags())
                 for item in grid
             ],
             progress=lambda line: progress(f"  {line}"),
@@ -106,17 +105,6 @@ def _default_grid(checkpoint: Path, progress: Progress) -> tuple[QuantRecipe, ..
             f"the grid is around block {block}"
         )
     return recipes.default_grid(block)
-
-
-def _flags(item: QuantRecipe) -> dict[str, Any]:
-    return {
-        "quant_bits": item.bits,
-        "quant_block": item.block,
-        "symmetric": item.symmetric,
-        "algorithm": item.algorithm,
-        "lm_bits": item.lm[0],
-        "lm_block": item.lm[1],
-    }
 
 
 def _merged(checkpoint: Path, adapter: Path, out: Path) -> Path:

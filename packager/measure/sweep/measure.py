@@ -12,9 +12,10 @@ from ...infra.progress import Progress, Step
 from ...runtime.models import HFModel, MNNModel, Model, all_cores, load
 from .. import compat, workload
 from ..intervals import Interval, ratio
+from ..logits import compare_positions, margins
 from ..pair import Options, acceptance, fit_width, open_cache, target_run
 from ..pair.targetcache import TargetCache, trim
-from ..verify import MIN_DECISIVE, Thresholds, _plain, compare_positions, margins
+from ..verify import MIN_DECISIVE, Thresholds, _plain
 
 CONTINUATION = 24  # verify's default: the source's greedy continuation compared after each prompt
 MAX_D = acceptance.MAX_D

@@ -94,14 +94,7 @@ def as_dict(report: SweepReport) -> dict[str, Any]:
     chosen = report.chosen.recipe
     return {
         "chosen": chosen.name,
-        "convert": {
-            "quant_bits": chosen.bits,
-            "quant_block": chosen.block,
-            "symmetric": chosen.symmetric,
-            "algorithm": chosen.algorithm,
-            "lm_bits": chosen.lm[0],
-            "lm_block": chosen.lm[1],
-        },
+        "convert": chosen.flags(),
         "rule": f"smallest recipe whose {report.measure} is within {report.tolerance} of the best "
         f"({report.best.recipe.name})",
         "measure": report.measure,

@@ -1,4 +1,4 @@
-"""Commands for a publisher's repository and CI: check-spec and init."""
+"""`packager init`: a release repository for a new draft, started from its checkpoint."""
 
 from __future__ import annotations
 
@@ -7,34 +7,9 @@ from pathlib import Path
 
 import click
 
-from ..errors import SpecError, printable
-from . import _path, chosen_format, cli, emit_report, format_option
-from .options import checkpoint_option, json_option, lora_option, option, spec_argument
-
-DEFAULT_SPEC = Path("release.toml")
-
-
-@cli.command("check-spec")
-@spec_argument(nargs=-1)
-@format_option
-@option("--json", "as_json", is_flag=True, help="Same as --format json.")
-@click.pass_context
-def check_spec(ctx: click.Context, specs: tuple[Path, ...], fmt: str | None, as_json: bool) -> None:
-    """Check release specs without touching a Hub: schema, TODOs left by init, training figures.
-
-    Every problem of every spec at once, with its line. Exit 0 when all pass, 17 otherwise. Without
-    arguments, ./release.toml.
-
-    Example: packager check-spec release.toml --format github
-    """
-    from ..validate.checks import check_specs
-
-    if not specs and not DEFAULT_SPEC.is_file():
-        raise SpecError("there is no release.toml here", "name the release specs to check")
-    report = check_specs(specs or (DEFAULT_SPEC,))
-    emit_report(report, chosen_format(fmt, as_json))
-    if not report.ok():
-        ctx.exit(SpecError.exit_code)
+from ..errors import printable
+from . import _path, cli
+from .options import checkpoint_option, json_option, lora_option, option
 
 
 @cli.command()
