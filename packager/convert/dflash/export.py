@@ -37,11 +37,14 @@ def block_for(draft: DFlashDraft) -> int:
 
 def mnnconvert(onnx: Path, out: Path, flags: tuple[str, ...] = ()) -> None:
     """pymnn's converter in this process (the caller has stubbed MNN.tools.utils.log: no telemetry)."""
-    import _tools
+    from ...runtime.mnn import quiet_stdout
 
-    code = _tools.mnnconvert(
-        ["MNNConvert", "-f", "ONNX", "--modelFile", str(onnx), "--MNNModel", str(out), "--bizCode", "MNN", *flags]
-    )
+    with quiet_stdout():  # the converter prints to fd 1, which may carry --json (pymnn too, at import)
+        import _tools
+
+        code = _tools.mnnconvert(
+            ["MNNConvert", "-f", "ONNX", "--modelFile", str(onnx), "--MNNModel", str(out), "--bizCode", "MNN", *flags]
+        )
     if code is False or not out.is_file():  # pymnn returns True on success
         raise RuntimeError(f"MNNConvert did not convert {onnx.name} (code {code})")
 

@@ -73,7 +73,8 @@ def measure(bundle: Path, draft: DFlashDraft, info: CheckpointInfo, threads: int
             feats = features[:length]
             exported_ctx = np.array(fc.forward([_const(feats[None])])[0].read(), dtype=np.float32).reshape(length, -1)
             want_ctx = reference.context(torch.from_numpy(feats)).numpy()
-            context_errors.append(np.linalg.norm(exported_ctx - want_ctx) / max(np.linalg.norm(want_ctx), 1e-12))
+            scale = max(float(np.linalg.norm(want_ctx)), 1e-12)
+            context_errors.append(float(np.linalg.norm(exported_ctx - want_ctx)) / scale)
             noise = np.stack([embeds[length], *([mask_row] * (block - 1))])  # the next token, then masks
             out = main.forward(
                 [
