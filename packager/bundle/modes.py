@@ -12,6 +12,8 @@ MIN_ENGINE = {"lookahead": "3.2.0", "mtp": "3.2.2", "eagle": "3.2.5", "dflash": 
 # Modes that verify drafts by argmax, so a sampling sampler changes what they produce.
 ARGMAX_MODES = ("eagle", "mtp", "dflash")
 EAGLE_KEYS = {"eagle_model": "eagle.mnn", "eagle_fc": "eagle_fc.mnn", "eagle_d2t": "eagle_d2t.mnn"}
+# MNN 3.6.1's llmconfig.hpp defaults for the DFlash files (dflash_lmhead, a separate head, is read only when set).
+DFLASH_KEYS = {"dflash_model": "dflash.mnn", "dflash_fc": "dflash_fc.mnn"}
 
 
 def graph_io(dump: Any) -> tuple[dict[str, list[int]], list[str]]:

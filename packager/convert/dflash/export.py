@@ -35,18 +35,30 @@ def block_for(draft: DFlashDraft) -> int:
     return DRAFT_BLOCK if all(w % DRAFT_BLOCK == 0 for w in widths) else 0
 
 
+# pymnn's converter in a child working in the graph's own folder: MNN's converter keeps a graph's weights in a
+# temporary file with a fixed name in the current folder (`.__convert_external_data.bin`), so two conversions in
+# one folder at once overwrite each other's weights (measured: two `convert --dflash` at once, one draft 100% off
+# its checkpoint's, refused by the faithful check), and a user's current folder is no place for it. The child
+# imports only the converter's extension (no telemetry) and its prints go nowhere.
+_CONVERT = "import sys, _tools; sys.exit(0 if _tools.mnnconvert(sys.argv[1:]) is not False else 1)"
+
+
 def mnnconvert(onnx: Path, out: Path, flags: tuple[str, ...] = ()) -> None:
-    """pymnn's converter in this process (the caller has stubbed MNN.tools.utils.log: no telemetry)."""
-    from ...runtime.mnn import quiet_stdout
+    import subprocess
+    import sys
 
-    with quiet_stdout():  # the converter prints to fd 1, which may carry --json (pymnn too, at import)
-        import _tools
-
-        code = _tools.mnnconvert(
-            ["MNNConvert", "-f", "ONNX", "--modelFile", str(onnx), "--MNNModel", str(out), "--bizCode", "MNN", *flags]
-        )
-    if code is False or not out.is_file():  # pymnn returns True on success
-        raise RuntimeError(f"MNNConvert did not convert {onnx.name} (code {code})")
+    args = ["MNNConvert", "-f", "ONNX", "--modelFile", str(onnx), "--MNNModel", str(out), "--bizCode", "MNN", *flags]
+    done = subprocess.run(
+        [sys.executable, "-c", _CONVERT, *args],
+        cwd=onnx.parent,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        check=False,
+    )
+    if done.returncode != 0 or not out.is_file():
+        tail = done.stderr.decode("utf-8", "replace")[-300:].strip()
+        raise RuntimeError(f"MNNConvert did not convert {onnx.name} (exit {done.returncode}): {tail}")
 
 
 def export(draft: DFlashDraft, weight_files: tuple[Path, ...], dst: Path) -> None:

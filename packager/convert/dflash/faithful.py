@@ -26,6 +26,10 @@ MIN_COSINE = 0.99
 # Agreement of the top-1 token over the checked positions (a near-tie may fall either way after rounding).
 MIN_TOP1 = 0.9
 STEPS = 3  # draft steps checked, at context lengths spread over the probe
+# The exported top-1 agrees where the reference ranks it first or within this share of the row's logit range of its
+# own first: an 8-bit draft may swap two tokens that close (a random draft's logits are full of them; measured: a
+# position at cosine 0.9998 whose top two the reference puts 0.3% of the range apart).
+NEAR_TIE = 0.01
 
 
 @dataclass(frozen=True)
@@ -88,7 +92,9 @@ def measure(bundle: Path, draft: DFlashDraft, info: CheckpointInfo, threads: int
             got = np.array(out.read(), dtype=np.float32).reshape(block, -1)[1:]  # position 0 is never a draft
             want = reference.logits(torch.from_numpy(feats), torch.from_numpy(noise)).numpy()[1:]
             cosines.extend(_cosines(got, want).tolist())
-            agree.extend((got.argmax(-1) == want.argmax(-1)).tolist())
+            picked = np.take_along_axis(want, got.argmax(-1)[:, None], axis=-1)[:, 0]
+            spread = want.max(-1) - want.min(-1)
+            agree.extend((picked >= want.max(-1) - NEAR_TIE * spread).tolist())
     return Faithfulness(
         positions=len(cosines),
         min_cosine=float(min(cosines)),
