@@ -28,6 +28,7 @@ from common import WORK
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from packager.convert.pipeline import ConvertRequest, convert
+from packager.families.qwen3 import QWEN3
 from packager.measure import workload
 from packager.measure.pair import Options, pair
 from packager.measure.pair.acceptance import MAX_D
@@ -65,7 +66,10 @@ def main() -> None:
     )
     target = MNNModel(target_path, args.threads)
     template = workload.chat_template(teacher)
-    prompts = [target.encode(workload.render(template, item)) for item in workload.builtin()[: args.prompts]]
+    prompts = [
+        target.encode(workload.render(template, item, QWEN3.template_variables))
+        for item in workload.builtin()[: args.prompts]
+    ]
     depths = list(range(MAX_D + 1))
     seconds: dict[int, list[float]] = {d: [] for d in depths}
     steps: dict[int, list[int]] = {d: [] for d in depths}

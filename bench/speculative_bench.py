@@ -23,6 +23,7 @@ from common import WORK
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from packager.families.qwen3 import QWEN3
 from packager.measure import workload
 from packager.measure.pair import Options, pair
 from packager.runtime.models import HFModel
@@ -59,7 +60,9 @@ def measure(draft_path: Path, target_path: Path, rounds: int) -> dict[str, objec
     estimate = speedup.median
     draft, target = HFModel(draft_path), HFModel(target_path)
     template = workload.chat_template(target_path)
-    prompts = [target.encode(workload.render(template, p)) for p in workload.from_texts(PROMPTS)]
+    prompts = [
+        target.encode(workload.render(template, p, QWEN3.template_variables)) for p in workload.from_texts(PROMPTS)
+    ]
     real = []
     for _ in range(rounds):
         ar, spec = [], []

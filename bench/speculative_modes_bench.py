@@ -30,6 +30,7 @@ from common import WORK
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from packager.convert.pipeline import ConvertRequest, convert
+from packager.families.qwen3 import QWEN3
 from packager.measure import workload
 from packager.measure.intervals import ratio
 from packager.measure.speculate import Request, speculate
@@ -117,7 +118,7 @@ def mnn_mode(bundle: Path, mode: str, args: argparse.Namespace) -> dict[str, obj
 def draft_loop(made: dict[str, Path], args: argparse.Namespace, d: int = 3) -> dict[str, object]:
     target = MNNModel(made["target"], args.threads)
     template = workload.chat_template(made["target"])  # the bundle's own (llm_config.json), as speculate renders
-    prompts = [target.encode(workload.render(template, item)) for item in workload.builtin()]
+    prompts = [target.encode(workload.render(template, item, QWEN3.template_variables)) for item in workload.builtin()]
     alone, with_draft, emitted, steps, differing = [], [], [0] * len(prompts), [0] * len(prompts), 0
     try:
         for round_ in range(args.repeats):

@@ -36,10 +36,11 @@ sys.path.insert(0, sys.argv[1])
 from packager.measure.pair import compat, workload
 from packager.runtime.models import HFModel
 from packager.runtime.speculative import autoregressive
+from packager.families.qwen3 import QWEN3
 source = Path(sys.argv[2])
 model = HFModel(source, dtype="float32")
 template, stop = workload.chat_template(source), tuple(sorted(compat.facts(source).stop))
-prompts = [model.encode(workload.render(template, item)) for item in workload.builtin()]
+prompts = [model.encode(workload.render(template, item, QWEN3.template_variables)) for item in workload.builtin()]
 began = time.perf_counter()
 for ids in prompts:
     autoregressive(model, ids, 16, stop)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -19,8 +21,14 @@ from tests.models import build_eagle_head, build_lora, build_qwen3
 # Nothing in the tests may reach a host other than 127.0.0.1 (the same guard is injected into the
 # processes the hub tests start), nothing may reach a hub, and no real token may travel.
 os.environ.setdefault("PACKAGER_NETGUARD_LOG", os.devnull)
-sys.path.insert(0, str(Path(__file__).parent / "netguard"))
-import sitecustomize as _netguard
+# Loaded by its path: a worker process started with tests/counting on PYTHONPATH has a `sitecustomize` already.
+_guard_spec = importlib.util.spec_from_file_location(
+    "packager_netguard", Path(__file__).parent / "netguard" / "sitecustomize.py"
+)
+assert _guard_spec is not None and _guard_spec.loader is not None
+_netguard = importlib.util.module_from_spec(_guard_spec)
+_guard_spec.loader.exec_module(_netguard)
+_counts = importlib.import_module("packager_test_counts")  # on sys.path now (the guard put it there)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # MNN engines from PyPI for `engines check` tests: one folder reused by every test session of this user (an
@@ -38,6 +46,10 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ["PACKAGER_CACHE_DIR"] = tempfile.mkdtemp(prefix="packager-test-graph-cache-")
         os.environ["PACKAGER_TEST_LEFTOVERS"] = tempfile.mkdtemp(prefix="packager-test-leftovers-")
         os.environ[shared.ROOT_VARIABLE] = tempfile.mkdtemp(prefix="packager-test-shared-")
+        # Every Python process the session starts counts its conversions (tests/counting) into the shared folder.
+        os.environ[_counts.VARIABLE] = str(Path(os.environ[shared.ROOT_VARIABLE]) / "conversions.log")
+        path = [str(Path(__file__).parent / "counting"), os.environ.get("PYTHONPATH", "")]
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in path if p)
     leftovers.become_subreaper()
 
 
@@ -91,6 +103,10 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     built = shared.count()
     if built:
         print("\nbuilt once for the session:", ", ".join(f"{n} {kind}" for kind, n in built.items()), file=sys.stderr)
+    counts = Path(os.environ[_counts.VARIABLE])
+    events = counts.read_text(encoding="utf-8").splitlines() if counts.is_file() else []
+    made = {kind: events.count(kind) for kind in ("conversion", "graph build", "llmexport")}
+    print("\nconverted in this session:", ", ".join(f"{n} {kind}" for kind, n in made.items()), file=sys.stderr)
     for folder in (os.environ["PACKAGER_CACHE_DIR"], os.environ[shared.ROOT_VARIABLE]):
         shutil.rmtree(folder, ignore_errors=True)  # the graph cache (~100 MB) and the shared builds, never reused
     lines = [line for f in sorted(record.glob("*.txt")) for line in f.read_text(encoding="utf-8").splitlines()]

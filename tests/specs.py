@@ -37,9 +37,20 @@ def card_spec(
     return path
 
 
+FEW_PROMPTS = ("The capital of France is", "def fibonacci(n):", "Q: Why is the sky blue?")
+
+
+def few_prompts(folder: Path) -> Path:
+    """A verify workload of three prompts (prose, code, a question) in `folder`/prompts.txt: for the tests whose
+    point is not the built-in workload's size (54 conversations, over 1,000 positions), which bench/ measures."""
+    path = folder / "prompts.txt"
+    path.write_text("\n".join(FEW_PROMPTS) + "\n", encoding="utf-8")
+    return path
+
+
 def family_release_spec(folder: Path, source: Path, base: str) -> Path:
     """The card tests' spec, converting `source` at 8 bits and verifying on three prompts of its own."""
-    (folder / "prompts.txt").write_text("The capital of France is\ndef fibonacci(n):\nQ: Why is the sky blue?\n")
+    few_prompts(folder)
     return card_spec(
         folder, base=base, source=source, extra=("quant_bits = 8", "", "[verify]", 'prompts = "prompts.txt"')
     )

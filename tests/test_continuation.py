@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from packager.families.qwen3 import QWEN3
 from packager.measure import workload
 from packager.measure.continuation import MAX_BATCH, MAX_BATCH_TOKENS, Spill, batches, continue_all
 from packager.runtime.models import HFModel
@@ -49,7 +50,9 @@ def test_batched_continuations_are_greedy_in_their_own_rows_which_match_one_prom
     source: HFModel, tiny_checkpoint: Path, tmp_path: Path, n: int
 ) -> None:
     template = workload.chat_template(tiny_checkpoint)
-    prompts = [source.encode(workload.render(template, item)) for item in workload.builtin()[:5]]
+    prompts = [
+        source.encode(workload.render(template, item, QWEN3.template_variables)) for item in workload.builtin()[:5]
+    ]
     prompts.append(source.encode("Hi"))  # much shorter than the rest: most of its batch row is padding
     spill = Spill(source.vocab, tmp_path)
     try:

@@ -12,10 +12,12 @@ import pytest
 
 from packager.convert.inspect.checkpoint import inspect_checkpoint
 from packager.convert.pipeline import ConvertRequest, convert
+from packager.families.smollm2 import SMOLLM2
 from tests.bundlecheck import assert_same_bundle
 from tests.conftest import run_cli
 from tests.families import build_llama32, smollm2_checkpoint
 from tests.models import copy_checkpoint, llmexport_raw
+from tests.specs import few_prompts
 
 pytestmark = pytest.mark.converter
 
@@ -212,13 +214,16 @@ def test_smollm2_converts_streaming_at_8_bits_block_64_with_float_activations(sm
     assert run_cli("validate", str(result.out)).returncode == 0
 
 
-def test_verify_passes_the_faithful_smollm2_bundle(smollm2: Path, smol8: Path) -> None:
-    result = run_cli("verify", str(smol8), "--checkpoint", str(smollm2), "--json")
+def test_verify_passes_the_faithful_smollm2_bundle(smollm2: Path, smol8: Path, tmp_path: Path) -> None:
+    prompts = few_prompts(tmp_path)
+    result = run_cli("verify", str(smol8), "--checkpoint", str(smollm2), "--prompts", str(prompts), "--json")
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def _broken(smollm2: Path, out: Path, how: str) -> Path:
-    folder = out / "source"
+def _unlike(smollm2: Path, folder: Path, how: str) -> Path:
+    """A copy of the real SmolLM2 that computes another function than the bundle converted from it: its rope base
+    changed, or two of its layers swapped. Verify compares bundle and source either way round; making the source
+    differ shows what a bundle that differs from its source shows, without a second conversion of 135M."""
     folder.mkdir(parents=True)
     for item in smollm2.iterdir():
         if item.is_file() and not item.name.startswith("."):
@@ -235,13 +240,15 @@ def _broken(smollm2: Path, out: Path, how: str) -> Path:
             other = name.replace("model.layers.3.", "model.layers.20.")
             tensors[name], tensors[other] = tensors[other], tensors[name]
         save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
-    return _convert(folder, out / "bundle", quant_bits=8)
+    return folder
 
 
 @pytest.mark.parametrize("how", ["rope", "swapped layers"])
-def test_verify_fails_a_broken_smollm2_bundle(smollm2: Path, tmp_path: Path, how: str) -> None:
-    bundle = _broken(smollm2, tmp_path, how)
-    result = run_cli("verify", str(bundle), "--checkpoint", str(smollm2))
+def test_verify_fails_a_smollm2_bundle_against_a_source_that_computes_otherwise(
+    smollm2: Path, smol8: Path, tmp_path: Path, how: str
+) -> None:
+    source = _unlike(smollm2, tmp_path / "source", how)
+    result = run_cli("verify", str(smol8), "--checkpoint", str(source), "--prompts", str(few_prompts(tmp_path)))
     assert result.returncode != 0 and "verify: FAILED" in result.stdout + result.stderr, result.stdout
 
 
@@ -259,7 +266,9 @@ def test_packagers_smollm2_bundle_is_at_least_as_faithful_as_llmexports_own(
     questions = ("What is the capital of France?", "Name three primary colors.", "Why is the sky blue?")
     sequences = []
     for question in questions:
-        prompt = source.encode(workload.render(template, workload.Prompt("chat", "en", (("user", question),))))
+        prompt = source.encode(
+            workload.render(template, workload.Prompt("chat", "en", (("user", question),)), SMOLLM2.template_variables)
+        )
         sequences.append((len(prompt), prompt + source.greedy(prompt, 24, (2,))))
     expected = [source.logits_all(ids)[start - 1 :] for start, ids in sequences]
 

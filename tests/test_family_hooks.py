@@ -160,15 +160,13 @@ def test_the_worker_result_is_read_back_exactly_from_what_the_worker_sends() -> 
 FAMILY_WORD = re.compile(r"qwen|llama|smollm|gemma|phi[-_0-9]", re.IGNORECASE)
 # Modules that may name one, and why: the families themselves and the torch patches they declare by name; an EAGLE-3
 # head is SpecForge's Llama-architecture layer whatever family it drafts for (its format, not a family); the rope
-# helper builds transformers' llama3 frequencies for such heads. The last is left to do: workload.render's default
-# template variables are still Qwen3's (tests rely on rendering a Qwen template without naming its variables).
+# helper builds transformers' llama3 frequencies for such heads.
 ALLOWED = {
     "families": "the families",
     "convert/fence/patches.py": "the patches' registry",
     "convert/eagle/reference.py": "an EAGLE-3 head's format",
     "convert/inspect/eagle_head.py": "an EAGLE-3 head's format",
     "convert/rope.py": "transformers' llama3 rope for EAGLE-3 heads",
-    "measure/workload.py": "left to do: Qwen3's template variables by default",
 }
 
 

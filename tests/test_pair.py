@@ -15,6 +15,7 @@ import pytest
 
 from packager.bundle.kinds import APP_FILES
 from packager.convert.pipeline import ConvertResult
+from packager.families.qwen3 import QWEN3
 from packager.measure import compat, workload
 from packager.measure.pair import Options, acceptance, pair, runs_for
 from packager.runtime.models import HFModel, MNNModel
@@ -83,8 +84,10 @@ def test_builtin_workload_is_rendered_with_the_checkpoints_own_template(tiny_che
         expected = tokenizer.apply_chat_template(
             messages, tokenize=False, add_generation_prompt=True, enable_thinking=False
         )
-        assert workload.render(template, item) == expected
-    assert workload.render(template, items[0]).endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+        assert workload.render(template, item, QWEN3.template_variables) == expected
+    assert workload.render(template, items[0], QWEN3.template_variables).endswith(
+        "<|im_start|>assistant\n<think>\n\n</think>\n\n"
+    )
 
 
 def test_generation_stops_at_a_stop_id_in_both_runtimes(tiny_checkpoint: Path, bundle4: ConvertResult) -> None:
@@ -346,9 +349,11 @@ def test_other_chat_template_is_refused(tiny_checkpoint: Path, tmp_path: Path) -
 @pytest.fixture(scope="module")
 def deep_targets(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("deep")
+    # Four extra layers: what the loop checks (lossless, each step's acceptance as the estimate counts) does not
+    # depend on the target's depth, and the noisy one still disagrees on about 4 in 10 tokens (alpha 0.58).
     return {
-        "same": build_deep_target(tiny_checkpoint, root / "same", extra_layers=30, noise=0.0),
-        "noisy": build_deep_target(tiny_checkpoint, root / "noisy", extra_layers=30, noise=0.02),
+        "same": build_deep_target(tiny_checkpoint, root / "same", extra_layers=4, noise=0.0),
+        "noisy": build_deep_target(tiny_checkpoint, root / "noisy", extra_layers=4, noise=0.02),
     }
 
 
@@ -365,7 +370,7 @@ def test_real_speculative_loop_is_lossless_and_accepts_what_the_estimate_counts(
     tokens = dict.fromkeys(range(1, acceptance.MAX_D + 1), 0)
     steps = dict(tokens)
     for item in workload.from_texts(PROMPTS[:2]):
-        ids = target.encode(workload.render(template, item))
+        ids = target.encode(workload.render(template, item, QWEN3.template_variables))
         reference = autoregressive(target, ids, 60)
         continuation, runs = runs_for(draft, target, ids, 60)
         assert continuation == reference

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from packager.convert.pipeline import ConvertRequest, ConvertResult, convert
+from packager.families.qwen3 import QWEN3
 from packager.measure.pair import acceptance
 from packager.measure.verify import verify
 from packager.runtime.child import MNNModel
@@ -117,7 +118,7 @@ def test_mnn_speculative_loop_on_trained_bundles_emits_the_targets_greedy_tokens
     exact = total = same_steps = steps = 0
     try:
         for item in workload.builtin()[:6]:
-            ids = target.encode(workload.render(template, item))
+            ids = target.encode(workload.render(template, item, QWEN3.template_variables))
             for d in (1, 3, acceptance.MAX_D):
                 taken: list[int] = []
                 out = speculative(draft, target, ids, 40, d, accepted=taken, stop=STOP)

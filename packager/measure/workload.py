@@ -13,7 +13,6 @@ from typing import Any
 
 from .. import resources
 from ..errors import FileSystemError, InvalidOption, PackagerError, PairIncompatible, shorten
-from ..families.qwen3 import QWEN3
 from ..infra.userfile import PROMPTS_BYTES, read_bytes
 
 Messages = tuple[tuple[str, str], ...]  # (role, content) turns
@@ -77,9 +76,9 @@ def _raise(message: str) -> None:
     raise PairIncompatible(f"the chat template refused the prompt ({shorten(message)})")
 
 
-def render(template: str, prompt: Prompt, variables: Mapping[str, Any] | None = None) -> str:
+def render(template: str, prompt: Prompt, variables: Mapping[str, Any]) -> str:
     """The conversation as the model sees it, ready for the assistant's turn, with the family's template variables
-    (`variables`; Qwen3's, thinking switched off, when not given): Llama 3's bos_token, Qwen3's enable_thinking."""
+    (`variables`, its `template_variables`): Llama 3's bos_token, Qwen3's enable_thinking switched off."""
     if not template:
         raise PairIncompatible(
             "the target has no chat template to render the workload with",
@@ -91,7 +90,7 @@ def render(template: str, prompt: Prompt, variables: Mapping[str, Any] | None = 
             messages=messages,
             add_generation_prompt=True,
             tools=None,
-            **(QWEN3.template_variables if variables is None else variables),
+            **variables,
         )
     )
 

@@ -1,4 +1,5 @@
-"""Loaded by every Python process the hub tests start: refuse and record connections off 127.0.0.1."""
+"""Loaded by every Python process the hub tests start: refuse and record connections off 127.0.0.1 (and count
+conversions, as every process of a test session does: tests/counting)."""
 
 import os
 import socket
@@ -25,3 +26,6 @@ def _guard(event, args):  # type: ignore[no-untyped-def]
 
 
 sys.addaudithook(_guard)
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "counting"))
+import packager_test_counts  # noqa: E402
