@@ -6,7 +6,9 @@ responses of one engine (3.6.1's multi-response defect) are measured apart. Noth
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -16,6 +18,7 @@ from packager.bundle.kinds import kind_of
 from packager.convert.pipeline import ConvertRequest, ConvertResult, convert
 from packager.infra.versions import installed
 from packager.measure.speculate import Request, speculate
+from packager.validate import validate
 from tests import shared
 from tests.dflashdrafts import build_draft
 from tests.trained_dflash import DFlashFixture, fixture
@@ -78,3 +81,28 @@ def test_a_random_draft_of_the_same_shape_accepts_about_one_token_a_step(
     report = speculate(Request(bundle=random.out, prompts=QUESTIONS[:2], max_new_tokens=24, repeats=1, threads=2))
     assert not report.mismatches and report.accepted_per_step is not None
     assert report.accepted_per_step.value < 1.2, report.accepted_per_step
+
+
+@pytest.mark.parametrize(
+    "change, where, said",
+    [
+        ({"dflash_target_layer_ids": [1, 4, 9]}, "/dflash_target_layer_ids", "names layer(s) [9] of a target with 8"),
+        ({"dflash_mask_token_id": 151936}, "/dflash_mask_token_id", "past the target's 151936 embedding rows"),
+        ({"dflash_fc": "gone.mnn"}, "/dflash_fc", "'gone.mnn' is not a file in the bundle"),
+        ({"dflash_block_size": None}, "/dflash_block_size", "is missing: MNN then uses its default (16)"),
+        ({"dflash_target_layer_ids": [1, 4]}, "", "cannot run it on the hidden states of the 2 layers"),
+        ({"hidden_states": False}, "/hidden_states", "must be true: DFlash reads the target's hidden states"),
+        ({"speculative_type": "lookahead"}, "/speculative_type", "holds a DFlash draft; MNN then decodes without"),
+    ],
+)
+def test_validate_checks_the_dflash_keys_against_the_target_and_the_graphs(
+    bundle: ConvertResult, tmp_path: Path, change: dict[str, object], where: str, said: str
+) -> None:
+    copy = tmp_path / "b"
+    shutil.copytree(bundle.out, copy)
+    assert validate(copy).errors == ()
+    config = json.loads((copy / "config.json").read_text(encoding="utf-8"))
+    config.update(change)
+    (copy / "config.json").write_text(json.dumps({k: v for k, v in config.items() if v is not None}), encoding="utf-8")
+    errors = validate(copy).errors
+    assert any(f.pointer == where and said in f.message for f in errors), errors

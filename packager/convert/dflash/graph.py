@@ -19,14 +19,14 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
+from ...bundle.modes import DFLASH_FC_INPUTS, DFLASH_FC_OUTPUTS, DFLASH_INPUTS, DFLASH_OUTPUTS
 from ..rope import frequencies
 
 if TYPE_CHECKING:
     from ..inspect.dflash_draft import DFlashDraft
 
-FC_INPUTS, FC_OUTPUTS = ["target_hidden"], ["context_hidden"]
-DRAFT_INPUTS = ["noise_embedding", "context_hidden", "attention_mask", "q_position_ids", "k_position_ids"]
-DRAFT_OUTPUTS = ["logits"]
+FC_INPUTS, FC_OUTPUTS = DFLASH_FC_INPUTS, DFLASH_FC_OUTPUTS
+DRAFT_INPUTS, DRAFT_OUTPUTS = DFLASH_INPUTS, DFLASH_OUTPUTS
 
 
 class Norm(nn.Module):
