@@ -18,8 +18,10 @@ from packager.bundle.kinds import kind_of
 from packager.convert.pipeline import ConvertRequest, ConvertResult, convert
 from packager.infra.versions import installed
 from packager.measure.speculate import Request, speculate
+from packager.measure.speculate.summary import Report
 from packager.validate import validate
 from tests import shared
+from tests.conftest import run_cli
 from tests.dflashdrafts import build_draft
 from tests.trained_dflash import DFlashFixture, fixture
 from tests.trained_eagle import QUESTIONS
@@ -53,11 +55,15 @@ def bundle(trained_dflash: DFlashFixture) -> ConvertResult:
     return _convert(trained_dflash.target, trained_dflash.draft)
 
 
+@pytest.fixture(scope="module")
+def report(bundle: ConvertResult) -> Report:
+    return speculate(Request(bundle=bundle.out, prompts=QUESTIONS, max_new_tokens=N, repeats=1, threads=2))
+
+
 def test_mnn_dflash_is_the_targets_greedy_decoding_and_accepts_more_than_one_token_a_step(
-    bundle: ConvertResult,
+    bundle: ConvertResult, report: Report
 ) -> None:
     assert kind_of(bundle.out).name == "target+dflash"
-    report = speculate(Request(bundle=bundle.out, prompts=QUESTIONS, max_new_tokens=N, repeats=1, threads=2))
     assert report.mode == "dflash" and report.prompts == len(QUESTIONS)
     assert not report.mismatches, report.per_prompt  # each a fresh engine's first response
     assert report.steps_counted >= len(QUESTIONS) - 1 and report.accepted_per_step is not None
@@ -67,6 +73,24 @@ def test_mnn_dflash_is_the_targets_greedy_decoding_and_accepts_more_than_one_tok
     assert later is not None and later.responses == len(QUESTIONS) - 1
     if installed().get("mnn") == "3.6.1":  # the defect this release has (fixed on MNN's main branch, dd48baa63)
         assert later.crashed or later.differing > 0, later
+
+
+def test_the_card_states_the_draft_mnns_figures_and_the_multi_response_defect(
+    bundle: ConvertResult, report: Report, tmp_path: Path
+) -> None:
+    from tests.specs import EXAMPLE
+
+    path = tmp_path / "dflash.json"
+    path.write_text(json.dumps(report.as_dict()), encoding="utf-8")
+    done = run_cli("card", str(bundle.out), "--spec", str(EXAMPLE), "-o", "-", "--speculate", str(path))
+    assert done.returncode == 0, done.stderr
+    text = done.stdout
+    assert "## The DFlash draft" in text and "| Block size | 4 (`dflash_block_size`) |" in text
+    assert "**MNN 3.6.1 is lossless only on an engine's first response.**" in text
+    a = report.accepted_per_step
+    assert a is not None and f"| Accepted per step, measured by MNN | {a.value:.2f} tokens" in text
+    assert "each on a fresh engine" in text and "| Later responses on one engine, measured |" in text
+    assert "top-1 agreement 100 %" in text and "dflash" in text.split("---")[1]  # the tag
 
 
 def test_a_random_draft_of_the_same_shape_accepts_about_one_token_a_step(
