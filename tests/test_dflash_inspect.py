@@ -195,3 +195,15 @@ def test_a_transformers_5_config_gives_its_rope_theta_in_rope_parameters(tmp_pat
     config["rope_parameters"] = {"rope_type": "default", "rope_theta": 5e5}
     (folder / "config.json").write_text(json.dumps(config))
     assert inspect_dflash(folder, target).rope_theta == 5e5
+
+
+def test_init_from_a_dflash_draft_says_it_ships_inside_its_targets_bundle(tmp_path: Path) -> None:
+    from packager.release.init.facts import gather
+
+    draft = build_draft(tmp_path / "draft")
+    with pytest.raises(errors.UnsupportedModel) as error:
+        gather(draft, None)
+    assert "is a DFlash draft (z-lab's DFlashDraftModel), which ships inside its target's bundle" in (
+        error.value.one_line()
+    )
+    assert "[convert] in release.toml" in error.value.one_line()
