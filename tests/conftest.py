@@ -54,29 +54,31 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 # The slow kinds, marked from what a test uses (its fixtures, or what its module imports), so that no test can
-# forget its mark: `make test-fast` runs the rest (-m "not (converter or trained or hub or engines)").
+# forget its mark: `make test-fast` runs the rest (-m "not (converter or trained or hub or engines)"). Building a
+# tiny checkpoint with transformers takes a second and is not a mark of its own; converting is, and the session
+# checks it: a test that converts (a graph build, a bundle committed, llmexport) without a converter, trained or
+# engines mark fails the session (tests/counting), so the fast layer holds what it says.
 _KINDS = {
-    "converter": {
-        "tiny_checkpoint",
-        "lora_adapter",
-        "target8",
-        "head",
-        "eagle_bundle",
-        "bundle4",
-        "bundle8",
-        "lora_bundle8",
-        "llama_checkpoint",
-        "qwen25_checkpoint",
-        "llama_bundle8",
-    },
+    "converter": {"eagle_bundle", "bundle4", "bundle8", "lora_bundle8", "llama_bundle8"},
     "hub": {"hub", "online", "ready"},
 }
-_MODULE_KINDS = {
-    "tests.trained": "trained",
-    "tests.trained_eagle": "trained",
-    "tests.models": "converter",
-    "tests.families": "converter",
-}
+_MODULE_KINDS = {"tests.trained": "trained", "tests.trained_eagle": "trained"}
+
+
+_MAY_CONVERT = {"converter", "trained", "engines"}
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> object:
+    """Each test's setup, call and teardown run with its id and whether it may convert in the environment (and so in
+    every process it starts): tests/counting records a conversion against them."""
+    os.environ[_counts.NODEID] = item.nodeid
+    os.environ[_counts.MAY_CONVERT] = "1" if {m.name for m in item.iter_markers()} & _MAY_CONVERT else "0"
+    try:
+        return (yield)
+    finally:
+        os.environ.pop(_counts.NODEID, None)
+        os.environ.pop(_counts.MAY_CONVERT, None)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -103,10 +105,16 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     built = shared.count()
     if built:
         print("\nbuilt once for the session:", ", ".join(f"{n} {kind}" for kind, n in built.items()), file=sys.stderr)
-    counts = Path(os.environ[_counts.VARIABLE])
-    events = counts.read_text(encoding="utf-8").splitlines() if counts.is_file() else []
-    made = {kind: events.count(kind) for kind in ("conversion", "graph build", "llmexport")}
+    made, unmarked = _counts.read(os.environ[_counts.VARIABLE])
     print("\nconverted in this session:", ", ".join(f"{n} {kind}" for kind, n in made.items()), file=sys.stderr)
+    if unmarked:
+        print(
+            "\ntests that converted without a converter, trained or engines mark:",
+            *unmarked,
+            sep="\n  ",
+            file=sys.stderr,
+        )
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
     for folder in (os.environ["PACKAGER_CACHE_DIR"], os.environ[shared.ROOT_VARIABLE]):
         shutil.rmtree(folder, ignore_errors=True)  # the graph cache (~100 MB) and the shared builds, never reused
     lines = [line for f in sorted(record.glob("*.txt")) for line in f.read_text(encoding="utf-8").splitlines()]

@@ -123,6 +123,7 @@ def test_verify_remote_draws_a_file_bar_on_a_terminal_and_lines_elsewhere(hub: L
     assert hub.cli("verify-remote", box, "--quiet", token=None).stderr == ""
 
 
+@pytest.mark.converter
 def test_convert_draws_its_stages_and_a_weight_bar_on_a_terminal(tiny_checkpoint: Path, tmp_path: Path) -> None:
     """The longest stage people wait for: each stage a bar line with its time, the quantized megabytes filling one
     (the only line about quantizing weights, though the graph is built beside it: its own cache is empty)."""

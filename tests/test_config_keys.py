@@ -165,6 +165,7 @@ def test_invalid_values_are_said_before_refused_ones() -> None:
         check_config_keys(BY_NAME["gemma3"], config, "c")
 
 
+@pytest.mark.converter
 def test_rms_norm_eps_is_carried_into_the_graph(tiny_checkpoint: Path, tmp_path: Path) -> None:
     """A carried key changes the graph: two epsilons, two graphs (the Gemma 3 test proves two carried keys by
     verify as well)."""

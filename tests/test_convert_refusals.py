@@ -13,8 +13,6 @@ from tests.conftest import run_cli
 from tests.models import build_lora, build_qwen3, copy_checkpoint
 from tests.refusals import assert_refused
 
-pytestmark = pytest.mark.converter
-
 
 def _edit_config(folder: Path, **changes: object) -> None:
     path = folder / "config.json"
@@ -179,6 +177,7 @@ def test_bad_spec_is_refused_with_its_path(spec: str, text: str, tiny_checkpoint
     )
 
 
+@pytest.mark.converter
 def test_debug_shows_the_traceback(tmp_path: Path) -> None:
     result = run_cli("--debug", "convert", str(tmp_path / "nope"), "--out", str(tmp_path / "b"))
     assert result.returncode == 10 and "Traceback" in result.stderr

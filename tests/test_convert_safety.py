@@ -16,8 +16,6 @@ from tests.conftest import run_cli, start_cli
 from tests.models import copy_checkpoint
 from tests.refusals import assert_refused
 
-pytestmark = pytest.mark.converter
-
 
 def _partials(folder: Path) -> list[Path]:
     return [p for p in folder.iterdir() if PARTIAL_MARK in p.name]
@@ -80,6 +78,7 @@ def test_force_refuses_a_symlink_to_the_checkpoint(checkpoint: Path, tmp_path: P
     assert _listing(checkpoint) == before
 
 
+@pytest.mark.converter
 def test_force_replaces_a_previous_bundle(bundle4, tiny_checkpoint: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     out = tmp_path / "bundle"
     shutil.copytree(bundle4.out, out)
@@ -90,6 +89,7 @@ def test_force_replaces_a_previous_bundle(bundle4, tiny_checkpoint: Path, tmp_pa
     assert run_cli("validate", str(out), "--strict").returncode == 0
 
 
+@pytest.mark.converter
 def test_help_says_what_force_replaces() -> None:
     text = " ".join(run_cli("convert", "--help").stdout.split())
     assert "only bundle files inside" in text and "Never replaces" in text
@@ -111,6 +111,7 @@ def saved_by_transformers(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPa
     return out
 
 
+@pytest.mark.converter
 def test_checkpoint_saved_by_transformers_converts_to_the_same_bytes(
     saved_by_transformers: Path,
     bundle4,  # type: ignore[no-untyped-def]
@@ -171,6 +172,7 @@ def test_adapter_that_unties_the_embeddings_is_refused_before_work(
     assert "starting the converter" not in result.stderr
 
 
+@pytest.mark.converter
 def test_adapter_with_saved_norms_is_merged_into_a_valid_bundle(tiny_checkpoint: Path, tmp_path: Path) -> None:
     from packager import resources
     from packager.convert.inspect.lora import merge
@@ -189,6 +191,7 @@ def test_adapter_with_saved_norms_is_merged_into_a_valid_bundle(tiny_checkpoint:
     assert report.min_cosine >= 0.99  # the bundle is the adapted model, saved norms included
 
 
+@pytest.mark.converter
 def test_adapter_naming_another_base_model_converts_with_a_warning(
     tiny_checkpoint: Path, lora_adapter: Path, tmp_path: Path
 ) -> None:
@@ -236,6 +239,7 @@ def test_block_that_does_not_divide_o_proj_is_refused(three_heads: Path, tmp_pat
     )
 
 
+@pytest.mark.converter
 def test_block_zero_is_per_channel(three_heads: Path, tmp_path: Path) -> None:
     from packager import resources
     from tests.parity import compare
@@ -254,6 +258,7 @@ def test_block_zero_is_per_channel(three_heads: Path, tmp_path: Path) -> None:
 # --- OS errors: one line with the OS's reason ----------------------------------------------------------------
 
 
+@pytest.mark.converter
 def test_full_disk_is_one_line_naming_it(tiny_checkpoint: Path, small_disk: Path) -> None:
     out = small_disk / "bundle"
     result = run_cli("convert", str(tiny_checkpoint), "--out", str(out), "--quiet")
@@ -291,6 +296,7 @@ def test_deeply_nested_config_is_one_line(tiny_checkpoint: Path, tmp_path: Path)
     assert_refused(run_cli("convert", str(folder), "--out", str(out), "--quiet"), 11, "nested too deeply", out)
 
 
+@pytest.mark.converter
 def test_huge_config_value_is_shown_shortened(tiny_checkpoint: Path, tmp_path: Path) -> None:
     folder = copy_checkpoint(tiny_checkpoint, tmp_path / "ckpt")
     config = json.loads((folder / "config.json").read_text())
@@ -317,6 +323,7 @@ def _wait_for_stage(process: subprocess.Popen[str], stage: str) -> None:
     raise AssertionError(f"the converter ended before reporting {stage!r}")
 
 
+@pytest.mark.converter
 @pytest.mark.parametrize("sig, code, word", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")])
 def test_signal_exits_cleanly_and_leaves_nothing(
     sig: signal.Signals, code: int, word: str, tiny_checkpoint: Path, tmp_path: Path
@@ -338,6 +345,7 @@ def test_signal_exits_cleanly_and_leaves_nothing(
     assert not [w for w in workers if w.is_running() and w.status() != psutil.STATUS_ZOMBIE]
 
 
+@pytest.mark.converter
 def test_killed_run_leftovers_are_removed_by_the_next_run(tiny_checkpoint: Path, tmp_path: Path) -> None:
     import psutil
 
@@ -360,6 +368,7 @@ def test_killed_run_leftovers_are_removed_by_the_next_run(tiny_checkpoint: Path,
     assert _partials(out.parent) == [foreign]
 
 
+@pytest.mark.converter
 def test_a_live_runs_stage_is_not_removed(tiny_checkpoint: Path, tmp_path: Path) -> None:
     out = tmp_path / "out" / "bundle"
     out.parent.mkdir()
@@ -379,6 +388,7 @@ def test_a_live_runs_stage_is_not_removed(tiny_checkpoint: Path, tmp_path: Path)
 # --- provenance, version ------------------------------------------------------------------------------------
 
 
+@pytest.mark.converter
 def test_provenance_hashes_only_model_and_tokenizer_files(checkpoint: Path) -> None:
     (checkpoint / "notes.txt").write_text("training log")
     first = run_cli("convert", str(checkpoint), "--out", str(checkpoint / "bundle"), "--quiet")
@@ -399,6 +409,7 @@ def test_provenance_hashes_only_model_and_tokenizer_files(checkpoint: Path) -> N
     assert again["source"] == record["source"]
 
 
+@pytest.mark.converter
 def test_version_names_the_engines() -> None:
     from importlib import metadata
 
@@ -410,6 +421,7 @@ def test_version_names_the_engines() -> None:
         assert f"{name} {metadata.version(name)}" in lines
 
 
+@pytest.mark.converter
 def test_spec_path_too_long_for_the_bundle_is_a_spec_error(tiny_checkpoint: Path, tmp_path: Path) -> None:
     spec = tmp_path / "release.toml"
     spec.write_text(f'[runtime.main]\ntokenizer_file = "{"a" * 300}.txt"\n')

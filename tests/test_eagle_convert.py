@@ -23,8 +23,6 @@ from packager.validate import validate
 from tests.conftest import run_cli
 from tests.models import build_qwen3
 
-pytestmark = pytest.mark.converter
-
 
 def _copy_head(head: Path, dst: Path) -> Path:
     shutil.copytree(head, dst)
@@ -124,6 +122,7 @@ def test_the_aux_layers_are_2_half_and_n_minus_3() -> None:
     assert aux_layers(8) == (2, 4, 5) and aux_layers(7) == (2, 3, 4) and aux_layers(36) == (2, 18, 33)
 
 
+@pytest.mark.converter
 def test_the_head_is_exported_with_its_own_rope_theta_and_checked_against_the_checkpoint(eagle_bundle: Any) -> None:
     result = eagle_bundle
     assert result.kind is TARGET_EAGLE and result.head.rope_theta == 1_000_000.0
@@ -141,6 +140,7 @@ def test_the_head_is_exported_with_its_own_rope_theta_and_checked_against_the_ch
     assert set(record["bundle_xxh3_128"]) == names
 
 
+@pytest.mark.converter
 def test_validate_knows_the_eagle_bundle_and_what_its_mode_needs(eagle_bundle: Any, tmp_path: Path) -> None:
     bundle = eagle_bundle.out
     report = validate(bundle)
@@ -159,6 +159,7 @@ def test_validate_knows_the_eagle_bundle_and_what_its_mode_needs(eagle_bundle: A
     assert any("config.json/eagle_fc" in m and "crashes" in m for m in messages), messages
 
 
+@pytest.mark.converter
 def test_validate_finds_a_d2t_that_does_not_fit_the_head(eagle_bundle: Any, head: Path, tmp_path: Path) -> None:
     import MNN.expr as F
     import numpy as np
@@ -173,6 +174,7 @@ def test_validate_finds_a_d2t_that_does_not_fit_the_head(eagle_bundle: Any, head
     assert any("eagle_d2t.mnn: holds 100 entries" in m and "2048" in m for m in messages), messages
 
 
+@pytest.mark.converter
 def test_an_untied_checkpoint_becomes_a_target_bundle_with_its_embeddings_file(target8: Path, tmp_path: Path) -> None:
     refused = run_cli("convert", str(target8), "--out", str(tmp_path / "draft"))
     assert refused.returncode == 13 and "--kind target" in refused.stderr
@@ -189,10 +191,12 @@ def test_an_untied_checkpoint_becomes_a_target_bundle_with_its_embeddings_file(t
     assert any(f.file == "config.json" and "embeddings_bf16.bin is missing" in f.message for f in errors), errors
 
 
+@pytest.mark.converter
 def test_a_draft_bundle_is_still_judged_a_draft(bundle4: Any) -> None:
     assert kind_of(bundle4.out) is DRAFT and validate(bundle4.out).kind == "draft"
 
 
+@pytest.mark.converter
 def test_the_card_of_an_eagle_bundle_says_its_kind_its_head_and_its_files(eagle_bundle: Any) -> None:
     from packager.card.measurements import gather_measurements
     from packager.card.render import render

@@ -16,8 +16,6 @@ from packager.convert.eagle.reference import aux_hidden_states, aux_layers, eagl
 from packager.errors import InvalidCheckpointConfig
 from tests.models import build_eagle_head, build_qwen3, llmexport_raw
 
-pytestmark = pytest.mark.converter
-
 LLMEXPORT_THETA = 10000.0
 
 
@@ -77,6 +75,7 @@ def test_a_later_position_changes_nothing_before_it(head_folder: Path, target_mo
     assert (lp_changed[-1] - lp[-1]).abs().max() > 1e-3
 
 
+@pytest.mark.converter
 def test_theta_is_the_heads_rope_theta_unless_given(head_folder: Path, target_model) -> None:  # type: ignore[no-untyped-def]
     assert load_head(head_folder).theta == 1_000_000.0
     own, llmexport = load_head(head_folder), load_head(head_folder, theta=LLMEXPORT_THETA)
@@ -152,6 +151,7 @@ def exported(target8: Path, head_folder: Path, tmp_path_factory: pytest.TempPath
     return llmexport_raw(target8, tmp_path_factory.mktemp("eagle-export") / "raw", bits=8, eagle=head_folder)
 
 
+@pytest.mark.converter
 @pytest.mark.slow
 def test_llmexport_writes_the_eagle_graphs_and_config(exported: Path, head_folder: Path) -> None:
     import json
@@ -163,6 +163,7 @@ def test_llmexport_writes_the_eagle_graphs_and_config(exported: Path, head_folde
     assert MNNHead(exported).d2t.tolist() == load_head(head_folder).d2t.tolist()
 
 
+@pytest.mark.converter
 @pytest.mark.slow
 def test_the_exported_head_computes_the_reference_at_llmexports_theta(
     exported: Path, head_folder: Path, target_model
@@ -187,6 +188,7 @@ def test_the_exported_head_computes_the_reference_at_llmexports_theta(
     assert errors[LLMEXPORT_THETA][0] * 3 < errors[1_000_000.0][0]
 
 
+@pytest.mark.converter
 @pytest.mark.slow
 def test_the_exported_head_follows_the_engines_draft_tree_mask_and_positions(
     exported: Path, head_folder: Path, target_model

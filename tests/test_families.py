@@ -19,8 +19,6 @@ from tests.families import build_llama32, smollm2_checkpoint
 from tests.models import copy_checkpoint, llmexport_raw
 from tests.specs import few_prompts
 
-pytestmark = pytest.mark.converter
-
 
 @pytest.fixture(scope="module")
 def smollm2() -> Path:
@@ -81,6 +79,7 @@ def _convert(checkpoint: Path, out: Path, **options: object) -> Path:
     return convert(ConvertRequest(checkpoint=checkpoint, out=out, **options)).out  # type: ignore[arg-type]
 
 
+@pytest.mark.converter
 @pytest.mark.parametrize(
     "case, options",
     [
@@ -119,6 +118,7 @@ LLAMA31_SCALING = {
 }
 
 
+@pytest.mark.converter
 def test_an_eagle_head_with_the_llama3_rope_converts_and_its_graph_carries_those_frequencies(tmp_path: Path) -> None:
     """A Llama 3.1 target's EAGLE-3 head carries its target's llama3 scaling: llmexport cannot read such a config
     under transformers 5 and would trace the head with plain rope at theta 10000. The head with the scaling and
@@ -171,6 +171,7 @@ def _last_logits_by_mnn(bundle: Path, sequences: list[list[int]]) -> list[np.nda
     return rows
 
 
+@pytest.mark.converter
 def test_llama3_rope_reaches_the_graph_so_logits_past_1024_match_transformers_where_llmexports_do_not(
     tmp_path: Path,
 ) -> None:
@@ -205,6 +206,7 @@ def smol8(smollm2: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _convert(smollm2, tmp_path_factory.mktemp("smol") / "bundle8", quant_bits=8)
 
 
+@pytest.mark.converter
 def test_smollm2_converts_streaming_at_8_bits_block_64_with_float_activations(smollm2: Path, tmp_path: Path) -> None:
     """Its defaults: 8 bits (4 lose too much on 135M: verify fails them), block 64 (576 = 9 x 64)."""
     result = convert(ConvertRequest(checkpoint=smollm2, out=tmp_path / "bundle"))
@@ -214,6 +216,7 @@ def test_smollm2_converts_streaming_at_8_bits_block_64_with_float_activations(sm
     assert run_cli("validate", str(result.out)).returncode == 0
 
 
+@pytest.mark.converter
 def test_verify_passes_the_faithful_smollm2_bundle(smollm2: Path, smol8: Path, tmp_path: Path) -> None:
     prompts = few_prompts(tmp_path)
     result = run_cli("verify", str(smol8), "--checkpoint", str(smollm2), "--prompts", str(prompts), "--json")
@@ -243,6 +246,7 @@ def _unlike(smollm2: Path, folder: Path, how: str) -> Path:
     return folder
 
 
+@pytest.mark.converter
 @pytest.mark.parametrize("how", ["rope", "swapped layers"])
 def test_verify_fails_a_smollm2_bundle_against_a_source_that_computes_otherwise(
     smollm2: Path, smol8: Path, tmp_path: Path, how: str
@@ -252,6 +256,7 @@ def test_verify_fails_a_smollm2_bundle_against_a_source_that_computes_otherwise(
     assert result.returncode != 0 and "verify: FAILED" in result.stdout + result.stderr, result.stdout
 
 
+@pytest.mark.converter
 def test_packagers_smollm2_bundle_is_at_least_as_faithful_as_llmexports_own(
     smollm2: Path, smol8: Path, tmp_path: Path
 ) -> None:
@@ -290,6 +295,7 @@ def test_packagers_smollm2_bundle_is_at_least_as_faithful_as_llmexports_own(
     assert our_top1 >= 0.9, our_top1
 
 
+@pytest.mark.converter
 def test_the_real_smollm2_bundle_pairs_with_its_source_and_not_with_a_qwen3_target(
     smollm2: Path, smol8: Path, tiny_checkpoint: Path
 ) -> None:

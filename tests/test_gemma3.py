@@ -19,8 +19,6 @@ from tests.families import build_gemma3
 from tests.models import copy_checkpoint, llmexport_raw
 from tests.specs import few_prompts
 
-pytestmark = pytest.mark.converter
-
 IMAGE_SOFT_TOKEN = 262144  # Gemma 3's image placeholder: vocab_size of the text models, so no row of theirs
 QUICK = Options(new_tokens=12, repeats=1, target_cache=False)
 
@@ -43,6 +41,7 @@ def test_gemma3_is_found_with_its_stops_its_layer_kinds_and_the_token_past_its_r
     assert info.tokenizer_vocab_size == 262144 == info.shape.vocab_size
 
 
+@pytest.mark.converter
 def test_gemma3_streams_byte_for_byte_to_the_corrected_reference(gemma: Path, tmp_path: Path) -> None:
     """(1 + w) norms written by the streaming writer, the embedding scale and both rope bases in the graph built
     from config.json alone: every file equals the whole-model path's."""
@@ -56,6 +55,7 @@ def test_gemma3_streams_byte_for_byte_to_the_corrected_reference(gemma: Path, tm
     assert runtime["precision"] == "normal"
 
 
+@pytest.mark.converter
 def test_the_bundle_tokenizer_never_encodes_an_id_past_the_models_rows(gemma8: ConvertResult) -> None:
     """MNN encodes the text `<image_soft_token>` to 262,144 with llmexport's tokenizer and then reads past the
     embedding table without a word; packager's bundle leaves the token out, so the text is ordinary text."""
@@ -84,6 +84,7 @@ def _position_sensitive_gemma(out: Path) -> Path:
     return build_gemma3(out, seed=3, dtype="float32")
 
 
+@pytest.mark.converter
 def test_global_layers_get_their_own_rope_base_so_logits_past_1024_match_transformers_where_llmexports_do_not(
     tmp_path: Path,
 ) -> None:
@@ -121,12 +122,14 @@ def test_global_layers_get_their_own_rope_base_so_logits_past_1024_match_transfo
     assert their_top1 < 0.7, (their_cos, their_top1)  # every layer at the local base
 
 
+@pytest.mark.converter
 def test_verify_passes_the_gemma3_bundle(gemma: Path, gemma8: ConvertResult, tmp_path: Path) -> None:
     result = run_cli("verify", str(gemma8.out), "--checkpoint", str(gemma), "--prompts", str(few_prompts(tmp_path)))
     assert result.returncode == 0, result.stderr[-3000:]
     assert "tokenizer agreement: 44/44" in result.stdout
 
 
+@pytest.mark.converter
 def test_a_gemma3_draft_pairs_with_a_gemma3_target_of_262208_rows_and_not_with_qwen3(
     gemma: Path, gemma8: ConvertResult, tiny_checkpoint: Path, tmp_path: Path
 ) -> None:
@@ -148,6 +151,7 @@ def test_init_facts_of_a_gemma3_checkpoint_name_its_terms_and_its_two_attention_
     assert facts.architecture == "Gemma 3 (dense, sliding-window and global attention)"
 
 
+@pytest.mark.converter
 def test_a_gemma3_config_saved_by_transformers_4_converts_to_the_same_graph(
     gemma: Path, gemma8: ConvertResult, tmp_path: Path
 ) -> None:
@@ -205,6 +209,7 @@ def test_gemma3_values_the_graph_ignores_are_refused_before_any_work(
     assert not (tmp_path / "bundle").exists()
 
 
+@pytest.mark.converter
 def test_carried_gemma3_keys_change_the_bundle_and_it_still_verifies(
     gemma: Path, gemma8: ConvertResult, tmp_path: Path
 ) -> None:

@@ -23,8 +23,6 @@ from tests.conftest import run_cli
 from tests.models import build_qwen3
 from tests.signkeys import Keys, keys
 
-pytestmark = pytest.mark.converter
-
 TEXT = (
     "Lookahead drafts the tokens that followed the same words before.\nThe quick brown fox jumps over the lazy dog.\n"
 )
@@ -107,6 +105,7 @@ def _config(bundle: Path) -> dict[str, Any]:
 # --- what a lookahead bundle is ---------------------------------------------------------------------------------
 
 
+@pytest.mark.converter
 def test_a_draft_with_a_corpus_writes_mnn_s_defaults_and_ships_the_corpus(draft: dict[str, Any], corpus: Path) -> None:
     bundle, summary = draft["out"], draft["summary"]
     assert sorted(p.name for p in bundle.iterdir()) == sorted([*FILES, LOOKUP])
@@ -129,6 +128,7 @@ def test_a_draft_with_a_corpus_writes_mnn_s_defaults_and_ships_the_corpus(draft:
     assert summary["lookahead"]["corpus"]["bytes"] == len(TEXT.encode()) and LOOKUP in summary["files"]
 
 
+@pytest.mark.converter
 def test_provenance_records_the_settings_and_the_corpus_digest(draft: dict[str, Any], corpus: Path) -> None:
     from packager.infra.hashing import xxh3_128_file
 
@@ -145,12 +145,14 @@ def test_provenance_records_the_settings_and_the_corpus_digest(draft: dict[str, 
     assert done.returncode == 0, done.stdout
 
 
+@pytest.mark.converter
 def test_validate_passes_a_lookahead_draft_and_says_its_kind(draft: dict[str, Any]) -> None:
     done = run_cli("validate", str(draft["out"]), "--json", "--strict")
     assert done.returncode == 0, done.stdout
     assert json.loads(done.stdout)["checked"][0]["bundle_kind"] == "draft"
 
 
+@pytest.mark.converter
 def test_a_target_with_a_corpus_and_its_own_draft_length(target: ConvertResult) -> None:
     bundle = target.out
     assert sorted(p.name for p in bundle.iterdir()) == sorted([*TARGET.files, "embeddings_bf16.bin", LOOKUP])
@@ -162,6 +164,7 @@ def test_a_target_with_a_corpus_and_its_own_draft_length(target: ConvertResult) 
     assert target.lookahead is not None and target.lookahead.corpus is not None
 
 
+@pytest.mark.converter
 def test_lookahead_alone_ships_no_corpus_and_names_none(bare_draft: Path) -> None:
     config = _config(bare_draft)
     assert config["speculative_type"] == "lookahead" and config["draft_predict_length"] == 5
@@ -278,6 +281,7 @@ def test_a_lookahead_length_without_lookahead_is_refused(sharp_tied: Path, tmp_p
     _one_line(done, 19, "--lookahead-length")
 
 
+@pytest.mark.converter
 def test_lookahead_before_the_checkpoint_says_it_took_the_checkpoint(sharp_tied: Path, tmp_path: Path) -> None:
     done = run_cli("convert", "--lookahead", str(sharp_tied), "--out", str(tmp_path / "bundle"))
     assert done.returncode == 2 and "--lookahead took" in done.stderr and "--lookahead=CORPUS" in done.stderr
@@ -301,6 +305,7 @@ def _findings(bundle: Path) -> list[str]:
     return [f"{f.severity} {f.file}{f.pointer}: {f.message}" for f in validate(bundle, checksums=False).findings]
 
 
+@pytest.mark.converter
 def test_validate_finds_a_lookup_file_outside_the_bundle(draft: dict[str, Any], tmp_path: Path) -> None:
     for value in ("/etc/hostname", "../lookup_file.txt", "sub/../../lookup_file.txt"):
         found = _findings(_broken(draft["out"], tmp_path, lookup_file=value))
@@ -309,6 +314,7 @@ def test_validate_finds_a_lookup_file_outside_the_bundle(draft: dict[str, Any], 
         ), found
 
 
+@pytest.mark.converter
 def test_validate_finds_a_missing_corpus_mnn_would_skip_without_a_word(draft: dict[str, Any], tmp_path: Path) -> None:
     broken = _broken(draft["out"], tmp_path)
     (broken / LOOKUP).unlink()
@@ -319,6 +325,7 @@ def test_validate_finds_a_missing_corpus_mnn_would_skip_without_a_word(draft: di
     assert any(f.startswith("error config.json/lookup_file:") and "lookup_file.txt" in f for f in found), found
 
 
+@pytest.mark.converter
 @pytest.mark.parametrize("data, text", [(b"\xff\xfe text", "not UTF-8 text"), (b"", "is empty"), (b"a\0b", "NUL byte")])
 def test_validate_finds_a_corpus_that_is_not_text(
     draft: dict[str, Any], tmp_path: Path, data: bytes, text: str
@@ -329,6 +336,7 @@ def test_validate_finds_a_corpus_that_is_not_text(
     assert any(f.startswith(f"error {LOOKUP}:") and text in f for f in found), found
 
 
+@pytest.mark.converter
 def test_validate_warns_of_a_corpus_no_mode_reads(draft: dict[str, Any], tmp_path: Path) -> None:
     found = _findings(_broken(draft["out"], tmp_path, speculative_type=""))
     assert [f for f in found if f.startswith("warning")] == [
@@ -339,6 +347,7 @@ def test_validate_warns_of_a_corpus_no_mode_reads(draft: dict[str, Any], tmp_pat
     assert not [f for f in found if f.startswith("error")], found
 
 
+@pytest.mark.converter
 @pytest.mark.parametrize(
     "key, value, text",
     [
@@ -360,6 +369,7 @@ def test_validate_checks_the_lookahead_keys_against_the_schema(
 # --- checksum, sign, card, upload and pull carry the corpus -----------------------------------------------------------
 
 
+@pytest.mark.converter
 def test_checksum_sign_card_upload_and_pull_carry_the_corpus(draft: dict[str, Any], tmp_path: Path, keys: Keys) -> None:
     from packager.bundle.checksum import read_manifest, write_manifest
     from packager.card.render import render
@@ -390,6 +400,7 @@ def test_checksum_sign_card_upload_and_pull_carry_the_corpus(draft: dict[str, An
     assert (tmp_path / "app" / LOOKUP).read_bytes() == (bundle / LOOKUP).read_bytes()
 
 
+@pytest.mark.converter
 def test_the_card_of_a_target_says_lookahead_and_a_draft_without_a_corpus_says_so(
     target: ConvertResult, sharp_tied: Path, tmp_path: Path
 ) -> None:
@@ -431,6 +442,7 @@ def _generate(bundle: Path, prompt: str, n: int, **config: Any) -> list[int]:
     return [int(t) for t in llm._c_obj.generate(llm.tokenizer_encode(prompt), n)]
 
 
+@pytest.mark.converter
 @pytest.mark.parametrize("which", ["draft", "target"])
 def test_mnn_decodes_a_lookahead_bundle_to_the_greedy_tokens_of_plain_decoding(
     which: str, draft: dict[str, Any], target: ConvertResult
@@ -442,6 +454,7 @@ def test_mnn_decodes_a_lookahead_bundle_to_the_greedy_tokens_of_plain_decoding(
         assert _generate(bundle, prompt, 24)[:24] == _generate(bundle, prompt, 24, speculative_type="")[:24], prompt
 
 
+@pytest.mark.converter
 def test_mnn_drafts_from_the_prompt_without_a_corpus(bare_draft: Path) -> None:
     # generate(ids, 1) runs one step: plain decoding emits one token, lookahead that token and every draft accepted
     # with it. The sharpened draft repeats the prompt's last token, which the prompt's own n-grams predict.
@@ -450,6 +463,7 @@ def test_mnn_drafts_from_the_prompt_without_a_corpus(bare_draft: Path) -> None:
     assert _generate(bare_draft, "go go go go go", 1) == [728] * 6
 
 
+@pytest.mark.converter
 def test_mnn_drafts_from_the_corpus_the_bundle_carries(
     target: ConvertResult, sharp_untied: Path, tmp_path: Path
 ) -> None:

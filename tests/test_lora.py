@@ -13,8 +13,6 @@ from packager.convert.inspect.lora import inspect_adapter, merge
 from packager.convert.pipeline import ConvertResult
 from tests.parity import compare
 
-pytestmark = pytest.mark.converter
-
 
 @pytest.fixture(scope="module")
 def merged(tiny_checkpoint: Path, lora_adapter: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -45,6 +43,7 @@ def test_merged_model_gives_the_unmerged_peft_logits(tiny_checkpoint: Path, lora
     assert not torch.allclose(plain, unmerged, atol=1e-2)  # the adapter really changes the model
 
 
+@pytest.mark.converter
 def test_lora_bundle_matches_the_merged_model(lora_bundle8: ConvertResult, merged: Path, tiny_checkpoint: Path) -> None:
     report = compare(lora_bundle8.out, merged, resources.parity_prompts())
     assert report.min_cosine >= 0.99
@@ -53,6 +52,7 @@ def test_lora_bundle_matches_the_merged_model(lora_bundle8: ConvertResult, merge
     assert compare(lora_bundle8.out, tiny_checkpoint, resources.parity_prompts()[:4]).min_cosine < 0.99
 
 
+@pytest.mark.converter
 def test_lora_provenance_names_the_adapter(lora_bundle8: ConvertResult, lora_adapter: Path) -> None:
     record = provenance.read(lora_bundle8.provenance)
     assert record["adapter"]["rank"] == 16 and record["adapter"]["alpha"] == 32.0

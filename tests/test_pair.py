@@ -23,8 +23,6 @@ from packager.runtime.speculative import autoregressive, speculative
 from tests.conftest import run_cli
 from tests.models import build_deep_target, build_qwen3, copy_checkpoint, llmexport_raw
 
-pytestmark = pytest.mark.converter
-
 PROMPTS = (
     "The capital of France is",
     "def fibonacci(n):",
@@ -52,6 +50,7 @@ def test_speedup_charges_the_draft_catch_up_after_a_full_acceptance() -> None:
     assert acceptance.speedup(3.0, 3, 1.0, 4.0, 4.0, full=1.0, catchup=None) == 12 / 7
 
 
+@pytest.mark.converter
 def test_pair_reports_every_prompt_and_an_estimate_from_the_first(tiny_checkpoint: Path) -> None:
     """With stderr no terminal each report is a line: one as measuring starts, one a prompt, one a timing
     repeat, and the estimate of the whole run after the first prompt; never a stage silent for minutes."""
@@ -90,6 +89,7 @@ def test_builtin_workload_is_rendered_with_the_checkpoints_own_template(tiny_che
     )
 
 
+@pytest.mark.converter
 def test_generation_stops_at_a_stop_id_in_both_runtimes(tiny_checkpoint: Path, bundle4: ConvertResult) -> None:
     for model in (HFModel(tiny_checkpoint, dtype="stored"), MNNModel(bundle4.out)):
         ids = model.encode("Hello there")
@@ -106,6 +106,7 @@ def test_checkpoints_load_in_their_stored_dtype_with_the_threads_asked(tiny_chec
     assert HFModel(tiny_checkpoint, dtype="float32").model.dtype == torch.float32
 
 
+@pytest.mark.converter
 def test_draft_paired_with_itself_accepts_everything(bundle4: ConvertResult) -> None:
     report = pair(bundle4.out, bundle4.out, PROMPTS, Options(new_tokens=24, repeats=2, threads=1))
     assert report.alpha.value == report.alpha.low == report.alpha.high == 1.0
@@ -132,6 +133,7 @@ def _costs(path: Path, draft: float, target: float, verify: list[float]) -> Path
     return path
 
 
+@pytest.mark.converter
 def test_device_costs_decide_the_recommendation(bundle4: ConvertResult, tmp_path: Path) -> None:
     # A draft as costly as the target gains nothing at any d; a cheap one gains, and only then is a
     # draft_predict_length recommended.
@@ -202,6 +204,7 @@ def test_bad_costs_file_is_one_line_before_anything_loads(content: str, tmp_path
     assert "costs.json" in result.stderr and "verify_seconds" in result.stderr
 
 
+@pytest.mark.converter
 def test_sampling_acceptance_is_one_for_identical_models_and_drops_for_a_perturbed_pair(
     bundle4: ConvertResult, bundle8: ConvertResult, tmp_path: Path
 ) -> None:
@@ -231,11 +234,13 @@ def test_sampling_acceptance_is_one_for_identical_models_and_drops_for_a_perturb
     assert 0 < low <= other["sampling"]["acceptance"]["value"] <= high <= 1
 
 
+@pytest.mark.converter
 def test_sampling_options_need_a_temperature(tmp_path: Path) -> None:
     result = run_cli("pair", str(tmp_path), str(tmp_path), "--top-k", "20")
     assert result.returncode == 19 and "--top-k and --top-p need --temperature" in result.stderr
 
 
+@pytest.mark.converter
 def test_4bit_bundle_against_its_8bit_bundle_accepts_most(bundle4: ConvertResult, bundle8: ConvertResult) -> None:
     report = pair(bundle4.out, bundle8.out, PROMPTS, Options(new_tokens=24, repeats=1))
     assert report.alpha.value > 0.7 and report.alpha.low <= report.alpha.value <= report.alpha.high
@@ -255,6 +260,7 @@ def raw_exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"checkpoint": untied, "raw": raw, "bare": bare, "other": build_qwen3(root / "other", tie=False, seed=7)}
 
 
+@pytest.mark.converter
 def test_unrelated_models_accept_little(raw_exports: dict[str, Path]) -> None:
     # Untied: two random tied models agree often, as both mostly repeat the last token (its embedding is the one
     # closest to itself), which says nothing about drafting.
@@ -262,6 +268,7 @@ def test_unrelated_models_accept_little(raw_exports: dict[str, Path]) -> None:
     assert report.alpha.value < 0.05
 
 
+@pytest.mark.converter
 def test_any_mnn_folder_llmexport_makes_pairs(raw_exports: dict[str, Path]) -> None:
     assert (raw_exports["raw"] / "embeddings_bf16.bin").is_file()
     assert compat.facts(raw_exports["bare"]).vocab_size == 151936  # from the embeddings' bytes
@@ -271,6 +278,7 @@ def test_any_mnn_folder_llmexport_makes_pairs(raw_exports: dict[str, Path]) -> N
     assert mixed.tokenizer_strings_compared > 30 and mixed.alpha.value > 0.3
 
 
+@pytest.mark.converter
 def test_tied_target_stored_as_an_app_stores_it_pairs(bundle4: ConvertResult, tmp_path: Path) -> None:
     """The seven runtime files an app downloads (no llm.mnn.json): the vocabulary comes from tie_embeddings'
     weight span (its second entry is the alpha offset, not a size; read as a size it gave 158962)."""
@@ -295,6 +303,7 @@ def _huge_safetensors(path: Path, rows: int, cols: int) -> None:
     path.write_bytes(struct.pack("<Q", len(header)) + header.encode())
 
 
+@pytest.mark.converter
 @pytest.mark.parametrize("kind", ["checkpoint", "bundle"])
 def test_pair_that_cannot_fit_in_memory_is_refused_before_loading(
     kind: str, tiny_checkpoint: Path, bundle4: ConvertResult, tmp_path: Path
@@ -357,6 +366,7 @@ def deep_targets(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory
     }
 
 
+@pytest.mark.converter
 @pytest.mark.parametrize("kind", ["same", "noisy"])
 def test_real_speculative_loop_is_lossless_and_accepts_what_the_estimate_counts(
     kind: str, tiny_checkpoint: Path, deep_targets: dict[str, Path]
@@ -387,6 +397,7 @@ def test_real_speculative_loop_is_lossless_and_accepts_what_the_estimate_counts(
     assert (report.alpha.value == 1.0) if kind == "same" else (0.05 < report.alpha.value < 0.9)
 
 
+@pytest.mark.converter
 def test_runtime_crash_while_pairing_is_one_line_and_exit_27(bundle4: ConvertResult, tmp_path: Path) -> None:
     draft = tmp_path / "zeroed"
     shutil.copytree(bundle4.out, draft)
@@ -398,6 +409,7 @@ def test_runtime_crash_while_pairing_is_one_line_and_exit_27(bundle4: ConvertRes
     )
 
 
+@pytest.mark.converter
 def test_malformed_bundle_files_in_pair_are_one_line(bundle4: ConvertResult, tmp_path: Path) -> None:
     draft = tmp_path / "malformed"
     shutil.copytree(bundle4.out, draft)

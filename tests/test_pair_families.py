@@ -17,12 +17,11 @@ from tests.conftest import run_cli
 from tests.families import build_qwen25, smollm2_checkpoint
 from tests.models import copy_checkpoint
 
-pytestmark = pytest.mark.converter
-
 PROMPTS = ("Write one sentence about rivers.", "List three colours.")
 QUICK = Options(new_tokens=12, repeats=1, target_cache=False)
 
 
+@pytest.mark.converter
 def test_pair_refuses_a_draft_of_another_family_in_one_line_naming_both(
     llama_bundle8: ConvertResult, tiny_checkpoint: Path
 ) -> None:
@@ -32,11 +31,13 @@ def test_pair_refuses_a_draft_of_another_family_in_one_line_naming_both(
     assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) <= 2
 
 
+@pytest.mark.converter
 def test_a_llama_draft_paired_with_its_own_checkpoint_accepts_every_token(llama_checkpoint: Path) -> None:
     """Stops, BOS and the Llama template on both sides: a model paired with itself agrees everywhere."""
     assert pair(llama_checkpoint, llama_checkpoint, PROMPTS, QUICK).alpha.value == 1.0
 
 
+@pytest.mark.converter
 def test_llama_prompts_start_with_exactly_one_bos_on_both_sides(
     llama_checkpoint: Path, llama_bundle8: ConvertResult
 ) -> None:
@@ -71,6 +72,7 @@ def _qwen25_pair(root: Path, target_vocab: int) -> tuple[Path, Path]:
     return draft, target
 
 
+@pytest.mark.converter
 @pytest.mark.parametrize("target_vocab, accepted", [(152064, True), (152065, False)])
 def test_pair_accepts_vocabularies_at_most_128_apart(tmp_path: Path, target_vocab: int, accepted: bool) -> None:
     """Qwen2.5-0.5B (151,936 ids) drafts for Qwen2.5-7B (152,064): llama.cpp's rule, 128 rows at most."""
@@ -102,6 +104,7 @@ def test_a_drafts_extra_rows_are_never_proposed() -> None:
     assert fit_width(np.ones((1, 3)), 5)[0, 3:].tolist() == [-np.inf, -np.inf]
 
 
+@pytest.mark.converter
 def test_verify_fails_a_llama_bundle_whose_tokenizer_stops_on_qwens_ids(
     llama_bundle8: ConvertResult, llama_checkpoint: Path, tmp_path: Path
 ) -> None:
@@ -119,6 +122,7 @@ def test_verify_fails_a_llama_bundle_whose_tokenizer_stops_on_qwens_ids(
     assert "stop ids: the bundle's tokenizer stops on [151645, 151643" in result.stdout + result.stderr
 
 
+@pytest.mark.converter
 def test_quant_sweeps_default_grid_is_around_the_block_smollm2_takes() -> None:
     from packager.convert.inspect.checkpoint import inspect_checkpoint
     from packager.convert.pipeline import quantized_inputs
@@ -135,6 +139,7 @@ def test_the_same_checkpoint_family_is_found_for_a_copy(llama_checkpoint: Path, 
     assert compat.facts(copied).family == compat.facts(llama_checkpoint).family == "Llama 3.x"
 
 
+@pytest.mark.converter
 def test_verify_refuses_a_bundle_of_another_family_than_its_source_in_one_line(
     llama_bundle8: ConvertResult, tiny_checkpoint: Path
 ) -> None:

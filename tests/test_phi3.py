@@ -21,8 +21,6 @@ from tests.families import build_phi35
 from tests.localhub import LocalHub, hub
 from tests.specs import family_release_spec
 
-pytestmark = pytest.mark.converter
-
 
 @pytest.fixture(scope="module")
 def phi(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -54,6 +52,7 @@ def test_phi35_as_a_draft_is_refused_in_one_line_saying_a_draft_has_no_embedding
     assert not (tmp_path / "draft").exists()
 
 
+@pytest.mark.converter
 def test_phi35_target_streams_its_fused_projections_byte_for_byte_to_llmexports_split(
     phi: Path, phi_target: ConvertResult, tmp_path: Path
 ) -> None:
@@ -67,6 +66,7 @@ def test_phi35_target_streams_its_fused_projections_byte_for_byte_to_llmexports_
     assert_same_bundle(phi_target.out, reference.out)
 
 
+@pytest.mark.converter
 def test_phi35_logits_match_transformers_up_to_4096_positions_and_the_bundle_says_not_past_them(
     tmp_path: Path,
 ) -> None:
@@ -100,12 +100,14 @@ def test_phi35_logits_match_transformers_up_to_4096_positions_and_the_bundle_say
     assert all(c < 0.6 for c, _ in outside), outside
 
 
+@pytest.mark.converter
 def test_verify_passes_the_phi35_target(phi: Path, phi_target: ConvertResult) -> None:
     result = run_cli("verify", str(phi_target.out), "--checkpoint", str(phi))
     assert result.returncode == 0, result.stderr[-3000:]
     assert "tokenizer agreement: 44/44" in result.stdout
 
 
+@pytest.mark.converter
 def test_a_phi35_target_is_released_with_a_card_naming_its_family_license_and_position_limit(
     hub: LocalHub,
     phi: Path,

@@ -22,8 +22,6 @@ from tests.conftest import run_cli
 from tests.models import build_lora, build_qwen3
 from tests.weighttasks import weight_tasks
 
-pytestmark = pytest.mark.converter
-
 
 def _llmexport_quant():  # type: ignore[no-untyped-def]
     spec = importlib.util.find_spec("llmexport")
@@ -64,21 +62,11 @@ def _streamed(checkpoint: Path, out: Path, **options: object) -> ConvertResult:
     return result
 
 
-@pytest.fixture(scope="module")
-def variants(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("variants")
-    return {
-        "float16": build_qwen3(root / "fp16", dtype="float16", seed=3),
-        "float32": build_qwen3(root / "fp32", dtype="float32", seed=4),
-        "sharded": _sharded(tiny_checkpoint, root / "sharded"),
-    }
-
-
 def _sharded(source: Path, out: Path) -> Path:
     import torch
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.bfloat16)
+    model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
     model.save_pretrained(out, max_shard_size="20MB")
     for item in source.iterdir():
         if item.suffix != ".safetensors" and not (out / item.name).exists():
@@ -87,18 +75,27 @@ def _sharded(source: Path, out: Path) -> Path:
     return out
 
 
-@pytest.mark.parametrize(
-    "case, bits, block", [("float16", 8, 64), ("float32", 4, 32), ("sharded", 4, 128), ("float16", 4, 0)]
-)
-def test_streamed_bundle_is_byte_identical_to_the_reference(
-    case: str, bits: int, block: int, variants: dict[str, Path], tmp_path: Path
-) -> None:
-    options = {"quant_bits": bits, "quant_block": block}
-    reference = _reference(variants[case], tmp_path / "reference", **options)
-    streamed = _streamed(variants[case], tmp_path / "streamed", **options)
+# Each case covers what the default bundle (bfloat16, tied, 4 bits, block 128: the next test) does not, and the
+# quantization's bytes for every dtype x bits x block are the unit test above: a float16 untied target at 8 bits
+# block 64 (its embeddings file rounded to bfloat16 on the way, as torch rounds it), and a float32 checkpoint in
+# shards at 4 bits per channel (block 0).
+@pytest.mark.converter
+@pytest.mark.parametrize("case", ["float16 untied target, 8 bits, block 64", "float32 sharded, 4 bits, per channel"])
+def test_streamed_bundle_is_byte_identical_to_the_reference(case: str, tmp_path: Path) -> None:
+    if case.startswith("float16"):
+        source = build_qwen3(tmp_path / "t16", layers=2, tie=False, dtype="float16", seed=21)
+        options: dict[str, object] = {"quant_bits": 8, "quant_block": 64, "kind": "target"}
+    else:
+        source = _sharded(build_qwen3(tmp_path / "fp32", dtype="float32", seed=4), tmp_path / "sharded")
+        options = {"quant_bits": 4, "quant_block": 0}
+    reference = _reference(source, tmp_path / "reference", **options)
+    streamed = _streamed(source, tmp_path / "streamed", **options)
+    if case.startswith("float16"):
+        assert "embeddings_bf16.bin" in streamed.sizes and streamed.kind.name == "target"
     assert_same_bundle(reference.out, streamed.out)
 
 
+@pytest.mark.converter
 def test_default_bundle_is_streamed_and_identical_to_the_reference(
     bundle4: ConvertResult, tiny_checkpoint: Path, tmp_path: Path
 ) -> None:
@@ -106,6 +103,7 @@ def test_default_bundle_is_streamed_and_identical_to_the_reference(
     assert_same_bundle(_reference(tiny_checkpoint, tmp_path / "reference").out, bundle4.out)
 
 
+@pytest.mark.converter
 def test_lora_is_merged_on_the_way_to_the_reference_bytes(
     lora_bundle8: ConvertResult, tiny_checkpoint: Path, lora_adapter: Path, tmp_path: Path
 ) -> None:
@@ -114,6 +112,7 @@ def test_lora_is_merged_on_the_way_to_the_reference_bytes(
     assert_same_bundle(reference.out, lora_bundle8.out)
 
 
+@pytest.mark.converter
 def test_rslora_adapter_streams_to_the_reference_bytes(tiny_checkpoint: Path, tmp_path: Path) -> None:
     adapter = build_lora(tiny_checkpoint, tmp_path / "adapter", rank=8, alpha=16)
     config = json.loads((adapter / "adapter_config.json").read_text())
@@ -123,6 +122,7 @@ def test_rslora_adapter_streams_to_the_reference_bytes(tiny_checkpoint: Path, tm
     assert_same_bundle(reference.out, _streamed(tiny_checkpoint, tmp_path / "streamed", adapter=adapter).out)
 
 
+@pytest.mark.converter
 def test_checkpoint_whose_dtype_disagrees_with_its_config_takes_the_reference_path(
     tiny_checkpoint: Path, tmp_path: Path
 ) -> None:
@@ -139,15 +139,7 @@ def test_checkpoint_whose_dtype_disagrees_with_its_config_takes_the_reference_pa
 # --- target bundles: untied embeddings, an EAGLE-3 head ----------------------------------------------------------
 
 
-def test_an_untied_float16_target_streams_to_the_reference_bytes(tmp_path: Path) -> None:
-    # float16: the embeddings file is rounded from float32 to bfloat16 on the way, as torch rounds it
-    target = build_qwen3(tmp_path / "t16", layers=2, tie=False, dtype="float16", seed=21)
-    reference = _reference(target, tmp_path / "reference", kind="target")
-    streamed = _streamed(target, tmp_path / "streamed", kind="target")
-    assert "embeddings_bf16.bin" in streamed.sizes and streamed.kind.name == "target"
-    assert_same_bundle(reference.out, streamed.out)
-
-
+@pytest.mark.converter
 def test_a_target_with_its_eagle_head_streams_to_the_reference_bytes(
     eagle_bundle: ConvertResult, target8: Path, head: Path, tmp_path: Path
 ) -> None:
@@ -157,6 +149,7 @@ def test_a_target_with_its_eagle_head_streams_to_the_reference_bytes(
     assert json.loads(eagle_bundle.provenance.read_text())["options"]["weights"] == "streamed"
 
 
+@pytest.mark.converter
 def test_the_cached_head_is_the_head_asked_for(target8: Path, head: Path, own_cache: Path, tmp_path: Path) -> None:
     """The graph cache keeps a head's exported files with the target's graph: another head, or the same head
     at another rope theta, must never get them."""
@@ -190,6 +183,7 @@ def test_the_cached_head_is_the_head_asked_for(target8: Path, head: Path, own_ca
     assert not (tmp_path / "plain" / "eagle.mnn").exists()
 
 
+@pytest.mark.converter
 def test_a_damaged_cached_head_file_is_detected_and_rebuilt(
     target8: Path, head: Path, own_cache: Path, tmp_path: Path
 ) -> None:
@@ -249,6 +243,7 @@ def own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return folder / "graphs"
 
 
+@pytest.mark.converter
 def test_warm_cache_starts_no_converter_and_gives_the_same_bytes(
     tiny_checkpoint: Path, own_cache: Path, tmp_path: Path
 ) -> None:
@@ -261,6 +256,7 @@ def test_warm_cache_starts_no_converter_and_gives_the_same_bytes(
     assert_same_bundle(tmp_path / "cold", tmp_path / "warm")
 
 
+@pytest.mark.converter
 def test_damaged_cache_entry_is_detected_and_rebuilt(tiny_checkpoint: Path, own_cache: Path, tmp_path: Path) -> None:
     assert run_cli("convert", str(tiny_checkpoint), "--out", str(tmp_path / "first")).returncode == 0
     (entry,) = [p for p in own_cache.iterdir() if not p.name.startswith(".")]
@@ -274,6 +270,7 @@ def test_damaged_cache_entry_is_detected_and_rebuilt(tiny_checkpoint: Path, own_
     assert_same_bundle(tmp_path / "first", tmp_path / "again")
 
 
+@pytest.mark.converter
 def test_two_conversions_on_a_cold_cache_share_it_safely(
     tiny_checkpoint: Path, own_cache: Path, tmp_path: Path
 ) -> None:
@@ -294,6 +291,7 @@ def test_two_conversions_on_a_cold_cache_share_it_safely(
     assert not list(own_cache.glob(".incoming-*"))
 
 
+@pytest.mark.converter
 def test_cache_ls_and_clear_touch_only_cache_entries(tiny_checkpoint: Path, own_cache: Path, tmp_path: Path) -> None:
     assert run_cli("convert", str(tiny_checkpoint), "--out", str(tmp_path / "b")).returncode == 0
     (own_cache / "my-notes").mkdir()  # the user pointed the cache at a folder that has other things in it
@@ -335,6 +333,7 @@ def test_cache_keeps_a_bounded_number_of_entries(
     assert graphcache.lookup(graphcache.key({"n": 4})) is not None
 
 
+@pytest.mark.converter
 def test_streamed_weights_fill_every_byte(bundle4: ConvertResult) -> None:
     # A region the writer forgot would stay as the zeros the file was created with.
     data = np.fromfile(bundle4.out / "llm.mnn.weight", dtype=np.uint8)
@@ -346,6 +345,7 @@ def test_streamed_weights_fill_every_byte(bundle4: ConvertResult) -> None:
             assert packed.any(), op["name"]
 
 
+@pytest.mark.converter
 def test_a_graph_build_that_fails_stops_the_weight_writers_and_its_error_stands(
     tiny_checkpoint: Path, own_cache: Path, tmp_path: Path
 ) -> None:

@@ -6,12 +6,18 @@ sitecustomize.py on PYTHONPATH each process they start): one line per event in $
 - `graph build`: packager's fenced llmexport worker started (a graph cache miss, or a reference conversion);
 - `llmexport`: plain llmexport run by a test (tests.models.llmexport_raw), to compare packager with it.
 
-Audit hooks see these without touching packager: os.rename and subprocess.Popen raise audit events."""
+Audit hooks see these without touching packager: os.rename and subprocess.Popen raise audit events. Each line also
+names the test it happened in and whether that test is marked to convert ($PACKAGER_TEST_NODEID and
+$PACKAGER_TEST_MAY_CONVERT, set by tests/conftest.py around each test and inherited by what it starts), so the
+session can fail a test that converts without its mark: the fast layer's promise is checked, not assumed."""
 
 import os
 import sys
 
 VARIABLE = "PACKAGER_TEST_COUNTS"
+NODEID = "PACKAGER_TEST_NODEID"
+MAY_CONVERT = "PACKAGER_TEST_MAY_CONVERT"
+KINDS = ("conversion", "graph build", "llmexport")
 _PARTIAL = ".packager-partial-"
 
 
@@ -19,7 +25,7 @@ def _record(kind: str) -> None:
     log = os.environ.get(VARIABLE)  # read when it happens: the session sets it after this process started
     if log:
         with open(log, "a", encoding="utf-8") as out:
-            out.write(kind + "\n")
+            out.write(f"{kind}\t{os.environ.get(MAY_CONVERT, '1')}\t{os.environ.get(NODEID, '')}\n")
 
 
 def _count(event, args):  # type: ignore[no-untyped-def]
@@ -38,3 +44,13 @@ def _count(event, args):  # type: ignore[no-untyped-def]
 if not getattr(sys, "_packager_test_counts", False):
     sys._packager_test_counts = True  # type: ignore[attr-defined]
     sys.addaudithook(_count)
+
+
+def read(log: str) -> tuple[dict[str, int], list[str]]:
+    """How many of each kind the log holds, and the tests that converted while not marked to (sorted, once each)."""
+    lines = (
+        [line.split("\t") for line in open(log, encoding="utf-8").read().splitlines()] if os.path.isfile(log) else []
+    )
+    made = {kind: sum(1 for line in lines if line[0] == kind) for kind in KINDS}
+    unmarked = sorted({f"{line[2]} ({line[0]})" for line in lines if len(line) == 3 and line[1] == "0"})
+    return made, unmarked
