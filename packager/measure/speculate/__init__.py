@@ -123,7 +123,7 @@ def _mode(request: Request, config: dict[str, Any], dump: Any = None) -> Mode:
         )
         raise SpeculationUnavailable(
             f"{shorten(str(request.bundle), 120)} {said}; packager speculate runs "
-            f"{' and '.join(MODES)} (upstream MNN ignores draftmodel)"
+            f"{', '.join(MODES[:-1])} and {MODES[-1]} (upstream MNN ignores draftmodel)"
         )
     if mode == "eagle":
         names = [config.get(key, default) for key, default in EAGLE_KEYS.items()]
