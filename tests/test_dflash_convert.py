@@ -11,7 +11,7 @@ import pytest
 
 from packager.bundle.kinds import TARGET_DFLASH, kind_of
 from packager.convert.dflash.faithful import MIN_COSINE
-from packager.convert.pipeline import ConvertRequest, ConvertResult, convert
+from packager.convert.pipeline import ConvertResult
 from packager.validate import validate
 from tests import shared
 from tests.dflashdrafts import build_draft
@@ -53,10 +53,8 @@ def llama31_dflash() -> ConvertResult:
             seed=4,
         ),
     )
-    key = ["dflash", shared.folder_digest(target), shared.folder_digest(draft)]
-    return shared.once(
-        "conversion", key, lambda d: convert(ConvertRequest(checkpoint=target, out=d / "b", dflash=draft))
-    )
+    result: ConvertResult = shared.converted(target, dflash=draft)
+    return result
 
 
 def test_a_llama31_target_with_a_random_dflash_draft_converts_and_passes_the_faithful_check(

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from packager.bundle.kinds import kind_of
-from packager.convert.pipeline import ConvertRequest, ConvertResult, convert
+from packager.convert.pipeline import ConvertResult
 from packager.infra.versions import installed
 from packager.measure.speculate import Request, speculate
 from packager.measure.speculate.summary import Report
@@ -44,10 +44,8 @@ def trained_dflash() -> DFlashFixture:
 
 
 def _convert(target: Path, draft: Path) -> ConvertResult:
-    key = [shared.folder_digest(target), shared.folder_digest(draft)]
-    return shared.once(
-        "conversion", ["dflash", *key], lambda d: convert(ConvertRequest(checkpoint=target, out=d / "b", dflash=draft))
-    )
+    result: ConvertResult = shared.converted(target, dflash=draft)
+    return result
 
 
 @pytest.fixture(scope="module")
