@@ -411,7 +411,7 @@ class DFlashTargetRefused(PackagerError):
     another DFlash format than packager writes."""
 
     exit_code = DFLASH_TARGET_REFUSED
-    hint = "convert a Qwen3 or Llama 3.1 target, for MNN 3.6.x (pass --engine 3.6.1)"
+    hint = "convert a target of a family the message names, for MNN 3.6.x (pass --engine 3.6.1)"
 
 
 class DFlashDraftUnfaithful(PackagerError):

@@ -134,6 +134,7 @@ def test_the_worker_job_is_one_declaration_read_back_exactly_from_its_json() -> 
         "eagle_rope_scaling": {"rope_type": "llama3", "factor": 8.0},
         "patches": ("per_layer_type_rope",),
         "left_out_tokens": ("<image_soft_token>",),
+        "dflash_layers": (1, 4, 7),
     }
     assert set(values) == {f.name for f in dataclasses.fields(WorkerJob)}, "a field this test does not set"
     job = WorkerJob(**values)
@@ -167,6 +168,8 @@ ALLOWED = {
     "convert/eagle/reference.py": "an EAGLE-3 head's format",
     "convert/inspect/eagle_head.py": "an EAGLE-3 head's format",
     "convert/rope.py": "transformers' llama3 rope for EAGLE-3 heads",
+    "convert/dflash/reference.py": "a DFlash draft's format: z-lab's layers are transformers' Qwen3 modules",
+    "convert/inspect/dflash_draft.py": "transformers' llama3 rope a Llama 3.1 DFlash draft carries",
 }
 
 

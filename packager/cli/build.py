@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from ..convert.plan import dflash_families
 from ..convert.recipe import DEFAULT_BITS, DEFAULT_BLOCK
 from ..errors import CHECKSUM_MISMATCH
 from ..families import FAMILIES
@@ -108,7 +109,7 @@ NO_CORPUS = "\0"  # what --lookahead gives without a value (no path can hold a N
     "dflash",
     type=_path(),
     metavar="DRAFT",
-    help="A DFlash draft folder (z-lab's DFlashDraftModel layout) to export with a Qwen3 or Llama 3.1 target: "
+    help=f"A DFlash draft folder (z-lab's DFlashDraftModel layout) to export with its target ({dflash_families()}): "
     "the bundle runs in MNN 3.6.x with speculative_type dflash.",
 )
 @click.option(

@@ -14,6 +14,7 @@ from ..bundle.lookahead import settings as lookahead_settings
 from ..bundle.modes import MIN_ENGINE as MODE_ENGINES
 from ..bundle.tokenizer_txt import MIN_ENGINE
 from ..errors import DFlashTargetRefused, ExtraNotInstalled, InvalidOption, SpecError, shorten
+from ..families import FAMILIES
 from ..infra.versions import missing
 from ..spec.model import ReleaseSpec
 from . import recipe as recipes
@@ -228,13 +229,19 @@ def plan(request: ConvertRequest) -> Conversion:
 DFLASH_FORMAT = "MNN 3.6.x's (dflash.mnn with the lm_head, logits out)"
 
 
+def dflash_families() -> str:
+    """The families a DFlash draft is exported with, from the registry ("Qwen3 and Llama 3.x")."""
+    titles = [family.title for family in FAMILIES if family.dflash]
+    return " and ".join([", ".join(titles[:-1]), titles[-1]] if len(titles) > 1 else titles)
+
+
 def check_dflash_target(info: CheckpointInfo, goal: EngineTarget, adapted: bool) -> None:
     """Refuse, in one line, a target packager cannot pair with a DFlash draft: a family without a DFlash export,
     an adapter (a draft is trained against one model), or an engine older than MNN's first DFlash mode."""
     if not info.family.dflash:
         raise DFlashTargetRefused(
-            f"{info.family.title} has no DFlash export in packager (a DFlash draft is exported with Qwen3 and "
-            "Llama 3.1 targets, the families with published DFlash drafts)"
+            f"{info.family.title} has no DFlash export in packager (a DFlash draft is exported with targets of "
+            f"{dflash_families()}, the families with published DFlash drafts)"
         )
     if adapted:
         raise DFlashTargetRefused(
