@@ -54,3 +54,38 @@ def family_release_spec(folder: Path, source: Path, base: str) -> Path:
     return card_spec(
         folder, base=base, source=source, extra=("quant_bits = 8", "", "[verify]", 'prompts = "prompts.txt"')
     )
+
+
+# A matrix release spec's [matrix] table over the card spec's tables: recipes by default, a checkpoint axis when
+# given checkpoints (name -> folder).
+RECIPES = (("q4", 4, 128), ("q8", 8, 0))
+
+
+def matrix_spec(
+    folder: Path,
+    *,
+    checkpoints: dict[str, Path] | None = None,
+    recipes: tuple[tuple[str, int, int], ...] = RECIPES,
+    repo_id: str = "me/tiny-{checkpoint}-{recipe}-mnn",
+    lines: tuple[str, ...] = (),  # more lines of the [matrix] table or after it
+    prompts: bool = True,
+) -> Path:
+    path = card_spec(folder, extra=(*(("", "[verify]", 'prompts = "prompts.txt"') if prompts else ()),))
+    if prompts:
+        few_prompts(folder)
+    found = checkpoints if checkpoints is not None else {"tiny": folder / "tiny"}
+    text = [
+        "",
+        "[matrix]",
+        f'repo_id = "{repo_id}"',
+        'title = "Tiny {checkpoint} draft ({recipe})"',
+        *lines,
+    ]
+    for name, checkpoint in found.items():
+        text += ["", "[[matrix.axes.checkpoint]]", f'name = "{name}"', f'convert = {{ checkpoint = "{checkpoint}" }}']
+    for name, bits, block in recipes:
+        quant = f"quant_bits = {bits}" + (f", quant_block = {block}" if block else "")
+        text += ["", "[[matrix.axes.recipe]]", f'name = "{name}"', f"convert = {{ {quant} }}"]
+    # [matrix.axes.*] arrays must come after the plain keys of [release] etc.: append them at the end
+    path.write_text(path.read_text(encoding="utf-8") + "\n".join(text) + "\n", encoding="utf-8")
+    return path
