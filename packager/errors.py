@@ -62,6 +62,7 @@ INIT_FILE_EXISTS = 60
 INIT_TARGET_REFUSED = 61
 MATRIX_INVALID = 62
 MATRIX_JOBS_FAILED = 63
+MATRIX_BUSY = 64
 COLLECTION_NOT_UPDATED = 65
 COLLECTION_FORBIDDEN = 66
 GATING_FAILED = 67
@@ -286,6 +287,13 @@ class MatrixJobsFailed(PackagerError):
 
     exit_code = MATRIX_JOBS_FAILED
     hint = "fix what the failed jobs say, then run the same release again: released jobs are not redone"
+
+
+class MatrixBusy(PackagerError):
+    """Another `release` of the same matrix is running on its run folder (its journal is held by one run)."""
+
+    exit_code = MATRIX_BUSY
+    hint = "wait for it to end (or stop it); a second run would only redo its jobs"
 
 
 # Longest excerpt of any user-supplied value that a message shows.

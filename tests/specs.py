@@ -69,8 +69,12 @@ def matrix_spec(
     repo_id: str = "me/tiny-{checkpoint}-{recipe}-mnn",
     lines: tuple[str, ...] = (),  # more lines of the [matrix] table or after it
     prompts: bool = True,
+    base: str = "meta-llama/Llama-3.2-1B-Instruct",
+    verify: tuple[str, ...] = (),  # more lines of [verify]
 ) -> Path:
-    path = card_spec(folder, extra=(*(("", "[verify]", 'prompts = "prompts.txt"') if prompts else ()),))
+    path = card_spec(
+        folder, base=base, extra=(*(("", "[verify]", 'prompts = "prompts.txt"', *verify) if prompts else ()),)
+    )
     if prompts:
         few_prompts(folder)
     found = checkpoints if checkpoints is not None else {"tiny": folder / "tiny"}
@@ -86,6 +90,5 @@ def matrix_spec(
     for name, bits, block in recipes:
         quant = f"quant_bits = {bits}" + (f", quant_block = {block}" if block else "")
         text += ["", "[[matrix.axes.recipe]]", f'name = "{name}"', f"convert = {{ {quant} }}"]
-    # [matrix.axes.*] arrays must come after the plain keys of [release] etc.: append them at the end
     path.write_text(path.read_text(encoding="utf-8") + "\n".join(text) + "\n", encoding="utf-8")
     return path

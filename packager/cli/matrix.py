@@ -1,12 +1,16 @@
-"""Commands of a matrix release spec: plan (its jobs)."""
+"""Commands of a matrix release spec: plan (its jobs); release's matrix run (its bars and summary)."""
 
 from __future__ import annotations
 
 import json
+import sys
+import threading
 from pathlib import Path
+from typing import Any
 
 import click
 
+from ..errors import printable
 from . import cli
 from .options import json_option, option, spec_argument
 
@@ -56,3 +60,124 @@ def table(rows: list[dict[str, object]], excluded: int) -> str:
     left = f", {excluded} excluded" if excluded else ""
     lines.append(f"{len(rows)} job{'s' if len(rows) != 1 else ''}{left}")
     return "\n".join(lines)
+
+
+class MatrixBars:
+    """On a terminal, an overall bar (jobs finished) and one bar per running job showing its current stage; quiet
+    elsewhere (a CI log gets the summary only)."""
+
+    def __init__(self, total: int, quiet: bool) -> None:
+        from .progress import stderr_is_terminal
+
+        self.on = not quiet and stderr_is_terminal()
+        self.bars: dict[str, Any] = {}
+        self.free: list[int] = []
+        self.lock = threading.Lock()
+        self.overall: Any = None
+        if self.on:
+            from tqdm import tqdm
+
+            self.overall = tqdm(total=total, desc="matrix", unit="job", file=sys.stderr, position=0, leave=True)
+
+    def __call__(self, kind: str, job: str, text: str) -> None:
+        if not self.on:
+            return
+        from tqdm import tqdm
+
+        with self.lock:
+            if kind == "start":
+                position = self.free.pop(0) if self.free else len(self.bars) + 1
+                self.bars[job] = tqdm(
+                    total=None, desc=job, bar_format="{desc} [{elapsed}] {postfix}", file=sys.stderr,
+                    position=position, leave=False,
+                )  # fmt: skip
+                self.bars[job].position_ = position
+            elif kind == "line" and job in self.bars:
+                self.bars[job].set_postfix_str(printable(text)[:60])
+            elif kind in ("done", "skipped"):
+                bar = self.bars.pop(job, None)
+                if bar is not None:
+                    self.free.append(bar.position_)
+                    bar.close()
+                self.overall.update(1)
+                self.overall.set_postfix_str(f"{job} {text or 'released earlier'}")
+
+    def close(self) -> None:
+        with self.lock:
+            for bar in self.bars.values():
+                bar.close()
+            if self.overall is not None:
+                self.overall.close()
+
+
+def matrix_release(ctx: click.Context, spec_path: Path, bundle: Path | None, dry_run: bool, *common: Any) -> bool:
+    """Whether SPEC is a matrix, released here if so (`release`'s options that a matrix cannot take refused).
+    `common`: jobs, only, folder, endpoint, private, token, as_json, output, quiet."""
+    from ..errors import InvalidOption, SpecError
+    from ..spec.model import read
+
+    try:
+        data = read(spec_path)
+    except SpecError:
+        data = {}  # not read as a matrix: the single release says what is wrong with it, as before
+    names = ("jobs", "only", "folder", "endpoint", "private", "token", "as_json", "output", "quiet")
+    options = dict(zip(names, common))
+    if "matrix" not in data:
+        if options["jobs"] != 1 or options["only"]:
+            raise InvalidOption("--jobs and --job are for a matrix spec ([matrix])", "release this spec without them")
+        return False
+    if bundle is not None or dry_run:
+        raise InvalidOption(
+            f"{'--bundle' if bundle is not None else '--dry-run'} is for a single release, and {spec_path} is a matrix",
+            "packager plan SPEC shows what a matrix would release",
+        )
+    release_matrix(ctx, spec_path, **options)
+    return True
+
+
+def release_matrix(
+    ctx: click.Context,
+    spec_path: Path,
+    *,
+    jobs: int,
+    only: tuple[str, ...],
+    folder: Path | None,
+    endpoint: str | None,
+    private: bool,
+    token: str | None,
+    as_json: bool,
+    output: Path | None,
+    quiet: bool,
+) -> None:
+    """`release SPEC` of a matrix spec: every job, `jobs` at a time; the summary beside the journal."""
+    from ..bundle.staging import write_atomic
+    from ..errors import InvalidOption, MatrixJobsFailed
+    from ..release.matrix import gather
+    from ..release.matrix.jobs import Target
+    from ..release.matrix.run import MatrixRequest, default_folder, run
+    from ..spec import matrix as matrix_spec
+
+    matrix = matrix_spec.load(spec_path)
+    unknown = [name for name in only if name not in {j.id for j in matrix.jobs}]
+    if unknown:
+        raise InvalidOption(f"--job {unknown[0]} is no job of the matrix", "packager plan SPEC lists them")
+    request = MatrixRequest(matrix, folder or default_folder(matrix), Target(endpoint, token, private), jobs, only)
+    bars = MatrixBars(len(only) or len(matrix.jobs), quiet)
+    try:
+        result = run(request, bars)
+    finally:
+        bars.close()
+    data = gather.summary(result, endpoint)
+    text = json.dumps(data, indent=2) + "\n"
+    write_atomic(request.folder / "summary.json", text.encode("utf-8"))
+    write_atomic(request.folder / "summary.md", gather.markdown(data).encode("utf-8"))
+    if output is not None:
+        write_atomic(output, text.encode("utf-8"))
+    click.echo(text.rstrip() if as_json else gather.markdown(data).rstrip())
+    if result.failed:
+        error = MatrixJobsFailed(f"{len(result.failed)} of {len(result.outcomes)} jobs failed: " + "; ".join(
+            f"{o.job}: {o.error}" for o in result.failed))  # fmt: skip
+        click.echo(f"packager: error: {printable(error.one_line())}", err=True)
+        ctx.exit(error.exit_code)
+    if result.collection_error is not None:
+        raise result.collection_error

@@ -1,0 +1,101 @@
+"""A matrix released to the local Hub by the real converter, with two processes: a failing job fails alone, jobs
+that share a graph build it once, and a run killed by SIGKILL mid-way finishes on its rerun with every release
+landed exactly once."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from packager.errors import MATRIX_JOBS_FAILED
+from tests.localhub import LocalHub, history, hub
+from tests.matrixruns import graph_builds, released_in_journal
+from tests.specs import matrix_spec
+
+pytestmark = [pytest.mark.converter, pytest.mark.hub]
+
+LENIENT = ("mean_cosine = 0.9",)  # the tiny random checkpoint at 4 bits is not the point here
+VARIANTS = ("", "[[matrix.axes.variant]]", 'name = "a"', "", "[[matrix.axes.variant]]", 'name = "b"',
+            'card = { intended_use = "The same bundle, another card." }')  # fmt: skip
+
+
+def _release(hub: LocalHub, spec: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return hub.cli("release", str(spec), "--json", *args, timeout=900)
+
+
+def test_a_matrix_releases_with_two_processes_and_a_failing_job_fails_alone(
+    hub: LocalHub, tiny_checkpoint: Path, tmp_path: Path
+) -> None:
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text("{}", encoding="utf-8")
+    spec = matrix_spec(
+        tmp_path,
+        checkpoints={"tiny": tiny_checkpoint, "broken": broken},
+        recipes=(("q8", 8, 0),),
+        repo_id="me/{checkpoint}-{variant}-mnn",
+        base="Qwen/Qwen3-0.6B",
+        verify=LENIENT,
+    )
+    text = spec.read_text(encoding="utf-8").replace('version = "v1"', 'version = "v1"\ncollection = "Tiny drafts"')
+    spec.write_text(text + "\n".join(VARIANTS) + "\n", encoding="utf-8")
+    result = _release(hub, spec, "--jobs", "2")
+    assert result.returncode == MATRIX_JOBS_FAILED, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.startswith("packager: error:")]
+    assert len(lines) == 1 and "2 of 4 jobs failed: broken-q8-a:" in lines[0] and "broken-q8-b:" in lines[0]
+    assert "Traceback" not in result.stderr
+    data = json.loads(result.stdout)
+    status = {job["job"]: job["status"] for job in data["jobs"]}
+    assert status == {"tiny-q8-a": "released", "tiny-q8-b": "released", "broken-q8-a": "failed",
+                      "broken-q8-b": "failed"}  # fmt: skip
+    for repo in ("me/tiny-a-mnn", "me/tiny-b-mnn"):
+        assert len(history(hub, repo)) == 1
+        assert hub.cli("verify-remote", f"{repo}@v1").returncode == 0
+    # tiny-q8-a and tiny-q8-b build one graph: the first builds it (if no earlier test did), the second reuses it
+    assert graph_builds(os.environ.get("PACKAGER_TEST_NODEID", "")) <= 1
+    folder = tmp_path / "dist" / "matrix-release"
+    assert json.loads((folder / "summary.json").read_text(encoding="utf-8")) == data
+    assert "| tiny-q8-a | me/tiny-a-mnn@v1 (" in (folder / "summary.md").read_text(encoding="utf-8")
+    slug = data["collection"].split("(")[1].split(")")[0]
+    items = hub.api(f"/api/collections/{slug}")["items"]
+    assert sorted(i["id"] for i in items) == ["me/tiny-a-mnn", "me/tiny-b-mnn"]
+    assert all(i["note"]["text"].startswith("tiny × q8 × ") for i in items)
+    again = _release(hub, spec, "--jobs", "2")  # only the failed jobs run again; the released are confirmed
+    assert again.returncode == MATRIX_JOBS_FAILED
+    status = {job["job"]: job["status"] for job in json.loads(again.stdout)["jobs"]}
+    assert status["tiny-q8-a"] == status["tiny-q8-b"] == "skipped"
+    assert [len(history(hub, r)) for r in ("me/tiny-a-mnn", "me/tiny-b-mnn")] == [1, 1]
+
+
+def test_a_matrix_killed_mid_run_finishes_on_its_rerun_with_each_release_landed_once(
+    hub: LocalHub, tiny_checkpoint: Path, tmp_path: Path
+) -> None:
+    spec = matrix_spec(tmp_path, checkpoints={"tiny": tiny_checkpoint}, base="Qwen/Qwen3-0.6B", verify=LENIENT)
+    folder = tmp_path / "dist" / "matrix-release"
+    run = subprocess.Popen(
+        [sys.executable, "-m", "packager.cli", "release", str(spec), "--jobs", "2", "--quiet"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=hub.env(),
+    )
+    try:
+        released_in_journal(folder, run)  # the first job is released, the other one is still on its way
+        run.send_signal(signal.SIGKILL)
+    finally:
+        run.communicate(timeout=60)
+    again = _release(hub, spec, "--jobs", "2")
+    assert again.returncode == 0, again.stderr
+    jobs = json.loads(again.stdout)["jobs"]
+    assert {job["job"] for job in jobs} == {"tiny-q4", "tiny-q8"}
+    assert "skipped" in {job["status"] for job in jobs}  # what the killed run released is not redone
+    for repo in ("me/tiny-tiny-q4-mnn", "me/tiny-tiny-q8-mnn"):
+        assert len(history(hub, repo)) == 1  # no duplicate commit, nothing missing
+        tags = hub.api(f"/api/models/{repo}/refs")["tags"]
+        assert [t["name"] for t in tags] == ["v1"]
