@@ -169,3 +169,12 @@ def test_a_single_bundle_command_refuses_a_matrix_in_one_line(tmp_path: Path) ->
     spec = _spec(tmp_path)
     card = invoke("card", str(tmp_path), "--spec", str(spec))
     assert card.exit_code == SPEC_ERROR and "is a matrix ([matrix])" in one_error_line(card)
+
+
+def test_the_example_matrix_plans_its_four_jobs_and_passes_check_spec() -> None:
+    example = Path(__file__).resolve().parents[1] / "examples" / "matrix.toml"
+    matrix = matrix_spec.load(example)
+    assert [job.id for job in matrix.jobs] == ["q8-draft", "q8-target", "q8b128-draft", "q8b128-target"]
+    assert len({job.repo_id for job in matrix.jobs}) == 4 and matrix.jobs[0].release.collection == "Tiny demo drafts"
+    checked = invoke("check-spec", str(example))
+    assert checked.exit_code == 0 and "ERROR" not in checked.stdout  # the checkpoint the demo builds: a warning

@@ -15,6 +15,7 @@ from .jobs import JobOutcome, MatrixResult, Target
 
 SUMMARY_VERSION = 1
 MAX_NOTE = 500  # the Hub's limit on a collection item's note
+STATUS = {"unchanged": "released (no commit: the Hub held it)", "skipped": "released by an earlier run"}
 
 
 def summary(result: MatrixResult, endpoint: str | None = None) -> dict[str, Any]:
@@ -89,7 +90,7 @@ def markdown(data: dict[str, Any]) -> str:
     for job in data["jobs"]:
         where = f"{job['repo_id']}@{job['tag']}" + (f" ({job['commit'][:12]})" if job["commit"] else "")
         acceptance = "-" if job["acceptance"] is None else f"{job['acceptance']:.3f}"
-        status = job["status"] if job["status"] != "failed" else f"FAILED: {job['error']}"
+        status = STATUS.get(job["status"], job["status"]) if job["status"] != "failed" else f"FAILED: {job['error']}"
         cells = (job["job"], where, _size(job["size"]), _fidelity(job["fidelity"]), acceptance, status)
         lines.append("| " + " | ".join(_cell(str(c)) for c in cells) + " |")
     if data["collection"]:
