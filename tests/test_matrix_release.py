@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from packager.errors import MATRIX_JOBS_FAILED
-from tests.localhub import LocalHub, history, hub
+from tests.localhub import LocalHub, history, hub, jobs_hub
 from tests.matrixruns import graph_builds, released_in_journal
 from tests.specs import matrix_spec
 
@@ -99,3 +99,23 @@ def test_a_matrix_killed_mid_run_finishes_on_its_rerun_with_each_release_landed_
         assert len(history(hub, repo)) == 1  # no duplicate commit, nothing missing
         tags = hub.api(f"/api/models/{repo}/refs")["tags"]
         assert [t["name"] for t in tags] == ["v1"]
+
+
+def test_a_matrix_runs_as_hugging_face_jobs_through_the_local_hubs_jobs_endpoints(
+    jobs_hub: LocalHub, tiny_checkpoint: Path, tmp_path: Path
+) -> None:
+    spec = matrix_spec(tmp_path, checkpoints={"tiny": tiny_checkpoint}, base="Qwen/Qwen3-0.6B", verify=LENIENT)
+    result = _release(jobs_hub, spec, "--backend", "hf-jobs", "--jobs", "2", "--flavor", "cpu-basic")
+    assert result.returncode == 0, result.stderr
+    jobs = json.loads(result.stdout)["jobs"]
+    assert [(job["job"], job["status"]) for job in jobs] == [("tiny-q4", "released"), ("tiny-q8", "released")]
+    assert "[tiny-q4] " in result.stderr and "[tiny-q8] " in result.stderr  # each job's log, under its id
+    ran = sorted((jobs_hub.root / "jobs").iterdir())
+    assert len(ran) == 2 and all((folder / "journal.jsonl").is_file() for folder in ran)  # each in its own folder
+    for repo in ("me/tiny-tiny-q4-mnn", "me/tiny-tiny-q8-mnn"):
+        assert len(history(jobs_hub, repo)) == 1
+    journal = (tmp_path / "dist" / "matrix-release" / "journal.jsonl").read_text(encoding="utf-8")
+    assert journal.count('"event": "submitted"') == 2
+    again = _release(jobs_hub, spec, "--backend", "hf-jobs")
+    assert {job["status"] for job in json.loads(again.stdout)["jobs"]} == {"skipped"}
+    assert len(list((jobs_hub.root / "jobs").iterdir())) == 2  # nothing submitted again

@@ -70,6 +70,7 @@ class MatrixBars:
         from .progress import stderr_is_terminal
 
         self.on = not quiet and stderr_is_terminal()
+        self.quiet = quiet
         self.bars: dict[str, Any] = {}
         self.free: list[int] = []
         self.lock = threading.Lock()
@@ -81,6 +82,8 @@ class MatrixBars:
 
     def __call__(self, kind: str, job: str, text: str) -> None:
         if not self.on:
+            if kind == "log" and not self.quiet:  # a Hugging Face Job's log line, under its job's id
+                click.echo(f"[{job}] {printable(text)}", err=True)
             return
         from tqdm import tqdm
 
@@ -94,6 +97,8 @@ class MatrixBars:
                 self.bars[job].position_ = position
             elif kind == "line" and job in self.bars:
                 self.bars[job].set_postfix_str(printable(text)[:60])
+            elif kind == "log":
+                tqdm.write(f"[{job}] {printable(text)}", file=sys.stderr)
             elif kind in ("done", "skipped"):
                 bar = self.bars.pop(job, None)
                 if bar is not None:
@@ -110,9 +115,30 @@ class MatrixBars:
                 self.overall.close()
 
 
+def matrix_options(command: Any) -> Any:
+    """release's options for a matrix spec: how many jobs at once, which jobs, and where they run."""
+    for decorator in reversed(
+        (
+            option(
+                "--jobs", "-j", metavar="N", type=click.IntRange(1, 64), default=1, help="A matrix: N jobs at once."
+            ),
+            option("--job", "only", metavar="ID", multiple=True, help="A matrix: release only this job (repeatable)."),
+            option(
+                "--backend",
+                type=click.Choice(["local", "hf-jobs"]),
+                default="local",
+                help="A matrix: run its jobs here (a process pool) or as Hugging Face Jobs on --endpoint.",
+            ),
+            option("--flavor", default="cpu-upgrade", help="With --backend hf-jobs: the Jobs hardware flavor."),
+        )
+    ):
+        command = decorator(command)
+    return command
+
+
 def matrix_release(ctx: click.Context, spec_path: Path, bundle: Path | None, dry_run: bool, *common: Any) -> bool:
     """Whether SPEC is a matrix, released here if so (`release`'s options that a matrix cannot take refused).
-    `common`: jobs, only, folder, endpoint, private, token, as_json, output, quiet."""
+    `common`: jobs, only, backend, flavor, folder, endpoint, private, token, as_json, output, quiet."""
     from ..errors import InvalidOption, SpecError
     from ..spec.model import read
 
@@ -120,11 +146,25 @@ def matrix_release(ctx: click.Context, spec_path: Path, bundle: Path | None, dry
         data = read(spec_path)
     except SpecError:
         data = {}  # not read as a matrix: the single release says what is wrong with it, as before
-    names = ("jobs", "only", "folder", "endpoint", "private", "token", "as_json", "output", "quiet")
+    names = (
+        "jobs",
+        "only",
+        "backend",
+        "flavor",
+        "folder",
+        "endpoint",
+        "private",
+        "token",
+        "as_json",
+        "output",
+        "quiet",
+    )
     options = dict(zip(names, common))
     if "matrix" not in data:
-        if options["jobs"] != 1 or options["only"]:
-            raise InvalidOption("--jobs and --job are for a matrix spec ([matrix])", "release this spec without them")
+        if options["jobs"] != 1 or options["only"] or options["backend"] != "local":
+            raise InvalidOption(
+                "--jobs, --job and --backend are for a matrix spec ([matrix])", "release this spec without them"
+            )
         return False
     if bundle is not None or dry_run:
         raise InvalidOption(
@@ -141,6 +181,8 @@ def release_matrix(
     *,
     jobs: int,
     only: tuple[str, ...],
+    backend: str,
+    flavor: str,
     folder: Path | None,
     endpoint: str | None,
     private: bool,
@@ -153,6 +195,7 @@ def release_matrix(
     from ..bundle.staging import write_atomic
     from ..errors import InvalidOption, MatrixJobsFailed
     from ..release.matrix import gather
+    from ..release.matrix.hfjobs import HfJobsOptions
     from ..release.matrix.jobs import Target
     from ..release.matrix.run import MatrixRequest, default_folder, run
     from ..spec import matrix as matrix_spec
@@ -161,7 +204,8 @@ def release_matrix(
     unknown = [name for name in only if name not in {j.id for j in matrix.jobs}]
     if unknown:
         raise InvalidOption(f"--job {unknown[0]} is no job of the matrix", "packager plan SPEC lists them")
-    request = MatrixRequest(matrix, folder or default_folder(matrix), Target(endpoint, token, private), jobs, only)
+    target, remote = Target(endpoint, token, private), HfJobsOptions(flavor=flavor)
+    request = MatrixRequest(matrix, folder or default_folder(matrix), target, jobs, only, backend, remote)
     bars = MatrixBars(len(only) or len(matrix.jobs), quiet)
     try:
         result = run(request, bars)

@@ -11,6 +11,7 @@ import click
 
 from ..errors import CHECKSUM_MISMATCH, InvalidOption
 from . import StderrProgress, _emit, _path, cli, warn
+from .matrix import matrix_options
 from .options import (
     endpoint_option,
     hub_token,
@@ -282,8 +283,7 @@ def verify_remote(
     "unchanged / delete, the tag, the gating, the collection): nothing "
     "changes on the Hub.",
 )
-@option("--jobs", "-j", metavar="N", type=click.IntRange(1, 64), default=1, help="A matrix spec: N jobs at once.")
-@option("--job", "only", metavar="ID", multiple=True, help="A matrix spec: release only this job (repeatable).")
+@matrix_options
 @json_option
 @output_option(
     "Also write the JSON summary to this file, also when the release fails (a CI artifact; "
@@ -303,6 +303,8 @@ def release(
     dry_run: bool,
     jobs: int,
     only: tuple[str, ...],
+    backend: str,
+    flavor: str,
     as_json: bool,
     output: Path | None,
     quiet: bool,
@@ -337,7 +339,7 @@ def release(
     if summary_path is not None:
         _writable(summary_path)  # before any work: a release must not end unable to say what it did
     token = hub_token(token_file)
-    common = (jobs, only, out, endpoint, private, token, as_json, output, quiet)
+    common = (jobs, only, backend, flavor, out, endpoint, private, token, as_json, output, quiet)
     if matrix_release(ctx, spec_path, bundle, dry_run, *common):
         return
     spec = None

@@ -24,7 +24,7 @@ from ...spec.matrix import Job
 
 JOURNAL = "journal.jsonl"
 LOCK = "journal.lock"
-Event = Literal["start", "released", "failed"]
+Event = Literal["start", "submitted", "released", "failed"]  # submitted: to Hugging Face Jobs (its id)
 
 
 def fingerprint(job: Job) -> str:
@@ -69,7 +69,9 @@ def replay(records: Iterable[Record], fingerprints: dict[str, str]) -> dict[str,
             continue
         before = states[record.job]
         if record.event == "start":
-            states[record.job] = JobState("started", before.facts, before.attempts + 1)
+            states[record.job] = JobState("started", {}, before.attempts + 1)
+        elif record.event == "submitted":
+            states[record.job] = JobState("started", record.facts, before.attempts)
         elif record.event in ("released", "failed"):
             states[record.job] = JobState(record.event, record.facts, before.attempts)
     return states

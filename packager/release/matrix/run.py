@@ -21,7 +21,9 @@ from typing import Any
 
 from ...errors import PackagerError
 from ...spec.matrix import Job, Matrix
+from . import hfjobs
 from .gather import update_collection
+from .hfjobs import HfJobsOptions
 from .jobs import JobOutcome, MatrixResult, Target, run_job, start_worker
 from .journal import Journal, fingerprint, replay
 
@@ -36,6 +38,8 @@ class MatrixRequest:
     target: Target = Target()
     jobs: int = 1  # processes at once
     only: tuple[str, ...] = ()  # run only these jobs (a CI matrix runs one job a runner)
+    backend: str = "local"  # local (a process pool here) or hf-jobs (Hugging Face Jobs)
+    hf_jobs: HfJobsOptions = HfJobsOptions()
 
 
 def default_folder(matrix: Matrix) -> Path:
@@ -62,7 +66,25 @@ def run(request: MatrixRequest, on_event: OnEvent = lambda kind, job, text: None
                 on_event("skipped", job.id, "")
             else:
                 todo.append(job)
-        for outcome in _execute(todo, request, journal, on_event):
+        if request.backend == "hf-jobs":
+            submitted = {j.id: states[j.id].facts["hf_job"] for j in todo if "hf_job" in states[j.id].facts}
+            for job in todo:
+                if job.id not in submitted:
+                    journal.append(job, "start")
+            done = hfjobs.execute(
+                todo,
+                spec=str(matrix.path.resolve()),
+                target=request.target,
+                jobs=request.jobs,
+                options=request.hf_jobs,
+                journal=journal,
+                submitted=submitted,
+                on_event=on_event,
+                record=lambda job, outcome: _record(journal, job, outcome),
+            )
+        else:
+            done = _execute(todo, request, journal, on_event)
+        for outcome in done:
             outcomes[outcome.job] = outcome
     ordered = tuple(outcomes[j.id] for j in selected)
     result = MatrixResult(matrix, request.folder, ordered)
@@ -104,10 +126,14 @@ def _execute(todo: list[Job], request: MatrixRequest, journal: Journal, on_event
             for future in done:
                 job = running.pop(future)
                 outcome = _outcome(future, job)
-                journal.append(job, "failed" if not outcome.ok else "released", outcome.facts())
+                _record(journal, job, outcome)
                 results.append(outcome)
                 ready.extend(waiting.pop(graph_group(job), ()))  # the graph is cached now: the rest of its group
     return results
+
+
+def _record(journal: Journal, job: Job, outcome: JobOutcome) -> None:
+    journal.append(job, "failed" if not outcome.ok else "released", outcome.facts())
 
 
 def _outcome(future: Future[JobOutcome], job: Job) -> JobOutcome:
