@@ -62,6 +62,11 @@ def table(rows: list[dict[str, object]], excluded: int) -> str:
     return "\n".join(lines)
 
 
+# release's options a matrix takes, in the order publish.release passes them (matrix_release's `common`)
+COMMON: tuple[str, ...] = ("jobs", "only", "backend", "flavor", "gather_from", "folder", "endpoint", "private")
+COMMON += ("token", "as_json", "output", "quiet")
+
+
 class MatrixBars:
     """On a terminal, an overall bar (jobs finished) and one bar per running job showing its current stage; quiet
     elsewhere (a CI log gets the summary only)."""
@@ -130,6 +135,14 @@ def matrix_options(command: Any) -> Any:
                 help="A matrix: run its jobs here (a process pool) or as Hugging Face Jobs on --endpoint.",
             ),
             option("--flavor", default="cpu-upgrade", help="With --backend hf-jobs: the Jobs hardware flavor."),
+            option(
+                "--gather",
+                "gather_from",
+                metavar="DIR",
+                type=click.Path(path_type=Path, file_okay=False, exists=True),
+                help="A matrix whose jobs ran elsewhere (a CI job each): read their summary.json files under DIR, "
+                "update the collection once, write the matrix's summary.",
+            ),
         )
     ):
         command = decorator(command)
@@ -138,7 +151,7 @@ def matrix_options(command: Any) -> Any:
 
 def matrix_release(ctx: click.Context, spec_path: Path, bundle: Path | None, dry_run: bool, *common: Any) -> bool:
     """Whether SPEC is a matrix, released here if so (`release`'s options that a matrix cannot take refused).
-    `common`: jobs, only, backend, flavor, folder, endpoint, private, token, as_json, output, quiet."""
+    `common`: jobs, only, backend, flavor, gather_from, folder, endpoint, private, token, as_json, output, quiet."""
     from ..errors import InvalidOption, SpecError
     from ..spec.model import read
 
@@ -146,24 +159,13 @@ def matrix_release(ctx: click.Context, spec_path: Path, bundle: Path | None, dry
         data = read(spec_path)
     except SpecError:
         data = {}  # not read as a matrix: the single release says what is wrong with it, as before
-    names = (
-        "jobs",
-        "only",
-        "backend",
-        "flavor",
-        "folder",
-        "endpoint",
-        "private",
-        "token",
-        "as_json",
-        "output",
-        "quiet",
-    )
+    names = COMMON
     options = dict(zip(names, common))
     if "matrix" not in data:
-        if options["jobs"] != 1 or options["only"] or options["backend"] != "local":
+        if options["jobs"] != 1 or options["only"] or options["backend"] != "local" or options["gather_from"]:
             raise InvalidOption(
-                "--jobs, --job and --backend are for a matrix spec ([matrix])", "release this spec without them"
+                "--jobs, --job, --backend and --gather are for a matrix spec ([matrix])",
+                "release this spec without them",
             )
         return False
     if bundle is not None or dry_run:
@@ -183,6 +185,7 @@ def release_matrix(
     only: tuple[str, ...],
     backend: str,
     flavor: str,
+    gather_from: Path | None,
     folder: Path | None,
     endpoint: str | None,
     private: bool,
@@ -206,12 +209,16 @@ def release_matrix(
         raise InvalidOption(f"--job {unknown[0]} is no job of the matrix", "packager plan SPEC lists them")
     target, remote = Target(endpoint, token, private), HfJobsOptions(flavor=flavor)
     request = MatrixRequest(matrix, folder or default_folder(matrix), target, jobs, only, backend, remote)
-    bars = MatrixBars(len(only) or len(matrix.jobs), quiet)
-    try:
-        result = run(request, bars)
-    finally:
-        bars.close()
+    if gather_from is not None:
+        result = gather.gathered(matrix, request.folder, target, gather_from)
+    else:
+        bars = MatrixBars(len(only) or len(matrix.jobs), quiet)
+        try:
+            result = run(request, bars)
+        finally:
+            bars.close()
     data = gather.summary(result, endpoint)
+    request.folder.mkdir(parents=True, exist_ok=True)
     text = json.dumps(data, indent=2) + "\n"
     write_atomic(request.folder / "summary.json", text.encode("utf-8"))
     write_atomic(request.folder / "summary.md", gather.markdown(data).encode("utf-8"))

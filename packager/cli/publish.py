@@ -305,6 +305,7 @@ def release(
     only: tuple[str, ...],
     backend: str,
     flavor: str,
+    gather_from: Path | None,
     as_json: bool,
     output: Path | None,
     quiet: bool,
@@ -339,7 +340,7 @@ def release(
     if summary_path is not None:
         _writable(summary_path)  # before any work: a release must not end unable to say what it did
     token = hub_token(token_file)
-    common = (jobs, only, backend, flavor, out, endpoint, private, token, as_json, output, quiet)
+    common = (jobs, only, backend, flavor, gather_from, out, endpoint, private, token, as_json, output, quiet)
     if matrix_release(ctx, spec_path, bundle, dry_run, *common):
         return
     spec = None

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from ... import __version__
 from ...errors import PackagerError
-from ...spec.matrix import REVISION
+from ...spec.matrix import REVISION, Matrix
 from ...spec.plan import builds
 from .jobs import JobOutcome, MatrixResult, Target
 
@@ -135,3 +136,32 @@ def update_collection(result: MatrixResult, target: Target) -> MatrixResult:
         return replace(result, collection_error=exc)
     said = f"collection {release.collection!r} ({slug}): {len(released)} repos, {added} added, notes set"
     return replace(result, collection=said)
+
+
+def gathered(matrix: Matrix, folder: Path, target: Target, summaries: Path) -> MatrixResult:
+    """`release SPEC --gather DIR`: the jobs' summaries as one result, then the collection updated once."""
+    result = from_summaries(MatrixResult(matrix, folder, ()), summaries)
+    return update_collection(result, target) if matrix.jobs[0].release.collection is not None else result
+
+
+def from_summaries(result: MatrixResult, summaries: Path) -> MatrixResult:
+    """The matrix's result from the summaries its jobs wrote elsewhere (a CI job each, gathered as artifacts under
+    `summaries`): a job with no summary failed (its CI job did not finish)."""
+    from ...errors import MatrixInvalid
+    from ...infra.jsonfile import read_json
+
+    found: dict[str, dict[str, Any]] = {}
+    for path in sorted(summaries.rglob("summary.json")):
+        data = read_json(path, MatrixInvalid, what="a matrix job's summary")
+        for row in data.get("jobs", []) if isinstance(data, dict) else []:
+            if isinstance(row, dict) and isinstance(row.get("job"), str):
+                found[row["job"]] = row
+    outcomes = []
+    for job in result.matrix.jobs:
+        row = found.get(job.id)
+        if row is None or row.get("status") not in ("released", "unchanged", "skipped", "failed"):
+            said = f"no summary of it under {summaries}: its job did not finish"
+            outcomes.append(JobOutcome(job.id, "failed", job.repo_id, job.release.version, error=said, exit_code=1))
+        else:
+            outcomes.append(JobOutcome.from_facts(job.id, row["status"], row))
+    return replace(result, outcomes=tuple(outcomes))
