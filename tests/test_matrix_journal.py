@@ -145,6 +145,7 @@ def test_release_refuses_what_a_matrix_cannot_take_in_one_line(tmp_path: Path) -
         assert result.exit_code == INVALID_OPTION and said in one_error_line(result)
     single = card_spec(tmp_path / "a")
     result = invoke("release", str(single), "--jobs", "2")
-    assert result.exit_code == INVALID_OPTION and "--jobs, --job and --backend are for a matrix" in one_error_line(
-        result
+    assert (
+        result.exit_code == INVALID_OPTION
+        and "--jobs, --job, --backend and --gather are for a matrix" in one_error_line(result)
     )
