@@ -70,6 +70,17 @@ def once(kind: str, key: Any, build: Callable[[Path], T]) -> T:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
+def converted(checkpoint: Path, **options: Any) -> Any:
+    """`packager.convert` of `checkpoint` with `options`, made once per session (keyed by the checkpoint's files and
+    the options): its ConvertResult, whose bundle the tests copy before changing anything."""
+    from packager.convert.pipeline import ConvertRequest, convert
+
+    key = [folder_digest(checkpoint), sorted((k, str(v)) for k, v in options.items())]
+    return once(
+        "conversion", key, lambda d: convert(ConvertRequest(checkpoint=checkpoint, out=d / "bundle", **options))
+    )
+
+
 def count() -> dict[str, int]:
     """How many of each kind this session built (each once, whichever worker built it)."""
     log = root() / "builds.log"

@@ -17,6 +17,7 @@ from packager.bundle.checksum import read_manifest
 from packager.convert.pipeline import ConvertRequest, ConvertResult, convert
 from packager.trust.keys import PASSPHRASE_ENV
 from packager.validate import validate
+from tests import shared
 from tests.conftest import run_cli
 from tests.signkeys import Keys, keys
 from tests.specs import card_spec as _spec
@@ -47,10 +48,9 @@ def one_line_error(result, code: int, *words: str) -> None:  # type: ignore[no-u
 
 
 @pytest.fixture(scope="module")
-def qwen25_bundle8(qwen25_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> ConvertResult:
-    return convert(
-        ConvertRequest(checkpoint=qwen25_checkpoint, out=tmp_path_factory.mktemp("q25") / "bundle", quant_bits=8)
-    )
+def qwen25_bundle8(qwen25_checkpoint: Path) -> ConvertResult:
+    result: ConvertResult = shared.converted(qwen25_checkpoint, quant_bits=8)
+    return result
 
 
 def test_a_llama_card_states_the_llama_license_built_with_llama_and_ships_its_license_file(

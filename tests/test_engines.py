@@ -23,6 +23,7 @@ from packager.errors import InvalidOption
 from packager.measure.engines import venvs
 from packager.measure.engines.check import check, compare, run_probe
 from packager.validate import validate
+from tests import shared
 from tests.conftest import run_cli
 
 pytestmark = pytest.mark.engines
@@ -31,9 +32,8 @@ OLDEST_TEXT = format_version(OLDEST)
 
 
 @pytest.fixture(scope="module")
-def oldest(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> ConvertResult:
-    out = tmp_path_factory.mktemp("oldest") / "bundle"
-    result = convert(ConvertRequest(checkpoint=tiny_checkpoint, out=out, engine=OLDEST_TEXT))
+def oldest(tiny_checkpoint: Path) -> ConvertResult:
+    result: ConvertResult = shared.converted(tiny_checkpoint, engine=OLDEST_TEXT)
     assert result.path == "streamed"  # the option keeps the weight layout: no fallback to the reference path
     return result
 

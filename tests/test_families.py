@@ -13,6 +13,7 @@ import pytest
 from packager.convert.inspect.checkpoint import inspect_checkpoint
 from packager.convert.pipeline import ConvertRequest, convert
 from packager.families.smollm2 import SMOLLM2
+from tests import shared
 from tests.bundlecheck import assert_same_bundle
 from tests.conftest import run_cli
 from tests.families import build_llama32, smollm2_checkpoint
@@ -202,8 +203,8 @@ def test_llama3_rope_reaches_the_graph_so_logits_past_1024_match_transformers_wh
 
 
 @pytest.fixture(scope="module")
-def smol8(smollm2: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _convert(smollm2, tmp_path_factory.mktemp("smol") / "bundle8", quant_bits=8)
+def smol8(smollm2: Path) -> Path:
+    return Path(shared.converted(smollm2, quant_bits=8).out)
 
 
 @pytest.mark.converter

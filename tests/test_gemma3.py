@@ -13,6 +13,7 @@ import pytest
 from packager.convert.inspect.checkpoint import inspect_checkpoint
 from packager.convert.pipeline import ConvertRequest, ConvertResult, convert
 from packager.measure.pair import Options, pair
+from tests import shared
 from tests.bundlecheck import assert_same_bundle
 from tests.conftest import run_cli
 from tests.families import build_gemma3
@@ -24,14 +25,15 @@ QUICK = Options(new_tokens=12, repeats=1, target_cache=False)
 
 
 @pytest.fixture(scope="module")
-def gemma(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def gemma() -> Path:
     """A tiny Gemma-3-text-shaped checkpoint (three sliding, three global layers; non-zero (1 + w) norms)."""
-    return build_gemma3(tmp_path_factory.mktemp("gemma") / "tiny-gemma3")
+    return shared.once("checkpoint", ["build_gemma3"], lambda d: build_gemma3(d / "tiny-gemma3"))
 
 
 @pytest.fixture(scope="module")
-def gemma8(gemma: Path, tmp_path_factory: pytest.TempPathFactory) -> ConvertResult:
-    return convert(ConvertRequest(checkpoint=gemma, out=tmp_path_factory.mktemp("gemma8") / "bundle", quant_bits=8))
+def gemma8(gemma: Path) -> ConvertResult:
+    result: ConvertResult = shared.converted(gemma, quant_bits=8)
+    return result
 
 
 def test_gemma3_is_found_with_its_stops_its_layer_kinds_and_the_token_past_its_rows(gemma: Path) -> None:

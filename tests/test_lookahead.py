@@ -19,6 +19,7 @@ from packager.bundle.lookahead import MAX_CORPUS, SETTINGS, read_corpus
 from packager.convert.pipeline import ConvertRequest, ConvertResult, convert, lookahead_plan
 from packager.spec import model as spec_module
 from packager.validate import validate
+from tests import shared
 from tests.conftest import run_cli
 from tests.models import build_qwen3
 from tests.signkeys import Keys, keys
@@ -37,8 +38,8 @@ def _corpus(folder: Path, data: bytes | str = TEXT, name: str = "corpus.txt") ->
 
 
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _corpus(tmp_path_factory.mktemp("corpus"))
+def corpus() -> Path:
+    return shared.once("checkpoint", ["lookahead corpus", TEXT], _corpus)
 
 
 def _sharpen(folder: Path, tie: bool) -> Path:
@@ -62,40 +63,54 @@ def _sharpen(folder: Path, tie: bool) -> Path:
 
 
 @pytest.fixture(scope="module")
-def sharp_tied(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _sharpen(build_qwen3(tmp_path_factory.mktemp("la-tied") / "qwen3-tied", seed=3), tie=True)
-
-
-@pytest.fixture(scope="module")
-def sharp_untied(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _sharpen(build_qwen3(tmp_path_factory.mktemp("la-untied") / "qwen3-untied", seed=3, tie=False), tie=False)
-
-
-@pytest.fixture(scope="module")
-def draft(sharp_tied: Path, corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """A draft converted through the CLI with --lookahead=CORPUS (--json summary)."""
-    out = tmp_path_factory.mktemp("la-draft") / "bundle"
-    done = run_cli("convert", str(sharp_tied), "--lookahead=" + str(corpus), "--out", str(out), "--json", "--quiet")
-    assert done.returncode == 0, done.stderr
-    return {"out": out, "summary": json.loads(done.stdout)}
-
-
-@pytest.fixture(scope="module")
-def bare_draft(sharp_tied: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """--lookahead alone (no corpus) and --lookahead-length 5, through the CLI."""
-    out = tmp_path_factory.mktemp("la-bare") / "bundle"
-    done = run_cli("convert", str(sharp_tied), "--out", str(out), "--lookahead", "--lookahead-length", "5", "--quiet")
-    assert done.returncode == 0 and "no corpus (the prompt's own n-grams)" in done.stdout, done.stderr
-    return out
-
-
-@pytest.fixture(scope="module")
-def target(sharp_untied: Path, corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> ConvertResult:
-    """An untied two-layer target with a corpus and --lookahead-length 4, through the library."""
-    out = tmp_path_factory.mktemp("la-target") / "bundle"
-    return convert(
-        ConvertRequest(checkpoint=sharp_untied, out=out, kind="target", lookahead=corpus, lookahead_length=4)
+def sharp_tied() -> Path:
+    return shared.once(
+        "checkpoint", ["sharp", True], lambda d: _sharpen(build_qwen3(d / "qwen3-tied", seed=3), tie=True)
     )
+
+
+@pytest.fixture(scope="module")
+def sharp_untied() -> Path:
+    return shared.once(
+        "checkpoint",
+        ["sharp", False],
+        lambda d: _sharpen(build_qwen3(d / "qwen3-untied", seed=3, tie=False), tie=False),
+    )
+
+
+@pytest.fixture(scope="module")
+def draft(sharp_tied: Path, corpus: Path) -> dict[str, Any]:
+    """A draft converted through the CLI with --lookahead=CORPUS (--json summary)."""
+
+    def build(folder: Path) -> dict[str, Any]:
+        out = folder / "bundle"
+        done = run_cli("convert", str(sharp_tied), "--lookahead=" + str(corpus), "--out", str(out), "--json", "--quiet")
+        assert done.returncode == 0, done.stderr
+        return {"out": out, "summary": json.loads(done.stdout)}
+
+    return shared.once("conversion", ["lookahead draft", shared.folder_digest(sharp_tied)], build)
+
+
+@pytest.fixture(scope="module")
+def bare_draft(sharp_tied: Path) -> Path:
+    """--lookahead alone (no corpus) and --lookahead-length 5, through the CLI."""
+
+    def build(folder: Path) -> Path:
+        out = folder / "bundle"
+        done = run_cli(
+            "convert", str(sharp_tied), "--out", str(out), "--lookahead", "--lookahead-length", "5", "--quiet"
+        )
+        assert done.returncode == 0 and "no corpus (the prompt's own n-grams)" in done.stdout, done.stderr
+        return out
+
+    return shared.once("conversion", ["lookahead bare draft", shared.folder_digest(sharp_tied)], build)
+
+
+@pytest.fixture(scope="module")
+def target(sharp_untied: Path, corpus: Path) -> ConvertResult:
+    """An untied two-layer target with a corpus and --lookahead-length 4, through the library."""
+    result: ConvertResult = shared.converted(sharp_untied, kind="target", lookahead=corpus, lookahead_length=4)
+    return result
 
 
 def _config(bundle: Path) -> dict[str, Any]:

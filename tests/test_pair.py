@@ -20,6 +20,7 @@ from packager.measure import compat, workload
 from packager.measure.pair import Options, acceptance, pair, runs_for
 from packager.runtime.models import HFModel, MNNModel
 from packager.runtime.speculative import autoregressive, speculative
+from tests import shared
 from tests.conftest import run_cli
 from tests.models import build_deep_target, build_qwen3, copy_checkpoint, llmexport_raw
 
@@ -247,17 +248,20 @@ def test_4bit_bundle_against_its_8bit_bundle_accepts_most(bundle4: ConvertResult
 
 
 @pytest.fixture(scope="module")
-def raw_exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def raw_exports() -> dict[str, Path]:
     """An untied checkpoint, plain llmexport's folder of it (embeddings_bf16.bin, tokenizer.mtok), and the same
     folder reduced to what MNN itself needs (no config.json, no llm.mnn.json)."""
-    root = tmp_path_factory.mktemp("raw")
-    untied = build_qwen3(root / "untied", tie=False, seed=5)
-    raw = llmexport_raw(untied, root / "export" / "raw")
-    bare = root / "bare"
-    shutil.copytree(raw, bare)
-    for name in ("config.json", "llm.mnn.json", "export_args.json"):
-        (bare / name).unlink()
-    return {"checkpoint": untied, "raw": raw, "bare": bare, "other": build_qwen3(root / "other", tie=False, seed=7)}
+
+    def build(root: Path) -> dict[str, Path]:
+        untied = build_qwen3(root / "untied", tie=False, seed=5)
+        raw = llmexport_raw(untied, root / "export" / "raw")
+        bare = root / "bare"
+        shutil.copytree(raw, bare)
+        for name in ("config.json", "llm.mnn.json", "export_args.json"):
+            (bare / name).unlink()
+        return {"checkpoint": untied, "raw": raw, "bare": bare, "other": build_qwen3(root / "other", tie=False, seed=7)}
+
+    return shared.once("conversion", ["raw llmexport exports"], build)
 
 
 @pytest.mark.converter
@@ -356,14 +360,17 @@ def test_other_chat_template_is_refused(tiny_checkpoint: Path, tmp_path: Path) -
 
 
 @pytest.fixture(scope="module")
-def deep_targets(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("deep")
+def deep_targets(tiny_checkpoint: Path) -> dict[str, Path]:
     # Four extra layers: what the loop checks (lossless, each step's acceptance as the estimate counts) does not
     # depend on the target's depth, and the noisy one still disagrees on about 4 in 10 tokens (alpha 0.58).
-    return {
-        "same": build_deep_target(tiny_checkpoint, root / "same", extra_layers=4, noise=0.0),
-        "noisy": build_deep_target(tiny_checkpoint, root / "noisy", extra_layers=4, noise=0.02),
-    }
+    return shared.once(
+        "checkpoint",
+        ["deep targets", tiny_checkpoint, 4, 0.02],
+        lambda root: {
+            "same": build_deep_target(tiny_checkpoint, root / "same", extra_layers=4, noise=0.0),
+            "noisy": build_deep_target(tiny_checkpoint, root / "noisy", extra_layers=4, noise=0.02),
+        },
+    )
 
 
 @pytest.mark.converter
@@ -374,22 +381,22 @@ def test_real_speculative_loop_is_lossless_and_accepts_what_the_estimate_counts(
     # Timing-free: the loop's tokens equal the target's greedy ones, and each of its steps accepts exactly the
     # tokens the estimate's arithmetic (one teacher-forced draft pass) predicts. Wall time: bench/.
     target_path = deep_targets[kind]
-    report = pair(tiny_checkpoint, target_path, PROMPTS[:2], Options(new_tokens=60, repeats=1, dtype="float32"))
+    report = pair(tiny_checkpoint, target_path, PROMPTS[:2], Options(new_tokens=32, repeats=1, dtype="float32"))
     draft, target = HFModel(tiny_checkpoint), HFModel(target_path)
     template = workload.chat_template(target_path)
     tokens = dict.fromkeys(range(1, acceptance.MAX_D + 1), 0)
     steps = dict(tokens)
     for item in workload.from_texts(PROMPTS[:2]):
         ids = target.encode(workload.render(template, item, QWEN3.template_variables))
-        reference = autoregressive(target, ids, 60)
-        continuation, runs = runs_for(draft, target, ids, 60)
+        reference = autoregressive(target, ids, 32)
+        continuation, runs = runs_for(draft, target, ids, 32)
         assert continuation == reference
         for d in range(1, acceptance.MAX_D + 1):
             predicted = acceptance.accepted_per_step(runs, d)
             tokens[d], steps[d] = tokens[d] + sum(predicted) + len(predicted), steps[d] + len(predicted)
             if d in (1, acceptance.MAX_D):
                 taken: list[int] = []
-                assert speculative(draft, target, ids, 60, d, accepted=taken) == reference  # lossless
+                assert speculative(draft, target, ids, 32, d, accepted=taken) == reference  # lossless
                 assert taken[: len(predicted)] == predicted, (kind, d)
     for depth in report.depths:
         assert depth.tokens_per_step is not None

@@ -15,6 +15,7 @@ from packager.convert.inspect.checkpoint import inspect_checkpoint
 from packager.convert.pipeline import ConvertRequest, ConvertResult, convert
 from packager.errors import UntiedEmbeddings
 from packager.families import BY_NAME
+from tests import shared
 from tests.bundlecheck import assert_same_bundle
 from tests.conftest import run_cli
 from tests.families import build_phi35
@@ -23,14 +24,14 @@ from tests.specs import family_release_spec
 
 
 @pytest.fixture(scope="module")
-def phi(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_phi35(tmp_path_factory.mktemp("phi") / "tiny-phi35")
+def phi() -> Path:
+    return shared.once("checkpoint", ["build_phi35"], lambda d: build_phi35(d / "tiny-phi35"))
 
 
 @pytest.fixture(scope="module")
-def phi_target(phi: Path, tmp_path_factory: pytest.TempPathFactory) -> ConvertResult:
-    out = tmp_path_factory.mktemp("phi-target") / "bundle"
-    return convert(ConvertRequest(checkpoint=phi, out=out, quant_bits=8, kind="target"))
+def phi_target(phi: Path) -> ConvertResult:
+    result: ConvertResult = shared.converted(phi, quant_bits=8, kind="target")
+    return result
 
 
 def test_phi35_is_found_with_its_stops_and_the_positions_its_bundle_is_exact_for(phi: Path) -> None:

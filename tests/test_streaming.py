@@ -149,58 +149,66 @@ def test_a_target_with_its_eagle_head_streams_to_the_reference_bytes(
     assert json.loads(eagle_bundle.provenance.read_text())["options"]["weights"] == "streamed"
 
 
-@pytest.mark.converter
-def test_the_cached_head_is_the_head_asked_for(target8: Path, head: Path, own_cache: Path, tmp_path: Path) -> None:
-    """The graph cache keeps a head's exported files with the target's graph: another head, or the same head
-    at another rope theta, must never get them."""
-    first = run_cli("convert", str(target8), "--eagle", str(head), "--out", str(tmp_path / "first"))
-    assert first.returncode == 0, first.stderr
-    other = tmp_path / "other-head"
-    shutil.copytree(head, other)
+def test_the_graph_key_follows_the_heads_weights_and_rope_theta(target8: Path, head: Path, tmp_path: Path) -> None:
+    """The graph cache keeps a head's exported files with the target's graph: another head, or the same head at
+    another rope theta, must key another entry (the end-to-end reuse is the next test)."""
     from safetensors.torch import load_file, save_file
 
+    from packager.convert.inspect.checkpoint import inspect_checkpoint
+    from packager.convert.inspect.eagle_head import inspect_head
+    from packager.convert.stream.run import _head_fields
+
+    target = inspect_checkpoint(target8, allow_untied=True)
+    other = tmp_path / "other-head"
+    shutil.copytree(head, other)
     tensors = load_file(str(other / "model.safetensors"))
     tensors["midlayer.mlp.down_proj.weight"] = tensors["midlayer.mlp.down_proj.weight"] * 2  # another head
     save_file(tensors, str(other / "model.safetensors"))
-    second = run_cli("convert", str(target8), "--eagle", str(other), "--out", str(tmp_path / "second"))
-    assert second.returncode == 0, second.stderr
-    assert "graph cache miss" in second.stderr
-    assert (tmp_path / "first" / "eagle.mnn.weight").read_bytes() != (
-        tmp_path / "second" / "eagle.mnn.weight"
-    ).read_bytes()
-    config = json.loads((head / "config.json").read_text())
     retuned = tmp_path / "retuned-head"
     shutil.copytree(head, retuned)
+    config = json.loads((head / "config.json").read_text())
     (retuned / "config.json").write_text(json.dumps({**config, "rope_theta": 500000.0}))
-    third = run_cli("convert", str(target8), "--eagle", str(retuned), "--out", str(tmp_path / "third"))
-    assert third.returncode == 0, third.stderr
-    assert "graph cache miss" in third.stderr
-    again = run_cli("convert", str(target8), "--eagle", str(head), "--out", str(tmp_path / "again"))
-    assert "graph cache hit" in again.stderr and "starting the converter" not in again.stderr
-    assert_same_bundle(tmp_path / "first", tmp_path / "again")
-    plain = run_cli("convert", str(target8), "--kind", "target", "--out", str(tmp_path / "plain"))
-    assert plain.returncode == 0 and "graph cache miss" in plain.stderr  # no head: another graph
-    assert not (tmp_path / "plain" / "eagle.mnn").exists()
+    fields = [_head_fields(inspect_head(folder, target)) for folder in (head, other, retuned, head)]
+    keys = [graphcache.key({"target": "same", "eagle": f}) for f in fields]
+    assert len(set(keys[:3])) == 3 and keys[3] == keys[0]
+    assert graphcache.key({"target": "same"}) not in keys  # no head: another graph
+
+
+@pytest.mark.parametrize("damage", ["a flipped byte", "a file missing"])
+def test_a_damaged_cache_entry_is_removed_and_reported_on_lookup(damage: str, own_cache: Path, tmp_path: Path) -> None:
+    files = {name: tmp_path / name for name in ("llm.mnn", "llm.mnn.json", "llm_config.json", "tokenizer.mtok")}
+    for name, path in files.items():
+        path.write_bytes(name.encode() * 1000)
+    entry = graphcache.store("ab" * 16, files, {"describe": "a test entry"})
+    assert graphcache.lookup("ab" * 16) == entry
+    if damage == "a flipped byte":
+        data = bytearray((entry / "llm.mnn").read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        (entry / "llm.mnn").write_bytes(bytes(data))
+    else:
+        (entry / "llm.mnn.json").unlink()  # its manifest still names it
+    said: list[str] = []
+    assert graphcache.lookup("ab" * 16, said.append) is None
+    assert said == [f"graph cache entry {'ab' * 6} is damaged; removed it and rebuilding"] and not entry.exists()
 
 
 @pytest.mark.converter
-def test_a_damaged_cached_head_file_is_detected_and_rebuilt(
+def test_a_cached_head_is_reused_and_a_damaged_one_rebuilt(
     target8: Path, head: Path, own_cache: Path, tmp_path: Path
 ) -> None:
-    assert run_cli("convert", str(target8), "--eagle", str(head), "--out", str(tmp_path / "first")).returncode == 0
+    first = run_cli("convert", str(target8), "--eagle", str(head), "--out", str(tmp_path / "first"))
+    assert first.returncode == 0 and "graph cache miss" in first.stderr, first.stderr
+    again = run_cli("convert", str(target8), "--eagle", str(head), "--out", str(tmp_path / "again"))
+    assert "graph cache hit" in again.stderr and "starting the converter" not in again.stderr
+    assert_same_bundle(tmp_path / "first", tmp_path / "again")
     (entry,) = [p for p in own_cache.iterdir() if not p.name.startswith(".")]
     weight = entry / "eagle.mnn.weight"
     data = bytearray(weight.read_bytes())
     data[len(data) // 2] ^= 0xFF
     weight.write_bytes(bytes(data))
-    again = run_cli("convert", str(target8), "--eagle", str(head), "--out", str(tmp_path / "again"))
-    assert again.returncode == 0, again.stderr
-    assert "is damaged; removed it and rebuilding" in again.stderr
-    assert_same_bundle(tmp_path / "first", tmp_path / "again")
-    (entry,) = [p for p in own_cache.iterdir() if not p.name.startswith(".")]
-    (entry / "eagle_fc.mnn").unlink()  # a file missing from the entry, its manifest still naming it
     third = run_cli("convert", str(target8), "--eagle", str(head), "--out", str(tmp_path / "third"))
-    assert third.returncode == 0 and "is damaged" in third.stderr
+    assert third.returncode == 0, third.stderr
+    assert "is damaged; removed it and rebuilding" in third.stderr
     assert_same_bundle(tmp_path / "first", tmp_path / "third")
 
 
@@ -254,20 +262,6 @@ def test_warm_cache_starts_no_converter_and_gives_the_same_bytes(
     assert "graph cache hit" in warm.stderr and "starting the converter" not in warm.stderr
     assert "MB/s" in warm.stderr  # progress with a rate
     assert_same_bundle(tmp_path / "cold", tmp_path / "warm")
-
-
-@pytest.mark.converter
-def test_damaged_cache_entry_is_detected_and_rebuilt(tiny_checkpoint: Path, own_cache: Path, tmp_path: Path) -> None:
-    assert run_cli("convert", str(tiny_checkpoint), "--out", str(tmp_path / "first")).returncode == 0
-    (entry,) = [p for p in own_cache.iterdir() if not p.name.startswith(".")]
-    graph = entry / "llm.mnn"
-    data = bytearray(graph.read_bytes())
-    data[len(data) // 2] ^= 0xFF
-    graph.write_bytes(bytes(data))
-    again = run_cli("convert", str(tiny_checkpoint), "--out", str(tmp_path / "again"))
-    assert again.returncode == 0, again.stderr
-    assert "is damaged; removed it and rebuilding" in again.stderr and "graph cache miss" in again.stderr
-    assert_same_bundle(tmp_path / "first", tmp_path / "again")
 
 
 @pytest.mark.converter

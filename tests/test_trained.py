@@ -19,6 +19,7 @@ from packager.measure.pair import acceptance
 from packager.measure.verify import verify
 from packager.runtime.child import MNNModel
 from packager.runtime.speculative import speculative
+from tests import shared
 from tests.conftest import run_cli
 from tests.trained import RECIPES, Fixture, build_corpus, fixture, held_out_accuracy
 
@@ -36,23 +37,24 @@ def trained() -> Fixture:
     return fixture("small", FIXTURES)
 
 
-def _bundle(tmp_path_factory: pytest.TempPathFactory, name: str, checkpoint: Path, **options: object) -> ConvertResult:
-    return convert(ConvertRequest(checkpoint=checkpoint, out=tmp_path_factory.mktemp(name) / "bundle", **options))  # type: ignore[arg-type]
+def _bundle(checkpoint: Path, **options: object) -> ConvertResult:
+    result: ConvertResult = shared.converted(checkpoint, **options)
+    return result
 
 
 @pytest.fixture(scope="session")
-def teacher8(trained: Fixture, tmp_path_factory: pytest.TempPathFactory) -> ConvertResult:
-    return _bundle(tmp_path_factory, "t8", trained.teacher, quant_bits=8)
+def teacher8(trained: Fixture) -> ConvertResult:
+    return _bundle(trained.teacher, quant_bits=8)
 
 
 @pytest.fixture(scope="session")
-def teacher4(trained: Fixture, tmp_path_factory: pytest.TempPathFactory) -> ConvertResult:
-    return _bundle(tmp_path_factory, "t4", trained.teacher)
+def teacher4(trained: Fixture) -> ConvertResult:
+    return _bundle(trained.teacher)
 
 
 @pytest.fixture(scope="session")
-def draft4(trained: Fixture, tmp_path_factory: pytest.TempPathFactory) -> ConvertResult:
-    return _bundle(tmp_path_factory, "d4", trained.student, adapter=trained.adapter)
+def draft4(trained: Fixture) -> ConvertResult:
+    return _bundle(trained.student, adapter=trained.adapter)
 
 
 def test_the_teacher_learned_and_distillation_moved_the_draft_toward_it(trained: Fixture) -> None:
@@ -117,7 +119,7 @@ def test_mnn_speculative_loop_on_trained_bundles_emits_the_targets_greedy_tokens
     template = workload.chat_template(trained.teacher)
     exact = total = same_steps = steps = 0
     try:
-        for item in workload.builtin()[:6]:
+        for item in workload.builtin()[:4]:
             ids = target.encode(workload.render(template, item, QWEN3.template_variables))
             for d in (1, 3, acceptance.MAX_D):
                 taken: list[int] = []

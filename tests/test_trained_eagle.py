@@ -23,6 +23,7 @@ from packager.convert.inspect.checkpoint import inspect_checkpoint
 from packager.convert.inspect.eagle_head import expected_shapes, inspect_head
 from packager.convert.pipeline import ConvertRequest, ConvertResult, convert
 from packager.errors import TargetTooShallow
+from tests import shared
 from tests.models import build_qwen3, qwen3_tokenizer_dir
 from tests.trained import EOT, IM_END, VOCAB, _render_chat, build_corpus
 from tests.trained_eagle import RECIPE, EagleFixture, fixture
@@ -61,12 +62,9 @@ def trained_eagle() -> EagleFixture:
 
 
 @pytest.fixture(scope="module")
-def bundle(trained_eagle: EagleFixture, tmp_path_factory: pytest.TempPathFactory) -> ConvertResult:
-    return convert(
-        ConvertRequest(
-            checkpoint=trained_eagle.target, out=tmp_path_factory.mktemp("eagle") / "bundle", eagle=trained_eagle.head
-        )
-    )
+def bundle(trained_eagle: EagleFixture) -> ConvertResult:
+    result: ConvertResult = shared.converted(trained_eagle.target, eagle=trained_eagle.head)
+    return result
 
 
 @dataclass(frozen=True)
