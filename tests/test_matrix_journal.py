@@ -149,3 +149,36 @@ def test_release_refuses_what_a_matrix_cannot_take_in_one_line(tmp_path: Path) -
         result.exit_code == INVALID_OPTION
         and "--jobs, --job, --backend and --gather are for a matrix" in one_error_line(result)
     )
+
+
+def test_a_terminal_shows_an_overall_bar_and_one_bar_per_running_job_and_elsewhere_only_job_logs(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from packager.cli.matrix import MatrixBars
+    from tests.terminal import fake_terminal, finished_lines
+
+    with fake_terminal() as screen:
+        bars = MatrixBars(4, quiet=False)
+        bars("start", "a-q4", "")
+        bars("start", "a-q8", "")
+        bars("line", "a-q4", "release: convert")
+        assert len(bars.bars) == 2 and {b.position_ for b in bars.bars.values()} == {1, 2}
+        bars("done", "a-q4", "released")
+        bars("start", "b-q4", "")
+        assert bars.bars["b-q4"].position_ == 1  # the line a finished job left
+        bars("log", "b-q4", "a line of its Hugging Face Job")
+        bars("done", "a-q8", "failed")
+        bars("skipped", "b-q8", "")
+        bars("done", "b-q4", "unchanged")
+        bars.close()
+    shown = finished_lines(screen.getvalue())
+    assert shown[-1].startswith("matrix: 100%") and "| 4/4 [" in shown[-1] and shown[-1].endswith("b-q4 unchanged]")
+    assert "[b-q4] a line of its Hugging Face Job" in screen.getvalue()
+    elsewhere = MatrixBars(2, quiet=False)  # pytest's stderr is no terminal
+    elsewhere("start", "a-q4", "")
+    elsewhere("line", "a-q4", "release: convert")
+    elsewhere("log", "a-q4", "from the job")
+    elsewhere("done", "a-q4", "released")
+    assert capsys.readouterr().err == "[a-q4] from the job\n"
+    MatrixBars(2, quiet=True)("log", "a-q4", "not shown")
+    assert capsys.readouterr().err == ""

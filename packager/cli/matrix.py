@@ -96,7 +96,7 @@ class MatrixBars:
             if kind == "start":
                 position = self.free.pop(0) if self.free else len(self.bars) + 1
                 self.bars[job] = tqdm(
-                    total=None, desc=job, bar_format="{desc} [{elapsed}] {postfix}", file=sys.stderr,
+                    total=None, desc=job, bar_format="{desc} [{elapsed}]{postfix}", file=sys.stderr,
                     position=position, leave=False,
                 )  # fmt: skip
                 self.bars[job].position_ = position
