@@ -1,9 +1,8 @@
-"""Helpers of the matrix release tests: a run's journal watched, the graph builds of a test counted."""
+"""Helpers of the matrix release tests: a run's journal watched."""
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 
@@ -25,12 +24,3 @@ def released_in_journal(folder: Path, run: subprocess.Popen[str]) -> list[str]:
             continue
         raise AssertionError(f"the run ended ({run.returncode}) before releasing a job: {run.stderr.read()}")  # type: ignore[union-attr]
     raise AssertionError("no job was released in ten minutes")
-
-
-def graph_builds(nodeid: str) -> int:
-    """How many graphs the session built during the test `nodeid` (tests/counting records each)."""
-    log = os.environ.get("PACKAGER_TEST_COUNTS", "")
-    if not nodeid or not os.path.isfile(log):
-        return 0
-    lines = [line.split("\t") for line in Path(log).read_text(encoding="utf-8").splitlines()]
-    return sum(1 for line in lines if len(line) == 3 and line[0] == "graph build" and line[2] == nodeid)
