@@ -53,6 +53,9 @@ def test_a_job_runs_its_command_here_and_huggingface_hub_follows_it(
     assert info.secrets == {"SECRET": "******"} and info.environment == {"GREETING": "hi"}
     assert (jobs_hub.root / "jobs" / job.id).is_dir()
     assert list(api.fetch_job_logs(job_id=job.id)) == logs  # once over, the whole log at once
+    mine = api.whoami()["name"]  # list_jobs asks whoami without the client's token: name the namespace
+    assert [j.id for j in api.list_jobs(labels={"packager-matrix-job": "a-q4"}, namespace=mine)] == [job.id]
+    assert list(api.list_jobs(labels={"packager-matrix-job": "a-q8"}, namespace=mine)) == []
 
 
 def test_jobs_are_off_unless_asked_and_need_a_write_token(hub: LocalHub, jobs_hub: LocalHub, online: None) -> None:

@@ -6,6 +6,7 @@ the session's graph cache holds once built."""
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -113,3 +114,8 @@ def test_a_matrix_runs_as_hugging_face_jobs_through_the_local_hubs_jobs_endpoint
     again = _release(jobs_hub, spec, "--backend", "hf-jobs")
     assert {job["status"] for job in json.loads(again.stdout)["jobs"]} == {"skipped"}
     assert len(list((jobs_hub.root / "jobs").iterdir())) == 2  # nothing submitted again
+    shutil.rmtree(tmp_path / "dist")  # a run killed before it recorded what it submitted: the Hub's jobs say it
+    adopted = _release(jobs_hub, spec, "--backend", "hf-jobs", "--jobs", "2")
+    assert adopted.returncode == 0, adopted.stderr
+    assert {job["status"] for job in json.loads(adopted.stdout)["jobs"]} == {"released"}
+    assert len(list((jobs_hub.root / "jobs").iterdir())) == 2

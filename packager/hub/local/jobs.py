@@ -175,6 +175,21 @@ async def _run(job: Job, command: list[str], environment: dict[str, str]) -> Non
     job.changed.set()
 
 
+async def listing(request: web.Request) -> web.Response:
+    """The namespace's jobs, oldest first, those with every `label=KEY=VALUE` and (if given) a `stage` asked."""
+    owner = _reader(request)
+    labels = [value.partition("=") for value in request.query.getall("label", [])]
+    stages = set(request.query.getall("stage", []))
+    found = [
+        job.info()
+        for job in _jobs(request).jobs.values()
+        if job.owner == owner
+        and all((job.spec.get("labels") or {}).get(key) == value for key, _, value in labels)
+        and (not stages or job.stage in stages)
+    ]
+    return answer(found)
+
+
 async def inspect(request: web.Request) -> web.Response:
     return answer(_jobs(request).get(_reader(request), request.match_info["id"]).info())
 

@@ -81,6 +81,7 @@ def make_app(config: HubConfig) -> web.Application:
     add("POST", "/lfs-verify/{ns}/{name}/{oid:[0-9a-f]{64}}", lfs.verify)
     add("GET", f"/{{ns}}/{{name}}/resolve/{REV}/{{path:.+}}", lfs.resolve)
     add("POST", "/api/jobs/{ns}", jobs.create)
+    add("GET", "/api/jobs/{ns}", jobs.listing)
     add("GET", "/api/jobs/{ns}/{id}", jobs.inspect)
     add("GET", "/api/jobs/{ns}/{id}/logs", jobs.logs)
     if config.run_jobs:

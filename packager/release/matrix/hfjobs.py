@@ -19,7 +19,7 @@ from typing import Any
 from ...errors import PackagerError
 from ...spec.matrix import Job
 from .jobs import JobOutcome, Status, Target
-from .journal import Journal
+from .journal import Journal, fingerprint
 
 DEFAULT_IMAGE = "ghcr.io/astral-sh/uv:python3.12-bookworm"
 TERMINAL = ("COMPLETED", "ERROR", "CANCELED", "DELETED")
@@ -61,7 +61,7 @@ def execute(
         start = time.monotonic()
         on_event("start", job.id, "")
         try:
-            found = submitted.get(job.id) or _submit(hub, job, spec, options, journal, lock)
+            found = submitted.get(job.id) or _earlier(hub, job) or _submit(hub, job, spec, options, journal, lock)
             outcome = _follow(hub, job, found, options, on_event)
         except PackagerError as exc:
             outcome = _failed(job, exc.one_line(), exc.exit_code)
@@ -77,6 +77,21 @@ def execute(
         return list(pool.map(one, todo))
 
 
+def _labels(job: Job) -> dict[str, str]:
+    """A Hub job's labels: which matrix job it runs, and which version of its spec (the journal's fingerprint)."""
+    return {"packager-matrix-job": job.id, "packager-matrix-spec": fingerprint(job)[:16]}
+
+
+def _earlier(hub: Any, job: Job) -> str | None:
+    """A Hub job of this very job that a killed run submitted but could not record, running or finished well: it
+    is followed, never submitted twice (two uploads racing to one repo)."""
+    namespace = hub.api.whoami()["name"]  # given: list_jobs alone asks whoami without the client's token
+    for found in hub.api.list_jobs(labels=_labels(job), namespace=namespace):
+        if _stage(found) not in ("ERROR", "CANCELED", "DELETED"):
+            return str(found.id)
+    return None
+
+
 def _submit(hub: Any, job: Job, spec: str, options: HfJobsOptions, journal: Journal, lock: threading.Lock) -> str:
     secrets = {"HF_TOKEN": hub.token} if hub.token else None
     info = hub.api.run_job(
@@ -86,7 +101,7 @@ def _submit(hub: Any, job: Job, spec: str, options: HfJobsOptions, journal: Jour
         secrets=secrets,
         flavor=options.flavor,
         timeout=options.timeout,
-        labels={"packager-matrix-job": job.id},
+        labels=_labels(job),
     )
     with lock:
         journal.append(job, "submitted", {"hf_job": info.id})
@@ -103,7 +118,12 @@ def _follow(
     final = hub.api.wait_for_job(hf_job, timeout=options.timeout, poll_interval=options.poll)
     if not lines:  # logs that ended before the job did: what it printed, once it is over
         lines = list(hub.api.fetch_job_logs(job_id=hf_job))
-    return outcome_from_log(job, lines, str(final.status.stage), final.status.message)
+    return outcome_from_log(job, lines, _stage(final), final.status.message)
+
+
+def _stage(info: Any) -> str:
+    stage = info.status.stage
+    return str(getattr(stage, "value", stage))
 
 
 def outcome_from_log(job: Job, lines: list[str], stage: str, message: str | None) -> JobOutcome:
