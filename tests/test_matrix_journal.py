@@ -182,3 +182,15 @@ def test_a_terminal_shows_an_overall_bar_and_one_bar_per_running_job_and_elsewhe
     assert capsys.readouterr().err == "[a-q4] from the job\n"
     MatrixBars(2, quiet=True)("log", "a-q4", "not shown")
     assert capsys.readouterr().err == ""
+
+
+def test_workers_share_the_cores_without_overlap() -> None:
+    import os
+
+    from packager.release.matrix.jobs import shares
+
+    cores = os.sched_getaffinity(0)
+    assert shares(1) == [] and shares(len(cores) + 1) == []
+    if len(cores) >= 2:
+        split = shares(2)
+        assert len(split) == 2 and split[0] | split[1] == cores and not split[0] & split[1]

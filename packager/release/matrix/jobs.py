@@ -69,14 +69,33 @@ class MatrixResult:
         return not self.failed and self.collection_error is None
 
 
-def start_worker(parent: int, events: Any) -> None:
+def start_worker(parent: int, events: Any, cores: Any) -> None:
     """A pool worker's first act: die with the parent (a killed run leaves no orphan converting or uploading),
-    and send progress to it."""
+    send progress to it, and take its share of the cores (a queue of disjoint sets, one per worker): the
+    converter's writers, torch and MNN size their threads by the cores a process may use, so N workers on N
+    shares do not each start a thread per core of the machine and crowd each other out."""
     global _events
     from ...infra.lifeline import die_with
 
     die_with(parent)
     _events = events
+    try:
+        share = cores.get(timeout=5)
+        if share:
+            os.sched_setaffinity(0, share)
+    except Exception:
+        pass  # no share (a platform without affinity, or more workers than shares): the machine's cores
+
+
+def shares(workers: int) -> list[set[int]]:
+    """The cores this process may use, split into `workers` disjoint sets (fewer cores than workers: none)."""
+    try:
+        cores = sorted(os.sched_getaffinity(0))
+    except AttributeError:
+        return []
+    if workers <= 1 or len(cores) < workers:
+        return []
+    return [set(cores[i::workers]) for i in range(workers)]
 
 
 def send(kind: str, job: str, text: str = "") -> None:

@@ -24,7 +24,7 @@ from ...spec.matrix import Job, Matrix
 from . import hfjobs
 from .gather import update_collection
 from .hfjobs import HfJobsOptions
-from .jobs import JobOutcome, MatrixResult, Target, run_job, start_worker
+from .jobs import JobOutcome, MatrixResult, Target, run_job, shares, start_worker
 from .journal import Journal, fingerprint, replay
 
 # (kind, job id, text): start, line (a progress line of the job), done (its status), skipped (released before)
@@ -155,7 +155,11 @@ def _pool(workers: int, on_event: OnEvent) -> Iterator[ProcessPoolExecutor]:
     events = context.Queue()
     pump = threading.Thread(target=_pump, args=(events, on_event), daemon=True)
     pump.start()
-    pool = ProcessPoolExecutor(workers, mp_context=context, initializer=start_worker, initargs=(os.getpid(), events))
+    cores = context.Queue()
+    for share in shares(workers):
+        cores.put(share)
+    setup = (os.getpid(), events, cores)
+    pool = ProcessPoolExecutor(workers, mp_context=context, initializer=start_worker, initargs=setup)
     try:
         yield pool
     except BaseException:
