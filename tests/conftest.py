@@ -50,14 +50,19 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ[_counts.VARIABLE] = str(Path(os.environ[shared.ROOT_VARIABLE]) / "conversions.log")
         path = [str(Path(__file__).parent / "counting"), os.environ.get("PYTHONPATH", "")]
         os.environ["PYTHONPATH"] = os.pathsep.join(p for p in path if p)
+        # Two test workers, each with torch's and MNN's two threads, share two cores: OpenMP threads that spin
+        # while they wait burn the cycles the other worker needs. Sleeping instead changes no result (the same
+        # thread counts) and cut test_verify.py's CPU time by 29% on a busy machine (bench/RESULTS.md, issue 40).
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     leftovers.become_subreaper()
 
 
 # The slow kinds, marked from what a test uses (its fixtures, or what its module imports), so that no test can
-# forget its mark: `make test-fast` runs the rest (-m "not (converter or trained or hub or engines)"). Building a
-# tiny checkpoint with transformers takes a second and is not a mark of its own; converting is, and the session
-# checks it: a test that converts (a graph build, a bundle committed, llmexport) without a converter, trained or
-# engines mark fails the session (tests/counting), so the fast layer holds what it says.
+# forget its mark: `make test-fast` runs the rest (-m "not (converter or trained or hub or engines or slow)";
+# `slow` is set by hand on the few tests of seconds of torch). Building a tiny checkpoint with transformers takes a
+# second and is not a mark of its own; converting is, and the session checks it: a test that converts (a graph
+# build, a bundle committed, llmexport) without a converter, trained or engines mark fails the session
+# (tests/counting), so the fast layer holds what it says.
 _KINDS = {
     "converter": {"eagle_bundle", "bundle4", "bundle8", "lora_bundle8", "llama_bundle8"},
     "hub": {"hub", "online", "ready"},

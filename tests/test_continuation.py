@@ -45,6 +45,7 @@ def source(tiny_checkpoint: Path) -> HFModel:
     return HFModel(tiny_checkpoint, dtype="stored")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n", [0, 1, 12])
 def test_batched_continuations_are_greedy_in_their_own_rows_which_match_one_prompt_alone(
     source: HFModel, tiny_checkpoint: Path, tmp_path: Path, n: int

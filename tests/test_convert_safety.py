@@ -161,6 +161,7 @@ def _adapter(base: Path, out: Path, modules_to_save: list[str], train: bool) -> 
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("modules", [["lm_head"], ["embed_tokens"], ["embed_tokens", "lm_head"]])
 def test_adapter_that_unties_the_embeddings_is_refused_before_work(
     modules: list[str], tiny_checkpoint: Path, tmp_path: Path

@@ -45,6 +45,7 @@ def _inputs(target_model, ids: list[int], next_token: int):  # type: ignore[no-u
     return aux, embeds
 
 
+@pytest.mark.slow
 def test_prefill_then_cached_steps_equal_one_forward_over_all_positions(head_folder: Path, target_model) -> None:  # type: ignore[no-untyped-def]
     head = load_head(head_folder)
     ids = list(range(2000, 2024))
@@ -135,6 +136,7 @@ def test_a_head_folder_without_a_tensor_or_with_a_wrong_shape_is_refused(head_fo
             load_head(folder)
 
 
+@pytest.mark.slow
 def test_eagle_decoding_emits_the_targets_greedy_tokens(head_folder: Path, target_model) -> None:  # type: ignore[no-untyped-def]
     head = load_head(head_folder)
     prompt = [151644, 872, 198, 3838, 374, 13027, 30]

@@ -16,6 +16,7 @@ from packager.measure.pair import Options, fit_width, pair
 from tests.conftest import run_cli
 from tests.families import build_qwen25, smollm2_checkpoint
 from tests.models import copy_checkpoint
+from tests.specs import few_prompts
 
 PROMPTS = ("Write one sentence about rivers.", "List three colours.")
 QUICK = Options(new_tokens=12, repeats=1, target_cache=False)
@@ -84,6 +85,7 @@ def test_pair_accepts_vocabularies_at_most_128_apart(tmp_path: Path, target_voca
         assert result.returncode == 51 and "more than 128 apart" in result.stderr, result.stderr
 
 
+@pytest.mark.slow
 def test_pair_refuses_vocabularies_of_different_sizes_whose_shared_ids_read_differently(tmp_path: Path) -> None:
     draft, target = _qwen25_pair(tmp_path, 152064)
     data = json.loads((target / "tokenizer.json").read_text(encoding="utf-8"))
@@ -117,7 +119,8 @@ def test_verify_fails_a_llama_bundle_whose_tokenizer_stops_on_qwens_ids(
     special = int(second.split()[0])
     ids[special : special + 2] = ["151645", "151643"]  # Qwen's <|im_end|> and <|endoftext|>
     tokenizer.write_bytes(b"\n".join([first, second, " ".join(ids).encode(), rest]))
-    result = run_cli("verify", str(bundle), "--checkpoint", str(llama_checkpoint))
+    prompts = few_prompts(tmp_path)
+    result = run_cli("verify", str(bundle), "--checkpoint", str(llama_checkpoint), "--prompts", str(prompts))
     assert result.returncode != 0, result.stdout
     assert "stop ids: the bundle's tokenizer stops on [151645, 151643" in result.stdout + result.stderr
 

@@ -61,8 +61,8 @@ def test_the_bundle_and_its_provenance_state_the_recipe(hqq_lm8: ConvertResult) 
     assert hqq_lm8.recipe.name == "4bit-b64-hqq-lm8bit-b0"
 
 
-def test_symmetric_weights_have_no_zero_points(tiny_checkpoint: Path, tmp_path: Path) -> None:
-    result = convert(ConvertRequest(checkpoint=tiny_checkpoint, out=tmp_path / "b", symmetric=True))
+def test_symmetric_weights_have_no_zero_points(tiny_checkpoint: Path) -> None:
+    result = shared.converted(tiny_checkpoint, symmetric=True)
     _tie, body, lm = _facts(result.out)
     assert {asym for _, _, asym in body} == {False} and lm[2] is False
     assert not validate(result.out).errors
@@ -73,7 +73,7 @@ def test_one_model_load_exports_every_recipe_to_the_bytes_of_its_own_conversion(
 ) -> None:
     # quant-sweep's path: llmexport loads the model once and exports recipe after recipe. Each bundle must be
     # what a conversion of its own makes (the streaming ones included), in all ten files, whatever came before.
-    symmetric = convert(ConvertRequest(checkpoint=tiny_checkpoint, out=tmp_path / "sym", symmetric=True))
+    symmetric = shared.converted(tiny_checkpoint, symmetric=True)
     alone = [bundle4, hqq_lm8, symmetric, bundle8]
     requests = [
         ConvertRequest(
