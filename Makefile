@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PACKAGER := $(VENV)/bin/packager
 DEMO := demo-output
 
-.PHONY: help venv system-deps registry-fixtures test test-fast lint docs demo demo-matrix release bench bench-engines fixture fixture-eagle clean clean-bench
+.PHONY: help venv system-deps registry-fixtures test test-fast lint docs demo demo-matrix release bench bench-engines fixture fixture-eagle fixture-dflash clean clean-bench
 
 help:
 	@echo "make demo   - tiny Qwen3 checkpoint -> bundle -> validated, carded, checksummed -> released to a local Hub and verified"
@@ -19,6 +19,7 @@ help:
 	@echo "make bench  - run the benchmarks in bench/ (slow: builds a 0.6B-shaped model)"
 	@echo "make fixture - train the teacher/draft miniature the quality benches use (cached; minutes on 2 cores)"
 	@echo "make fixture-eagle - train the 8-layer target and its EAGLE-3 head (cached; about 3.5 minutes)"
+	@echo "make fixture-dflash - train a DFlash draft against that target (cached; about 3 minutes after it)"
 	@echo "make bench-engines - which MNN releases run a bundle (installs each into its own cached venv)"
 	@echo "make clean  - remove the demo output; make clean-bench - remove bench/work (benchmark models and outputs, up to ~30 GB)"
 
@@ -93,6 +94,10 @@ fixture: venv
 # The trained EAGLE-3 fixture (tests/trained_eagle.py): an 8-layer target and its head, cached beside the miniature.
 fixture-eagle: venv
 	$(PY) -m tests.trained_eagle $(ARGS)
+
+# The trained DFlash fixture (tests/trained_dflash.py): a draft trained against the EAGLE fixture's target.
+fixture-dflash: venv
+	$(PY) -m tests.trained_dflash $(ARGS)
 
 # Installs every MNN release from PyPI into its own cached venv (slow the first time).
 bench-engines: venv

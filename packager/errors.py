@@ -82,6 +82,11 @@ CORPUS_UNUSABLE = 80
 CORPUS_NOT_TEXT = 81
 SPECULATION_UNAVAILABLE = 82
 SPECULATION_NOT_LOSSLESS = 83
+DFLASH_DRAFT_LAYOUT = 84
+DFLASH_DRAFT_MISMATCH = 85
+DFLASH_MASK_TOKEN = 86
+DFLASH_TARGET_REFUSED = 87
+DFLASH_DRAFT_UNFAITHFUL = 88
 #: Interrupted (Ctrl-C); nothing is left half-written (an interrupted `pull` keeps `.DIR.pull/` to resume and says so).
 INTERRUPTED = 130
 #: Terminated (SIGTERM); handled exactly like Ctrl-C.
@@ -396,6 +401,52 @@ class EagleHeadUnfaithful(PackagerError):
         "the exported head does not compute what the checkpoint computes; nothing was written (report this with "
         "--debug)"
     )
+
+
+# DFlash drafts (convert --dflash): each refusal happens before any conversion work but the faithful check.
+class DFlashDraftLayout(PackagerError):
+    """`convert --dflash`: the draft's layout is wrong (no config.json, dflash_config or model.safetensors; a tensor
+    missing, misnamed or unexpected; a block size, activation, rope or attention kind the exported graph cannot
+    take)."""
+
+    exit_code = DFLASH_DRAFT_LAYOUT
+    hint = (
+        "pass a DFlash draft in z-lab's DFlashDraftModel layout (config.json with block_size and dflash_config, "
+        "model.safetensors with layers.N.*, norm, fc and hidden_norm); MNN's own exporter leaves a tensor it does "
+        "not find random without a word"
+    )
+
+
+class DFlashDraftMismatch(PackagerError):
+    """`convert --dflash`: the draft was made for another target (hidden size, heads, head_dim, vocabulary, depth,
+    target_layer_ids outside its layers, a tensor's shape)."""
+
+    exit_code = DFLASH_DRAFT_MISMATCH
+    hint = "pass the DFlash draft trained for this target (its config names the target's shape)"
+
+
+class DFlashMaskToken(PackagerError):
+    """`convert --dflash`: the draft's mask token is missing, has no embedding row in the target, or is a token the
+    tokenizer produces from ordinary text."""
+
+    exit_code = DFLASH_MASK_TOKEN
+    hint = "set dflash_config.mask_token_id to the id the draft was trained with (a special or unused row)"
+
+
+class DFlashTargetRefused(PackagerError):
+    """`convert --dflash`: the target's family has no DFlash export in packager, or the engine asked for reads
+    another DFlash format than packager writes."""
+
+    exit_code = DFLASH_TARGET_REFUSED
+    hint = "convert a Qwen3 or Llama 3.1 target, for MNN 3.6.x (pass --engine 3.6.1)"
+
+
+class DFlashDraftUnfaithful(PackagerError):
+    """`convert --dflash`: the exported DFlash draft's block logits differ from the checkpoint's draft (run in torch
+    on the same inputs) by more than 8-bit rounding leaves; nothing is written."""
+
+    exit_code = DFLASH_DRAFT_UNFAITHFUL
+    hint = "report it with --debug's output: packager's DFlash graph does not compute this draft's architecture"
 
 
 # Lookahead corpora (convert --lookahead CORPUS): each refusal happens before any conversion work.

@@ -77,17 +77,20 @@ def build_llama32(
     tie: bool = True,
     dtype: str = "bfloat16",
     rope_type: str = "llama3",
+    rope_factor: float = 32.0,
     **config: Any,
 ) -> Path:
     """A tiny Llama-3.2-shaped checkpoint (random weights) with Meta's real tokenizer and the llama3 rope of
-    Llama-3.2-1B (factor 32 over 8,192 original positions, theta 5e5)."""
+    Llama-3.2-1B (factor 32 over 8,192 original positions, theta 5e5; Llama 3.1's with rope_factor 8)."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
     rope: dict[str, Any] = {"rope_type": rope_type, "rope_theta": 500000.0}
     if rope_type == "llama3":
-        rope.update(factor=32.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=8192)
+        rope.update(
+            factor=rope_factor, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=8192
+        )
     cfg = LlamaConfig(
         vocab_size=128256,
         hidden_size=hidden,

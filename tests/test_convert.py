@@ -19,17 +19,17 @@ from packager.infra.hashing import xxh3_128_file
 from tests.conftest import run_cli
 from tests.parity import compare, load_mnn
 
+pytestmark = pytest.mark.converter
+
 PROMPTS = resources.parity_prompts()
 
 
-@pytest.mark.converter
 def test_bundle_is_exactly_the_ten_files(bundle4: ConvertResult) -> None:
     assert sorted(p.name for p in bundle4.out.iterdir()) == sorted(FILES)
     assert all(p.is_file() and not p.is_symlink() for p in bundle4.out.iterdir())
     assert not list(bundle4.out.parent.glob(".*packager-partial-*"))
 
 
-@pytest.mark.converter
 def test_mnn_runtime_loads_the_bundle(bundle4: ConvertResult) -> None:
     llm = load_mnn(bundle4.out)
     ids = llm.tokenizer_encode("Hello world")
@@ -37,14 +37,12 @@ def test_mnn_runtime_loads_the_bundle(bundle4: ConvertResult) -> None:
     assert llm.forward(list(ids)).read().shape == (1, len(ids), 151936)  # all_logits: every position
 
 
-@pytest.mark.converter
 def test_8bit_logits_match_transformers_on_every_prompt(bundle8: ConvertResult, tiny_checkpoint: Path) -> None:
     report = compare(bundle8.out, tiny_checkpoint, PROMPTS)
     assert report.min_cosine >= 0.99, [round(p.cosine, 4) for p in report.prompts]
     assert all(p.same_top1 for p in report.prompts), [(p.top1_mnn, p.top1_source) for p in report.prompts]
 
 
-@pytest.mark.converter
 def test_4bit_logits_stay_close_to_transformers(bundle4: ConvertResult, tiny_checkpoint: Path) -> None:
     # 4-bit figures are reported (README "Parity"); on random weights the logits are nearly flat, so top-1
     # is fragile and the bar is the cosine only.
@@ -56,7 +54,6 @@ def test_4bit_logits_stay_close_to_transformers(bundle4: ConvertResult, tiny_che
     assert report.min_cosine >= 0.9
 
 
-@pytest.mark.converter
 def test_tampered_weights_break_parity(bundle8: ConvertResult, tiny_checkpoint: Path, tmp_path: Path) -> None:
     import shutil
 
@@ -69,7 +66,6 @@ def test_tampered_weights_break_parity(bundle8: ConvertResult, tiny_checkpoint: 
     assert compare(tampered, tiny_checkpoint, PROMPTS[:4]).min_cosine < 0.99
 
 
-@pytest.mark.converter
 def test_quantization_is_what_was_asked(bundle4: ConvertResult, bundle8: ConvertResult) -> None:
     for result, bits in ((bundle4, 4), (bundle8, 8)):
         llm_config = json.loads((result.out / "llm_config.json").read_text())
@@ -83,7 +79,6 @@ def test_quantization_is_what_was_asked(bundle4: ConvertResult, bundle8: Convert
         assert quant and all(q["aMaxOrBits"] == bits for q in quant)
 
 
-@pytest.mark.converter
 def test_configs_name_tokenizer_txt_with_relative_paths(bundle4: ConvertResult) -> None:
     main = json.loads((bundle4.out / "config.json").read_text())
     assert main["tokenizer_file"] == "tokenizer.txt"
@@ -105,7 +100,6 @@ def test_configs_name_tokenizer_txt_with_relative_paths(bundle4: ConvertResult) 
     }
 
 
-@pytest.mark.converter
 def test_runtime_config_agrees_with_the_draft_and_opencl_configs(bundle4: ConvertResult) -> None:
     runtime = json.loads((bundle4.out / "runtime_config.json").read_text())
     draft = json.loads((bundle4.out / "config_cpu.json").read_text())
@@ -124,7 +118,6 @@ def test_runtime_config_agrees_with_the_draft_and_opencl_configs(bundle4: Conver
     assert runtime["min_mnn_engine"]["version"] == bundle4.engine.text
 
 
-@pytest.mark.converter
 def test_generated_configs_pass_their_schemas(bundle4: ConvertResult) -> None:
     for name, schema in (
         ("config.json", "config"),
@@ -136,13 +129,11 @@ def test_generated_configs_pass_their_schemas(bundle4: ConvertResult) -> None:
         assert not errors, (name, [e.message for e in errors])
 
 
-@pytest.mark.converter
 def test_stop_ids_include_both_qwen3_end_tokens(bundle4: ConvertResult) -> None:
     header = read_header(bundle4.out / "tokenizer.txt")
     assert {151645, 151643} <= set(header.stop)
 
 
-@pytest.mark.converter
 def test_tokenizer_choice_is_measured_and_recorded(bundle4: ConvertResult) -> None:
     choice = bundle4.tokenizer
     by_format = {a.format: a for a in choice.agreements}
@@ -162,7 +153,6 @@ def test_tokenizer_choice_is_measured_and_recorded(bundle4: ConvertResult) -> No
     assert recorded[choice.format]["matched"] == matched
 
 
-@pytest.mark.converter
 def test_minimum_engine_is_derived_and_printed(tiny_checkpoint: Path, tmp_path: Path) -> None:
     result = run_cli("convert", str(tiny_checkpoint), "--out", str(tmp_path / "b"), "--json", "--quiet")
     assert result.returncode == 0, result.stderr
@@ -173,14 +163,12 @@ def test_minimum_engine_is_derived_and_printed(tiny_checkpoint: Path, tmp_path: 
     assert result.stderr == ""
 
 
-@pytest.mark.converter
 def test_two_conversions_are_byte_identical(bundle4: ConvertResult, tiny_checkpoint: Path, tmp_path: Path) -> None:
     again = convert(ConvertRequest(checkpoint=tiny_checkpoint, out=tmp_path / "again"))
     assert {n: xxh3_128_file(again.out / n) for n in FILES} == bundle4.digests
     assert again.graph_uuid == bundle4.graph_uuid
 
 
-@pytest.mark.converter
 def test_provenance_lives_outside_the_bundle(bundle4: ConvertResult, tiny_checkpoint: Path) -> None:
     record = provenance.read(bundle4.provenance)
     assert bundle4.provenance.parent == bundle4.out.parent
@@ -207,7 +195,6 @@ def test_provenance_lives_outside_the_bundle(bundle4: ConvertResult, tiny_checkp
     assert not list(resources.validator("provenance").iter_errors(record))
 
 
-@pytest.mark.converter
 def test_spec_overrides_reach_the_configs(tiny_checkpoint: Path, tmp_path: Path) -> None:
     spec = tmp_path / "release.toml"
     spec.write_text(
@@ -222,7 +209,6 @@ def test_spec_overrides_reach_the_configs(tiny_checkpoint: Path, tmp_path: Path)
     assert "quantization: 8-bit" in result.stdout
 
 
-@pytest.mark.converter
 def test_force_replaces_an_existing_bundle_and_nothing_else(
     bundle4: ConvertResult, tiny_checkpoint: Path, tmp_path: Path
 ) -> None:
@@ -239,7 +225,6 @@ def test_force_replaces_an_existing_bundle_and_nothing_else(
     assert (out / "old.txt").read_text() == "not a bundle file"
 
 
-@pytest.mark.converter
 def test_force_replaces_a_signed_release_folder(bundle4: ConvertResult, tiny_checkpoint: Path, tmp_path: Path) -> None:
     """init's `make validate` and `make release` rebuild dist/bundle after a signed release: the card, the manifest
     and model.sig are files of a release folder, not strangers in it."""
@@ -262,7 +247,6 @@ def _failing_runner(exc: BaseException):  # type: ignore[no-untyped-def]
     return runner
 
 
-@pytest.mark.converter
 @pytest.mark.parametrize("exc", [ConversionFailed("boom"), KeyboardInterrupt()])
 def test_failure_or_ctrl_c_leaves_nothing_behind(exc: BaseException, tiny_checkpoint: Path, tmp_path: Path) -> None:
     out = tmp_path / "b"
@@ -271,7 +255,6 @@ def test_failure_or_ctrl_c_leaves_nothing_behind(exc: BaseException, tiny_checkp
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.converter
 def test_failure_keeps_the_bundle_it_would_replace(
     bundle4: ConvertResult, tiny_checkpoint: Path, tmp_path: Path
 ) -> None:

@@ -16,6 +16,8 @@ from tests.conftest import run_cli
 from tests.localhub import LocalHub, hub, ready
 from tests.signkeys import Keys, keys
 
+pytestmark = pytest.mark.converter
+
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "release.toml"
 
 
@@ -35,7 +37,6 @@ def _one_line(result, code: int, *words: str) -> None:  # type: ignore[no-untype
         assert word in lines[0], lines[0]
 
 
-@pytest.mark.converter
 def test_a_convert_source_that_does_not_exist_is_10_before_any_work(bundle4: ConvertResult, tmp_path: Path) -> None:
     spec = _spec(tmp_path, convert='checkpoint = "missing/checkpoint"')
     bundle = tmp_path / "bundle"
@@ -54,7 +55,6 @@ def test_a_convert_source_that_does_not_exist_is_10_before_any_work(bundle4: Con
     assert not (tmp_path / "out").exists() and not (tmp_path / "dist").exists()
 
 
-@pytest.mark.converter
 def test_the_app_files_a_pull_leaves_are_refused_as_the_bundle_of_a_release(
     bundle4: ConvertResult, tmp_path: Path
 ) -> None:
@@ -65,7 +65,6 @@ def test_the_app_files_a_pull_leaves_are_refused_as_the_bundle_of_a_release(
     assert "holds only the files an app runs" in done.stdout and _contents(app) == before
 
 
-@pytest.mark.converter
 def test_a_spec_pair_report_of_other_files_is_refused_before_any_work(
     bundle4: ConvertResult, bundle8: ConvertResult, tmp_path: Path
 ) -> None:
@@ -98,7 +97,6 @@ def test_a_spec_pair_report_of_other_files_is_refused_before_any_work(
     assert [s["ok"] for s in json.loads(stated.stdout)["stages"]][:4] == [True] * 4
 
 
-@pytest.mark.converter
 def test_a_pair_report_of_other_files_stops_a_converting_release_at_the_card(
     tiny_checkpoint: Path, bundle4: ConvertResult, tmp_path: Path
 ) -> None:
@@ -123,7 +121,6 @@ def _contents(folder: Path) -> dict[str, tuple[str, float]]:
     return {p.name: (xxh3_128_file(p), p.stat().st_mtime) for p in sorted(folder.iterdir())}
 
 
-@pytest.mark.converter
 @pytest.mark.parametrize("signed", [False, True])
 def test_a_dry_run_of_a_built_bundle_writes_nothing_in_it(
     hub: LocalHub, ready: Path, keys: Keys, tmp_path: Path, signed: bool
@@ -164,7 +161,6 @@ def _passing_verify_report(bundle: Path, path: Path) -> Path:
     return path
 
 
-@pytest.mark.converter
 def test_release_reuses_a_verify_report_of_these_very_files_instead_of_verifying_again(
     hub: LocalHub, ready: Path, tiny_checkpoint: Path, tmp_path: Path
 ) -> None:
@@ -176,7 +172,6 @@ def test_release_reuses_a_verify_report_of_these_very_files_instead_of_verifying
     assert verify["detail"].startswith("reused ") and "verify.json" in verify["detail"], verify
 
 
-@pytest.mark.converter
 def test_a_verify_report_of_other_files_is_refused_before_any_work(
     bundle4: ConvertResult, tiny_checkpoint: Path, tmp_path: Path
 ) -> None:

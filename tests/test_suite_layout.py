@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 TESTS = Path(__file__).resolve().parent
 HEAVY = ("converter", "trained", "hub", "engines")
 # Modules whose every test is heavy but which do not say so yet: their owners add `pytestmark` after their own
@@ -101,6 +103,7 @@ sys.exit(int(code))
 """
 
 
+@pytest.mark.slow  # a whole collection of the suite in a process of its own
 def test_every_module_whose_tests_are_all_heavy_says_so_with_pytestmark() -> None:
     # One collection of the whole suite in a process of its own (a few seconds: the imports of the test modules).
     result = subprocess.run(

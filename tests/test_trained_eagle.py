@@ -26,7 +26,7 @@ from packager.errors import TargetTooShallow
 from tests import shared
 from tests.models import build_qwen3, qwen3_tokenizer_dir
 from tests.trained import EOT, IM_END, VOCAB, _render_chat, build_corpus
-from tests.trained_eagle import RECIPE, EagleFixture, fixture
+from tests.trained_eagle import QUESTIONS, RECIPE, EagleFixture, fixture
 
 pytestmark = [pytest.mark.converter, pytest.mark.trained]
 
@@ -36,16 +36,6 @@ FIXTURES = Path(
 )
 STOP = (IM_END, EOT)
 N = 96  # new tokens per prompt: two of the answers end with a stop id before it
-# Questions from the training text (the target learned their answers) and ones it never saw.
-QUESTIONS = (
-    "Explain assert in Python.",
-    "Explain assignment in Python.",
-    "Explain atom literals in Python.",
-    "What is the Python module __future__ for?",
-    "Explain the with statement in Python.",
-    "What is the Python module abc for?",
-    "Explain lambda in Python.",
-)
 # Tokens per verification step over all the questions, from the engine's step count. Measured on the 4-bit bundle:
 # 1.74 (627 tokens in 361 steps; per question 1.52 to 2.18); the torch reference on the bfloat16 checkpoint: 2.09
 # over the first 48 tokens.

@@ -74,6 +74,19 @@ RECIPE = EagleRecipe(
 )
 
 
+# The trained fixtures' workload in MNN: questions from the training text (the target learned their answers) and
+# ones it never saw.
+QUESTIONS = (
+    "Explain assert in Python.",
+    "Explain assignment in Python.",
+    "Explain atom literals in Python.",
+    "What is the Python module __future__ for?",
+    "Explain the with statement in Python.",
+    "What is the Python module abc for?",
+    "Explain lambda in Python.",
+)
+
+
 @dataclass(frozen=True)
 class EagleFixture:
     root: Path

@@ -3,7 +3,9 @@
 - draft: the ten-file draft bundle for an app's `draftmodel` mode (the kind packager has always made);
 - target: a model upstream MNN runs on its own (config.json with the paths, the graph, weights, tokenizer), with
   `embeddings_bf16.bin` when its embeddings are untied;
-- target+eagle: a target exported together with its EAGLE-3 head, which MNN runs with speculative_type "eagle".
+- target+eagle: a target exported together with its EAGLE-3 head, which MNN runs with speculative_type "eagle";
+- target+dflash: a target exported together with its DFlash draft, which MNN (3.6.x) runs with speculative_type
+  "dflash".
 Any kind may carry a lookahead corpus (`lookup_file.txt`).
 """
 
@@ -44,6 +46,10 @@ EAGLE_FILES: dict[str, str] = {
     "eagle_fc.mnn": "EAGLE-3 input projection graph (three target hidden states to one)",
     "eagle_fc.mnn.weight": "EAGLE-3 input projection weights",
     "eagle_d2t.mnn": "EAGLE-3 draft-to-target vocabulary map",
+}
+DFLASH_FILES: dict[str, str] = {
+    "dflash.mnn": "DFlash draft graph and weights (8-bit; the draft layers and the target's lm_head)",
+    "dflash_fc.mnn": "DFlash context projection (fc and hidden_norm over the target's hidden states, float)",
 }
 LOOKUP = "lookup_file.txt"
 # Files a bundle of any kind may hold; `embeddings_bf16.bin` is required where llm_config.json has no tie.
@@ -104,7 +110,13 @@ TARGET_EAGLE = BundleKind(
     {**TARGET_FILES, **EAGLE_FILES},
     (*_TARGET_APP, *EAGLE_FILES),
 )
-KINDS = {kind.name: kind for kind in (DRAFT, TARGET, TARGET_EAGLE)}
+TARGET_DFLASH = BundleKind(
+    "target+dflash",
+    "a target with its DFlash draft (speculative_type dflash)",
+    {**TARGET_FILES, **DFLASH_FILES},
+    (*_TARGET_APP, *DFLASH_FILES),
+)
+KINDS = {kind.name: kind for kind in (DRAFT, TARGET, TARGET_EAGLE, TARGET_DFLASH)}
 
 
 def named(name: str) -> BundleKind:
@@ -113,13 +125,15 @@ def named(name: str) -> BundleKind:
 
 
 # Every name any kind holds (what a folder of bundle files may contain).
-ALL_NAMES = frozenset(FILES) | frozenset(TARGET_EAGLE.files) | frozenset(OPTIONAL)
+ALL_NAMES = frozenset(FILES) | frozenset(TARGET_EAGLE.files) | frozenset(DFLASH_FILES) | frozenset(OPTIONAL)
 
 
 def kind_from_names(names: set[str] | frozenset[str]) -> BundleKind:
     """The kind a set of file names says (a Hub listing, a manifest): as kind_of, without reading config.json."""
     if names & set(EAGLE_FILES):
         return TARGET_EAGLE
+    if names & set(DFLASH_FILES):
+        return TARGET_DFLASH
     if names & set(DRAFT_ONLY):
         return DRAFT
     return TARGET if {"config.json", "llm.mnn"} <= names else DRAFT
@@ -133,7 +147,8 @@ def release_names(folder: Path, *extras: str) -> tuple[str, ...]:
 
 
 def kind_of(folder: Path) -> BundleKind:
-    """The kind a folder's files say it is: eagle files or speculative_type eagle make target+eagle, any of the
+    """The kind a folder's files say it is: eagle files or speculative_type eagle make target+eagle (dflash files or
+    speculative_type dflash target+dflash), any of the
     draft's app configs a draft, config.json and the graph without them a target. A folder that is none of
     these is judged a draft, whose ten files validate then names."""
 
@@ -143,8 +158,11 @@ def kind_of(folder: Path) -> BundleKind:
         except OSError:
             return False
 
-    if any(has(name) for name in EAGLE_FILES) or _speculative_type(folder / "config.json") == "eagle":
+    mode = _speculative_type(folder / "config.json")
+    if any(has(name) for name in EAGLE_FILES) or mode == "eagle":
         return TARGET_EAGLE
+    if any(has(name) for name in DFLASH_FILES) or mode == "dflash":
+        return TARGET_DFLASH
     if any(has(name) for name in DRAFT_ONLY):
         return DRAFT
     if has("config.json") and has("llm.mnn"):

@@ -12,6 +12,12 @@ MIN_ENGINE = {"lookahead": "3.2.0", "mtp": "3.2.2", "eagle": "3.2.5", "dflash": 
 # Modes that verify drafts by argmax, so a sampling sampler changes what they produce.
 ARGMAX_MODES = ("eagle", "mtp", "dflash")
 EAGLE_KEYS = {"eagle_model": "eagle.mnn", "eagle_fc": "eagle_fc.mnn", "eagle_d2t": "eagle_d2t.mnn"}
+# MNN 3.6.1's llmconfig.hpp defaults for the DFlash files (dflash_lmhead, a separate head, is read only when set).
+DFLASH_KEYS = {"dflash_model": "dflash.mnn", "dflash_fc": "dflash_fc.mnn"}
+# The DFlash graphs' inputs and outputs as DFlashGeneration::load names them (speculative_decoding/dflash.cpp).
+DFLASH_FC_INPUTS, DFLASH_FC_OUTPUTS = ["target_hidden"], ["context_hidden"]
+DFLASH_INPUTS = ["noise_embedding", "context_hidden", "attention_mask", "q_position_ids", "k_position_ids"]
+DFLASH_OUTPUTS = ["logits"]
 
 
 def graph_io(dump: Any) -> tuple[dict[str, list[int]], list[str]]:

@@ -132,6 +132,25 @@ EAGLE: dict[str, Any] = {
     "draft_predict_length": 3,
 }
 
+# MNN 3.6.x's DFlash mode (llmconfig.hpp, speculative_decoding/dflash.cpp): the files, and the draft's own facts
+# (dflash_keys) the engine cannot find elsewhere; its defaults (block 16, mask id 0) are never right by chance.
+DFLASH: dict[str, Any] = {
+    "speculative_type": "dflash",
+    "hidden_states": True,
+    "dflash_model": "dflash.mnn",
+    "dflash_fc": "dflash_fc.mnn",
+}
+
+
+def dflash_keys(block_size: int, mask_token_id: int, target_layer_ids: tuple[int, ...]) -> dict[str, Any]:
+    """A DFlash bundle's config keys for its draft."""
+    return {
+        **DFLASH,
+        "dflash_block_size": block_size,
+        "dflash_mask_token_id": mask_token_id,
+        "dflash_target_layer_ids": list(target_layer_ids),
+    }
+
 
 def render_target(
     overrides: RuntimeOverrides,
@@ -140,14 +159,17 @@ def render_target(
     mode: dict[str, Any] | None = None,
     *,
     family: Family,
+    dflash: dict[str, Any] | None = None,
 ) -> dict[str, bytes]:
-    """config.json of a target bundle (with the EAGLE keys when it carries a head, or lookahead's `mode` keys)."""
+    """config.json of a target bundle (with the EAGLE keys when it carries a head, the DFlash keys (dflash_keys)
+    when it carries a DFlash draft, or lookahead's `mode` keys)."""
     main = {
         **PATHS,
         **TARGET,
         **family.runtime,
         **({"embedding_file": "embeddings_bf16.bin"} if untied else {}),
         **(EAGLE if head is not None else {}),
+        **(dflash or {}),
         **overrides.main,
         **(mode or {}),
     }

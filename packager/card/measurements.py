@@ -116,7 +116,7 @@ def parity_from_report(path: Path, error: type[Exception], bundle: Path | None =
     return found
 
 
-SPECULATE_MODES = ("eagle", "lookahead")
+SPECULATE_MODES = ("eagle", "lookahead", "dflash")
 
 
 def speculation_from_report(path: Path, bundle: Path | None, error: type[Exception]) -> dict[str, Any]:
@@ -145,6 +145,8 @@ def speculation_from_report(path: Path, bundle: Path | None, error: type[Excepti
             speculative=report["speculative_tokens_per_second"],
             speedup=report["speedup"],
         )
+        if found["mode"] == "dflash":  # the accept rate and what one engine does with later responses
+            found.update(_dflash_figures(report))
         files, lossless = report["files_xxh3_128"], report["lossless"]
         _check_speculation(found)
         if not isinstance(files, dict) or not files:
@@ -161,6 +163,19 @@ def speculation_from_report(path: Path, bundle: Path | None, error: type[Excepti
     if bundle is not None:
         check_same_files(path, bundle, files, error, "packager speculate")
     return found
+
+
+def _dflash_figures(report: dict[str, Any]) -> dict[str, Any]:
+    block, rate, later = report["block_size"], report["accept_rate"], report["later_responses"]
+    figure(block, "block_size", 2, 4096)
+    if rate is not None:
+        figure(rate, "accept_rate", 0, 1)
+    if later is not None:
+        for key in ("responses", "identical", "differing", "from_first_token"):
+            figure(later[key], f"later_responses.{key}", 0, report["prompts"])
+        crashed = later.get("crashed")
+        later = {**later, "crashed": bool(crashed)}  # a crash is stated, its text (a path) is not
+    return {"block_size": block, "accept_rate": rate, "later": later}
 
 
 def _check_speculation(found: dict[str, Any]) -> None:
@@ -265,6 +280,8 @@ def measurements_from_provenance(record: dict[str, Any]) -> dict[str, Any]:
     }
     if isinstance(record.get("eagle_head"), dict):
         found["eagle_head"] = record["eagle_head"]
+    if isinstance(record.get("dflash_draft"), dict):
+        found["dflash_draft"] = record["dflash_draft"]
     recipe = record.get("options", {}).get("quant_recipe")
     if isinstance(recipe, dict):
         found["quant_recipe"] = {**recipe, "name": _recipe_name(recipe)}

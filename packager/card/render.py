@@ -293,6 +293,7 @@ def _render_target(
     meta = metadata(spec, bits, family, license)
     meta["tags"] = [t for t in meta["tags"] if t != "draft-model"] + (["eagle3"] if mode == "eagle" else [])
     meta["tags"] += ["lookahead"] if mode == "lookahead" else []
+    meta["tags"] += ["dflash"] if mode == "dflash" else []
     context = {
         "release": spec.need("release"),
         "model": spec.need("model"),
@@ -300,6 +301,7 @@ def _render_target(
         "kind": kind.name,
         "eagle": mode == "eagle",
         "head": measurements.get("eagle_head"),
+        "dflash": _dflash(config, measurements) if mode == "dflash" else None,
         "untied": "tie_embeddings" not in _json(bundle, "llm_config.json"),
         "parameters": parameters_text(parameter_count(bundle, graph)),
         "files": files,
@@ -318,6 +320,19 @@ def _render_target(
         "license_note": license.note(),
     }
     return _finish(source, context, meta)
+
+
+def _dflash(config: dict[str, Any], measurements: dict[str, Any]) -> dict[str, Any]:
+    """What the card says of a DFlash draft: its keys as MNN reads them, the conversion's check of the exported
+    draft, and MNN's own measurement of it (a dflash speculate report), if any."""
+    runs = [r for r in measurements.get("speculation", []) if r.get("mode") == "dflash"]
+    return {
+        "block_size": config.get("dflash_block_size"),
+        "mask_token_id": config.get("dflash_mask_token_id"),
+        "layers": config.get("dflash_target_layer_ids") or [],
+        "draft": measurements.get("dflash_draft"),
+        "run": runs[0] if runs else None,
+    }
 
 
 def _lookahead(bundle: Path, config: dict[str, Any]) -> dict[str, Any] | None:

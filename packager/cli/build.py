@@ -89,10 +89,11 @@ NO_CORPUS = "\0"  # what --lookahead gives without a value (no path can hold a N
 )
 @option(
     "--kind",
-    type=click.Choice(["draft", "target", "target+eagle"]),
-    show_default="draft, or target+eagle with --eagle",
+    type=click.Choice(["draft", "target", "target+eagle", "target+dflash"]),
+    show_default="draft, or target+eagle with --eagle, target+dflash with --dflash",
     help="What to make: the ten-file draft bundle, a target bundle (upstream MNN runs it on its own; "
-    "untied embeddings ship as embeddings_bf16.bin) or a target with an EAGLE-3 head (--eagle).",
+    "untied embeddings ship as embeddings_bf16.bin), a target with an EAGLE-3 head (--eagle) or with a DFlash "
+    "draft (--dflash).",
 )
 @click.option(
     "--eagle",
@@ -101,6 +102,14 @@ NO_CORPUS = "\0"  # what --lookahead gives without a value (no path can hold a N
     metavar="HEAD",
     help="An EAGLE-3 head folder (SpecForge / AngelSlim layout) to export with the target: the bundle runs "
     "in MNN with speculative_type eagle.",
+)
+@click.option(
+    "--dflash",
+    "dflash",
+    type=_path(),
+    metavar="DRAFT",
+    help="A DFlash draft folder (z-lab's DFlashDraftModel layout) to export with a Qwen3 or Llama 3.1 target: "
+    "the bundle runs in MNN 3.6.x with speculative_type dflash.",
 )
 @click.option(
     "--allow-pickle-head",
@@ -143,6 +152,7 @@ def convert(
     engine: str | None,
     kind: str | None,
     eagle: Path | None,
+    dflash: Path | None,
     allow_pickle_head: bool,
     lookahead: str | None,
     lookahead_length: int | None,
@@ -150,7 +160,7 @@ def convert(
     as_json: bool,
 ) -> None:
     """Convert a Hugging Face checkpoint (optionally + LoRA) into an MNN bundle: the ten-file draft bundle, a
-    target bundle, or a target with its EAGLE-3 head.
+    target bundle, or a target with its EAGLE-3 head or its DFlash draft.
 
     Without CHECKPOINT, the checkpoint and adapter are --spec's [convert] checkpoint and lora.
 
@@ -163,6 +173,8 @@ def convert(
     Example: packager convert --spec release.toml --out dist/bundle --force
 
     Example: packager convert ./qwen3-8b --eagle ./qwen3-8b-eagle3 --out ./bundle-eagle
+
+    Example: packager convert ./qwen3-8b --dflash ./qwen3-8b-dflash --out ./bundle-dflash
 
     Example: packager convert ./qwen3-8b --kind target --lookahead=corpus.txt --out ./bundle-lookahead
     """
@@ -197,6 +209,7 @@ def convert(
                 lm_block=lm_block,
                 kind=kind,
                 eagle=eagle,
+                dflash=dflash,
                 allow_pickle_head=allow_pickle_head,
                 lookahead=_lookahead(lookahead),
                 lookahead_length=lookahead_length,
@@ -240,6 +253,18 @@ def convert(
             "top1_agreement": round(f.top1_agreement, 4),
             "state_error_at_theta_10000": None if f.other_theta_error is None else round(f.other_theta_error, 5),
         }
+    if result.dflash is not None and result.dflash_check is not None:
+        d, c = result.dflash, result.dflash_check
+        summary["dflash"] = {
+            "draft": str(d.path),
+            "block_size": d.block_size,
+            "mask_token_id": d.mask_token_id,
+            "target_layer_ids": list(d.target_layer_ids),
+            "rope_theta": d.rope_theta,
+            "checked_positions": c.positions,
+            "min_cosine": round(c.min_cosine, 5),
+            "top1_agreement": round(c.top1_agreement, 4),
+        }
     if result.lookahead is not None:
         summary["lookahead"] = result.lookahead.record()
     for warning in result.warnings:
@@ -279,6 +304,15 @@ def _convert_text(s: dict[str, Any]) -> str:
             f"EAGLE-3 head: rope theta {e['rope_theta']:g}, draft vocabulary {e['draft_vocab_size']}, "
             f"target layers {e['aux_layers']}; exported head matches the checkpoint's within "
             f"{e['state_error']:.2%} over {e['checked_positions']} positions{other}",
+        )
+    if "dflash" in s:
+        d = s["dflash"]
+        lines.insert(
+            1,
+            f"DFlash draft: block {d['block_size']}, mask token {d['mask_token_id']}, target layers "
+            f"{d['target_layer_ids']}, rope theta {d['rope_theta']:g}; exported graphs match the torch reference "
+            f"(least cosine {d['min_cosine']:.4f}, top-1 {d['top1_agreement']:.0%} over {d['checked_positions']} "
+            "positions); lossless on each engine's first response only in MNN 3.6.1 (reload the engine per response)",
         )
     if "lookahead" in s:
         la, corpus = s["lookahead"]["settings"], s["lookahead"]["corpus"]

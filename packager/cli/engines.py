@@ -46,15 +46,17 @@ def engines_check(
 
     Each engine runs in a child process of its own environment; a crash is a result ("does not load:
     SIGSEGV while ..."). Exit 0 when every checked version at or above the bundle's declared minimum
-    engine loads it and agrees (cosine >= 0.99 and the same top-1 token on every prompt), 32 otherwise.
+    engine loads it and agrees (cosine >= 0.99 and the same top-1 token on every prompt), 32 otherwise. For a
+    target+dflash bundle each engine's row also says what it does with the draft (MNN 3.6.0 and 3.6.1 are lossless
+    only on an engine's first response), and an engine past the DFlash format packager writes is refused.
 
     Example: packager engines check ./bundle --versions 3.4.1,3.6.1 --record
     """
-    from ..measure.engines.check import check, requested_versions
+    from ..measure.engines.check import check, is_dflash, requested_versions
     from ..measure.engines.record import store
 
     with StderrProgress(quiet) as progress:
-        report = check(bundle, requested_versions(versions), report=progress)
+        report = check(bundle, requested_versions(versions, is_dflash(bundle)), report=progress)
     data = report.as_dict()
     if record:
         data["recorded_in"] = str(store(report))
@@ -78,7 +80,7 @@ def _table(data: dict[str, Any]) -> str:
         agree = "" if r["agrees"] is None else ("yes" if r["agrees"] else "NO")
         lines.append(
             f"| {r['version']} | {'yes' if r['loads'] else 'no'} | {agree} | {cosine} | {top1} | {same} | "
-            f"{r['reason']} |"
+            f"{'; '.join([r['reason'], *r.get('notes', ())] if r['reason'] else r.get('notes', ()))} |"
         )
     if data.get("recorded_in"):
         lines.append(f"\nrecorded in {data['recorded_in']}")

@@ -16,7 +16,7 @@ from .options import json_option, option, prompts_option, quiet_option, threads_
 @click.argument("bundle", type=_path(exists=True, file_okay=False))
 @option(
     "--mode",
-    type=click.Choice(["eagle", "lookahead"]),
+    type=click.Choice(["eagle", "lookahead", "dflash"]),
     show_default="the bundle's own speculative_type",
     help="The speculative mode to run.",
 )
@@ -51,7 +51,7 @@ from .options import json_option, option, prompts_option, quiet_option, threads_
 @quiet_option
 def speculate(
     bundle: Path,
-    mode: Literal["eagle", "lookahead"] | None,  # click's Choice holds it to these
+    mode: Literal["eagle", "lookahead", "dflash"] | None,  # click's Choice holds it to these
     prompts_file: Path | None,
     max_new_tokens: int,
     repeats: int,
@@ -60,11 +60,12 @@ def speculate(
     as_json: bool,
     quiet: bool,
 ) -> None:
-    """Run BUNDLE's speculative mode with MNN's own generation strategy (eagle or lookahead) and plain decoding on
-    the same chat-templated prompts, greedy, and compare: the tokens (lossless up to near-ties), the tokens a step
-    accepts (95% interval over prompts, from the engine's own record) and decode tokens/s of each with their ratio
-    over interleaved repeats, labelled with this CPU. Exit 83 when the tokens differ beyond near-ties, 82 when the
-    bundle cannot run the mode.
+    """Run BUNDLE's speculative mode with MNN's own generation strategy (eagle, lookahead or dflash) and plain
+    decoding on the same chat-templated prompts, greedy, and compare: the tokens (lossless up to near-ties), the
+    tokens a step accepts (95% interval over prompts, from the engine's own record) and decode tokens/s of each with
+    their ratio over interleaved repeats, labelled with this CPU. Exit 83 when the tokens differ beyond near-ties,
+    82 when the bundle cannot run the mode. dflash answers every prompt with a fresh engine (MNN 3.6.1 is lossless
+    only on an engine's first response) and reports separately what one engine does with later responses.
 
     Example: packager speculate ./bundle-eagle
 

@@ -16,7 +16,7 @@ from ..bundle.engine import (
     format_version,
     graph_requirement,
 )
-from ..bundle.kinds import DRAFT, EAGLE_FILES, EMBEDDINGS, LOOKUP, BundleKind
+from ..bundle.kinds import DFLASH_FILES, DRAFT, EAGLE_FILES, EMBEDDINGS, LOOKUP, BundleKind
 from ..bundle.lookahead import Lookahead
 from ..bundle.staging import StagedDir
 from ..bundle.tokenizer_txt import MIN_ENGINE
@@ -25,8 +25,10 @@ from ..infra.hashing import xxh3_128_file
 from ..infra.progress import Progress
 from ..spec.model import ReleaseSpec
 from . import provenance
+from .dflash import faithful as dflash_faithful
 from .eagle import faithful
 from .fence.job import WorkerResult
+from .inspect.dflash_draft import DFlashDraft
 from .inspect.eagle_head import HeadInfo
 from .inspect.lora import other_base_warning
 from .plan import Conversion
@@ -55,6 +57,8 @@ class ConvertResult:
     head: HeadInfo | None = None
     faithfulness: faithful.Faithfulness | None = None  # the exported head against the checkpoint's
     lookahead: Lookahead | None = None
+    dflash: DFlashDraft | None = None
+    dflash_check: dflash_faithful.Faithfulness | None = None  # the exported DFlash draft against the reference
 
 
 def finish(
@@ -66,8 +70,10 @@ def finish(
     inputs: provenance.InputDigests,
     progress: Progress,
     prepared: faithful.Reference | None = None,
+    dflash_dir: Path | None = None,
 ) -> ConvertResult:
-    """Assemble the exported files into a bundle of its kind, check it, record provenance, move it into place."""
+    """Assemble the exported files into a bundle of its kind, check it, record provenance, move it into place
+    (a DFlash draft's two graphs come from `dflash_dir`, exported beside the converter)."""
     info, adapter, recipe, head, mode = (
         conversion.info,
         conversion.adapter,
@@ -81,17 +87,23 @@ def finish(
     out = conversion.out
     progress("assembling the bundle")
     built = stage.subdir("bundle")
-    engine, choice, graph_uuid, weight_digest = _assemble(conversion, worker, built, reference)
+    engine, choice, graph_uuid, weight_digest = _assemble(conversion, worker, built, reference, dflash_dir)
     checked = None
     if head is not None:
         progress("checking the exported EAGLE-3 head against the checkpoint's (MNN and torch, same inputs)")
         checked = faithful.check(built, head, info, recipe.bits, recipe.block, recipe.symmetric, prepared)
+    dflash_checked = None
+    if conversion.dflash is not None:
+        progress("checking the exported DFlash draft against its torch reference (MNN and torch, same inputs)")
+        dflash_checked = dflash_faithful.check(built, conversion.dflash, info)
     progress(f"validating the bundle ({conversion.kind.name})")
     _check_built(built, conversion.request.spec)
     names = conversion.kind.present(built)
     digests = {name: weight_digest if name == "llm.mnn.weight" else xxh3_128_file(built / name) for name in names}
     sizes = {name: (built / name).stat().st_size for name in names}
-    made = provenance.Made(engine, choice, digests, worker.versions, graph_uuid, worker.blocked, inputs, path, checked)
+    made = provenance.Made(
+        engine, choice, digests, worker.versions, graph_uuid, worker.blocked, inputs, path, checked, dflash_checked
+    )
     staged_record = stage.path / "provenance.json"  # type: ignore[operator]
     provenance.write(staged_record, provenance.build(conversion, made))
     stage.commit(built)
@@ -115,6 +127,8 @@ def finish(
         head=head,
         faithfulness=checked,
         lookahead=mode,
+        dflash=conversion.dflash,
+        dflash_check=dflash_checked,
     )
 
 
@@ -144,7 +158,7 @@ def _built_how(goal: EngineTarget) -> str:
 
 
 def _assemble(
-    conversion: Conversion, worker: WorkerResult, built: Path, reference: list[list[int]]
+    conversion: Conversion, worker: WorkerResult, built: Path, reference: list[list[int]], dflash_dir: Path | None
 ) -> tuple[EngineRequirement, TokenizerChoice, str, str]:
     """The kind's files in `built`; returns their engine, the tokenizer choice, the graph uuid, the weights' digest."""
     info, goal, head, mode, corpus = (
@@ -167,11 +181,19 @@ def _assemble(
         if not (export / name).is_file():
             raise ConversionFailed(f"the converter did not write {name}")
         os.replace(export / name, built / name)
+    if conversion.dflash is not None:
+        for name in DFLASH_FILES:
+            if dflash_dir is None or not (dflash_dir / name).is_file():
+                raise ConversionFailed(f"the DFlash export did not write {name}")
+            os.replace(dflash_dir / name, built / name)
     weight_digest = xxh3_128_file(built / "llm.mnn.weight")  # the stamp does not touch the weights
     graph_uuid = stamp_uuid(built / "llm.mnn", built / "llm.mnn.json", weight_digest)
     if head is not None:  # the head's graphs carry a uuid drawn on every export too
         for graph in ("eagle.mnn", "eagle_fc.mnn"):
             stamp_graph_uuid(built / graph, xxh3_128_file(built / f"{graph}.weight"))
+    if conversion.dflash is not None:  # MNNConvert draws a uuid into each graph too (their weights are inside)
+        for graph in DFLASH_FILES:
+            stamp_graph_uuid(built / graph, xxh3_128_file(conversion.dflash.weights))
     graph_engine = graph_requirement(built / "llm.mnn.json")
     agreements = tuple(
         agreement(fmt, worker.encodings[fmt], reference, corpus)
@@ -207,6 +229,10 @@ def _assemble(
             engine.version,
             (*engine.reasons, f"built for MNN {goal.text} and later (--engine {goal.requested}; {_built_how(goal)})"),
         )
+    if conversion.dflash is not None:
+        from ..bundle.modes import mode_requirement
+
+        engine = combine(engine, *mode_requirement("dflash"))
     if mode is not None:
         from ..bundle.modes import mode_requirement
 
@@ -219,8 +245,15 @@ def _assemble(
     rendered = (
         presets.render(overrides, engine, keys, family=info.family)
         if conversion.kind is DRAFT
-        else presets.render_target(overrides, head, untied=not info.tied, mode=keys, family=info.family)
+        else presets.render_target(
+            overrides, head, untied=not info.tied, mode=keys, family=info.family, dflash=_dflash_keys(conversion)
+        )
     )
     for name, data in rendered.items():
         (built / name).write_bytes(data)
     return engine, choice, graph_uuid, weight_digest
+
+
+def _dflash_keys(conversion: Conversion) -> dict[str, object] | None:
+    draft = conversion.dflash
+    return presets.dflash_keys(draft.block_size, draft.mask_token_id, draft.target_layer_ids) if draft else None

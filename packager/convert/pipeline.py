@@ -21,6 +21,7 @@ from ..errors import InvalidOption, shorten
 from ..infra.progress import Progress
 from . import provenance
 from .assemble import ConvertResult, finish
+from .dflash import export as dflash_export
 from .eagle import faithful
 from .fence.launch import Runner, WorkerJob, WorkerResult, run_worker
 from .inspect.checkpoint import family_fields, inspect_checkpoint
@@ -60,7 +61,15 @@ def convert(request: ConvertRequest, progress: Progress = lambda _: None, runner
     conversion = plan(request)
     info, adapter, head, recipe = conversion.info, conversion.adapter, conversion.head, conversion.recipe
     out = conversion.out
-    protected = Protected(inputs=(info.path, *((adapter.path,) if adapter else ()), *((head.path,) if head else ())))
+    draft = conversion.dflash
+    protected = Protected(
+        inputs=(
+            info.path,
+            *((adapter.path,) if adapter else ()),
+            *((head.path,) if head else ()),
+            *((draft.path,) if draft else ()),
+        )
+    )
     check_target(out, request.force, protected)
     with StagedDir(out, request.force, protected, report=progress) as stage, ThreadPoolExecutor(1) as beside:
         reference, inputs = _start_beside(beside, conversion)
@@ -71,7 +80,15 @@ def convert(request: ConvertRequest, progress: Progress = lambda _: None, runner
             if head is not None
             else None
         )
+        # A DFlash draft's graphs need nothing of the target's graph: packager's own export (dflash.export), beside.
+        dflash_dir, drafted = None, None
+        if draft is not None:
+            dflash_dir = stage.subdir("dflash")
+            drafted = beside.submit(dflash_export.export, draft, info.weight_files, dflash_dir)
         worker, path = _export(conversion, stage.subdir("work"), runner, progress)
+        if drafted is not None:
+            progress("exporting the DFlash draft (dflash.mnn, dflash_fc.mnn)")
+            drafted.result()
         return finish(
             conversion,
             worker,
@@ -81,6 +98,7 @@ def convert(request: ConvertRequest, progress: Progress = lambda _: None, runner
             inputs.result(),
             progress,
             prepared.result() if prepared else None,
+            dflash_dir,
         )
 
 
@@ -187,6 +205,7 @@ def _whole_model_job(conversion: Conversion, workdir: Path, also: tuple[dict[str
         corpus=conversion.corpus,
         fuse_c4=conversion.goal.fuse_c4,
         also=also,
+        dflash_layers=conversion.dflash.target_layer_ids if conversion.dflash else (),
         **family_fields(info),
         **_quant_fields(conversion.recipe),
     )

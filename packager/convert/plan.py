@@ -7,16 +7,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import resources
-from ..bundle.engine import EngineTarget, UnservedEngine, target
-from ..bundle.kinds import DRAFT, KINDS, TARGET, TARGET_EAGLE, BundleKind
+from ..bundle.engine import EngineTarget, UnservedEngine, parse_version, target
+from ..bundle.kinds import DRAFT, KINDS, TARGET, TARGET_DFLASH, TARGET_EAGLE, BundleKind
 from ..bundle.lookahead import Lookahead, read_corpus
 from ..bundle.lookahead import settings as lookahead_settings
+from ..bundle.modes import MIN_ENGINE as MODE_ENGINES
 from ..bundle.tokenizer_txt import MIN_ENGINE
-from ..errors import ExtraNotInstalled, InvalidOption, SpecError, shorten
+from ..errors import DFlashTargetRefused, ExtraNotInstalled, InvalidOption, SpecError, shorten
 from ..infra.versions import missing
 from ..spec.model import ReleaseSpec
 from . import recipe as recipes
 from .inspect.checkpoint import CheckpointInfo, inspect_checkpoint
+from .inspect.dflash_draft import DFlashDraft, inspect_dflash
 from .inspect.eagle_head import HeadInfo, inspect_head
 from .inspect.lora import AdapterInfo, inspect_adapter
 from .recipe import QuantRecipe
@@ -43,6 +45,7 @@ class ConvertRequest:
     allow_pickle_head: bool = False  # let a pytorch_model.bin head be loaded (a pickle)
     lookahead: bool | Path | None = None  # True: MNN's lookahead; a path: with that corpus (None: the spec's)
     lookahead_length: int | None = None  # lookahead's draft_predict_length (None: the spec's, else MNN's 3)
+    dflash: Path | None = None  # a DFlash draft (z-lab's DFlashDraftModel layout) exported with the target
 
 
 def eagle_head(request: ConvertRequest) -> Path | None:
@@ -50,10 +53,29 @@ def eagle_head(request: ConvertRequest) -> Path | None:
     return request.eagle or (settings.eagle if settings is not None else None)
 
 
+def dflash_draft(request: ConvertRequest) -> Path | None:
+    settings = request.spec.convert if request.spec else None
+    return request.dflash or (settings.dflash if settings is not None else None)
+
+
 def bundle_kind(request: ConvertRequest) -> BundleKind:
-    """The kind asked for: --eagle makes a target+eagle bundle, else --kind (default: draft)."""
+    """The kind asked for: --eagle makes a target+eagle bundle, --dflash a target+dflash one, else --kind (default:
+    draft)."""
     settings = request.spec.convert if request.spec else None
     name = request.kind or (settings.kind if settings is not None else None)
+    if dflash_draft(request) is not None:
+        if eagle_head(request) is not None:
+            raise InvalidOption(
+                "a bundle has one speculative_type: an EAGLE-3 head cannot go with a DFlash draft",
+                "drop --eagle or --dflash (convert twice for two bundles)",
+            )
+        if name not in (None, TARGET_DFLASH.name, TARGET.name):
+            raise InvalidOption(
+                f"--dflash makes a {TARGET_DFLASH.name} bundle, not a {name} bundle", "drop --kind, or drop --dflash"
+            )
+        return TARGET_DFLASH
+    if name == TARGET_DFLASH.name:
+        raise InvalidOption("a target+dflash bundle needs its draft", "pass --dflash DRAFT_FOLDER")
     if eagle_head(request) is not None:
         if name not in (None, TARGET_EAGLE.name, TARGET.name):
             raise InvalidOption(
@@ -77,10 +99,11 @@ def lookahead_plan(request: ConvertRequest, kind: BundleKind) -> Lookahead | Non
         if request.lookahead_length is not None:
             raise InvalidOption("--lookahead-length sets the draft length of lookahead", "add --lookahead")
         return None
-    if kind is TARGET_EAGLE:
+    if kind in (TARGET_EAGLE, TARGET_DFLASH):
+        draft = "an EAGLE-3 head" if kind is TARGET_EAGLE else "a DFlash draft"
         raise InvalidOption(
-            "a bundle has one speculative_type: lookahead cannot go with an EAGLE-3 head",
-            "drop --lookahead or --eagle (convert twice for two bundles)",
+            f"a bundle has one speculative_type: lookahead cannot go with {draft}",
+            f"drop --lookahead or --{'eagle' if kind is TARGET_EAGLE else 'dflash'} (convert twice for two bundles)",
         )
     spec = request.spec
     main = spec.runtime.main if spec is not None else {}
@@ -160,6 +183,7 @@ class Conversion:
     kind: BundleKind = DRAFT
     head: HeadInfo | None = None
     mode: Lookahead | None = None
+    dflash: DFlashDraft | None = None
 
     @property
     def out(self) -> Path:
@@ -177,6 +201,11 @@ def plan(request: ConvertRequest) -> Conversion:
     adapter: AdapterInfo | None = inspect_adapter(request.adapter, info) if request.adapter else None
     head_path = eagle_head(request)
     head = inspect_head(head_path, info, request.allow_pickle_head) if head_path is not None else None
+    draft_path = dflash_draft(request)
+    draft = None
+    if draft_path is not None:
+        check_dflash_target(info, goal, adapter is not None)
+        draft = inspect_dflash(draft_path, info)
     recipe = quant_recipe(request, info)
     if head is not None and recipe.algorithm != "plain":
         raise InvalidOption(
@@ -190,4 +219,32 @@ def plan(request: ConvertRequest) -> Conversion:
             f"(it needs the PIPELINE format, first read by MNN 3.5.0)",
             "build for MNN 3.5.0 or later",
         )
-    return Conversion(request, info, recipe, goal, resources.tokenizer_corpus(), adapter, kind, head, mode)
+    return Conversion(request, info, recipe, goal, resources.tokenizer_corpus(), adapter, kind, head, mode, draft)
+
+
+# The DFlash format packager writes: MNN 3.6.x's (speculative_decoding/dflash.cpp at 3.6.0 and 3.6.1 alike), whose
+# dflash.mnn carries the lm_head and outputs logits. MNN after 3.6.1 (commit bc85588f2) reads another: no lm_head
+# in dflash.mnn and dflash_shared_lmhead_input, which no PyPI release runs yet and packager does not write.
+DFLASH_FORMAT = "MNN 3.6.x's (dflash.mnn with the lm_head, logits out)"
+
+
+def check_dflash_target(info: CheckpointInfo, goal: EngineTarget, adapted: bool) -> None:
+    """Refuse, in one line, a target packager cannot pair with a DFlash draft: a family without a DFlash export,
+    an adapter (a draft is trained against one model), or an engine older than MNN's first DFlash mode."""
+    if not info.family.dflash:
+        raise DFlashTargetRefused(
+            f"{info.family.title} has no DFlash export in packager (a DFlash draft is exported with Qwen3 and "
+            "Llama 3.1 targets, the families with published DFlash drafts)"
+        )
+    if adapted:
+        raise DFlashTargetRefused(
+            "--dflash takes a target without --adapter: a DFlash draft is trained against one model's hidden states",
+            "merge the adapter into the target first, and pass a draft trained against the merged model",
+        )
+    first = MODE_ENGINES["dflash"]
+    if goal.version < parse_version(first):
+        raise DFlashTargetRefused(
+            f"--engine {goal.requested}: MNN {goal.text} has no DFlash mode (first in MNN {first}); packager writes "
+            f"{DFLASH_FORMAT} format",
+            f"pass --engine {first} or later",
+        )

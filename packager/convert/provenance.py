@@ -61,6 +61,7 @@ class Made:
     inputs: InputDigests
     path: str = "reference"  # how the weights were made: "streamed" or "reference"
     faithfulness: Any = None  # the exported EAGLE-3 head against the checkpoint's
+    dflash_check: Any = None  # the exported DFlash draft against the torch reference (dflash.faithful)
 
 
 def build(conversion: Conversion, made: Made) -> dict[str, Any]:
@@ -91,6 +92,27 @@ def build(conversion: Conversion, made: Made) -> dict[str, Any]:
                 "state_error_at_theta_10000": None
                 if faithfulness.other_theta_error is None
                 else round(faithfulness.other_theta_error, 5),
+            }
+    draft = conversion.dflash
+    if draft is not None:
+        extra["dflash_draft"] = {
+            "path": str(draft.path),
+            "dtype": draft.dtype,
+            "rope_theta": draft.rope_theta,
+            **({"rope_scaling": draft.rope_scaling} if draft.rope_scaling else {}),
+            "block_size": draft.block_size,
+            "mask_token_id": draft.mask_token_id,
+            "target_layer_ids": list(draft.target_layer_ids),
+            "layers": draft.num_layers,
+            "files_xxh3_128": {p.name: xxh3_128_file(p) for p in (draft.path / "config.json", draft.weights)},
+        }
+        if made.dflash_check is not None:
+            found = made.dflash_check
+            extra["dflash_draft"]["check"] = {
+                "positions": found.positions,
+                "min_cosine": round(found.min_cosine, 5),
+                "top1_agreement": round(found.top1_agreement, 4),
+                "context_error": round(found.context_error, 7),
             }
     return {
         **extra,

@@ -195,6 +195,9 @@ class Family:
     # The torch patches (packager.convert.fence.patches, by name) the converter applies to llmexport for a config
     # of this family: what llmexport exports otherwise than transformers computes.
     patches: Callable[[Mapping[str, Any]], tuple[str, ...]] = lambda config: ()
+    # DFlash drafts (z-lab's DFlashDraftModel) are published for its checkpoints: `convert --dflash` takes one as
+    # target (the draft's graph is Qwen3-style attention over the target's hidden states and embeddings).
+    dflash: bool = False
     # What a conversion of such a config says it does otherwise than transformers (convert's warnings).
     warnings: Callable[[Mapping[str, Any]], tuple[str, ...]] = lambda config: ()
 

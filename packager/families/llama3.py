@@ -44,6 +44,7 @@ LLAMA3 = Family(
     bos_token="<|begin_of_text|>",
     rope_types=("default", "llama3"),
     patches=_patches,
+    dflash=True,  # z-lab: Llama-3.1-8B-Instruct
     template_variables={"bos_token": "<|begin_of_text|>"},
     tokenizer_formats=("pipeline",),
     tags=("llama", "llama-3"),

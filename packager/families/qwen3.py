@@ -18,6 +18,7 @@ QWEN3 = Family(
     known_stop_ids=(151645, 151643),
     layout=Layout(decoder(qk_norm=True)),  # a per-head RMSNorm of q and k
     license=APACHE,
+    dflash=True,  # z-lab: Qwen3-4B, Qwen3-8B
     architecture="Qwen3 decoder (grouped-query attention with per-head q/k RMSNorm, SwiGLU, rope theta 1e6)",
     config_keys=table(SHAPE, silu(), no_bias("attention_bias", "attention projections"), full_attention_only("Qwen3")),
     template_variables={"enable_thinking": False},  # its template thinks unless told not to

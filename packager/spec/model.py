@@ -27,8 +27,9 @@ class ConvertSettings:
     lm_bits: int | None = None
     lm_block: int | None = None
     quant_sweep: Path | None = None  # the sweep's --json, shown on the card as the reason for the recipe
-    kind: str | None = None  # draft | target | target+eagle
+    kind: str | None = None  # draft | target | target+eagle | target+dflash
     eagle: Path | None = None  # an EAGLE-3 head folder, exported with the target
+    dflash: Path | None = None  # a DFlash draft folder (z-lab layout), exported with the target
     lookahead: bool | Path | None = None  # true: MNN's lookahead over the prompt; a path: with that corpus
 
 
@@ -279,6 +280,7 @@ def from_dict(data: dict[str, Any], path: Path | None = None) -> ReleaseSpec:
             quant_sweep=_relative(path, convert.get("quant_sweep")),
             kind=convert.get("kind"),
             eagle=_relative(path, convert.get("eagle")),
+            dflash=_relative(path, convert.get("dflash")),
             lookahead=_lookahead(path, convert.get("lookahead")),
         ),
         runtime=RuntimeOverrides(

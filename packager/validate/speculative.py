@@ -6,7 +6,10 @@ a word. Lookahead (any kind of bundle) reads its corpus, lookup_file, at every g
 open without a word, so a corpus the config names must be in the bundle and be text. EAGLE also needs the graph's
 `hidden_states` output (config.json hidden_states: true), its three files (EagleGeneration::load has no null
 checks: a missing one crashes the app), a d2t of the head's draft vocabulary mapping into the target's, and
-greedy sampling: it verifies its tree by argmax while the first token comes from the sampler.
+greedy sampling: it verifies its tree by argmax while the first token comes from the sampler. DFlash (3.6.x) needs
+the same hidden_states output, now the outputs of the layers dflash_target_layer_ids names (each below the target's
+depth), its two graphs (dflash.mnn, dflash_fc.mnn), a mask token with an embedding row, and graphs that take the
+configured block: the draft graph is loaded and run on one block, as the engine's first step does.
 """
 
 from __future__ import annotations
@@ -18,9 +21,18 @@ from typing import Any
 import numpy as np
 
 from ..bundle.graph import GraphFacts
-from ..bundle.kinds import DRAFT, EAGLE_FILES, LOOKUP, TARGET_EAGLE, BundleKind
+from ..bundle.kinds import DRAFT, EAGLE_FILES, LOOKUP, TARGET_DFLASH, TARGET_EAGLE, BundleKind
 from ..bundle.lookahead import MAX_CORPUS, MIB, WARN_CORPUS, text_problem
-from ..bundle.modes import ARGMAX_MODES, EAGLE_KEYS, graph_io
+from ..bundle.modes import (
+    ARGMAX_MODES,
+    DFLASH_FC_INPUTS,
+    DFLASH_FC_OUTPUTS,
+    DFLASH_INPUTS,
+    DFLASH_KEYS,
+    DFLASH_OUTPUTS,
+    EAGLE_KEYS,
+    graph_io,
+)
 from ..report.findings import Collector
 
 
@@ -39,6 +51,12 @@ def check(
             "config.json",
             "/speculative_type",
             f'is {mode!r}, but the bundle holds an EAGLE-3 head; MNN then decodes without it (set "eagle")',
+        )
+    if kind is TARGET_DFLASH and mode != "dflash":
+        out.error(
+            "config.json",
+            "/speculative_type",
+            f'is {mode!r}, but the bundle holds a DFlash draft; MNN then decodes without it (set "dflash")',
         )
     if not isinstance(config, dict) or not isinstance(mode, str) or not mode:  # mode is config's: a dict's
         return
@@ -60,6 +78,8 @@ def check(
         )
     if mode == "eagle":
         _check_eagle(bundle, config, facts, inputs, outputs, dump is not None, usable, out)
+    if mode == "dflash":
+        _check_dflash(bundle, config, facts, outputs, dump is not None, usable, out)
 
 
 def _check_lookahead(bundle: Path, config: dict[str, Any], mode: Any, usable: list[str], out: Collector) -> None:
@@ -135,6 +155,24 @@ def _check_embeddings(bundle: Path, config: dict[str, Any], llm: dict[str, Any],
         out.error(name, "", f"{path.stat().st_size} bytes is not a whole number of {hidden}-wide bf16 rows")
 
 
+def _check_hidden_states(
+    config: dict[str, Any], outputs: list[str], have_graph: bool, mode: str, export: str, out: Collector
+) -> None:
+    """The graph's hidden_states output, on in config.json (MNN asks the graph for it only then) and in the graph."""
+    if config.get("hidden_states") is not True:
+        out.error(
+            "config.json",
+            "/hidden_states",
+            f"must be true: {mode} reads the target's hidden states, which MNN asks the graph for only then",
+        )
+    if have_graph and "hidden_states" not in outputs:
+        out.error(
+            "llm.mnn.json",
+            "",
+            f"the graph has no hidden_states output; export the target together with its {export}",
+        )
+
+
 def _check_eagle(
     bundle: Path,
     config: dict[str, Any],
@@ -145,19 +183,9 @@ def _check_eagle(
     usable: list[str],
     out: Collector,
 ) -> None:
-    if config.get("hidden_states") is not True:
-        out.error(
-            "config.json",
-            "/hidden_states",
-            "must be true: EAGLE reads the target's hidden states, which MNN asks the graph for only then",
-        )
-    if have_graph and "hidden_states" not in outputs:
-        out.error(
-            "llm.mnn.json",
-            "",
-            "the graph has no hidden_states output; export the target together with its "
-            "head (llmexport --eagle_path, or packager convert --eagle)",
-        )
+    _check_hidden_states(
+        config, outputs, have_graph, "EAGLE", "head (llmexport --eagle_path, or packager convert --eagle)", out
+    )
     files = {key: config.get(key, default) for key, default in EAGLE_KEYS.items()}
     for key, name in files.items():
         if not isinstance(name, str) or not (bundle / name).is_file():
@@ -236,3 +264,134 @@ def _check_head_graphs(bundle: Path, files: dict[str, str], facts: GraphFacts | 
     outside = int(((mapped < 0) | (mapped >= vocab)).sum()) if vocab else 0
     if outside:
         out.error(files["eagle_d2t"], "", f"maps {outside} draft id(s) outside the target vocabulary of {vocab}")
+
+
+def _check_dflash(
+    bundle: Path,
+    config: dict[str, Any],
+    facts: GraphFacts | None,
+    outputs: list[str],
+    have_graph: bool,
+    usable: list[str],
+    out: Collector,
+) -> None:
+    _check_hidden_states(config, outputs, have_graph, "DFlash", "draft (packager convert --dflash)", out)
+    files = {key: config.get(key, default) for key, default in DFLASH_KEYS.items()}
+    if config.get("dflash_lmhead"):
+        files["dflash_lmhead"] = config["dflash_lmhead"]
+    missing = False
+    for key, name in files.items():
+        if not isinstance(name, str) or not (bundle / name).is_file():
+            out.error("config.json", f"/{key}", f"{name!r} is not a file in the bundle; MNN's DFlash mode loads it")
+            missing = True
+    block, mask, layers = (
+        config.get(k) for k in ("dflash_block_size", "dflash_mask_token_id", "dflash_target_layer_ids")
+    )
+    for key, value in (("dflash_block_size", block), ("dflash_mask_token_id", mask)):
+        if not isinstance(value, int) or isinstance(value, bool):
+            out.error(
+                "config.json",
+                f"/{key}",
+                f"is missing: MNN then uses its default ({16 if key == 'dflash_block_size' else 0}), "
+                "which is no draft's by chance",
+            )
+    depth = facts.layers if facts is not None else 0
+    if isinstance(layers, list) and depth:
+        outside = [i for i in layers if isinstance(i, int) and not 0 <= i < depth]
+        if outside:
+            out.error(
+                "config.json",
+                "/dflash_target_layer_ids",
+                f"names layer(s) {outside} of a target with {depth} layers",
+            )
+    hidden = facts.hidden_size if facts is not None else None
+    rows = _embedding_rows(bundle, config, hidden, facts)
+    if isinstance(mask, int) and not isinstance(mask, bool) and rows and mask >= rows:
+        out.error(
+            "config.json",
+            "/dflash_mask_token_id",
+            f"is {mask}, past the target's {rows} embedding rows: the engine would embed memory past the table",
+        )
+    if missing or not hidden or not isinstance(block, int) or isinstance(block, bool) or block < 2:
+        return
+    if not all(name in usable for name in files.values() if (bundle / name).exists()):
+        return  # links or non-regular files, already reported
+    width = len(layers) * hidden if isinstance(layers, list) else 0
+    _check_dflash_graphs(bundle, files, hidden, width, block, rows, out)
+
+
+def _embedding_rows(bundle: Path, config: dict[str, Any], hidden: int | None, facts: GraphFacts | None) -> int:
+    """The rows of the table MNN embeds with: embeddings_bf16.bin's, else the (tied) lm_head's."""
+    name = config.get("embedding_file", "embeddings_bf16.bin")
+    if isinstance(name, str) and hidden and (bundle / name).is_file():
+        return (bundle / name).stat().st_size // (2 * hidden)
+    head = facts.lm_head if facts is not None else None
+    return head.out_features if head is not None else 0
+
+
+def _check_dflash_graphs(
+    bundle: Path, files: dict[str, str], hidden: int, width: int, block: int, vocab: int, out: Collector
+) -> None:
+    """Load the draft's graphs in MNN and run them as the engine's first step does: dflash_fc on one position of
+    the target's hidden states, dflash.mnn on one block of the configured size."""
+    from ..runtime.mnn import quiet_stdout
+
+    try:
+        with quiet_stdout():
+            import MNN.nn as nn
+
+            from ..runtime.eagle_head import const
+    except ImportError as exc:  # base dependencies only (the pre-commit hook)
+        missing = (exc.name or "MNN").split(".")[0]
+        out.note(
+            files["dflash_model"],
+            "",
+            f"the engine check was skipped: {missing} is not installed here, so the DFlash draft was not loaded "
+            "and run in MNN (install packager with its full dependencies to run it)",
+        )
+        return
+    try:
+        with quiet_stdout():
+            fc = nn.load_module_from_file(str(bundle / files["dflash_fc"]), DFLASH_FC_INPUTS, DFLASH_FC_OUTPUTS)
+            context = fc.forward([const(np.zeros((1, 1, width), np.float32))])
+            got = int(np.array(context[0].read()).size)
+    except Exception as exc:  # MNN raises plain RuntimeError/ValueError (or answers nothing) for what it cannot run
+        out.error(
+            files["dflash_fc"],
+            "",
+            f"MNN cannot run it on the hidden states of the {width // hidden} layers dflash_target_layer_ids names "
+            f"({width} wide; {type(exc).__name__}: {str(exc)[:120]})",
+        )
+        return
+    try:
+        with quiet_stdout():
+            draft = nn.load_module_from_file(str(bundle / files["dflash_model"]), DFLASH_INPUTS, DFLASH_OUTPUTS)
+            logits = draft.forward(
+                [
+                    const(np.zeros((1, block, hidden), np.float32)),
+                    const(np.zeros((1, 1, hidden), np.float32)),
+                    const(np.zeros((1, 1, block, block + 1), np.float32)),
+                    const(np.arange(1, block + 1)[None], "int"),
+                    const(np.arange(block + 1)[None], "int"),
+                ]
+            )
+            size = int(np.array(logits[0].read()).size)
+    except Exception as exc:
+        out.error(
+            files["dflash_model"],
+            "",
+            f"MNN cannot load or run the DFlash draft on a block of {block} ({type(exc).__name__}: {str(exc)[:160]})",
+        )
+        return
+    if got != hidden:
+        out.error(
+            files["dflash_fc"],
+            "",
+            f"maps the target's hidden states ({width} wide) to width {got}, not the target's hidden size {hidden}",
+        )
+    if vocab and size != block * vocab:
+        out.error(
+            files["dflash_model"],
+            "",
+            f"scores {size} logits for a block of {block}, not {block} x the target's vocabulary of {vocab}",
+        )

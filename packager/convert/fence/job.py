@@ -35,6 +35,8 @@ class WorkerJob:
     eagle: Path | None = None  # an EAGLE-3 head exported with the target (llmexport --eagle_path)
     eagle_rope_theta: float | None = None  # the head's own rope theta (llmexport hard-codes 10000)
     eagle_rope_scaling: dict[str, Any] | None = None  # the head's scaled rope, None for plain rope
+    # The target layers whose outputs a DFlash draft reads: the graph's hidden_states output becomes them.
+    dflash_layers: tuple[int, ...] = ()
     # The torch patches (packager.convert.fence.patches, by name) the family declares for this checkpoint's config.
     patches: tuple[str, ...] = ()
     # Special tokens at ids past the model's rows, left out of the tokenizer llmexport reads: MNN would otherwise

@@ -53,6 +53,35 @@ def _head_config_without_scaling(module: Any) -> None:
     module.PretrainedConfig = WithoutScaling
 
 
+def dflash_hidden_states(layer_ids: tuple[int, ...]) -> list[Any]:
+    """A DFlash draft reads the target's hidden states *after* the layers its config names (z-lab's
+    hidden_states[id + 1]), concatenated in that order; llmexport 0.0.5 knows only EAGLE-3's (the inputs of layers
+    2, N//2 and N-3). The model's `hidden_states` output (otherwise the last normed state, which MNN's DFlash mode
+    does not read) becomes those layers' outputs: each named layer is hooked while the model runs, and its output
+    kept. Returns the list of traced forwards (the worker checks the graph was traced through it)."""
+    import torch
+    import utils.model
+
+    original = utils.model.LlmModel.forward
+    traced: list[Any] = []
+
+    def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
+        seen: dict[int, Any] = {}
+        hooks = [
+            self.blocks[i].register_forward_hook(lambda _m, _a, out, i=i: seen.__setitem__(i, out)) for i in layer_ids
+        ]
+        try:
+            logits, _last, *rest = original(self, *args, **kwargs)
+        finally:
+            for hook in hooks:
+                hook.remove()
+        traced.append(self)
+        return (logits, torch.cat([seen[i] for i in layer_ids], dim=-1), *rest)
+
+    utils.model.LlmModel.forward = forward
+    return traced
+
+
 def transformers_rope(source: Path) -> list[Any]:
     """llmexport's Rotary knows dynamic, yarn and longrope; any other rope type (llama3) falls back to the default
     frequencies, wrong by up to 32x on Llama 3.2. The rotary built for the checkpoint's own config gets

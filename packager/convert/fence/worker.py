@@ -125,6 +125,7 @@ def _export(
     )
     if job.eagle:
         patches.head_rope(float(job.eagle_rope_theta or 0), job.eagle_rope_scaling)
+    dflash_traced = patches.dflash_hidden_states(job.dflash_layers) if job.dflash_layers else None
     patched = patches.apply(job.patches, source)
     if job.graph_only:
         skeleton.like_checkpoint(job.graph_dtype, dict(job.equal_tensors), patches.fills(job.patches))
@@ -153,6 +154,8 @@ def _export(
     if not tokenizer:
         exporter.export_tokenizer = lambda: None
     exporter.export("mnn")
+    if dflash_traced is not None and not dflash_traced:
+        raise RuntimeError("the DFlash hidden-states patch did not reach the graph llmexport traced")
     exporter.export_tokenizer = lambda: None  # the recipes below share this export's tokenizer candidates
     # The export swapped the model's linears for weightless stand-ins and kept the real ones in
     # exporter.unloaded_ops, which the converter only reads: later exports trace the same stand-ins and quantize

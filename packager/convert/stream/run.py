@@ -58,6 +58,8 @@ def export(conversion: Conversion, workdir: Path, runner: Runner, progress: Prog
     fields = _key_fields(info, bits, block, dtype, classes, corpus, fuse_c4)
     if head is not None:
         fields["eagle"] = _head_fields(head)
+    if conversion.dflash is not None:  # the graph's hidden_states output: these layers' outputs
+        fields["dflash_layers"] = list(conversion.dflash.target_layer_ids)
     entry_key = graphcache.key(fields)
     spec = QuantSpec(bits, block)
     export_dir = workdir / "export"
@@ -292,6 +294,7 @@ def _build(
             eagle=head.path if head else None,
             eagle_rope_theta=head.rope_theta if head else None,
             eagle_rope_scaling=head.rope_scaling if head else None,
+            dflash_layers=conversion.dflash.target_layer_ids if conversion.dflash else (),
             **family_fields(info),
         ),
         progress,
@@ -310,6 +313,7 @@ def _build(
         f"{bits}-bit {'per-channel' if block == 0 else f'block {block}'}"
         f"{'' if info.tied else ', untied'}{'' if fuse_c4 else ', no C4 fusion'}"
         f"{', with an EAGLE-3 head' if head is not None else ''}"
+        f"{f', hidden states after layers {list(conversion.dflash.target_layer_ids)}' if conversion.dflash else ''}"
     )
     meta = {"describe": describe, "encodings": result.encodings, "versions": result.versions, "adapter": bool(adapter)}
     return graphcache.store(entry_key, files, meta)

@@ -10,13 +10,13 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ...bundle.engine import PYPI_ENGINES, parse_version
+from ...bundle.engine import PYPI_ENGINES, format_version, parse_version
 from ...errors import BundleError, InvalidOption, RuntimeCrashed, shorten
 from ...infra.progress import Progress as Report
 from ...infra.versions import installed
@@ -46,6 +46,7 @@ class EngineResult:
     top1: int | None  # prompts whose next-token argmax equals the current engine's
     prompts: int
     same_ids: int | None  # prompts its tokenizer encodes to the current engine's ids
+    notes: tuple[str, ...] = ()  # what this engine does with the bundle's speculative mode (DFlash)
 
     @property
     def verdict(self) -> str:
@@ -77,12 +78,51 @@ class CheckReport:
         }
 
 
-def requested_versions(text: str | None) -> tuple[str, ...]:
-    """`--versions 3.4.1,3.6.1` (or all of PyPI's); each must be an MNN release on PyPI."""
+# MNN's DFlash mode by engine release: none before 3.6.0; 3.6.0 and 3.6.1 keep the draft's state across responses
+# (DFlashGeneration's mInitialized is never reset; fixed on MNN's main branch in dd48baa63, 2026-06-29, after
+# neither release); after 3.6.1, commit bc85588f2 (2026-08-11) takes the lm_head out of dflash.mnn and requires
+# dflash_shared_lmhead_input, a format packager does not write.
+DFLASH_FIRST = (3, 6, 0)
+DFLASH_DEFECT = ((3, 6, 0), (3, 6, 1))
+DFLASH_LAST_WRITTEN = (3, 6, 1)
+DFLASH_DEFECT_NOTE = (
+    "dflash: lossless only on an engine's first response (MNN {v} keeps the draft's state across responses; fixed "
+    "after this release in MNN's dd48baa63): reload the engine for every response"
+)
+
+
+def dflash_notes(version: str) -> tuple[str, ...]:
+    """What MNN `version` does with a target+dflash bundle, beyond loading it."""
+    found = parse_version(version)
+    if found < DFLASH_FIRST:
+        return (f"dflash: MNN {version} has no DFlash mode and decodes plainly, without the draft",)
+    if found in DFLASH_DEFECT:
+        return (DFLASH_DEFECT_NOTE.format(v=version),)
+    return ()
+
+
+def is_dflash(bundle: Path) -> bool:
+    try:
+        config = json.loads((bundle / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and config.get("speculative_type") == "dflash"
+
+
+def requested_versions(text: str | None, dflash: bool = False) -> tuple[str, ...]:
+    """`--versions 3.4.1,3.6.1` (or all of PyPI's); each must be an MNN release on PyPI. For a DFlash bundle, an
+    engine past the DFlash format packager writes is refused with that reason."""
     if text is None or text.strip().lower() == "all":
         return PYPI_ENGINES
     chosen = []
     for item in (p.strip() for p in text.split(",")):
+        if dflash and _past_dflash_format(item):
+            raise InvalidOption(
+                f"--versions: MNN {shorten(item)!s} reads DFlash drafts in another format than this bundle's (after "
+                "3.6.1, MNN's commit bc85588f2 takes the lm_head out of dflash.mnn and requires "
+                "dflash_shared_lmhead_input), which packager does not write yet",
+                f"check with {format_version(DFLASH_LAST_WRITTEN)} or older",
+            )
         if item not in PYPI_ENGINES:
             raise InvalidOption(
                 f"--versions: {shorten(item)!s} is not an MNN release on PyPI",
@@ -91,6 +131,13 @@ def requested_versions(text: str | None) -> tuple[str, ...]:
         if item not in chosen:
             chosen.append(item)
     return tuple(sorted(chosen, key=parse_version))
+
+
+def _past_dflash_format(item: str) -> bool:
+    try:
+        return parse_version(item) > DFLASH_LAST_WRITTEN
+    except ValueError:
+        return False
 
 
 def declared_engine(bundle: Path) -> str | None:
@@ -122,10 +169,12 @@ def check(bundle: Path, versions: Sequence[str], report: Report = lambda _: None
             "run packager validate on the bundle",
         )
     results = []
+    dflash = is_dflash(bundle)
     for version in versions:
         engine = venvs.ensure(version, report)
         report(f"loading the bundle in MNN {version}")
-        results.append(compare(version, run_probe(engine.python, bundle, ids), ids, logits))
+        result = compare(version, run_probe(engine.python, bundle, ids), ids, logits)
+        results.append(replace(result, notes=dflash_notes(version)) if dflash else result)
     return CheckReport(bundle, declared_engine(bundle), reference_version, tuple(results))
 
 

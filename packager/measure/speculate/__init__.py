@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, cast
 
-from ...bundle.modes import EAGLE_KEYS, graph_io
+from ...bundle.modes import DFLASH_KEYS, EAGLE_KEYS, graph_io
 from ...errors import InvalidOption, SpeculationNotLossless, SpeculationUnavailable, shorten
 from .. import workload
 from ..compat import facts
@@ -19,8 +19,8 @@ from . import files
 from .child import run
 from .summary import Report, summarize
 
-Mode = Literal["eagle", "lookahead"]
-MODES = ("eagle", "lookahead")
+Mode = Literal["eagle", "lookahead", "dflash"]
+MODES = ("eagle", "lookahead", "dflash")
 _VALIDATE = "run packager validate on the bundle"
 
 
@@ -60,7 +60,22 @@ def speculate(request: Request, progress: Callable[[str], None] = lambda _: None
         **_overrides(mode, config, threads),
     }
     raw = run(job, progress)
+    if mode == "dflash":
+        raw["later"] = _later_responses(job, raw, progress)
     return summarize(raw, mode, request, host(threads), job, _digests(request.bundle, read))
+
+
+def _later_responses(job: dict[str, Any], raw: dict[str, Any], progress: Callable[[str], None]) -> dict[str, Any]:
+    """MNN 3.6.1 keeps DFlash's draft state from one response to the next (fixed on MNN's main branch in
+    dd48baa63, in no release yet): every prompt answered in turn by one engine, in a child of its own, since the
+    engine may crash there; a crash is a finding, not an error."""
+    from ...errors import RuntimeCrashed
+
+    later = {**job, "part": "later", "plain_tokens": [p["plain_tokens"] for p in raw["prompts"]]}
+    try:
+        return run(later, progress)
+    except RuntimeCrashed as crash:
+        return {"crashed": crash.message}
 
 
 def refuse_if_lossy(report: Report) -> None:
@@ -108,7 +123,7 @@ def _mode(request: Request, config: dict[str, Any], dump: Any = None) -> Mode:
         )
         raise SpeculationUnavailable(
             f"{shorten(str(request.bundle), 120)} {said}; packager speculate runs "
-            f"{' and '.join(MODES)} (upstream MNN ignores draftmodel)"
+            f"{', '.join(MODES[:-1])} and {MODES[-1]} (upstream MNN ignores draftmodel)"
         )
     if mode == "eagle":
         names = [config.get(key, default) for key, default in EAGLE_KEYS.items()]
@@ -124,6 +139,8 @@ def _mode(request: Request, config: dict[str, Any], dump: Any = None) -> Mode:
                 f"({', '.join(map(str, missing)) + ' missing' if missing else 'not configured'})",
                 "convert the target with --eagle HEAD, then run packager validate",
             )
+    if mode == "dflash":
+        _check_dflash(request.bundle, config, own)
     if not _can_speculate(request.bundle, dump):
         raise SpeculationUnavailable(
             f"{shorten(str(request.bundle), 120)}'s graph has no logits_index input with "
@@ -131,6 +148,30 @@ def _mode(request: Request, config: dict[str, Any], dump: Any = None) -> Mode:
             "re-export with llmexport 0.0.5+ or packager convert",
         )
     return cast(Mode, mode)  # one of MODES: checked above
+
+
+def _check_dflash(bundle: Path, config: dict[str, Any], own: str) -> None:
+    """A bundle MNN's DFlashGeneration can run: its two graphs named inside the folder and present, the target's
+    hidden_states output on, a block of at least two positions (the engine's defaults, block 16 and mask id 0, are
+    never a draft's by chance)."""
+    names = [config.get(key, default) for key, default in DFLASH_KEYS.items()]
+    if not all(isinstance(n, str) and n and "/" not in n and "\\" not in n and n not in (".", "..") for n in names):
+        raise SpeculationUnavailable(
+            f"{shorten(str(bundle), 120)}'s config.json names a DFlash file outside the bundle folder", _VALIDATE
+        )
+    missing = [name for name in names if not (bundle / name).is_file()]
+    block, mask = config.get("dflash_block_size"), config.get("dflash_mask_token_id")
+    if own != "dflash" or missing or config.get("hidden_states") is not True:
+        raise SpeculationUnavailable(
+            f"{shorten(str(bundle), 120)} holds no DFlash draft MNN can run "
+            f"({', '.join(map(str, missing)) + ' missing' if missing else 'not configured'})",
+            "convert the target with --dflash DRAFT, then run packager validate",
+        )
+    if (_int(block) or 0) < 2 or not isinstance(mask, int) or isinstance(mask, bool) or mask < 0:
+        raise SpeculationUnavailable(
+            f"{shorten(str(bundle), 120)}'s config.json gives no usable dflash_block_size and dflash_mask_token_id",
+            _VALIDATE,
+        )
 
 
 def _graph_dump(bundle: Path) -> Any:
@@ -163,12 +204,17 @@ def _overrides(mode: str, config: dict[str, Any], threads: int) -> dict[str, Any
     """The two engines' settings: the bundle's own, greedy, the same threads; plain decoding without the
     speculative mode (and without the hidden-state output only EAGLE reads)."""
     common = {"sampler_type": "greedy", "thread_num": threads, "reuse_kv": False}
-    speculative = {**common, "speculative_type": mode, **({"hidden_states": False} if mode != "eagle" else {})}
+    speculative = {
+        **common,
+        "speculative_type": mode,
+        **({"hidden_states": False} if mode not in ("eagle", "dflash") else {}),
+    }
     return {
         "plain": {**common, "speculative_type": "", "hidden_states": False},
         "speculative": speculative,
         "depth": _int(config.get("eagle_depth")) or 3,
         "longest": (_int(config.get("draft_predict_length")) or 3) + 1,
+        "block": _int(config.get("dflash_block_size")) or 16,
     }
 
 

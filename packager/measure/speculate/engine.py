@@ -60,6 +60,30 @@ class Engine:
             int(context["status"]),
         )
 
+    def stepwise(
+        self, ids: list[int], max_new_tokens: int, stops: frozenset[int]
+    ) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """DFlash one verification step a call: the tokens, and how many there were after each step. MNN 3.6.1's
+        DFlashGeneration runs steps until it has max_new_tokens, so generate(ids, 1) runs the prefill and one
+        step; the engine keeps its draft state (that is 3.6.1's multi-response defect), so after the last token in
+        the cache is erased and fed again (one position, the same token), generate([token], 1) runs exactly the
+        next step. The caller compares the tokens with an uninterrupted run's: equal, the step count is the
+        engine's own (the engine exposes no step counter)."""
+        engine = self.llm._c_obj
+        engine.generate_init()
+        out = [int(t) for t in engine.generate(ids, 1)]
+        bounds = [len(out)] if len(out) > 1 else []
+        while len(out) - 1 < max_new_tokens and not stops.intersection(out):
+            context = engine.get_context()  # DFlash writes no generate_str: nothing here can be a partial character
+            last = int(context["output_tokens"][-2])  # the newest token in the cache (the last is the next block's)
+            engine.erase_history(int(context["all_seq_len"]) - 1, 0)
+            grown = [int(t) for t in engine.generate([last], 1)]
+            if len(grown) <= len(out):
+                break
+            out = grown
+            bounds.append(len(out))
+        return tuple(out), tuple(bounds)
+
     def _context(self, output: list[int]) -> tuple[dict[str, Any], str | None]:
         """The engine's context and its generate_str. pymnn 3.6.1's get_context() crashes the process (a failed
         strict UTF-8 decode put into a dict) when generate_str ends inside a UTF-8 character. generate_str only

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ...bundle.kinds import EMBEDDINGS, LOOKUP
-from ...bundle.modes import EAGLE_KEYS
+from ...bundle.modes import DFLASH_KEYS, EAGLE_KEYS
 from ...errors import PackagerError, shorten
 
 # config.json's keys for the files every mode reads, with the engine's defaults.
@@ -33,6 +33,10 @@ def read_by_engine(bundle: Path, config: dict[str, Any], mode: str) -> dict[str,
         keys["embedding_file"] = EMBEDDINGS
     if mode == "eagle":
         keys.update(EAGLE_KEYS)
+    if mode == "dflash":
+        keys.update(DFLASH_KEYS)
+        if config.get("dflash_lmhead"):
+            keys["dflash_lmhead"] = "dflash_lmhead.mnn"
     if mode == "lookahead" and ("lookup_file" in config or os.path.lexists(bundle / LOOKUP)):
         keys["lookup_file"] = LOOKUP
     base = config.get("base_dir", "")
@@ -56,6 +60,14 @@ def read_by_engine(bundle: Path, config: dict[str, Any], mode: str) -> dict[str,
                 f"{key} weights": f"{found[key]}.weight"
                 for key in ("eagle_model", "eagle_fc")
                 if os.path.lexists(bundle / f"{found[key]}.weight")
+            }
+        )
+    if mode == "dflash":
+        found.update(
+            {
+                f"{key} weights": f"{found[key]}.weight"
+                for key in ("dflash_model", "dflash_fc", "dflash_lmhead")
+                if key in found and os.path.lexists(bundle / f"{found[key]}.weight")
             }
         )
     return found

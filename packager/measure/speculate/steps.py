@@ -43,6 +43,24 @@ def eagle_steps(output_tokens: Sequence[int], generated: Sequence[int], depth: i
     return Steps(accepted, steps, steps)
 
 
+def dflash_steps(stepwise: Sequence[int], bounds: Sequence[int], generated: Sequence[int]) -> Steps:
+    """Steps of a DFlash generation from the engine run one step a call (Engine.stepwise: its tokens and their
+    count after each step). The first token is the prefill's, every other one came from a step. Where the
+    step-by-step run leaves the uninterrupted one (a near-tie the re-fed token's arithmetic tips), the steps are
+    counted up to the last one that ended before it."""
+    at = next((i for i, (a, b) in enumerate(zip(stepwise, generated)) if a != b), None)
+    if at is None and len(stepwise) != len(generated):
+        at = min(len(stepwise), len(generated))
+    kept = [b for b in bounds if at is None or b <= at]
+    if not kept or kept[-1] <= 1:
+        raise StepsUnreadable(
+            "nothing was generated after the prefill's token"
+            if at is None
+            else f"run one step a call, the engine's tokens left its uninterrupted run's at token {at}"
+        )
+    return Steps(kept[-1] - 1, len(kept), len(kept))
+
+
 def lookahead_steps(
     generated: Sequence[int],
     generate_str: str,

@@ -31,6 +31,18 @@ class Spread:
 
 
 @dataclass(frozen=True)
+class LaterResponses:
+    """One engine answering the prompts in turn (DFlash: MNN 3.6.1 keeps draft state across responses)."""
+
+    responses: int  # responses after the engine's first
+    identical: int  # identical to plain decoding, up to near-ties
+    differing: int
+    from_first_token: int  # of the differing, how many differ from their first token
+    first_response_identical: bool
+    crashed: str | None = None  # the engine crashed on a later response: the child's one line
+
+
+@dataclass(frozen=True)
 class Report:
     bundle: str
     mode: str
@@ -49,6 +61,9 @@ class Report:
     tie_tolerance: float
     notes: tuple[str, ...]
     files_xxh3_128: dict[str, str]  # the files the engine read, so a card can tell the report is this bundle's
+    block_size: int | None = None  # dflash: tokens a step drafts and verifies
+    accept_rate: float | None = None  # dflash: tokens accepted over tokens verified (MNN's own statistic)
+    later_responses: LaterResponses | None = None  # dflash: the responses after an engine's first
 
     @property
     def mismatches(self) -> tuple[PromptResult, ...]:
@@ -79,6 +94,20 @@ def summarize(
             "most steps (fewest accepted per step)"
         )
     plain, spec = _rates(prompts, "plain", job["bundle"]), _rates(prompts, "speculative", job["bundle"])
+    fresh = mode == "dflash"
+    block = int(job["block"]) if fresh else None
+    steps = sum(p.steps[1] for p in counted if p.steps)
+    if fresh:
+        notes.append(
+            "dflash ran a fresh engine for every response (MNN 3.6.1 is lossless only on an engine's first), so "
+            "its decode includes the engine's first use, where plain decoding's engine was warmed"
+        )
+    speedup = _spread([s / p for s, p in zip(spec, plain)])
+    if speedup.median < 1.0:
+        notes.append(
+            f"{mode} decodes slower than plain decoding here ({speedup.median:.2f}x): on a target this small the "
+            "draft's own forward costs more than the target steps it saves"
+        )
     return Report(
         bundle=job["bundle"],
         mode=mode,
@@ -97,11 +126,40 @@ def summarize(
         steps_counted=len(counted),
         plain_tokens_per_second=_spread(plain),
         speculative_tokens_per_second=_spread(spec),
-        speedup=_spread([s / p for s, p in zip(spec, plain)]),
+        speedup=speedup,
         tie_tolerance=request.tie_tolerance,
         notes=tuple(notes),
         files_xxh3_128=dict(files or {}),
+        block_size=block,
+        accept_rate=sum(p.tokens for p in counted) / (steps * block) if fresh and block and steps else None,
+        later_responses=_later(raw.get("later"), per_prompt, request.tie_tolerance) if fresh else None,
     )
+
+
+def _later(raw: dict[str, Any] | None, first: tuple[PromptResult, ...], tolerance: float) -> LaterResponses | None:
+    if raw is None:
+        return None
+    same_first = bool(first) and first[0].verdict != "mismatch"
+    if "crashed" in raw:
+        return LaterResponses(len(first) - 1, 0, 0, 0, same_first, crashed=str(raw["crashed"]))
+    answers = raw["answers"]
+    verdicts = [_verdict(a["divergence"], tolerance) for a in answers]
+    later = verdicts[1:]
+    differing = [a for a, v in zip(answers[1:], later) if v == "mismatch"]
+    return LaterResponses(
+        responses=len(later),
+        identical=sum(v != "mismatch" for v in later),
+        differing=len(differing),
+        from_first_token=sum(a["divergence"]["position"] == 0 for a in differing),
+        first_response_identical=bool(verdicts) and verdicts[0] != "mismatch",
+    )
+
+
+def _verdict(divergence: dict[str, Any] | None, tolerance: float) -> str:
+    if divergence is None:
+        return "identical"
+    gap = max(divergence["top_logit"] - divergence["speculative_logit"], 0.0)
+    return "near-tie" if gap <= tolerance else "mismatch"
 
 
 def _prompt(index: int, raw: dict[str, Any], tolerance: float) -> PromptResult:
@@ -155,6 +213,22 @@ def text(report: Report) -> str:
         )
     else:
         lines.append("accepted tokens per step: not countable from the engine's record")
+    if report.accept_rate is not None:
+        lines.append(f"accept rate: {report.accept_rate:.1%} of the {report.block_size}-token blocks verified")
+    later = report.later_responses
+    if later is not None and later.crashed:
+        lines.append(f"later responses on one engine: the engine crashed ({later.crashed})")
+    elif later is not None:
+        lines.append(
+            f"later responses on one engine: {later.identical} of {later.responses} identical to plain decoding, "
+            f"{later.differing} differ ({later.from_first_token} from their first token); the engine's first "
+            f"response {'matched' if later.first_response_identical else 'did NOT match'}"
+        )
+    if later is not None and (later.crashed or later.differing):
+        lines.append(
+            f"note: {report.engine} is lossless only on an engine's first response: reload the engine for every "
+            "response (MNN's fix, dd48baa63 on its main branch, is in no release yet)"
+        )
     p, s, x = report.plain_tokens_per_second, report.speculative_tokens_per_second, report.speedup
     lines += [
         f"decode tokens/s: plain {p.median:.1f} ({p.low:.1f}-{p.high:.1f}), {report.mode} {s.median:.1f} "

@@ -39,6 +39,7 @@ class Facts:
 
 def gather(checkpoint: Path, adapter: Path | None) -> Facts:
     """Inspect (the same checks as convert, no weights loaded) and read off the facts."""
+    _refuse_a_dflash_draft(checkpoint)
     info = inspect_checkpoint(checkpoint)
     lora = inspect_adapter(adapter, info) if adapter is not None else None
     count = sum(math.prod(shape) for name, shape in info.tensor_shapes.items() if name != "lm_head.weight")
@@ -69,6 +70,28 @@ def say_parameters(count: int) -> str:
     if count >= 100_000_000:
         return f"{count / 1e9:.2g}B"
     return f"{max(1, round(count / 1e6))}M"
+
+
+def _refuse_a_dflash_draft(checkpoint: Path) -> None:
+    """A DFlash draft (z-lab's DFlashDraftModel) is no draft bundle of its own: it ships inside its target's
+    bundle (target+dflash), so a release starts from the target and names the draft."""
+    from ...errors import UnsupportedModel
+
+    path = checkpoint / "config.json"
+    try:
+        config = read_json(path, UnsupportedModel) if path.is_file() else None
+    except UnsupportedModel:
+        return  # inspect_checkpoint says what is wrong with it
+    if isinstance(config, dict) and (
+        "DFlashDraftModel" in (config.get("architectures") or []) or isinstance(config.get("dflash_config"), dict)
+    ):
+        raise UnsupportedModel(
+            f"{str(checkpoint)[:120]} is a DFlash draft (z-lab's DFlashDraftModel), which ships inside its target's "
+            "bundle (kind target+dflash), not as a release of its own",
+            "start from the target (packager init DIR --checkpoint TARGET), then set "
+            f'dflash = "{str(checkpoint)[:120]}" under [convert] in release.toml (as packager convert TARGET --dflash '
+            "DRAFT)",
+        )
 
 
 def _config_name(folder: Path) -> str | None:

@@ -1,0 +1,76 @@
+"""dflash.mnn and dflash_fc.mnn from a checked draft: packager's graphs (dflash.graph) with the checkpoint's weights
+and the target's lm_head, traced to ONNX and converted by pymnn's MNNConvert in this process (the converter
+worker's, inside the fence). As MNN's own exporter does, the draft graph is converted without transformer fusion
+(fused attention assumes causal masking; the draft attends to everything) and at 8 bits; dflash_fc stays float
+(the engine runs it in fp32: its input is several hidden states wide)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..inspect.dflash_draft import DFlashDraft
+
+DRAFT_BITS = 8
+DRAFT_BLOCK = 64  # per-block scales where the block divides every input width, else per channel
+DRAFT_FILES = ("dflash.mnn", "dflash_fc.mnn")
+LM_HEAD_NAMES = ("lm_head.weight", "model.embed_tokens.weight")  # untied first, else the tied embedding
+
+
+def target_lm_head(weight_files: tuple[Path, ...], names: tuple[str, ...] = LM_HEAD_NAMES) -> Any:
+    """The target's lm_head [vocab, hidden] (float32), read from its safetensors: its own, else the embedding."""
+    import torch
+    from safetensors import safe_open
+
+    for name in names:
+        for file in weight_files:
+            with safe_open(str(file), framework="pt") as handle:
+                if name in handle.keys():  # noqa: SIM118 - safe_open has keys(), not __contains__
+                    return handle.get_tensor(name).to(torch.float32)
+    raise ValueError(f"the target's weights hold none of {', '.join(names)}")
+
+
+def block_for(draft: DFlashDraft) -> int:
+    widths = (draft.hidden_size, draft.intermediate_size, draft.num_heads * draft.head_dim)
+    return DRAFT_BLOCK if all(w % DRAFT_BLOCK == 0 for w in widths) else 0
+
+
+# pymnn's converter in a child working in the graph's own folder: MNN's converter keeps a graph's weights in a
+# temporary file with a fixed name in the current folder (`.__convert_external_data.bin`), so two conversions in
+# one folder at once overwrite each other's weights (measured: two `convert --dflash` at once, one draft 100% off
+# its checkpoint's, refused by the faithful check), and a user's current folder is no place for it. The child
+# imports only the converter's extension (no telemetry) and its prints go nowhere.
+_CONVERT = "import sys, _tools; sys.exit(0 if _tools.mnnconvert(sys.argv[1:]) is not False else 1)"
+
+
+def mnnconvert(onnx: Path, out: Path, flags: tuple[str, ...] = ()) -> None:
+    import subprocess
+    import sys
+
+    args = ["MNNConvert", "-f", "ONNX", "--modelFile", str(onnx), "--MNNModel", str(out), "--bizCode", "MNN", *flags]
+    done = subprocess.run(
+        [sys.executable, "-c", _CONVERT, *args],
+        cwd=onnx.parent,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        check=False,
+    )
+    if done.returncode != 0 or not out.is_file():
+        tail = done.stderr.decode("utf-8", "replace")[-300:].strip()
+        raise RuntimeError(f"MNNConvert did not convert {onnx.name} (exit {done.returncode}): {tail}")
+
+
+def export(draft: DFlashDraft, weight_files: tuple[Path, ...], dst: Path) -> None:
+    """Both graphs into `dst` (their ONNX files in dst/onnx-dflash, left for the caller's work folder)."""
+    from . import graph
+
+    main, fc = graph.load(draft, target_lm_head(weight_files))
+    onnx = dst / "onnx-dflash"
+    onnx.mkdir(parents=True, exist_ok=True)
+    main_onnx, fc_onnx = graph.export_onnx(main, fc, draft, onnx)
+    del main, fc
+    mnnconvert(fc_onnx, dst / "dflash_fc.mnn")
+    block = block_for(draft)
+    quant = ("--weightQuantBits", str(DRAFT_BITS), *(("--weightQuantBlock", str(block)) if block else ()))
+    mnnconvert(main_onnx, dst / "dflash.mnn", quant)

@@ -1,0 +1,69 @@
+"""convert --dflash on a Llama 3.1-shaped target (untied, llama3 rope at factor 8, Meta's tokenizer) with a random
+DFlash draft of its shape (z-lab publishes one for Llama-3.1-8B-Instruct): the bundle converts, its exported draft
+passes the faithful check against the torch reference of z-lab's DFlashDraftModel, and validate finds nothing.
+(The Qwen3 target with a trained draft, run in MNN's dflash mode: tests/test_trained_dflash.py.)"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from packager.bundle.kinds import TARGET_DFLASH, kind_of
+from packager.convert.dflash.faithful import MIN_COSINE
+from packager.convert.pipeline import ConvertResult
+from packager.validate import validate
+from tests import shared
+from tests.dflashdrafts import build_draft
+from tests.families import build_llama32
+
+pytestmark = pytest.mark.converter
+
+LLAMA31_ROPE = {
+    "rope_type": "llama3",
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 8192,
+}
+
+
+@pytest.fixture(scope="module")
+def llama31_dflash() -> ConvertResult:
+    target = shared.once(
+        "checkpoint",
+        ["build_llama32", "3.1", 4],
+        lambda d: build_llama32(d / "llama31", layers=4, tie=False, rope_factor=8.0, seed=3),
+    )
+    draft = shared.once(
+        "checkpoint",
+        ["build_draft", "llama31"],
+        lambda d: build_draft(
+            d / "draft",
+            heads=4,
+            kv_heads=2,
+            head_dim=64,
+            target_layers=4,
+            layer_ids=[1, 3],
+            mask_token_id=128002,  # <|reserved_special_token_0|>: a row of the embeddings, never ordinary text
+            rope_theta=500000.0,
+            layers=1,
+            vocab_size=128256,
+            rope_scaling=LLAMA31_ROPE,
+            seed=4,
+        ),
+    )
+    result: ConvertResult = shared.converted(target, dflash=draft)
+    return result
+
+
+def test_a_llama31_target_with_a_random_dflash_draft_converts_and_passes_the_faithful_check(
+    llama31_dflash: ConvertResult,
+) -> None:
+    result = llama31_dflash
+    assert kind_of(result.out) is TARGET_DFLASH
+    assert result.dflash is not None and result.dflash.rope_scaling is not None
+    assert result.dflash.rope_scaling["factor"] == 8.0 and result.dflash.target_layer_ids == (1, 3)
+    check = result.dflash_check
+    assert check is not None and check.min_cosine >= MIN_COSINE and check.top1_agreement >= 0.9, check
+    assert validate(Path(result.out)).errors == ()
