@@ -6,10 +6,11 @@ PY := $(VENV)/bin/python
 PACKAGER := $(VENV)/bin/packager
 DEMO := demo-output
 
-.PHONY: help venv system-deps registry-fixtures test test-fast lint docs demo release bench bench-engines fixture fixture-eagle fixture-dflash clean clean-bench
+.PHONY: help venv system-deps registry-fixtures test test-fast lint docs demo demo-matrix release bench bench-engines fixture fixture-eagle fixture-dflash clean clean-bench
 
 help:
 	@echo "make demo   - tiny Qwen3 checkpoint -> bundle -> validated, carded, checksummed -> released to a local Hub and verified"
+	@echo "make demo-matrix - the tiny checkpoint as a 2x2 release matrix (examples/matrix.toml) to a local Hub, --jobs 2, killed once and resumed"
 	@echo "make release SPEC=release.toml - release for real (ENDPOINT=... to target another Hub)"
 	@echo "make test   - run the test suite"
 	@echo "make test-fast - the tests that need no converter, trained fixture, Hub server or engine (about a minute)"
@@ -66,6 +67,9 @@ docs: venv
 
 demo: venv system-deps
 	PY=$(PY) DEMO=$(DEMO) bash examples/demo.sh
+
+demo-matrix: venv system-deps
+	PY=$(PY) DEMO=$(DEMO) bash examples/demo-matrix.sh
 
 # Release for real: make release SPEC=path/to/release.toml [ENDPOINT=https://huggingface.co]
 release: venv

@@ -60,6 +60,9 @@ PICKLE_HEAD_REFUSED = 57
 EAGLE_HEAD_UNFAITHFUL = 58
 INIT_FILE_EXISTS = 60
 INIT_TARGET_REFUSED = 61
+MATRIX_INVALID = 62
+MATRIX_JOBS_FAILED = 63
+MATRIX_BUSY = 64
 COLLECTION_NOT_UPDATED = 65
 COLLECTION_FORBIDDEN = 66
 GATING_FAILED = 67
@@ -272,6 +275,30 @@ class InitTargetRefused(PackagerError):
 
     exit_code = INIT_TARGET_REFUSED
     hint = "init the release repository outside the checkpoint and the adapter (it may contain them)"
+
+
+class MatrixInvalid(SpecError):
+    """A matrix release spec (`[matrix]`) cannot be expanded into jobs: a bad axis, template or exclude, an
+    expansion that is no valid release spec, or two jobs publishing to one repo (`plan`, `check-spec`,
+    `release`)."""
+
+    exit_code = MATRIX_INVALID
+    hint = "packager check-spec SPEC names every problem of the matrix"
+
+
+class MatrixJobsFailed(PackagerError):
+    """A matrix release ran every job it could, and some failed (each named); the others are released. Run the
+    same command again to retry only what is not released."""
+
+    exit_code = MATRIX_JOBS_FAILED
+    hint = "fix what the failed jobs say, then run the same release again: released jobs are not redone"
+
+
+class MatrixBusy(PackagerError):
+    """Another `release` of the same matrix is running on its run folder (its journal is held by one run)."""
+
+    exit_code = MATRIX_BUSY
+    hint = "wait for it to end (or stop it); a second run would only redo its jobs"
 
 
 # Longest excerpt of any user-supplied value that a message shows.

@@ -35,6 +35,7 @@ SCHEMA_NAMES = (
     "provenance",
     "release",
     "release_summary",
+    "matrix",
 )
 
 

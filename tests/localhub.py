@@ -189,3 +189,13 @@ def change_weights(bundle: Path) -> None:
     data[5000] ^= 0xFF
     (bundle / "llm.mnn.weight").write_bytes(bytes(data))
     write_manifest(bundle)
+
+
+@pytest.fixture()
+def jobs_hub(tmp_path: Path) -> Iterator[LocalHub]:
+    """A local Hub that answers the Jobs API by running each job's command here (hub serve --run-jobs)."""
+    server = LocalHub(tmp_path / "jobs-hub", tmp_path / "jobs-netguard.log", "--run-jobs").start()
+    yield server
+    server.stop()
+    log = tmp_path / "jobs-netguard.log"
+    assert not log.exists() or log.read_text() == "", log.read_text()

@@ -54,3 +54,41 @@ def family_release_spec(folder: Path, source: Path, base: str) -> Path:
     return card_spec(
         folder, base=base, source=source, extra=("quant_bits = 8", "", "[verify]", 'prompts = "prompts.txt"')
     )
+
+
+# A matrix release spec's [matrix] table over the card spec's tables: recipes by default, a checkpoint axis when
+# given checkpoints (name -> folder).
+RECIPES = (("q4", 4, 128), ("q8", 8, 0))
+
+
+def matrix_spec(
+    folder: Path,
+    *,
+    checkpoints: dict[str, Path] | None = None,
+    recipes: tuple[tuple[str, int, int], ...] = RECIPES,
+    repo_id: str = "me/tiny-{checkpoint}-{recipe}-mnn",
+    lines: tuple[str, ...] = (),  # more lines of the [matrix] table or after it
+    prompts: bool = True,
+    base: str = "meta-llama/Llama-3.2-1B-Instruct",
+    verify: tuple[str, ...] = (),  # more lines of [verify]
+) -> Path:
+    path = card_spec(
+        folder, base=base, extra=(*(("", "[verify]", 'prompts = "prompts.txt"', *verify) if prompts else ()),)
+    )
+    if prompts:
+        few_prompts(folder)
+    found = checkpoints if checkpoints is not None else {"tiny": folder / "tiny"}
+    text = [
+        "",
+        "[matrix]",
+        f'repo_id = "{repo_id}"',
+        'title = "Tiny {checkpoint} draft ({recipe})"',
+        *lines,
+    ]
+    for name, checkpoint in found.items():
+        text += ["", "[[matrix.axes.checkpoint]]", f'name = "{name}"', f'convert = {{ checkpoint = "{checkpoint}" }}']
+    for name, bits, block in recipes:
+        quant = f"quant_bits = {bits}" + (f", quant_block = {block}" if block else "")
+        text += ["", "[[matrix.axes.recipe]]", f'name = "{name}"', f"convert = {{ {quant} }}"]
+    path.write_text(path.read_text(encoding="utf-8") + "\n".join(text) + "\n", encoding="utf-8")
+    return path

@@ -63,8 +63,9 @@ def validate(
 def check_spec(ctx: click.Context, specs: tuple[Path, ...], fmt: str | None, as_json: bool) -> None:
     """Check release specs without touching a Hub: schema, TODOs left by init, training figures.
 
-    Every problem of every spec at once, with its line. Exit 0 when all pass, 17 otherwise. Without
-    arguments, ./release.toml.
+    Every problem of every spec at once, with its line. Exit 0 when all pass, 17 otherwise (62 when only matrix
+    specs failed: every expansion is checked, and no two jobs may publish to one repo). Without arguments,
+    ./release.toml.
 
     Example: packager check-spec release.toml --format github
     """
@@ -75,4 +76,7 @@ def check_spec(ctx: click.Context, specs: tuple[Path, ...], fmt: str | None, as_
     report = check_specs(specs or (DEFAULT_SPEC,))
     emit_report(report, chosen_format(fmt, as_json))
     if not report.ok():
-        ctx.exit(SpecError.exit_code)
+        from ..errors import MATRIX_INVALID
+
+        failed = [c for c in report.checked if any(f.severity == "error" for f in c.findings)]
+        ctx.exit(MATRIX_INVALID if all(c.matrix for c in failed) else SpecError.exit_code)

@@ -8,7 +8,7 @@ STAGES = (
     ("build", ("convert", "quant-sweep", "card", "checksum")),
     ("check", ("validate", "check-spec", "verify", "engines")),
     ("measure", ("pair", "speculate")),
-    ("publish", ("release", "upload", "pull", "verify-remote", "hub")),
+    ("publish", ("plan", "release", "upload", "pull", "verify-remote", "hub")),
     ("trust", ("sign", "verify-signature")),
     ("set up", ("init", "cache")),
 )
@@ -56,6 +56,10 @@ COMMANDS = {
         "step accepts (95% interval over prompts, from the engine's own record) and decode tokens/s of each with "
         "their ratio over interleaved repeats, labelled with this CPU.",
     ),
+    "plan": (
+        "matrix",
+        "Print the jobs a matrix release spec expands to: each one's stable id, what it builds and where it publishes.",
+    ),
     "release": (
         "publish",
         "Convert, validate, write the card and manifest, upload in one commit, verify, tag, then put the repo into "
@@ -96,6 +100,7 @@ SUMMARIES = {
     "engines": "Check bundles in real MNN engines from PyPI.",
     "pair": "Measure how well a draft drafts for a target.",
     "speculate": "Run MNN's own speculative decoding and measure it.",
+    "plan": "List the jobs of a matrix release spec.",
     "release": "Convert, check, card, sign, upload and tag a release.",
     "upload": "Publish a bundle in one verified commit.",
     "pull": "Download a release, every file checked.",

@@ -73,6 +73,12 @@ def hub() -> None:
     help="Seconds a request body may send nothing before the request is abandoned (408).",
 )
 @click.option("--test-hooks", is_flag=True, help="Enable /_faults and /_stats (fault injection for tests).")
+@click.option(
+    "--run-jobs",
+    is_flag=True,
+    help="Answer the Jobs API (run_job, inspect_job, fetch_job_logs) by running each job's command on this machine, "
+    "in ROOT/jobs/ID, as a write token's owner asks: rehearse release --backend hf-jobs offline.",
+)
 @option(
     "--json",
     "as_json",
@@ -90,6 +96,7 @@ def hub_serve(
     read_token_files: tuple[Path, ...],
     body_timeout: float,
     test_hooks: bool,
+    run_jobs: bool,
     as_json: bool,
 ) -> None:
     """Serve the Hub API on HOST:PORT until interrupted (plain LFS, no Xet).
@@ -111,6 +118,7 @@ def hub_serve(
         write_tokens=writers,
         read_tokens=frozenset(read_tokens) | _tokens_from(read_token_files),
         test_hooks=test_hooks,
+        run_jobs=run_jobs,
         body_idle_seconds=body_timeout,
     )
 

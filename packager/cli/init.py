@@ -41,6 +41,12 @@ from .options import checkpoint_option, json_option, lora_option, option
     help="What the CI files install packager from: git+URL@<full commit id>, or the path of a "
     "mnn_packager-*.whl inside DIR.",
 )
+@option(
+    "--matrix",
+    is_flag=True,
+    help="The GitHub workflow for a release matrix ([matrix] in release.toml): a plan job, the jobs in matrices "
+    "of at most 256, a gather job that updates the collection once.",
+)
 @json_option
 def init(
     folder: Path,
@@ -50,6 +56,7 @@ def init(
     hook_repo: str | None,
     hook_rev: str | None,
     packager_source: str | None,
+    matrix: bool,
     as_json: bool,
 ) -> None:
     """Start a release repository for a new draft in DIR.
@@ -85,6 +92,7 @@ def init(
             hook_repo=hook_repo,
             hook_rev=hook_rev,
             packager_source=packager_source,
+            matrix=matrix,
         )
     )
     if as_json:

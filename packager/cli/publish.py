@@ -11,6 +11,7 @@ import click
 
 from ..errors import CHECKSUM_MISMATCH, InvalidOption
 from . import StderrProgress, _emit, _path, cli, warn
+from .matrix import matrix_options
 from .options import (
     endpoint_option,
     hub_token,
@@ -282,6 +283,7 @@ def verify_remote(
     "unchanged / delete, the tag, the gating, the collection): nothing "
     "changes on the Hub.",
 )
+@matrix_options
 @json_option
 @output_option(
     "Also write the JSON summary to this file, also when the release fails (a CI artifact; "
@@ -299,6 +301,11 @@ def release(
     endpoint: str | None,
     private: bool,
     dry_run: bool,
+    jobs: int,
+    only: tuple[str, ...],
+    backend: str,
+    flavor: str,
+    gather_from: Path | None,
     as_json: bool,
     output: Path | None,
     quiet: bool,
@@ -315,15 +322,27 @@ def release(
 
     Example: packager release release.toml --endpoint http://127.0.0.1:8765
 
+    A matrix spec ([matrix]) releases every job (packager plan lists them), --jobs at a time, into --out (default
+    dist/matrix-NAME beside the spec) with a journal there: run again after a failure or a kill, it finishes what
+    is missing and redoes nothing released. It prints the matrix's summary (also in --out: summary.json,
+    summary.md), updates [release] collection once at the end, and exits 63 naming the failed jobs.
+
     Example: packager release release.toml --dry-run -o dist/release-summary.json
+
+    Example: packager release matrix.toml --jobs 2
     """
     from ..errors import PackagerError
     from ..release.run import ReleaseRequest, run
     from ..release.summary import as_text, summary
+    from .matrix import matrix_release
 
     summary_path = output
     if summary_path is not None:
         _writable(summary_path)  # before any work: a release must not end unable to say what it did
+    token = hub_token(token_file)
+    common = (jobs, only, backend, flavor, gather_from, out, endpoint, private, token, as_json, output, quiet)
+    if matrix_release(ctx, spec_path, bundle, dry_run, *common):
+        return
     spec = None
     try:
         spec = load_spec(spec_path)
@@ -335,7 +354,7 @@ def release(
                     out=out,
                     endpoint=endpoint,
                     private=private,
-                    token=hub_token(token_file),
+                    token=token,
                     dry_run=dry_run,
                 ),
                 progress=progress,

@@ -46,11 +46,11 @@ def run(request: ReleaseRequest, progress: Progress = lambda _: None) -> Release
     prepared = _prepare(request)
     stages = StageRunner(progress)
     built, published, error = request.bundle, None, None
+    parity: dict[str, Any] | None = None
     with ExitStack() as workspace:  # a dry run's copy of --bundle, removed when the release ends, however it ends
         try:
             bundle = built = stages.run("convert", lambda: _convert(request, progress)).bundle
             stages.run("validate", lambda: _validate(bundle))
-            parity = None
             if spec.need("card").verify_report is not None:
                 parity = stages.run("verify", lambda: _reuse_verify(spec, bundle)).parity
             elif spec.convert.checkpoint is not None:
@@ -95,6 +95,7 @@ def run(request: ReleaseRequest, progress: Progress = lambda _: None) -> Release
         error=error,
         dry_run=request.dry_run,
         upload=upload,
+        parity=parity,
     )
 
 

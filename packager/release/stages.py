@@ -37,6 +37,7 @@ class ReleaseResult:
     error: PackagerError | None = field(default=None, compare=False)
     dry_run: bool = False
     upload: UploadResult | None = None  # the upload's (dry run: the plan's) result, once that stage ran
+    parity: dict[str, Any] | None = field(default=None, compare=False)  # the verify stage's figures, if it ran
 
     @property
     def ok(self) -> bool:

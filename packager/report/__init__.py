@@ -25,6 +25,7 @@ class Checked:
     files: tuple[str, ...] = ()  # what was checked, relative to `path` for a bundle
     bundle_kind: str | None = None  # draft, target or target+eagle (bundles only)
     subset: str | None = None  # "app": only the files an app runs, as `pull` takes them by default
+    matrix: bool = False  # a matrix release spec ([matrix]): check-spec's failure is its own exit code
 
     def where(self, file: str) -> str:
         """The path of one of its files as the user would type it (findings of a spec name the spec)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import tomllib
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -41,6 +42,8 @@ def check_spec(path: Path) -> Checked:
     except RecursionError:
         return _one(shown, "is nested too deeply to be a release spec")
     lines = key_lines(text)
+    if "matrix" in data:
+        return _check_matrix(path, data, lines)
     findings = []
     for problem in spec.problems(data):
         line = locate(lines, problem.path)
@@ -89,6 +92,34 @@ def _missing_paths(path: Path, data: dict[str, Any], lines: dict[tuple[Any, ...]
             severity: Literal["warning", "error"] = "warning" if key in FETCHED else "error"
             found.append(Finding(str(path), "", severity, said, line=line, column=1 if line else None))
     return found
+
+
+def _check_matrix(path: Path, data: dict[str, Any], lines: dict[tuple[Any, ...], int]) -> Checked:
+    """A matrix spec: the problems of its [matrix] table and of every expansion (each said once, naming its jobs),
+    then the paths each job names that are missing."""
+    from .matrix import expand
+
+    shown = str(path)
+    matrix, problems = expand(data, path)
+    findings = [_finding(shown, lines, p.path, f"{p.dotted}: {p.message}") for p in problems]
+    if matrix is not None:
+        said: dict[tuple[Any, str], list[str]] = {}
+        first: dict[tuple[Any, str], Finding] = {}
+        for job in matrix.jobs:
+            for found in _missing_paths(path, job.spec.data, lines):
+                key = (found.severity, found.message)
+                said.setdefault(key, []).append(job.id)
+                first.setdefault(key, found)
+        for key, ids in said.items():
+            who = "every job" if len(ids) == len(matrix.jobs) else f"jobs {', '.join(ids)}"
+            findings.append(replace(first[key], message=f"{first[key].message} (in {who})"))
+    findings.sort(key=lambda f: f.line or 0)
+    return Checked("spec", shown, tuple(findings), (shown,), matrix=True)
+
+
+def _finding(shown: str, lines: dict[tuple[Any, ...], int], where: tuple[Any, ...], said: str) -> Finding:
+    line = locate(lines, where)
+    return Finding(shown, "", "error", said, line=line, column=1 if line else None)
 
 
 def _one(shown: str, message: str, line: int | None = None, column: int | None = None) -> Checked:

@@ -164,6 +164,18 @@ class ReleaseSpec:
 
 def load(path: Path) -> ReleaseSpec:
     """Read and check a release spec; a wrong field fails with its dotted path."""
+    data = read(path)
+    if "matrix" in data:
+        raise SpecError(
+            f"release spec {path} is a matrix ([matrix]): it is many bundles, not one",
+            "packager plan SPEC lists its jobs; packager release SPEC releases them all",
+        )
+    check(data, str(path))
+    return from_dict(data, path)
+
+
+def read(path: Path) -> dict[str, Any]:
+    """A spec's TOML as data, unchecked; a missing, unreadable or broken file is one SpecError line."""
     if not os.path.lexists(path):
         raise SpecError(f"release spec {shorten(str(path), 120)} does not exist", "pass the path of your release.toml")
     text = read_text(path, SPEC_BYTES, what="release spec", unreadable=SpecError)
@@ -173,8 +185,7 @@ def load(path: Path) -> ReleaseSpec:
         raise SpecError(f"release spec {path} is not valid TOML: {shorten(str(exc))}") from None
     except RecursionError:
         raise SpecError(f"release spec {path} is nested too deeply to be a release spec") from None
-    check(data, str(path))
-    return from_dict(data, path)
+    return data
 
 
 # Spec keys renamed (issue 34): (table, old key) -> new key. The old key is still read, with a deprecation line.

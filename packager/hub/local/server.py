@@ -10,7 +10,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
-from . import api, collections, lfs, models
+from . import api, collections, jobs, lfs, models
 from .app import HUB, answer, errors, faults, hub_of, read_json
 from .rules import HubError, bad_request
 from .state import Hub, HubConfig
@@ -80,6 +80,12 @@ def make_app(config: HubConfig) -> web.Application:
     add("PUT", "/lfs-upload/{ns}/{name}/{oid:[0-9a-f]{64}}", lfs.upload)
     add("POST", "/lfs-verify/{ns}/{name}/{oid:[0-9a-f]{64}}", lfs.verify)
     add("GET", f"/{{ns}}/{{name}}/resolve/{REV}/{{path:.+}}", lfs.resolve)
+    add("POST", "/api/jobs/{ns}", jobs.create)
+    add("GET", "/api/jobs/{ns}", jobs.listing)
+    add("GET", "/api/jobs/{ns}/{id}", jobs.inspect)
+    add("GET", "/api/jobs/{ns}/{id}/logs", jobs.logs)
+    if config.run_jobs:
+        jobs.enable(app, config.root)
     add("POST", "/_faults", set_faults)
     add("GET", "/_stats", stats)
     return app

@@ -27,6 +27,7 @@ class HubConfig:
     write_tokens: frozenset[str] = field(repr=False)
     read_tokens: frozenset[str] = field(default=frozenset(), repr=False)
     test_hooks: bool = False
+    run_jobs: bool = False  # answer the Jobs API by running each job's command here (hub/local/jobs.py)
     secret: str = field(default_factory=lambda: secrets.token_hex(16), repr=False)
     body_idle_seconds: float = BODY_IDLE_SECONDS
 

@@ -47,6 +47,7 @@ class InitRequest:
     hook_repo: str | None = None  # else where packager was installed from (pip's direct_url.json), if a git URL
     hook_rev: str | None = None
     packager_source: str | None = None  # git+URL@COMMIT or a wheel inside the folder: what CI installs
+    matrix: bool = False  # the GitHub workflow for a [matrix] spec (plan, chunked job matrices, gather)
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,8 @@ def init(request: InitRequest) -> InitResult:
     facts = gather(request.checkpoint, request.adapter) if request.checkpoint is not None else None
     context = _context(request, facts, requirement, hook)
     rendered = {target: render(name, context) for name, target in FILES.items()}
+    if request.matrix:
+        rendered[FILES["github-release.yml.j2"]] = render("github-matrix.yml.j2", context)
     existing = [target for target in rendered if os.path.lexists(folder / target)]
     if existing:
         raise InitFileExists(f"{shorten(str(folder), 120)} already has {', '.join(existing)}; nothing was written")

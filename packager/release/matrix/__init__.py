@@ -1,0 +1,1 @@
+"""A matrix release run here: its journal (resumable), its jobs in a process pool, its summary and collection."""
