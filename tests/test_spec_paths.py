@@ -33,8 +33,8 @@ def test_a_bad_prompts_file_of_the_spec_is_named_by_its_key(tmp_path: Path) -> N
 def test_verify_with_a_spec_measures_on_the_specs_prompts_unless_prompts_is_given(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from packager import measure
     from packager.cli import cli
+    from packager.measure import verify as verify_module  # imported here: not left to another test's imports
 
     for name in ("bundle", "ckpt"):
         (tmp_path / name).mkdir()
@@ -47,7 +47,7 @@ def test_verify_with_a_spec_measures_on_the_specs_prompts_unless_prompts_is_give
         seen.append(prompts)
         raise InvalidOption("stopped here by the test")
 
-    monkeypatch.setattr(measure.verify, "verify", measured)
+    monkeypatch.setattr(verify_module, "verify", measured)
     words = ["verify", str(tmp_path / "bundle"), "--checkpoint", str(tmp_path / "ckpt")]
     CliRunner().invoke(cli, [*words, "--spec", str(tmp_path / "release.toml")])
     CliRunner().invoke(cli, [*words, "--spec", str(tmp_path / "release.toml"), "--prompts", str(tmp_path / "flag.txt")])
