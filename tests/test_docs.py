@@ -270,6 +270,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@pytest.mark.converter
 @pytest.mark.hub
 def test_the_readme_quick_start_releases_a_bundle_to_a_local_hub_and_pulls_it_back(
     tiny_checkpoint: Path,

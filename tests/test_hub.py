@@ -216,6 +216,7 @@ def _spec_with_source(tmp_path: Path, source: Path, extra: str) -> Path:
     return path
 
 
+@pytest.mark.converter
 def test_release_converts_verifies_and_states_parity(hub: LocalHub, tiny_checkpoint: Path, tmp_path: Path) -> None:
     spec = _spec_with_source(tmp_path, tiny_checkpoint, "quant_bits = 8\n")
     result = hub.cli("release", str(spec), "--out", str(tmp_path / "dist" / "b"), "--json", "--quiet", timeout=600)
@@ -237,6 +238,7 @@ def test_release_refuses_a_missing_verify_prompts_file_before_any_work(
     assert not (tmp_path / "dist").exists()  # nothing converted
 
 
+@pytest.mark.converter
 def test_release_stops_at_a_failed_verify_and_publishes_nothing(
     hub: LocalHub, tiny_checkpoint: Path, tmp_path: Path
 ) -> None:
