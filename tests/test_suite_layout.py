@@ -129,3 +129,22 @@ def test_every_module_whose_tests_are_all_heavy_says_so_with_pytestmark() -> Non
         if set(modules.get(n, {}).get("all", [])) <= set(modules.get(n, {}).get("declared", []))
     }
     assert done == set(), "these modules need no exemption now: remove them from NOT_YET_MARKED"
+
+
+def test_the_session_names_a_test_that_converts_without_its_mark(tmp_path: Path) -> None:
+    """tests/counting's log as the session reads it at its end: counts per kind, and each unmarked converter once."""
+    import packager_test_counts as counts  # on sys.path: tests/conftest.py loads it into every process
+
+    log = tmp_path / "conversions.log"
+    log.write_text(
+        "conversion\t0\ttests/test_a.py::test_refuses\n"
+        "graph build\t0\ttests/test_a.py::test_refuses\n"
+        "conversion\t0\ttests/test_a.py::test_refuses\n"
+        "conversion\t1\ttests/test_b.py::test_converts\n"
+        "llmexport\t1\t\n",
+        encoding="utf-8",
+    )
+    made, unmarked = counts.read(str(log))
+    assert made == {"conversion": 3, "graph build": 1, "llmexport": 1}
+    assert unmarked == ["tests/test_a.py::test_refuses (conversion)", "tests/test_a.py::test_refuses (graph build)"]
+    assert counts.read(str(tmp_path / "none.log")) == ({"conversion": 0, "graph build": 0, "llmexport": 0}, [])

@@ -48,9 +48,11 @@ if not getattr(sys, "_packager_test_counts", False):
 
 def read(log: str) -> tuple[dict[str, int], list[str]]:
     """How many of each kind the log holds, and the tests that converted while not marked to (sorted, once each)."""
-    lines = (
-        [line.split("\t") for line in open(log, encoding="utf-8").read().splitlines()] if os.path.isfile(log) else []
-    )
+    text = ""
+    if os.path.isfile(log):
+        with open(log, encoding="utf-8") as handle:
+            text = handle.read()
+    lines = [line.split("\t") for line in text.splitlines()]
     made = {kind: sum(1 for line in lines if line[0] == kind) for kind in KINDS}
     unmarked = sorted({f"{line[2]} ({line[0]})" for line in lines if len(line) == 3 and line[1] == "0"})
     return made, unmarked
