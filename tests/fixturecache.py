@@ -9,6 +9,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 
 def cache_root() -> Path:
@@ -45,3 +46,18 @@ def staged(out: Path, marker: str, log: Callable[[str], None]) -> Iterator[Path]
             log(f"another build finished first; using {out}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def fixture_main(doc: str | None, build: Callable[..., Any], argv: list[str] | None = None) -> None:
+    """The command line of a fixture module (`python -m tests.trained_eagle [--out DIR]`): builds or finds the
+    fixture with `build(out, log=...)`, prints its metrics to stderr and its folder to stdout."""
+    import argparse
+    import json
+    import sys
+
+    parser = argparse.ArgumentParser(description=(doc or "").split("\n\n")[0])
+    parser.add_argument("--out", type=Path, help="cache folder  [default: $PACKAGER_FIXTURE_DIR or XDG cache]")
+    args = parser.parse_args(argv)
+    found = build(args.out, log=lambda line: print(line, file=sys.stderr, flush=True))
+    print(json.dumps({k: v for k, v in found.metrics.items() if k != "recipe"}, indent=2), file=sys.stderr)
+    print(found.root)

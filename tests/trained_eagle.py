@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from tests import trained
+from tests.fixturecache import fixture_main
 from tests.trained import EOT, IM_END, VOCAB, Recipe, Shape, Vocab
 
 # Part of the cache key: bump it whenever the code changes what the recipe produces.
@@ -319,14 +320,7 @@ def fixture(root: Path | None = None, log: Log = lambda _: None, recipe: EagleRe
 
 
 def main(argv: list[str] | None = None) -> None:
-    import argparse
-
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--out", type=Path, help="cache folder  [default: $PACKAGER_FIXTURE_DIR or XDG cache]")
-    args = parser.parse_args(argv)
-    found = fixture(args.out, log=lambda line: print(line, file=sys.stderr, flush=True))
-    print(json.dumps({k: v for k, v in found.metrics.items() if k != "recipe"}, indent=2), file=sys.stderr)
-    print(found.root)
+    fixture_main(__doc__, fixture, argv)
 
 
 if __name__ == "__main__":
