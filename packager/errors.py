@@ -87,6 +87,7 @@ DFLASH_DRAFT_MISMATCH = 85
 DFLASH_MASK_TOKEN = 86
 DFLASH_TARGET_REFUSED = 87
 DFLASH_DRAFT_UNFAITHFUL = 88
+DFLASH_TARGET_UNFAITHFUL = 89
 #: Interrupted (Ctrl-C); nothing is left half-written (an interrupted `pull` keeps `.DIR.pull/` to resume and says so).
 INTERRUPTED = 130
 #: Terminated (SIGTERM); handled exactly like Ctrl-C.
@@ -447,6 +448,14 @@ class DFlashDraftUnfaithful(PackagerError):
 
     exit_code = DFLASH_DRAFT_UNFAITHFUL
     hint = "report it with --debug's output: packager's DFlash graph does not compute this draft's architecture"
+
+
+class DFlashTargetUnfaithful(PackagerError):
+    """`convert --dflash`: the target graph's hidden states, which the DFlash draft reads, are not transformers'
+    states after the layers the draft names (the target's own rounding aside); nothing is written."""
+
+    exit_code = DFLASH_TARGET_UNFAITHFUL
+    hint = "report it with --debug's output: packager's target graph does not expose the layers this draft reads"
 
 
 # Lookahead corpora (convert --lookahead CORPUS): each refusal happens before any conversion work.

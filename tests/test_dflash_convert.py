@@ -5,13 +5,16 @@ passes the faithful check against the torch reference of z-lab's DFlashDraftMode
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from packager.bundle.kinds import TARGET_DFLASH, kind_of
-from packager.convert.dflash.faithful import MIN_COSINE
+from packager.convert.dflash.faithful import MAX_STATE_ERROR, MIN_COSINE, check
+from packager.convert.inspect.checkpoint import inspect_checkpoint
 from packager.convert.pipeline import ConvertResult
+from packager.errors import DFlashTargetUnfaithful
 from packager.validate import validate
 from tests import shared
 from tests.dflashdrafts import build_draft
@@ -29,12 +32,17 @@ LLAMA31_ROPE = {
 
 
 @pytest.fixture(scope="module")
-def llama31_dflash() -> ConvertResult:
-    target = shared.once(
+def llama31_target() -> Path:
+    return shared.once(
         "checkpoint",
         ["build_llama32", "3.1", 4],
         lambda d: build_llama32(d / "llama31", layers=4, tie=False, rope_factor=8.0, seed=3),
     )
+
+
+@pytest.fixture(scope="module")
+def llama31_dflash(llama31_target: Path) -> ConvertResult:
+    target = llama31_target
     draft = shared.once(
         "checkpoint",
         ["build_draft", "llama31"],
@@ -67,3 +75,22 @@ def test_a_llama31_target_with_a_random_dflash_draft_converts_and_passes_the_fai
     check = result.dflash_check
     assert check is not None and check.min_cosine >= MIN_COSINE and check.top1_agreement >= 0.9, check
     assert validate(Path(result.out)).errors == ()
+
+
+def test_the_exposed_target_states_are_transformers_states_after_the_named_layers(
+    llama31_dflash: ConvertResult,
+) -> None:
+    """Layer 3 is the target's last: its state is transformers' normed hidden_states[4], as the draft was trained."""
+    check = llama31_dflash.dflash_check
+    assert check is not None and check.state_error <= MAX_STATE_ERROR and check.state_margin > 1.0, check
+
+
+def test_a_graph_exposing_other_layers_than_the_draft_reads_is_refused(
+    llama31_dflash: ConvertResult, llama31_target: Path
+) -> None:
+    """The same bundle against a draft that reads layers 0 and 2: its states are the wrong layers' (one off)."""
+    assert llama31_dflash.dflash is not None
+    other = replace(llama31_dflash.dflash, target_layer_ids=(0, 2))
+    info = inspect_checkpoint(llama31_target, allow_untied=True)
+    with pytest.raises(DFlashTargetUnfaithful, match=r"not transformers' after layers \[0, 2\]"):
+        check(Path(llama31_dflash.out), other, info)

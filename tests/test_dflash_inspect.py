@@ -14,6 +14,7 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 from packager import errors
+from packager.convert.dflash.faithful import target_states
 from packager.convert.inspect.dflash_draft import build_target_layer_ids, expected_shapes, inspect_dflash
 from tests.dflashdrafts import MASK_ID, build_draft, target_view
 
@@ -156,8 +157,29 @@ def test_a_hostile_dflash_draft_is_one_line_with_its_own_exit_code(case: str, tm
 
 
 def test_the_dflash_errors_have_exit_codes_of_their_own() -> None:
-    codes = [errors.DFlashDraftLayout, errors.DFlashDraftMismatch, errors.DFlashMaskToken, errors.DFlashTargetRefused]
-    assert len({c.exit_code for c in codes}) == 4
+    codes = [
+        errors.DFlashDraftLayout,
+        errors.DFlashDraftMismatch,
+        errors.DFlashMaskToken,
+        errors.DFlashTargetRefused,
+        errors.DFlashDraftUnfaithful,
+        errors.DFlashTargetUnfaithful,
+    ]
+    assert len({c.exit_code for c in codes}) == len(codes)
+
+
+def test_exposed_target_states_are_judged_by_the_layer_they_are_nearest() -> None:
+    """target_states on made-up states: a layer's state near its own (rounding) passes with a margin above 1; the
+    states one layer off are nearest another layer's, a margin below 1; a state far from all has a large error."""
+    rng = np.random.default_rng(0)
+    wanted = [rng.normal(size=(5, 8)) for _ in range(5)]  # embeddings, then after layers 0..3
+    near = [w + 0.01 * rng.normal(size=w.shape) for w in wanted]
+    worst, margin = target_states(np.concatenate([near[2], near[4]], axis=1), wanted, (1, 3))
+    assert worst < 0.02 and margin > 10
+    _, shifted = target_states(np.concatenate([near[1], near[3]], axis=1), wanted, (1, 3))
+    assert shifted < 1
+    far, _ = target_states(np.concatenate([30 * near[2], near[4]], axis=1), wanted, (1, 3))
+    assert far > 10
 
 
 def test_a_good_draft_is_described_as_its_checkpoint_says(tmp_path: Path) -> None:

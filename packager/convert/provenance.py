@@ -113,6 +113,8 @@ def build(conversion: Conversion, made: Made) -> dict[str, Any]:
                 "min_cosine": round(found.min_cosine, 5),
                 "top1_agreement": round(found.top1_agreement, 4),
                 "context_error": round(found.context_error, 7),
+                "target_state_error": round(found.state_error, 5),
+                "target_state_margin": round(found.state_margin, 3),
             }
     return {
         **extra,

@@ -6,6 +6,14 @@ dflash_fc.mnn + dflash.mnn run in MNN and z-lab's architecture runs in torch (df
 block's logits must agree: per position the cosine of the two logit vectors, and the top-1 token. The draft graph
 is 8-bit, so the logits differ by what rounding leaves (measured on a random draft: cosine above 0.999, every top-1
 equal), where a wrong rope, a layer out of order or a swapped weight gives cosines far lower.
+
+Those hidden states are the target graph's, and they are checked too: each layer's state the graph exposes
+against transformers' (the target checkpoint in float32, hidden_states[id + 1], the convention z-lab's drafts are
+trained on) over the same prompt. The target is quantized, so the states differ by its rounding (measured: the
+trained 8-layer target at 4 bits 4-5 %; a random 4-layer Llama 3.1-shaped one 23-28 % at 4 bits, 2.2-2.5 % at 8);
+what identifies a layer is that its state is nearer the layer it names than any other layer's (1.37x on the
+trained target, 3.3x on the random one, where a state one layer off is 0.3x), within MAX_STATE_ERROR (the last
+layer's normed, as transformers gives it: its raw state is 3,190 % off the trained target's).
 """
 
 from __future__ import annotations
@@ -16,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import DFlashDraftUnfaithful
+from ...errors import DFlashDraftUnfaithful, DFlashTargetUnfaithful
 from ..eagle.faithful import PROBE, _embeddings, _target_hidden
 from ..inspect.checkpoint import CheckpointInfo
 from ..inspect.dflash_draft import DFlashDraft
@@ -30,6 +38,8 @@ STEPS = 3  # draft steps checked, at context lengths spread over the probe
 # own first: an 8-bit draft may swap two tokens that close (a random draft's logits are full of them; measured: a
 # position at cosine 0.9998 whose top two the reference puts 0.3% of the range apart).
 NEAR_TIE = 0.01
+# The most relative error allowed of an exposed target state against transformers' state after the layer it names.
+MAX_STATE_ERROR = 0.5
 
 
 @dataclass(frozen=True)
@@ -38,6 +48,8 @@ class Faithfulness:
     min_cosine: float
     top1_agreement: float
     context_error: float  # relative error of dflash_fc's output against the reference's
+    state_error: float  # the most relative error of an exposed target state against transformers' (its layer's)
+    state_margin: float  # the least ratio of its error to another layer's state over its error to its own layer's
 
 
 def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -49,6 +61,48 @@ def _const(array: np.ndarray, integer: bool = False) -> Any:
 
     data = np.ascontiguousarray(array, dtype=np.int32 if integer else np.float32)
     return F.const(data, list(data.shape), F.NCHW, F.int if integer else F.float)
+
+
+def _relative(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.linalg.norm(a - b)) / max(float(np.linalg.norm(b)), 1e-12)
+
+
+def transformers_states(info: CheckpointInfo, embeds: np.ndarray, upto: int) -> list[np.ndarray]:
+    """transformers' hidden_states of the target over `embeds` [n, hidden], float32: [0] the embeddings, [i + 1]
+    after layer i, through layer `upto` (the model is built with the layers up to one past it only, so the state
+    after `upto` is the raw one unless `upto` is the model's last layer, as transformers gives it)."""
+    import torch
+    from transformers import AutoConfig, AutoModel
+    from transformers.utils import logging
+
+    config = AutoConfig.from_pretrained(str(info.path))
+    config.num_hidden_layers = min(int(config.num_hidden_layers), upto + 2)
+    verbosity, bars = logging.get_verbosity(), logging.is_progress_bar_enabled()
+    logging.set_verbosity_error()  # the load report names the lm_head this model does not take
+    logging.disable_progress_bar()
+    try:
+        model = AutoModel.from_pretrained(str(info.path), config=config, dtype=torch.float32).eval()
+    finally:
+        logging.set_verbosity(verbosity)
+        if bars:
+            logging.enable_progress_bar()
+    with torch.no_grad():
+        out = model(inputs_embeds=torch.from_numpy(embeds)[None], output_hidden_states=True)
+    return [state[0].numpy() for state in out.hidden_states[: upto + 2]]
+
+
+def target_states(features: np.ndarray, wanted: list[np.ndarray], layer_ids: tuple[int, ...]) -> tuple[float, float]:
+    """The exposed states (`features` [n, k * hidden]) against transformers' (`wanted`): the most error of a state
+    against its own layer's, and the least ratio of its error to any other layer's over that."""
+    width = features.shape[1] // len(layer_ids)
+    worst, margin = 0.0, float("inf")
+    for k, layer in enumerate(layer_ids):
+        state = features[:, k * width : (k + 1) * width]
+        errors = [_relative(state, other) for other in wanted]
+        own = errors.pop(layer + 1)
+        worst = max(worst, own)
+        margin = min(margin, min(errors) / max(own, 1e-12))
+    return worst, margin
 
 
 def measure(bundle: Path, draft: DFlashDraft, info: CheckpointInfo, threads: int = 2) -> Faithfulness:
@@ -64,6 +118,9 @@ def measure(bundle: Path, draft: DFlashDraft, info: CheckpointInfo, threads: int
     embeds = _embeddings(info, [*ids, draft.mask_token_id])
     mask_row, embeds = embeds[-1], embeds[:-1]
     features = _target_hidden(bundle, embeds, threads)  # [n, k*hidden]: after each target layer named
+    states = target_states(
+        features, transformers_states(info, embeds, max(draft.target_layer_ids)), draft.target_layer_ids
+    )
     reference = Reference(draft, target_lm_head(info.weight_files))
     with quiet_stdout():
         import MNN.nn as nn
@@ -100,11 +157,19 @@ def measure(bundle: Path, draft: DFlashDraft, info: CheckpointInfo, threads: int
         min_cosine=float(min(cosines)),
         top1_agreement=float(np.mean(agree)),
         context_error=float(max(context_errors)),
+        state_error=states[0],
+        state_margin=states[1],
     )
 
 
 def check(bundle: Path, draft: DFlashDraft, info: CheckpointInfo) -> Faithfulness:
     found = measure(bundle, draft, info)
+    if found.state_error > MAX_STATE_ERROR or found.state_margin <= 1.0:
+        raise DFlashTargetUnfaithful(
+            f"the target graph's hidden states are not transformers' after layers "
+            f"{list(draft.target_layer_ids)}: {found.state_error:.1%} off (at most {MAX_STATE_ERROR:.0%} expected), "
+            f"{found.state_margin:.2f}x closer to their own layers' states than to any other's (above 1 expected)"
+        )
     if found.min_cosine < MIN_COSINE or found.top1_agreement < MIN_TOP1:
         raise DFlashDraftUnfaithful(
             f"the exported DFlash draft differs from the checkpoint's: block logits cosine down to "

@@ -58,7 +58,10 @@ def dflash_hidden_states(layer_ids: tuple[int, ...]) -> list[Any]:
     hidden_states[id + 1]), concatenated in that order; llmexport 0.0.5 knows only EAGLE-3's (the inputs of layers
     2, N//2 and N-3). The model's `hidden_states` output (otherwise the last normed state, which MNN's DFlash mode
     does not read) becomes those layers' outputs: each named layer is hooked while the model runs, and its output
-    kept. Returns the list of traced forwards (the worker checks the graph was traced through it)."""
+    kept. transformers' hidden_states[N] (the last layer's) is the final norm's output, not the layer's: a draft
+    trained on it gets it normed here too, over every position (MNN's own exporter takes the layer's raw output, 30x
+    off a trained 8-layer target's normed state; the faithful check compares every state with transformers').
+    Returns the list of traced forwards (the worker checks the graph was traced through it)."""
     import torch
     import utils.model
 
@@ -76,7 +79,9 @@ def dflash_hidden_states(layer_ids: tuple[int, ...]) -> list[Any]:
             for hook in hooks:
                 hook.remove()
         traced.append(self)
-        return (logits, torch.cat([seen[i] for i in layer_ids], dim=-1), *rest)
+        last = len(self.blocks) - 1
+        states = [self.final_layernorm(seen[i]) if i == last else seen[i] for i in layer_ids]
+        return (logits, torch.cat(states, dim=-1), *rest)
 
     utils.model.LlmModel.forward = forward
     return traced

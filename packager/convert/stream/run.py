@@ -58,8 +58,8 @@ def export(conversion: Conversion, workdir: Path, runner: Runner, progress: Prog
     fields = _key_fields(info, bits, block, dtype, classes, corpus, fuse_c4)
     if head is not None:
         fields["eagle"] = _head_fields(head)
-    if conversion.dflash is not None:  # the graph's hidden_states output: these layers' outputs
-        fields["dflash_layers"] = list(conversion.dflash.target_layer_ids)
+    if conversion.dflash is not None:  # the graph's hidden_states output: these layers' outputs (the last normed)
+        fields["dflash_states"] = {"layers": list(conversion.dflash.target_layer_ids), "last": "normed"}
     entry_key = graphcache.key(fields)
     spec = QuantSpec(bits, block)
     export_dir = workdir / "export"
