@@ -5,10 +5,12 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+import resource
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -79,11 +81,24 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     every process it starts): tests/counting records a conversion against them."""
     os.environ[_counts.NODEID] = item.nodeid
     os.environ[_counts.MAY_CONVERT] = "1" if {m.name for m in item.iter_markers()} & _MAY_CONVERT else "0"
+    profile = os.environ.get("PACKAGER_TEST_PROFILE")  # a file: each test's wall and CPU time (its own, its children's)
+    before = (time.time(), resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN))
     try:
         return (yield)
     finally:
         os.environ.pop(_counts.NODEID, None)
         os.environ.pop(_counts.MAY_CONVERT, None)
+        if profile:
+            own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu = [
+                (now.ru_utime + now.ru_stime) - (then.ru_utime + then.ru_stime)
+                for now, then in ((own, before[1]), (kids, before[2]))
+            ]
+            marks = ",".join(sorted({m.name for m in item.iter_markers()} & {*_MAY_CONVERT, "hub", "slow"}))
+            with open(profile, "a", encoding="utf-8") as out:
+                out.write(
+                    f"{item.nodeid}\t{os.getpid()}\t{before[0]:.2f}\t{time.time():.2f}\t{cpu[0]:.2f}\t{cpu[1]:.2f}\t{marks}\n"
+                )
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
