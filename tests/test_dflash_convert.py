@@ -80,7 +80,9 @@ def test_a_llama31_target_with_a_random_dflash_draft_converts_and_passes_the_fai
 def test_the_exposed_target_states_are_transformers_states_after_the_named_layers(
     llama31_dflash: ConvertResult,
 ) -> None:
-    """Layer 3 is the target's last: its state is transformers' normed hidden_states[4], as the draft was trained."""
+    """Layer 3 is the target's last: its state is transformers' normed hidden_states[4], as the draft was trained
+    (the second call of the final norm that makes it is mapped by the streaming writer: the weights are streamed)."""
+    assert llama31_dflash.path == "streamed"
     check = llama31_dflash.dflash_check
     assert check is not None and check.state_error <= MAX_STATE_ERROR and check.state_margin > 1.0, check
 

@@ -20,8 +20,9 @@ _LINEAR = re.compile(r"^/layers\.(?P<layer>\d+)/(?P<group>self_attn|mlp)/(?P<pro
 _NORM = re.compile(r"^/blocks\.(?P<layer>\d+)/(?P<attn>self_attn/)?(?P<norm>[a-z_]+norm)/Mul_1_output_0$")
 _LM_HEAD_OP = "/lm/lm_head/Linear"
 # The final norm's op is named after its output: "hidden_states", or, when an EAGLE-3 head takes that output
-# name for the concatenated hidden states it reads, after the module.
-_FINAL_NORMS = ("hidden_states", "/final_layernorm/Mul_1_output_0")
+# name for the concatenated hidden states it reads, after the module; a DFlash draft that reads the last layer
+# gets it normed by a second call of the module, named after it (fence.patches.dflash_hidden_states).
+_FINAL_NORMS = ("hidden_states", "/final_layernorm/Mul_1_output_0", "/final_layernorm_1/Mul_1_output_0")
 EMBED = "model.embed_tokens.weight"
 LM_HEAD = "lm_head.weight"  # an untied checkpoint's own output projection
 
