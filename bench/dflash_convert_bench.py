@@ -118,14 +118,17 @@ def fidelity(bundle: Path, target: Path, draft: Path) -> dict[str, float]:
     from packager.convert.dflash.faithful import measure as faithful
     from packager.convert.inspect.checkpoint import inspect_checkpoint
     from packager.convert.inspect.dflash_draft import inspect_dflash
+    from packager.convert.recipe import QuantRecipe
 
     info = inspect_checkpoint(target, allow_untied=True)
-    found = faithful(bundle, inspect_dflash(draft, info), info)
+    found = faithful(bundle, inspect_dflash(draft, info), info, QuantRecipe(bits=4, block=128))
     return {
         "positions": found.positions,
         "min_cosine": round(found.min_cosine, 5),
         "top1_agreement": round(found.top1_agreement, 4),
         "context_error": found.context_error,
+        "target_state_error": round(found.state_error, 5),  # the target graph's states against transformers'
+        "target_state_margin": round(found.state_margin, 3),
     }
 
 

@@ -14,6 +14,7 @@ from packager.bundle.kinds import TARGET_DFLASH, kind_of
 from packager.convert.dflash.faithful import MAX_STATE_ERROR, MIN_COSINE, check
 from packager.convert.inspect.checkpoint import inspect_checkpoint
 from packager.convert.pipeline import ConvertResult
+from packager.convert.recipe import QuantRecipe
 from packager.errors import DFlashTargetUnfaithful
 from packager.validate import validate
 from tests import shared
@@ -95,4 +96,4 @@ def test_a_graph_exposing_other_layers_than_the_draft_reads_is_refused(
     other = replace(llama31_dflash.dflash, target_layer_ids=(0, 2))
     info = inspect_checkpoint(llama31_target, allow_untied=True)
     with pytest.raises(DFlashTargetUnfaithful, match=r"not transformers' after layers \[0, 2\]"):
-        check(Path(llama31_dflash.out), other, info)
+        check(Path(llama31_dflash.out), other, info, QuantRecipe())

@@ -95,7 +95,7 @@ def finish(
     dflash_checked = None
     if conversion.dflash is not None:
         progress("checking the exported DFlash draft against its torch reference (MNN and torch, same inputs)")
-        dflash_checked = dflash_faithful.check(built, conversion.dflash, info)
+        dflash_checked = dflash_faithful.check(built, conversion.dflash, info, conversion.recipe)
     progress(f"validating the bundle ({conversion.kind.name})")
     _check_built(built, conversion.request.spec)
     names = conversion.kind.present(built)
