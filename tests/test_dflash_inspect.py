@@ -229,3 +229,44 @@ def test_init_from_a_dflash_draft_says_it_ships_inside_its_targets_bundle(tmp_pa
         error.value.one_line()
     )
     assert "[convert] in release.toml" in error.value.one_line()
+
+
+def test_the_lm_head_is_spliced_only_into_the_one_initializer_holding_its_traced_rows(tmp_path: Path) -> None:
+    """splice_lm_head on small ONNX files: the initializer that holds the traced rows (transposed) becomes the
+    whole lm_head, as external data, and the logits' vocabulary dimension follows; a file where no initializer
+    (or two) holds them is left untouched and the caller traces the whole lm_head instead."""
+    import onnx
+    import torch
+    from onnx import helper, numpy_helper
+
+    from packager.convert.dflash.export import LM_HEAD_DATA, TRACED_ROWS, splice_lm_head
+
+    lm_head = torch.randn(40, 6)
+    traced = lm_head[:TRACED_ROWS].t().contiguous().numpy()
+
+    def save(name: str, *weights: np.ndarray) -> Path:
+        inits = [numpy_helper.from_array(w, f"w{i}") for i, w in enumerate(weights)]
+        node = helper.make_node("MatMul", ["x", "w0"], ["logits"])
+        graph = helper.make_graph(
+            [node],
+            "g",
+            [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, "block", 6])],
+            [helper.make_tensor_value_info("logits", onnx.TensorProto.FLOAT, [1, "block", TRACED_ROWS])],
+            inits,
+        )
+        path = tmp_path / name / "dflash.onnx"
+        path.parent.mkdir()
+        onnx.save(helper.make_model(graph), str(path))
+        return path
+
+    good = save("good", traced, np.ones((6, 6), dtype=np.float32))
+    assert splice_lm_head(good, lm_head)
+    model = onnx.load(str(good))  # loads the external data beside it
+    spliced = numpy_helper.to_array(next(i for i in model.graph.initializer if i.name == "w0"))
+    assert np.array_equal(spliced, lm_head.t().numpy()) and (good.parent / LM_HEAD_DATA).is_file()
+    assert model.graph.output[0].type.tensor_type.shape.dim[2].dim_value == 40
+    for name, weights in (("none", (traced + 1,)), ("two", (traced, traced.copy()))):
+        path = save(name, *weights)
+        before = path.read_bytes()
+        assert not splice_lm_head(path, lm_head)
+        assert path.read_bytes() == before and not (path.parent / LM_HEAD_DATA).exists()

@@ -56,3 +56,26 @@ def read(log: str) -> tuple[dict[str, int], list[str]]:
     made = {kind: sum(1 for line in lines if line[0] == kind) for kind in KINDS}
     unmarked = sorted({f"{line[2]} ({line[0]})" for line in lines if len(line) == 3 and line[1] == "0"})
     return made, unmarked
+
+
+def _record_process() -> None:
+    """With $PACKAGER_TEST_PROCESSES (a file), each Python process of the session adds a line at its exit: the test
+    it ran for, its command and its CPU seconds (its own, and its waited-for children's)."""
+    log = os.environ.get("PACKAGER_TEST_PROCESSES")
+    if not log:
+        return
+    import atexit
+
+    def write() -> None:
+        times = os.times()
+        command = " ".join(sys.argv[:4])[:200].replace("\t", " ")
+        with open(log, "a", encoding="utf-8") as out:
+            out.write(
+                f"{os.environ.get(NODEID, '')}\t{command}\t{times.user + times.system:.2f}\t"
+                f"{times.children_user + times.children_system:.2f}\n"
+            )
+
+    atexit.register(write)
+
+
+_record_process()
