@@ -71,6 +71,7 @@ def finish(
     progress: Progress,
     prepared: faithful.Reference | None = None,
     dflash_dir: Path | None = None,
+    dflash_prepared: dflash_faithful.Prepared | None = None,
 ) -> ConvertResult:
     """Assemble the exported files into a bundle of its kind, check it, record provenance, move it into place
     (a DFlash draft's two graphs come from `dflash_dir`, exported beside the converter)."""
@@ -95,7 +96,7 @@ def finish(
     dflash_checked = None
     if conversion.dflash is not None:
         progress("checking the exported DFlash draft against its torch reference (MNN and torch, same inputs)")
-        dflash_checked = dflash_faithful.check(built, conversion.dflash, info, conversion.recipe)
+        dflash_checked = dflash_faithful.check(built, conversion.dflash, info, recipe, dflash_prepared)
     progress(f"validating the bundle ({conversion.kind.name})")
     _check_built(built, conversion.request.spec)
     names = conversion.kind.present(built)
@@ -191,9 +192,7 @@ def _assemble(
     if head is not None:  # the head's graphs carry a uuid drawn on every export too
         for graph in ("eagle.mnn", "eagle_fc.mnn"):
             stamp_graph_uuid(built / graph, xxh3_128_file(built / f"{graph}.weight"))
-    if conversion.dflash is not None:  # MNNConvert draws a uuid into each graph too (their weights are inside)
-        for graph in DFLASH_FILES:
-            stamp_graph_uuid(built / graph, xxh3_128_file(conversion.dflash.weights))
+    # (a DFlash draft's two graphs come stamped from their export: dflash.export)
     graph_engine = graph_requirement(built / "llm.mnn.json")
     agreements = tuple(
         agreement(fmt, worker.encodings[fmt], reference, corpus)

@@ -22,6 +22,7 @@ from ..infra.progress import Progress
 from . import provenance
 from .assemble import ConvertResult, finish
 from .dflash import export as dflash_export
+from .dflash import faithful as dflash_faithful
 from .eagle import faithful
 from .fence.launch import Runner, WorkerJob, WorkerResult, run_worker
 from .inspect.checkpoint import family_fields, inspect_checkpoint
@@ -72,6 +73,12 @@ def convert(request: ConvertRequest, progress: Progress = lambda _: None, runner
     )
     check_target(out, request.force, protected)
     with StagedDir(out, request.force, protected, report=progress) as stage, ThreadPoolExecutor(1) as beside:
+        # A DFlash draft's graphs need nothing of the target's graph: packager's own export (dflash.export), beside,
+        # first (it takes about as long as the target's conversion).
+        dflash_dir, drafted, dflash_prepared = None, None, None
+        if draft is not None:
+            dflash_dir = stage.subdir("dflash")
+            drafted = beside.submit(dflash_export.export, draft, info.weight_files, dflash_dir)
         reference, inputs = _start_beside(beside, conversion)
         # The head check's torch side needs nothing of the bundle: made while the converter runs (a core is idle
         # once the weights are written), it leaves only the MNN side for after the export.
@@ -80,11 +87,8 @@ def convert(request: ConvertRequest, progress: Progress = lambda _: None, runner
             if head is not None
             else None
         )
-        # A DFlash draft's graphs need nothing of the target's graph: packager's own export (dflash.export), beside.
-        dflash_dir, drafted = None, None
         if draft is not None:
-            dflash_dir = stage.subdir("dflash")
-            drafted = beside.submit(dflash_export.export, draft, info.weight_files, dflash_dir)
+            dflash_prepared = beside.submit(dflash_faithful.prepare, draft, info, recipe)  # its check's torch side
         worker, path = _export(conversion, stage.subdir("work"), runner, progress)
         if drafted is not None:
             progress("exporting the DFlash draft (dflash.mnn, dflash_fc.mnn)")
@@ -99,6 +103,7 @@ def convert(request: ConvertRequest, progress: Progress = lambda _: None, runner
             progress,
             prepared.result() if prepared else None,
             dflash_dir,
+            dflash_prepared.result() if dflash_prepared else None,
         )
 
 

@@ -126,27 +126,47 @@ def emulated(recipe: QuantRecipe) -> bool:
     return recipe.algorithm == "plain"
 
 
-def measure(
-    bundle: Path, draft: DFlashDraft, info: CheckpointInfo, recipe: QuantRecipe, threads: int = 2
-) -> Faithfulness:
-    import torch
+@dataclass(frozen=True)
+class Prepared:
+    """The torch side of the check, which needs nothing of the bundle (made beside the conversion): the probe's
+    ids and embeddings, the mask token's row, transformers' states and the reference draft."""
+
+    ids: list[int]
+    embeds: np.ndarray  # [n, hidden] float32
+    mask_row: np.ndarray
+    states: list[np.ndarray]
+    reference: Any  # packager.convert.dflash.reference.Reference
+
+
+def prepare(draft: DFlashDraft, info: CheckpointInfo, recipe: QuantRecipe) -> Prepared:
     from tokenizers import Tokenizer
 
-    from ...runtime.mnn import quiet_stdout
     from .export import target_lm_head
-    from .graph import DRAFT_INPUTS, DRAFT_OUTPUTS, FC_INPUTS, FC_OUTPUTS
     from .reference import Reference
 
     ids = Tokenizer.from_file(str(info.path / "tokenizer.json")).encode(PROBE, add_special_tokens=False).ids
     embeds = _embeddings(info, [*ids, draft.mask_token_id])
-    mask_row, embeds = embeds[-1], embeds[:-1]
+    wanted = transformers_states(info, embeds[:-1], max(draft.target_layer_ids), recipe if emulated(recipe) else None)
+    return Prepared(ids, embeds[:-1], embeds[-1], wanted, Reference(draft, target_lm_head(info.weight_files)))
+
+
+def measure(
+    bundle: Path,
+    draft: DFlashDraft,
+    info: CheckpointInfo,
+    recipe: QuantRecipe,
+    threads: int = 2,
+    prepared: Prepared | None = None,
+) -> Faithfulness:
+    import torch
+
+    from ...runtime.mnn import quiet_stdout
+    from .graph import DRAFT_INPUTS, DRAFT_OUTPUTS, FC_INPUTS, FC_OUTPUTS
+
+    ready = prepared if prepared is not None else prepare(draft, info, recipe)
+    ids, embeds, mask_row, reference = ready.ids, ready.embeds, ready.mask_row, ready.reference
     features = _target_hidden(bundle, embeds, threads)  # [n, k*hidden]: after each target layer named
-    states = target_states(
-        features,
-        transformers_states(info, embeds, max(draft.target_layer_ids), recipe if emulated(recipe) else None),
-        draft.target_layer_ids,
-    )
-    reference = Reference(draft, target_lm_head(info.weight_files))
+    states = target_states(features, ready.states, draft.target_layer_ids)
     with quiet_stdout():
         import MNN.nn as nn
 
@@ -187,8 +207,10 @@ def measure(
     )
 
 
-def check(bundle: Path, draft: DFlashDraft, info: CheckpointInfo, recipe: QuantRecipe) -> Faithfulness:
-    found = measure(bundle, draft, info, recipe)
+def check(
+    bundle: Path, draft: DFlashDraft, info: CheckpointInfo, recipe: QuantRecipe, prepared: Prepared | None = None
+) -> Faithfulness:
+    found = measure(bundle, draft, info, recipe, prepared=prepared)
     bound = MAX_STATE_ERROR if emulated(recipe) else MAX_UNEMULATED_ERROR
     if found.state_error > bound or found.state_margin <= 1.0:
         raise DFlashTargetUnfaithful(
