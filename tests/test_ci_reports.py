@@ -15,7 +15,7 @@ from packager.report.findings import Finding
 from packager.report.formats import render
 from packager.report.github import command
 from tests.conftest import run_cli
-from tests.inprocess import invoke, one_error_line
+from tests.inprocess import invoke, one_error_line, run_packager
 
 JUNIT_XSD = Path(__file__).parent / "data" / "junit.xsd"
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "release.toml"
@@ -176,15 +176,15 @@ def test_check_spec_formats_name_field_and_line(tmp_path: Path) -> None:
             'title = "Qwen3 0.6B draft (MNN), KL-distilled from Qwen3 8B"', 'title = "TODO: the title"'
         )
     )
-    text = run_cli("check-spec", str(spec))
+    text = run_packager("check-spec", str(spec))
     assert text.returncode == 17
     assert f"ERROR   {spec}:7:1: release.title: still the placeholder 'TODO: the title'" in text.stdout
-    github = run_cli("check-spec", str(spec), "--format", "github")
+    github = run_packager("check-spec", str(spec), "--format", "github")
     assert github.stdout.startswith(f"::error file={spec},line=7,col=1,title=packager%3A release spec::release.title")
-    junit = run_cli("check-spec", str(spec), "--format", "junit")
+    junit = run_packager("check-spec", str(spec), "--format", "junit")
     _junit_schema().validate(junit.stdout)
     assert "release.title: still the placeholder" in junit.stdout
-    data = json.loads(run_cli("check-spec", str(spec), "--json").stdout)
+    data = json.loads(run_packager("check-spec", str(spec), "--json").stdout)
     assert data["ok"] is False and data["findings"][0]["line"] == 7
 
 
@@ -196,7 +196,7 @@ def test_check_spec_reports_every_problem_at_once(tmp_path: Path) -> None:
         .replace('license = "apache-2.0"', 'license = "TODO"')
         .replace("optimizer_steps = 1875", "optimizer_steps = 1800")
     )
-    result = run_cli("check-spec", str(spec))
+    result = run_packager("check-spec", str(spec))
     found = [line for line in result.stdout.splitlines() if line.startswith("ERROR")]
     assert len(found) == 3, result.stdout
     assert re.search(r":9:1: release\.license: still the placeholder 'TODO'", found[0])
@@ -222,7 +222,7 @@ def test_check_spec_reports_the_presence_checks_with_path_and_line(tmp_path: Pat
     def line_of(start: str) -> int:
         return next(n for n, line in enumerate(lines, 1) if line.startswith(start))
 
-    result = run_cli("check-spec", str(spec))
+    result = run_packager("check-spec", str(spec))
     assert result.returncode == 17, result.stdout
     found = [line for line in result.stdout.splitlines() if line.startswith("ERROR")]
     expected = [
@@ -235,16 +235,16 @@ def test_check_spec_reports_the_presence_checks_with_path_and_line(tmp_path: Pat
     assert len(found) == len(expected), result.stdout
     for (line, says), got in zip(expected, found):
         assert f"{spec}:{line}:1: {says}" in got, (line, says, got)
-    github = run_cli("check-spec", str(spec), "--format", "github").stdout
+    github = run_packager("check-spec", str(spec), "--format", "github").stdout
     assert f"::error file={spec},line={line_of('Website = ')},col=1," in github and "card.links.Website" in github
 
 
 def test_check_spec_passes_the_example_and_finds_release_toml_itself(tmp_path: Path) -> None:
-    assert run_cli("check-spec", str(EXAMPLE)).returncode == 0
+    assert run_packager("check-spec", str(EXAMPLE)).returncode == 0
     shutil.copy(EXAMPLE, tmp_path / "release.toml")
-    here = run_cli("check-spec", cwd=tmp_path)
+    here = run_packager("check-spec", cwd=tmp_path)
     assert here.returncode == 0 and here.stdout.strip() == "release.toml: ok (0 errors, 0 warnings)"
-    none = run_cli("check-spec", cwd=tmp_path / "..")
+    none = run_packager("check-spec", cwd=tmp_path / "..")
     assert none.returncode == 17 and none.stderr.count("\n") == 1 and "no release.toml here" in none.stderr
 
 
@@ -259,7 +259,7 @@ def test_check_spec_passes_the_example_and_finds_release_toml_itself(tmp_path: P
 def test_a_broken_spec_file_is_a_finding_not_a_traceback(tmp_path: Path, content: bytes, expect: str) -> None:
     spec = tmp_path / "release.toml"
     spec.write_bytes(content)
-    result = run_cli("check-spec", str(spec), str(tmp_path / "missing.toml"))
+    result = run_packager("check-spec", str(spec), str(tmp_path / "missing.toml"))
     assert result.returncode == 17 and "Traceback" not in result.stderr, result.stderr
     assert re.search(expect, result.stdout) and f"ERROR   {tmp_path}/missing.toml: does not exist" in result.stdout
 
@@ -267,7 +267,7 @@ def test_a_broken_spec_file_is_a_finding_not_a_traceback(tmp_path: Path, content
 def test_release_refuses_a_spec_with_a_todo_naming_the_field(tmp_path: Path) -> None:
     spec = tmp_path / "release.toml"
     spec.write_text(EXAMPLE.read_text().replace('runs_on = "Android', 'runs_on = "TODO: Android'))
-    result = run_cli("release", str(spec), "--bundle", str(tmp_path))
+    result = run_packager("release", str(spec), "--bundle", str(tmp_path))
     assert result.returncode == 17 and "card.runs_on: still the placeholder" in result.stderr
 
 

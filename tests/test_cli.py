@@ -17,7 +17,7 @@ import pytest
 
 from tests.clitree import command_tree
 from tests.conftest import run_cli
-from tests.inprocess import invoke, one_error_line
+from tests.inprocess import invoke, one_error_line, run_packager
 
 
 def examples(command: click.Command) -> list[str]:
@@ -150,7 +150,7 @@ def test_help_lists_the_commands_by_stage_and_every_command_in_one() -> None:
 
     staged = [name for _, names in STAGES for name in names]
     assert sorted(staged) == [path[0] for path, _ in command_tree() if len(path) == 1]  # each in exactly one stage
-    result = run_cli("--help")
+    result = run_packager("--help")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     headings = [line.rstrip(":") for line in lines if line and not line.startswith(" ") and line.endswith(":")]
@@ -174,7 +174,7 @@ def test_help_imports_neither_torch_nor_transformers() -> None:
 
 
 def test_unknown_option_is_a_usage_error() -> None:
-    result = run_cli("convert", "--bogus")
+    result = run_packager("convert", "--bogus")
     assert result.returncode == 2
 
 
@@ -201,7 +201,7 @@ def test_a_failure_under_json_prints_a_json_error_object(path: tuple[str, ...], 
     exit code it exits with; the one line still goes to stderr. (A findings report, as check-spec's for a
     missing spec, is its own JSON document with ok false.)"""
     # Under /dev/null: no folder can be made there (init makes its DIR), not even by root.
-    result = run_cli(*path, *(["/dev/null/nonexistent"] * len(arguments)), "--json")
+    result = run_packager(*path, *(["/dev/null/nonexistent"] * len(arguments)), "--json")
     assert result.returncode not in (0, 1), result.stderr
     printed = json.loads(result.stdout)
     assert printed["ok"] is False
@@ -226,7 +226,7 @@ def test_a_seconds_option_that_is_no_finite_number_is_a_usage_error(args: tuple[
     # Were it taken, each would go on: to a Hub nobody serves, or to a server root that cannot exist.
     env = {**os.environ, "PACKAGER_HUB_TOKEN": "hf_test_SECRET", "HF_ENDPOINT": "http://127.0.0.1:9"}
     extra = ("--root", "/dev/null/hub") if args[0] == "hub" else ()
-    result = run_cli(*args, *extra, cwd=tmp_path, env=env)
+    result = run_packager(*args, *extra, cwd=tmp_path, env=env)
     assert result.returncode == 2, result.stdout + result.stderr
     assert "Traceback" not in result.stderr and "Invalid value for '--" in result.stderr
     assert not (tmp_path / "DIR").exists()

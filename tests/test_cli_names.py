@@ -17,6 +17,7 @@ import pytest
 from packager.cli import cli
 from tests.clitree import command_tree
 from tests.conftest import run_cli
+from tests.inprocess import run_packager
 
 EXAMPLE_SPEC = Path(__file__).resolve().parents[1] / "examples" / "release.toml"
 
@@ -143,13 +144,13 @@ def test_an_old_spelling_is_hidden_from_help() -> None:
         ("init", "--from"),
         ("release", "--summary"),
     ):
-        shown = run_cli(path, "--help")
+        shown = run_packager(path, "--help")
         assert shown.returncode == 0 and old not in shown.stdout.replace(f"{old}-", ""), (path, old)
-    assert "--files" not in run_cli("validate", "--help").stdout
+    assert "--files" not in run_packager("validate", "--help").stdout
 
 
 def test_an_old_and_a_new_spelling_together_are_a_usage_error(folders: Path) -> None:
-    result = run_cli(
+    result = run_packager(
         "verify", str(folders / "bundle"), "--source", str(folders / "ckpt"), "--checkpoint", str(folders / "ckpt")
     )
     assert result.returncode == 2 and "Traceback" not in result.stderr
@@ -159,7 +160,7 @@ def test_an_old_and_a_new_spelling_together_are_a_usage_error(folders: Path) -> 
 def test_validate_files_alias_keeps_json_on_stdout_parseable(tmp_path: Path) -> None:
     notes = tmp_path / "notes.md"
     notes.write_text("in no bundle folder")
-    result = run_cli("validate", "--files", "--json", str(notes))
+    result = run_packager("validate", "--files", "--json", str(notes))
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["ok"] is True
     assert [line for line in result.stderr.splitlines() if "deprecated" in line] == [warning("--files", "--from-files")]
@@ -182,7 +183,7 @@ def test_release_reads_convert_source_with_a_warning_and_summary_alias_writes_th
     spec, summary = _spec_with(tmp_path, key), tmp_path / "summary.json"
     env = {**os.environ, "HF_ENDPOINT": "http://127.0.0.1:9"}
     flag = "--summary" if key == "source" else "--output"
-    result = run_cli("release", str(spec), "--dry-run", "--json", flag, str(summary), env=env)
+    result = run_packager("release", str(spec), "--dry-run", "--json", flag, str(summary), env=env)
     assert result.returncode not in (0, 1, 2), result.stderr
     assert f"[convert] checkpoint {tmp_path / 'missing' / 'checkpoint'} does not exist" in result.stderr
     assert json.loads(result.stdout)["ok"] is False and json.loads(summary.read_text())["ok"] is False
@@ -195,7 +196,7 @@ def test_release_reads_convert_source_with_a_warning_and_summary_alias_writes_th
 
 def test_check_spec_reports_convert_source_as_a_deprecation_warning(tmp_path: Path) -> None:
     spec = _spec_with(tmp_path, "source")
-    result = run_cli("check-spec", str(spec))
+    result = run_packager("check-spec", str(spec))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "[convert] source is deprecated; use [convert] checkpoint" in result.stdout
 
@@ -203,7 +204,7 @@ def test_check_spec_reports_convert_source_as_a_deprecation_warning(tmp_path: Pa
 def test_a_spec_with_both_source_and_checkpoint_is_refused(tmp_path: Path) -> None:
     spec = _spec_with(tmp_path, "source")
     spec.write_text(spec.read_text().replace("[convert]\n", '[convert]\ncheckpoint = "x"\n', 1))
-    result = run_cli("check-spec", str(spec))
+    result = run_packager("check-spec", str(spec))
     assert result.returncode == 17
     assert "convert.source: is the old name of checkpoint: keep checkpoint only" in result.stdout
 
@@ -277,7 +278,7 @@ def test_threads_zero_is_refused_by_click_everywhere(tmp_path: Path) -> None:
     for _path, param in found:
         with pytest.raises(click.BadParameter):
             param.type.convert("0", param, None)
-    result = run_cli("quant-sweep", str(tmp_path), "--threads", "0")
+    result = run_packager("quant-sweep", str(tmp_path), "--threads", "0")
     assert result.returncode == 2 and "Invalid value for '--threads'" in result.stderr
     assert "Traceback" not in result.stderr
 
@@ -322,7 +323,7 @@ def test_graph_entries_left_directly_in_packager_cache_dir_move_into_graphs_and_
     (home / "targets").mkdir()
     (home / "targets" / "t.json").write_text("{}")
     (home / "notes").mkdir()  # not the cache's: stays
-    result = run_cli("cache", "ls", "--json", env={**os.environ, "PACKAGER_CACHE_DIR": str(home)})
+    result = run_packager("cache", "ls", "--json", env={**os.environ, "PACKAGER_CACHE_DIR": str(home)})
     assert result.returncode == 0, result.stderr
     assert [entry["key"] for entry in json.loads(result.stdout)["graphs"]] == [key]
     assert (home / "graphs" / key / "llm.mnn").read_bytes() == b"graph" and not (home / key).exists()

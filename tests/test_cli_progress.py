@@ -18,6 +18,7 @@ from packager.cli.progress import StderrProgress
 from packager.infra.hashing import xxh3_128_bytes
 from packager.infra.progress import Step
 from tests.conftest import run_cli
+from tests.inprocess import run_packager
 from tests.localhub import WRITE_TOKEN, LocalHub, hub, online
 from tests.terminal import fake_terminal, finished_lines, words
 
@@ -83,7 +84,7 @@ def test_validate_draws_a_bar_on_a_terminal_and_nothing_with_quiet(two_folders: 
 
 def test_validate_prints_no_progress_when_stderr_is_no_terminal(two_folders: list[str]) -> None:
     """validate's output in pre-commit and CI logs stays as it was: the bar is for a terminal only."""
-    result = run_cli("validate", *two_folders)
+    result = run_packager("validate", *two_folders)
     assert result.returncode == 30 and result.stderr == ""
 
 

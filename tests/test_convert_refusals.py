@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_cli
+from tests.inprocess import run_packager
 from tests.models import build_lora, build_qwen3, copy_checkpoint
 from tests.refusals import assert_refused
 
@@ -84,14 +85,14 @@ def test_bad_checkpoint_is_refused_before_any_work(case: str, tiny_checkpoint: P
     mutate(folder)
     out = tmp_path / "out" / "bundle"
     out.parent.mkdir()
-    assert_refused(run_cli("convert", str(folder), "--out", str(out), "--quiet"), code, text, out)
+    assert_refused(run_packager("convert", str(folder), "--out", str(out), "--quiet"), code, text, out)
 
 
 def test_missing_folder_and_file_are_refused(tmp_path: Path) -> None:
     out = tmp_path / "bundle"
-    assert_refused(run_cli("convert", str(tmp_path / "nope"), "--out", str(out)), 10, "does not exist", out)
+    assert_refused(run_packager("convert", str(tmp_path / "nope"), "--out", str(out)), 10, "does not exist", out)
     (tmp_path / "file").write_text("x")
-    assert_refused(run_cli("convert", str(tmp_path / "file"), "--out", str(out)), 10, "is not a folder", out)
+    assert_refused(run_packager("convert", str(tmp_path / "file"), "--out", str(out)), 10, "is not a folder", out)
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +104,7 @@ def test_adapter_for_another_base_is_refused(tiny_checkpoint: Path, other_base: 
     adapter = build_lora(other_base, tmp_path / "adapter")
     out = tmp_path / "bundle"
     assert_refused(
-        run_cli("convert", str(tiny_checkpoint), "--lora", str(adapter), "--out", str(out)),
+        run_packager("convert", str(tiny_checkpoint), "--lora", str(adapter), "--out", str(out)),
         16,
         "do not fit the base weight",
         out,
@@ -122,7 +123,7 @@ def test_adapter_with_a_wrong_shape_is_refused(tiny_checkpoint: Path, lora_adapt
     save_file(tensors, adapter / "adapter_model.safetensors")
     out = tmp_path / "bundle"
     assert_refused(
-        run_cli("convert", str(tiny_checkpoint), "--lora", str(adapter), "--out", str(out)), 16, "q_proj", out
+        run_packager("convert", str(tiny_checkpoint), "--lora", str(adapter), "--out", str(out)), 16, "q_proj", out
     )
 
 
@@ -130,7 +131,7 @@ def test_adapter_folder_without_config_is_refused(tiny_checkpoint: Path, tmp_pat
     (tmp_path / "adapter").mkdir()
     out = tmp_path / "bundle"
     assert_refused(
-        run_cli("convert", str(tiny_checkpoint), "--lora", str(tmp_path / "adapter"), "--out", str(out)),
+        run_packager("convert", str(tiny_checkpoint), "--lora", str(tmp_path / "adapter"), "--out", str(out)),
         16,
         "adapter_config.json",
         out,
@@ -140,10 +141,13 @@ def test_adapter_folder_without_config_is_refused(tiny_checkpoint: Path, tmp_pat
 def test_bad_quantization_options_are_refused(tiny_checkpoint: Path, tmp_path: Path) -> None:
     out = tmp_path / "bundle"
     assert_refused(
-        run_cli("convert", str(tiny_checkpoint), "--out", str(out), "--quant-bits", "3"), 19, "--quant-bits 3", out
+        run_packager("convert", str(tiny_checkpoint), "--out", str(out), "--quant-bits", "3"), 19, "--quant-bits 3", out
     )
     assert_refused(
-        run_cli("convert", str(tiny_checkpoint), "--out", str(out), "--quant-block", "100"), 19, "does not divide", out
+        run_packager("convert", str(tiny_checkpoint), "--out", str(out), "--quant-block", "100"),
+        19,
+        "does not divide",
+        out,
     )
 
 
@@ -151,7 +155,7 @@ def test_existing_out_is_refused_without_force(tiny_checkpoint: Path, tmp_path: 
     out = tmp_path / "bundle"
     out.mkdir()
     (out / "keep.txt").write_text("mine")
-    result = run_cli("convert", str(tiny_checkpoint), "--out", str(out))
+    result = run_packager("convert", str(tiny_checkpoint), "--out", str(out))
     assert result.returncode == 18 and "already exists" in result.stderr
     assert (out / "keep.txt").read_text() == "mine"
 
@@ -170,7 +174,7 @@ def test_bad_spec_is_refused_with_its_path(spec: str, text: str, tiny_checkpoint
     (tmp_path / "release.toml").write_text(spec)
     out = tmp_path / "bundle"
     assert_refused(
-        run_cli("convert", str(tiny_checkpoint), "--out", str(out), "--spec", str(tmp_path / "release.toml")),
+        run_packager("convert", str(tiny_checkpoint), "--out", str(out), "--spec", str(tmp_path / "release.toml")),
         17,
         text,
         out,

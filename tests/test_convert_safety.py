@@ -13,6 +13,7 @@ import pytest
 
 from packager.bundle.staging import PARTIAL_MARK
 from tests.conftest import run_cli, start_cli
+from tests.inprocess import run_packager
 from tests.models import copy_checkpoint
 from tests.refusals import assert_refused
 
@@ -47,7 +48,7 @@ def test_force_refuses_to_replace_what_packager_did_not_make(where: str, checkpo
         "an unrelated folder": unrelated,
     }[where]
     before = _listing(tmp_path)
-    result = run_cli("convert", str(checkpoint), "--out", str(out), "--force", "--quiet", cwd=unrelated)
+    result = run_packager("convert", str(checkpoint), "--out", str(out), "--force", "--quiet", cwd=unrelated)
     assert result.returncode == 18, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("packager: error: --force will not replace"), lines
@@ -64,7 +65,9 @@ def test_force_refuses_the_adapter_and_a_folder_inside_the_checkpoint(
     (inside / "llm.mnn").write_bytes(b"x")
     for out in (adapter, inside):
         before = _listing(tmp_path)
-        result = run_cli("convert", str(checkpoint), "--lora", str(adapter), "--out", str(out), "--force", "--quiet")
+        result = run_packager(
+            "convert", str(checkpoint), "--lora", str(adapter), "--out", str(out), "--force", "--quiet"
+        )
         assert result.returncode == 18 and "input" in result.stderr, result.stderr
         assert _listing(tmp_path) == before
 
@@ -73,7 +76,7 @@ def test_force_refuses_a_symlink_to_the_checkpoint(checkpoint: Path, tmp_path: P
     link = tmp_path / "link"
     link.symlink_to(checkpoint)
     before = _listing(checkpoint)
-    result = run_cli("convert", str(checkpoint), "--out", str(link), "--force", "--quiet")
+    result = run_packager("convert", str(checkpoint), "--out", str(link), "--force", "--quiet")
     assert result.returncode == 18 and "not a folder" in result.stderr
     assert _listing(checkpoint) == before
 
@@ -133,7 +136,7 @@ def test_tokenizer_without_bpe_merges_is_refused(saved_by_transformers: Path, tm
     data["model"]["merges"] = []
     (folder / "tokenizer.json").write_text(json.dumps(data), encoding="utf-8")
     out = tmp_path / "bundle"
-    assert_refused(run_cli("convert", str(folder), "--out", str(out), "--quiet"), 15, "no BPE merges", out)
+    assert_refused(run_packager("convert", str(folder), "--out", str(out), "--quiet"), 15, "no BPE merges", out)
 
 
 # --- LoRA adapters ------------------------------------------------------------------------------------------
@@ -227,13 +230,13 @@ def three_heads(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_block_that_does_not_divide_o_proj_is_refused(three_heads: Path, tmp_path: Path) -> None:
     out = tmp_path / "bundle"
     assert_refused(
-        run_cli("convert", str(three_heads), "--out", str(out), "--quant-block", "256", "--quiet"),
+        run_packager("convert", str(three_heads), "--out", str(out), "--quant-block", "256", "--quiet"),
         19,
         "input size 384 of o_proj",
         out,
     )
     assert_refused(
-        run_cli("convert", str(three_heads), "--out", str(out), "--quant-block", "-1", "--quiet"),
+        run_packager("convert", str(three_heads), "--out", str(out), "--quant-block", "-1", "--quiet"),
         19,
         "is negative",
         out,
@@ -268,7 +271,7 @@ def test_full_disk_is_one_line_naming_it(tiny_checkpoint: Path, small_disk: Path
 
 def test_read_only_output_is_one_line_naming_it(tiny_checkpoint: Path, small_disk: Path) -> None:
     subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], check=True)
-    result = run_cli("convert", str(tiny_checkpoint), "--out", str(small_disk / "bundle"), "--quiet")
+    result = run_packager("convert", str(tiny_checkpoint), "--out", str(small_disk / "bundle"), "--quiet")
     assert result.returncode == 25 and "Read-only file system" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
 
@@ -283,7 +286,7 @@ def test_read_only_output_is_one_line_naming_it(tiny_checkpoint: Path, small_dis
 )
 def test_impossible_out_is_one_line(out: str, reason: str, tiny_checkpoint: Path, tmp_path: Path) -> None:
     (tmp_path / "under-a-file").write_text("a file")
-    result = run_cli("convert", str(tiny_checkpoint), "--out", out, "--quiet", cwd=tmp_path)
+    result = run_packager("convert", str(tiny_checkpoint), "--out", out, "--quiet", cwd=tmp_path)
     assert result.returncode == 25, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and reason in lines[0] and "Traceback" not in result.stderr
@@ -294,7 +297,7 @@ def test_deeply_nested_config_is_one_line(tiny_checkpoint: Path, tmp_path: Path)
     folder = copy_checkpoint(tiny_checkpoint, tmp_path / "ckpt")
     (folder / "config.json").write_text("[" * 10_000 + "]" * 10_000)
     out = tmp_path / "bundle"
-    assert_refused(run_cli("convert", str(folder), "--out", str(out), "--quiet"), 11, "nested too deeply", out)
+    assert_refused(run_packager("convert", str(folder), "--out", str(out), "--quiet"), 11, "nested too deeply", out)
 
 
 @pytest.mark.converter

@@ -21,6 +21,7 @@ from packager.convert.inspect.eagle_head import aux_layers, inspect_head
 from packager.convert.pipeline import ConvertRequest, convert
 from packager.validate import validate
 from tests.conftest import run_cli
+from tests.inprocess import run_packager
 from tests.models import build_qwen3
 
 
@@ -98,7 +99,7 @@ def test_a_head_that_would_not_compute_the_checkpoints_is_refused_before_any_wor
     broken = _copy_head(head, tmp_path / "head")
     mutate(broken)
     out = tmp_path / "bundle"
-    done = run_cli("convert", str(target8), "--eagle", str(broken), "--out", str(out))
+    done = run_packager("convert", str(target8), "--eagle", str(broken), "--out", str(out))
     assert done.returncode == code, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and text in lines[0] and "Traceback" not in done.stderr, done.stderr
@@ -107,7 +108,7 @@ def test_a_head_that_would_not_compute_the_checkpoints_is_refused_before_any_wor
 
 def test_a_target_with_fewer_than_7_layers_is_refused(head: Path, tmp_path: Path) -> None:
     shallow = build_qwen3(tmp_path / "qwen3-6l", layers=6, tie=False)
-    done = run_cli("convert", str(shallow), "--eagle", str(head), "--out", str(tmp_path / "bundle"))
+    done = run_packager("convert", str(shallow), "--eagle", str(head), "--out", str(tmp_path / "bundle"))
     assert done.returncode == 55 and "has 6 layers" in done.stderr and not (tmp_path / "bundle").exists()
 
 

@@ -17,6 +17,7 @@ from tests import shared
 from tests.bundlecheck import assert_same_bundle
 from tests.conftest import run_cli
 from tests.families import build_llama32, smollm2_checkpoint
+from tests.inprocess import run_packager
 from tests.models import copy_checkpoint, llmexport_raw
 from tests.specs import few_prompts
 
@@ -47,7 +48,7 @@ def test_a_llama_architecture_checkpoint_with_an_unknown_tokenizer_is_refused_in
         if token["content"] == "<|eot_id|>":
             token["content"] = "<|end_of_turn|>"
     (folder / "tokenizer.json").write_text(json.dumps(data), encoding="utf-8")
-    result = run_cli("convert", str(folder), "--out", str(tmp_path / "bundle"))
+    result = run_packager("convert", str(folder), "--out", str(tmp_path / "bundle"))
     assert result.returncode == 12, result.stderr
     assert "model_type 'llama'" in result.stderr and "<|eot_id|> 128009" in result.stderr
     assert "Traceback" not in result.stderr and not (tmp_path / "bundle").exists()
@@ -61,7 +62,7 @@ def test_a_rope_type_packager_does_not_convert_is_refused_in_one_line(
     config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     config["rope_parameters"] = {**rope, "original_max_position_embeddings": 8192}
     (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
-    result = run_cli("convert", str(folder), "--out", str(tmp_path / "bundle"))
+    result = run_packager("convert", str(folder), "--out", str(tmp_path / "bundle"))
     assert result.returncode == 12 and "rope_type 'yarn'" in result.stderr, result.stderr
     assert len(result.stderr.strip().splitlines()) <= 2  # the error line and its hint
 
@@ -71,7 +72,7 @@ def test_an_engine_older_than_the_pipeline_tokenizer_is_refused_for_llama_before
 ) -> None:
     """MNN's text tokenizer hard-codes Qwen2's pre-tokenizer (single digits); Llama 3 splits digits in threes, so
     only the pipeline format (MNN 3.5.0 and later) is right for it."""
-    result = run_cli("convert", str(llama_checkpoint), "--out", str(tmp_path / "bundle"), "--engine", "3.4.1")
+    result = run_packager("convert", str(llama_checkpoint), "--out", str(tmp_path / "bundle"), "--engine", "3.4.1")
     assert result.returncode == 19 and "PIPELINE format" in result.stderr, result.stderr
     assert "converting" not in result.stderr and not (tmp_path / "bundle").exists()
 

@@ -17,6 +17,7 @@ from tests import shared
 from tests.bundlecheck import assert_same_bundle
 from tests.conftest import run_cli
 from tests.families import build_gemma3
+from tests.inprocess import run_packager
 from tests.models import copy_checkpoint, llmexport_raw
 from tests.specs import few_prompts
 
@@ -75,7 +76,7 @@ def test_a_gemma3_tokenizer_with_another_token_past_the_rows_is_refused(gemma: P
     data = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))
     data["added_tokens"].append({"id": 262145, "content": "<audio_soft_token>", "special": True})
     (folder / "tokenizer.json").write_text(json.dumps(data), encoding="utf-8")
-    result = run_cli("convert", str(folder), "--out", str(tmp_path / "bundle"))
+    result = run_packager("convert", str(folder), "--out", str(tmp_path / "bundle"))
     assert result.returncode != 0 and "ids up to 262145" in result.stderr, result.stderr
     assert "Traceback" not in result.stderr and not (tmp_path / "bundle").exists()
 
@@ -178,7 +179,7 @@ def test_hostile_gemma3_rope_configs_are_refused_in_one_line(gemma: Path, tmp_pa
     config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     del config["rope_parameters"]["full_attention"]
     (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
-    result = run_cli("convert", str(folder), "--out", str(tmp_path / "bundle"))
+    result = run_packager("convert", str(folder), "--out", str(tmp_path / "bundle"))
     assert result.returncode == 12 and "names none for full_attention" in result.stderr, result.stderr
     assert "Traceback" not in result.stderr and not (tmp_path / "bundle").exists()
 
@@ -205,7 +206,7 @@ def test_gemma3_values_the_graph_ignores_are_refused_before_any_work(
 ) -> None:
     """Issue 39: each converted "successfully" into a bundle that disagreed with its checkpoint."""
     folder = _mutated(gemma, tmp_path, **changes)
-    result = run_cli("convert", str(folder), "--out", str(tmp_path / "bundle"))
+    result = run_packager("convert", str(folder), "--out", str(tmp_path / "bundle"))
     assert result.returncode == code and key in result.stderr, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
     assert not (tmp_path / "bundle").exists()

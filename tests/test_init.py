@@ -16,7 +16,7 @@ import pytest
 from packager.release.init.facts import say_parameters
 from packager.spec import model as spec_module
 from tests.conftest import run_cli
-from tests.inprocess import invoke, one_error_line
+from tests.inprocess import invoke, one_error_line, run_packager
 
 WRITTEN = (
     "release.toml",
@@ -76,7 +76,7 @@ def test_init_writes_every_file_and_states_the_checkpoint_facts(
 
 def test_the_spec_refuses_each_todo_by_name_and_passes_once_filled(repo: Path) -> None:
     spec = repo / "release.toml"
-    result = run_cli("check-spec", str(spec))
+    result = run_packager("check-spec", str(spec))
     assert result.returncode == 17
     named = set(re.findall(r"\d+:1: ([a-z_.0-9]+): still the placeholder", result.stdout))
     # The adapter names a local base folder, not a Hub id: base_model is left for the person too.
@@ -90,7 +90,7 @@ def test_the_spec_refuses_each_todo_by_name_and_passes_once_filled(repo: Path) -
         "card.limitations.0",
     }
     spec.write_text(_fill_todos(spec.read_text()))
-    assert run_cli("check-spec", str(spec)).returncode == 0
+    assert run_packager("check-spec", str(spec)).returncode == 0
     loaded = spec_module.load(spec)  # what release reads: paths resolve beside the spec
     assert loaded.convert.checkpoint is not None and (loaded.convert.checkpoint / "config.json").is_file()
 
@@ -145,7 +145,7 @@ def test_the_makefile_has_the_release_targets(repo: Path) -> None:
 def test_init_never_overwrites_a_file_and_writes_nothing_then(repo: Path, tmp_path: Path) -> None:
     (repo / "Makefile").write_text("mine\n")
     (repo / "release.toml").unlink()
-    result = run_cli("init", str(repo))
+    result = run_packager("init", str(repo))
     assert result.returncode == 60 and result.stderr.count("\n") == 1
     assert "already has Makefile, .pre-commit-config.yaml" in result.stderr and "release.toml" not in result.stderr
     assert (repo / "Makefile").read_text() == "mine\n" and not (repo / "release.toml").exists()
@@ -153,19 +153,19 @@ def test_init_never_overwrites_a_file_and_writes_nothing_then(repo: Path, tmp_pa
 
 def test_init_refuses_a_folder_inside_the_checkpoint_or_adapter(tiny_checkpoint: Path, lora_adapter: Path) -> None:
     for target in (tiny_checkpoint, tiny_checkpoint / "release", lora_adapter / "x" / ".."):
-        result = run_cli("init", str(target), "--checkpoint", str(tiny_checkpoint), "--lora", str(lora_adapter))
+        result = run_packager("init", str(target), "--checkpoint", str(tiny_checkpoint), "--lora", str(lora_adapter))
         assert result.returncode == 61 and result.stderr.count("\n") == 1, result.stderr
     assert not (tiny_checkpoint / "release").exists() and not (tiny_checkpoint / "Makefile").exists()
 
 
 def test_init_through_a_link_into_the_checkpoint_is_refused(tiny_checkpoint: Path, tmp_path: Path) -> None:
     (tmp_path / "alias").symlink_to(tiny_checkpoint)
-    result = run_cli("init", str(tmp_path / "alias" / "rel"), "--checkpoint", str(tiny_checkpoint))
+    result = run_packager("init", str(tmp_path / "alias" / "rel"), "--checkpoint", str(tiny_checkpoint))
     assert result.returncode == 61 and not (tiny_checkpoint / "rel").exists()
 
 
 def test_init_without_a_checkpoint_leaves_its_facts_to_fill(tmp_path: Path) -> None:
-    result = run_cli("init", str(tmp_path / "r"))
+    result = run_packager("init", str(tmp_path / "r"))
     assert result.returncode == 0, result.stderr
     data = tomllib.loads((tmp_path / "r" / "release.toml").read_text())
     assert data["convert"]["checkpoint"].startswith("TODO") and "training" not in data
@@ -173,20 +173,20 @@ def test_init_without_a_checkpoint_leaves_its_facts_to_fill(tmp_path: Path) -> N
 
 
 def test_a_hostile_repo_id_is_refused_before_writing(tmp_path: Path) -> None:
-    result = run_cli("init", str(tmp_path / "r"), "--repo-id", 'me/x"\n[release]\nrepo_id = "evil/y')
+    result = run_packager("init", str(tmp_path / "r"), "--repo-id", 'me/x"\n[release]\nrepo_id = "evil/y')
     assert result.returncode == 19 and "--repo-id" in result.stderr and not (tmp_path / "r").exists()
 
 
 def test_a_hostile_folder_name_still_gives_a_readable_spec(tiny_checkpoint: Path, tmp_path: Path) -> None:
     folder = tmp_path / 'we"ird\\ na\tme'
-    result = run_cli("init", str(folder), "--checkpoint", str(tiny_checkpoint))
+    result = run_packager("init", str(folder), "--checkpoint", str(tiny_checkpoint))
     assert result.returncode == 0, result.stderr
     data = tomllib.loads((folder / "release.toml").read_text())
     assert (folder / data["convert"]["checkpoint"]).resolve() == tiny_checkpoint.resolve()
 
 
 def test_files_are_written_with_the_users_umask(tmp_path: Path) -> None:
-    assert run_cli("init", str(tmp_path / "r")).returncode == 0
+    assert run_packager("init", str(tmp_path / "r")).returncode == 0
     mode = (tmp_path / "r" / "Makefile").stat().st_mode & 0o777
     old = os.umask(0)
     os.umask(old)
@@ -213,9 +213,9 @@ def test_parameters_are_said_as_people_say_them() -> None:
 def test_convert_takes_the_checkpoint_from_the_spec_when_none_is_given(tmp_path: Path) -> None:
     spec = tmp_path / "release.toml"
     spec.write_text('[convert]\ncheckpoint = "models/missing-draft"\n')
-    result = run_cli("convert", "--spec", str(spec), "--out", str(tmp_path / "b"))
+    result = run_packager("convert", "--spec", str(spec), "--out", str(tmp_path / "b"))
     assert result.returncode == 10 and str(tmp_path / "models" / "missing-draft") in result.stderr
-    assert run_cli("convert", "--out", str(tmp_path / "b")).returncode == 2
+    assert run_packager("convert", "--out", str(tmp_path / "b")).returncode == 2
 
 
 def test_a_file_that_appears_while_writing_is_kept_and_the_rest_undone(
@@ -276,7 +276,7 @@ def test_the_ci_files_install_packager_only_from_an_exact_source(source: str | N
         (folder / "wheels").mkdir(parents=True)
         (folder / "wheels" / "mnn_packager-0.1.0-py3-none-any.whl").write_bytes(b"PK")
         args = ["--packager-source", str(folder / "wheels" / "mnn_packager-0.1.0-py3-none-any.whl")]
-    result = run_cli("init", str(folder), *args)
+    result = run_packager("init", str(folder), *args)
     assert result.returncode == 0, result.stderr
     installs = _installs(folder)
     assert {name for name, _ in installs} == {".github/workflows/release.yml", ".gitlab-ci.yml"}
@@ -323,13 +323,13 @@ def test_packager_installed_from_git_pins_ci_and_hooks_to_that_commit(
     ],
 )
 def test_an_install_source_anyone_could_move_is_refused_before_writing(source: str, says: str, tmp_path: Path) -> None:
-    result = run_cli("init", str(tmp_path / "r"), "--packager-source", source)
+    result = run_packager("init", str(tmp_path / "r"), "--packager-source", source)
     assert result.returncode == 19 and result.stderr.count("\n") == 1, result.stderr
     assert says in result.stderr and not (tmp_path / "r").exists()
 
 
 def test_hook_repo_without_a_commit_is_refused(tmp_path: Path) -> None:
-    result = run_cli("init", str(tmp_path / "r"), "--hook-repo", "https://example.invalid/packager")
+    result = run_packager("init", str(tmp_path / "r"), "--hook-repo", "https://example.invalid/packager")
     assert result.returncode == 19 and "--hook-repo needs --hook-rev" in result.stderr
     assert not (tmp_path / "r").exists()
 
@@ -415,7 +415,7 @@ def test_an_install_of_packager_ci_cannot_reach_pins_nothing(tmp_path: Path, mon
 
 
 def test_no_file_suggests_a_tag_that_does_not_exist(tmp_path: Path) -> None:
-    assert run_cli("init", str(tmp_path / "r")).returncode == 0
+    assert run_packager("init", str(tmp_path / "r")).returncode == 0
     for path in (tmp_path / "r").rglob("*"):
         if path.is_file():
             assert not re.search(r"rev: v\d", path.read_text()), path
@@ -425,9 +425,9 @@ def test_no_file_suggests_a_tag_that_does_not_exist(tmp_path: Path) -> None:
 def test_a_folder_name_with_line_breaks_adds_no_line_of_code(name: str, tmp_path: Path) -> None:
     import yaml
 
-    assert run_cli("init", str(tmp_path / "plain")).returncode == 0
+    assert run_packager("init", str(tmp_path / "plain")).returncode == 0
     folder = tmp_path / name
-    result = run_cli("init", str(folder))
+    result = run_packager("init", str(folder))
     assert result.returncode == 0, result.stderr
     # A make of its own, not a sub-make of `make test` (which would print the folder's name on entering it).
     env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
@@ -467,7 +467,7 @@ def test_local_hooks_run_once_per_commit_and_the_built_bundle_stays_out_of_git(t
     import yaml
 
     folder = tmp_path / "r"
-    assert run_cli("init", str(folder)).returncode == 0
+    assert run_packager("init", str(folder)).returncode == 0
     hooks = yaml.safe_load((folder / ".pre-commit-config.yaml").read_text())["repos"][0]["hooks"]
     assert [hook["require_serial"] for hook in hooks] == [True, True]
     subprocess.run(["git", "init", "-q"], cwd=folder, check=True)
@@ -482,7 +482,7 @@ def test_a_gitignore_of_the_users_is_kept_as_it_was(tmp_path: Path) -> None:
     folder = tmp_path / "r"
     folder.mkdir()
     (folder / ".gitignore").write_text("mine\n")
-    result = run_cli("init", str(folder))
+    result = run_packager("init", str(folder))
     assert result.returncode == 0, result.stderr
     assert (folder / ".gitignore").read_text() == "mine\n"
     assert "kept" in result.stdout and "add /dist/ to it" in result.stdout
@@ -490,7 +490,7 @@ def test_a_gitignore_of_the_users_is_kept_as_it_was(tmp_path: Path) -> None:
 
 def test_init_on_a_file_says_to_name_a_folder(tmp_path: Path) -> None:
     (tmp_path / "afile").write_text("x")
-    result = run_cli("init", str(tmp_path / "afile"))
+    result = run_packager("init", str(tmp_path / "afile"))
     assert result.returncode == 61 and result.stderr.count("\n") == 1
     assert "is a file, not a folder" in result.stderr and "checkpoint" not in result.stderr
 

@@ -21,6 +21,7 @@ from packager.spec import model as spec_module
 from packager.validate import validate
 from tests import shared
 from tests.conftest import run_cli
+from tests.inprocess import run_packager
 from tests.models import build_qwen3
 from tests.signkeys import Keys, keys
 
@@ -270,7 +271,7 @@ def test_a_corpus_mnn_could_not_use_is_refused_before_any_work(case: str, sharp_
     corpus = make(folder)
     out = folder / "out"
     before = sorted(p.name for p in out.iterdir()) if out.exists() else None
-    done = run_cli("convert", str(sharp_tied), "--out", str(out), f"--lookahead={corpus}", "--force")
+    done = run_packager("convert", str(sharp_tied), "--out", str(out), f"--lookahead={corpus}", "--force")
     _one_line(done, code, text)
     assert (sorted(p.name for p in out.iterdir()) if out.exists() else None) == before
     assert not any(folder.glob(".out*")) and not (folder / "out.provenance.json").exists()
@@ -278,7 +279,9 @@ def test_a_corpus_mnn_could_not_use_is_refused_before_any_work(case: str, sharp_
 
 def test_lookahead_with_an_eagle_head_is_refused_before_the_head_is_read(sharp_tied: Path, tmp_path: Path) -> None:
     out = tmp_path / "bundle"
-    done = run_cli("convert", str(sharp_tied), "--eagle", str(tmp_path / "no-head"), "--lookahead", "--out", str(out))
+    done = run_packager(
+        "convert", str(sharp_tied), "--eagle", str(tmp_path / "no-head"), "--lookahead", "--out", str(out)
+    )
     _one_line(done, 19, "a bundle has one speculative_type")
     assert not out.exists()
 
@@ -286,13 +289,13 @@ def test_lookahead_with_an_eagle_head_is_refused_before_the_head_is_read(sharp_t
 def test_a_spec_whose_runtime_sets_another_mode_is_refused(sharp_tied: Path, tmp_path: Path) -> None:
     spec = tmp_path / "release.toml"
     spec.write_text('[convert]\nlookahead = true\n[runtime.main]\nspeculative_type = "mtp"\n', encoding="utf-8")
-    done = run_cli("convert", str(sharp_tied), "--spec", str(spec), "--out", str(tmp_path / "bundle"))
+    done = run_packager("convert", str(sharp_tied), "--spec", str(spec), "--out", str(tmp_path / "bundle"))
     _one_line(done, 17, "runtime.main.speculative_type is 'mtp'")
     assert not (tmp_path / "bundle").exists()
 
 
 def test_a_lookahead_length_without_lookahead_is_refused(sharp_tied: Path, tmp_path: Path) -> None:
-    done = run_cli("convert", str(sharp_tied), "--lookahead-length", "4", "--out", str(tmp_path / "bundle"))
+    done = run_packager("convert", str(sharp_tied), "--lookahead-length", "4", "--out", str(tmp_path / "bundle"))
     _one_line(done, 19, "--lookahead-length")
 
 

@@ -22,6 +22,7 @@ from packager.runtime.models import HFModel, MNNModel
 from packager.runtime.speculative import autoregressive, speculative
 from tests import shared
 from tests.conftest import run_cli
+from tests.inprocess import run_packager
 from tests.models import build_deep_target, build_qwen3, copy_checkpoint, llmexport_raw
 
 PROMPTS = (
@@ -200,7 +201,7 @@ def _prompts(tmp_path: Path) -> Path:
 )
 def test_bad_costs_file_is_one_line_before_anything_loads(content: str, tmp_path: Path) -> None:
     (tmp_path / "costs.json").write_text(content)
-    result = run_cli("pair", str(tmp_path), str(tmp_path), "--costs", str(tmp_path / "costs.json"))
+    result = run_packager("pair", str(tmp_path), str(tmp_path), "--costs", str(tmp_path / "costs.json"))
     assert result.returncode == 19 and result.stderr.count("\n") == 1
     assert "costs.json" in result.stderr and "verify_seconds" in result.stderr
 
@@ -296,7 +297,7 @@ def test_tied_target_stored_as_an_app_stores_it_pairs(bundle4: ConvertResult, tm
 
 def test_folder_that_is_neither_a_checkpoint_nor_an_mnn_model_says_so(tiny_checkpoint: Path, tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("not a model")
-    result = run_cli("pair", str(tiny_checkpoint), str(tmp_path), "--quiet")
+    result = run_packager("pair", str(tiny_checkpoint), str(tmp_path), "--quiet")
     assert result.returncode == 51 and result.stderr.count("\n") == 1
     assert "is neither a checkpoint nor an MNN model folder" in result.stderr
     assert "tokenizer" not in result.stderr and "llm_config.json" in result.stderr
@@ -332,7 +333,7 @@ def test_other_vocabulary_is_refused_before_any_measurement(tiny_checkpoint: Pat
     config.update(model_type="qwen3_5", vocab_size=248320)
     (target / "config.json").write_text(json.dumps(config))
     (target / "model.safetensors").unlink()  # nothing to load: the refusal must come from the files alone
-    result = run_cli("pair", str(tiny_checkpoint), str(target), "--quiet")
+    result = run_packager("pair", str(tiny_checkpoint), str(target), "--quiet")
     assert result.returncode == 51 and result.stderr.count("\n") == 1
     assert "the draft is Qwen3, the target model_type 'qwen3_5'" in result.stderr
 
@@ -345,7 +346,7 @@ def test_a_vocabulary_more_than_128_rows_wider_is_refused_before_any_measurement
     config.update(vocab_size=248320)
     (target / "config.json").write_text(json.dumps(config))
     (target / "model.safetensors").unlink()  # nothing to load: the refusal must come from the files alone
-    result = run_cli("pair", str(tiny_checkpoint), str(target), "--quiet")
+    result = run_packager("pair", str(tiny_checkpoint), str(target), "--quiet")
     assert result.returncode == 51 and result.stderr.count("\n") == 1
     assert "vocabulary 151936 vs 248320 ids (more than 128 apart)" in result.stderr
 
@@ -355,7 +356,7 @@ def test_other_chat_template_is_refused(tiny_checkpoint: Path, tmp_path: Path) -
     tok = json.loads((target / "tokenizer_config.json").read_text())
     tok["chat_template"] = "{{ messages }}"
     (target / "tokenizer_config.json").write_text(json.dumps(tok))
-    result = run_cli("pair", str(tiny_checkpoint), str(target), "--quiet")
+    result = run_packager("pair", str(tiny_checkpoint), str(target), "--quiet")
     assert result.returncode == 51 and "different chat templates" in result.stderr
 
 
@@ -431,6 +432,6 @@ def test_malformed_bundle_files_in_pair_are_one_line(bundle4: ConvertResult, tmp
 @pytest.mark.parametrize("tokens", ["0", "1", "4", "6"])
 def test_too_few_tokens_is_one_line_before_anything_loads(tokens: str, tmp_path: Path) -> None:
     # Every d up to 6 needs a window of d + 1 target tokens: fewer would leave large d unmeasured.
-    result = run_cli("pair", str(tmp_path), str(tmp_path), "--tokens", tokens)
+    result = run_packager("pair", str(tmp_path), str(tmp_path), "--tokens", tokens)
     assert result.returncode == 19 and result.stderr.count("\n") == 1
     assert f"--tokens {tokens} is too few: measuring every d up to 6 needs at least 7 tokens" in result.stderr

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from packager.measure import workload
 from tests.conftest import run_cli
+from tests.inprocess import run_packager
 
 
 def test_pair_measures_fewer_builtin_conversations_by_default_as_the_target_grows() -> None:
@@ -26,7 +27,7 @@ def test_pair_full_is_refused_with_a_prompts_file(tmp_path: Path) -> None:
     """--full measures every built-in conversation: beside --prompts it would be silently ignored."""
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("Hello\n", encoding="utf-8")
-    result = run_cli("pair", str(tmp_path), str(tmp_path), "--full", "--prompts", str(prompts))
+    result = run_packager("pair", str(tmp_path), str(tmp_path), "--full", "--prompts", str(prompts))
     assert result.returncode == 19 and "--full" in result.stderr, result.stderr
 
 

@@ -19,6 +19,7 @@ from tests import shared
 from tests.bundlecheck import assert_same_bundle
 from tests.conftest import run_cli
 from tests.families import build_phi35
+from tests.inprocess import run_packager
 from tests.localhub import LocalHub, hub
 from tests.specs import family_release_spec
 
@@ -46,7 +47,7 @@ def test_phi35_as_a_draft_is_refused_in_one_line_saying_a_draft_has_no_embedding
 ) -> None:
     with pytest.raises(UntiedEmbeddings):
         inspect_checkpoint(phi)
-    result = run_cli("convert", str(phi), "--out", str(tmp_path / "draft"))
+    result = run_packager("convert", str(phi), "--out", str(tmp_path / "draft"))
     assert result.returncode == UntiedEmbeddings.exit_code, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "no embeddings file" in lines[0] and "--kind target" in lines[0], lines

@@ -13,6 +13,7 @@ import pytest
 
 from packager.convert.pipeline import ConvertResult
 from tests.conftest import run_cli
+from tests.inprocess import run_packager
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "release.toml"
@@ -212,7 +213,9 @@ def test_validate_files_checks_each_bundle_once_whatever_the_alias(bundle4: Conv
 
 def test_a_bundle_folder_gone_since_the_commit_is_a_finding(tmp_path: Path) -> None:
     gone = tmp_path / "dist" / "gone"
-    result = run_cli("validate", "--from-files", "--format", "github", str(gone / "llm.mnn"), str(gone / "config.json"))
+    result = run_packager(
+        "validate", "--from-files", "--format", "github", str(gone / "llm.mnn"), str(gone / "config.json")
+    )
     assert result.returncode == 30 and "Traceback" not in result.stderr
     assert (
         result.stdout.splitlines()[0] == f"::error file={gone},title=packager%3A bundle folder::bundle folder "

@@ -19,7 +19,7 @@ from packager.convert.pipeline import ConvertResult
 from packager.validate import validate
 from tests.appfiles import app_copy
 from tests.conftest import run_cli
-from tests.inprocess import invoke, one_error_line
+from tests.inprocess import invoke, one_error_line, run_packager
 from tests.mutations import mutate
 
 CORPUS = Path(__file__).parent / "broken_bundles"
@@ -133,7 +133,7 @@ def test_cli_exit_codes_and_json(copy_of: Path) -> None:
 
 
 def test_missing_bundle_folder_is_one_line(tmp_path: Path) -> None:
-    result = run_cli("validate", str(tmp_path / "nope"))
+    result = run_packager("validate", str(tmp_path / "nope"))
     assert result.returncode == 22 and result.stderr.count("\n") == 1
     assert f"bundle folder {tmp_path / 'nope'} does not exist" in result.stderr
 
@@ -160,7 +160,7 @@ def _loop(tmp_path: Path) -> Path:
 )
 def test_unreadable_bundle_path_is_one_line_with_the_os_reason(tmp_path: Path, make: Any, reason: str) -> None:
     (tmp_path / "plain.txt").write_text("x")
-    result = run_cli("validate", str(make(tmp_path)))
+    result = run_packager("validate", str(make(tmp_path)))
     assert result.returncode == 25, (result.returncode, result.stderr[-2000:])
     assert result.stderr.count("\n") == 1 and result.stderr.startswith("packager: error: cannot read the bundle")
     assert reason in result.stderr and "Traceback" not in result.stderr
@@ -196,7 +196,7 @@ def test_a_bundle_file_linked_to_itself_is_a_finding(tmp_path: Path, args: tuple
 
 def test_empty_folder_is_reported_once(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
-    result = run_cli("validate", str(tmp_path / "empty"))
+    result = run_packager("validate", str(tmp_path / "empty"))
     assert result.returncode == 30
     lines = result.stdout.splitlines()
     assert len(lines) == 2, lines  # one finding and the verdict
