@@ -10,11 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from packager.bundle.kinds import TARGET_DFLASH, kind_of
+from packager.bundle.kinds import DFLASH_FILES, TARGET_DFLASH, kind_of
+from packager.convert.dflash.export import cache_key
 from packager.convert.dflash.faithful import MAX_STATE_ERROR, MIN_COSINE, check
 from packager.convert.inspect.checkpoint import inspect_checkpoint
-from packager.convert.pipeline import ConvertResult
+from packager.convert.pipeline import ConvertRequest, ConvertResult, convert
 from packager.convert.recipe import QuantRecipe
+from packager.convert.stream import graphcache
 from packager.errors import DFlashTargetUnfaithful
 from packager.validate import validate
 from tests import shared
@@ -97,3 +99,29 @@ def test_a_graph_exposing_other_layers_than_the_draft_reads_is_refused(
     info = inspect_checkpoint(llama31_target, allow_untied=True)
     with pytest.raises(DFlashTargetUnfaithful, match=r"not transformers' after layers \[0, 2\]"):
         check(Path(llama31_dflash.out), other, info, QuantRecipe())
+
+
+def test_a_cached_dflash_draft_is_reused_and_a_damaged_one_rebuilt(
+    llama31_dflash: ConvertResult, llama31_target: Path, tmp_path: Path
+) -> None:
+    """The draft's two graphs are a graph cache entry of their own (keyed by the draft's and the lm_head's bytes):
+    converting the same target and draft again takes them from the cache, byte for byte what the export made; an
+    entry damaged on disk is removed and exported again, never used."""
+    assert llama31_dflash.dflash is not None
+    draft = llama31_dflash.dflash.path
+    said: list[str] = []
+    again = convert(ConvertRequest(llama31_target, tmp_path / "again", dflash=draft), progress=said.append)
+    assert any("graph cache hit for the DFlash draft" in line for line in said), said
+    for name in DFLASH_FILES:
+        assert again.digests[name] == llama31_dflash.digests[name]
+    key = cache_key(llama31_dflash.dflash, inspect_checkpoint(llama31_target, allow_untied=True).weight_files)
+    entry = graphcache.root() / key
+    with open(entry / "dflash_fc.mnn", "r+b") as handle:
+        handle.seek(100)
+        handle.write(b"\xff\xff\xff\xff")
+    said.clear()
+    rebuilt = convert(ConvertRequest(llama31_target, tmp_path / "rebuilt", dflash=draft), progress=said.append)
+    assert any(f"graph cache entry {key[:12]} is damaged" in line for line in said), said
+    assert not any("graph cache hit for the DFlash draft" in line for line in said)
+    assert rebuilt.digests["dflash_fc.mnn"] == llama31_dflash.digests["dflash_fc.mnn"]
+    assert graphcache.lookup(key) is not None  # stored again, intact

@@ -72,13 +72,17 @@ def convert(request: ConvertRequest, progress: Progress = lambda _: None, runner
         )
     )
     check_target(out, request.force, protected)
-    with StagedDir(out, request.force, protected, report=progress) as stage, ThreadPoolExecutor(1) as beside:
+    with (
+        StagedDir(out, request.force, protected, report=progress) as stage,
+        ThreadPoolExecutor(1) as beside,
+        ThreadPoolExecutor(1) as checking,
+    ):
         # A DFlash draft's graphs need nothing of the target's graph: packager's own export (dflash.export), beside,
         # first (it takes about as long as the target's conversion).
         dflash_dir, drafted, dflash_prepared = None, None, None
         if draft is not None:
             dflash_dir = stage.subdir("dflash")
-            drafted = beside.submit(dflash_export.export, draft, info.weight_files, dflash_dir)
+            drafted = beside.submit(dflash_export.export, draft, info.weight_files, dflash_dir, progress)
         reference, inputs = _start_beside(beside, conversion)
         # The head check's torch side needs nothing of the bundle: made while the converter runs (a core is idle
         # once the weights are written), it leaves only the MNN side for after the export.
@@ -88,7 +92,8 @@ def convert(request: ConvertRequest, progress: Progress = lambda _: None, runner
             else None
         )
         if draft is not None:
-            dflash_prepared = beside.submit(dflash_faithful.prepare, draft, info, recipe)  # its check's torch side
+            # its check's torch side (transformers' states, the reference: 20 s of a 0.6B target), on its own thread
+            dflash_prepared = checking.submit(dflash_faithful.prepare, draft, info, recipe)
         worker, path = _export(conversion, stage.subdir("work"), runner, progress)
         if drafted is not None:
             progress("exporting the DFlash draft (dflash.mnn, dflash_fc.mnn)")

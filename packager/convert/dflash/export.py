@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ...infra.hashing import xxh3_128_file
+from ...infra.progress import Progress
 from ..inspect.dflash_draft import DFlashDraft
 from ..reproducible import stamp_graph_uuid
 
@@ -107,8 +108,59 @@ def splice_lm_head(path: Path, lm_head: Any) -> bool:
     return True
 
 
-def export(draft: DFlashDraft, weight_files: tuple[Path, ...], dst: Path) -> None:
-    """Both graphs into `dst` (their ONNX files in dst/onnx-dflash, left for the caller's work folder)."""
+def cache_key(draft: DFlashDraft, weight_files: tuple[Path, ...]) -> str:
+    """The graph cache's key of the draft's two graphs: the draft's own bytes and facts, the bytes of the target's
+    lm_head they carry, how they are made (bits, block, traced rows) and the versions that make them."""
+    import dataclasses
+    import json
+
+    from ... import __version__
+    from ...infra.hashing import xxh3_128_bytes
+    from ...infra.versions import installed
+    from ..stream import graphcache
+    from ..stream.weightwriter import index
+
+    refs = index(weight_files)
+    ref = next(refs[name] for name in LM_HEAD_NAMES if name in refs)
+    with open(ref.file, "rb") as handle:
+        handle.seek(ref.start)
+        lm_head = xxh3_128_bytes(handle.read(ref.nbytes))
+    facts = {k: v for k, v in dataclasses.asdict(draft).items() if k not in ("path", "weights")}
+    return graphcache.key(
+        {
+            "dflash_draft": xxh3_128_file(draft.weights),
+            "facts": json.loads(json.dumps(facts, default=str)),
+            "lm_head": [ref.dtype, list(ref.shape), lm_head],
+            "made": {"bits": DRAFT_BITS, "block": block_for(draft), "traced_rows": TRACED_ROWS},
+            "packager": __version__,
+            "versions": installed(("mnn", "torch", "onnx")),
+        }
+    )
+
+
+def export(draft: DFlashDraft, weight_files: tuple[Path, ...], dst: Path, progress: Progress = lambda _: None) -> None:
+    """Both graphs into `dst`, from the graph cache when an entry of the same draft and lm_head is there, else
+    exported and stored in it (their ONNX files in dst/onnx-dflash, left for the caller's work folder)."""
+    import shutil
+
+    from ..stream import graphcache
+
+    entry_key = cache_key(draft, weight_files)
+    cached = graphcache.lookup(entry_key, progress)
+    if cached is not None:
+        progress(f"graph cache hit for the DFlash draft ({entry_key[:12]})")
+        for name in DRAFT_FILES:
+            shutil.copyfile(cached / name, dst / name)
+        return
+    _export(draft, weight_files, dst)
+    graphcache.store(
+        entry_key,
+        {name: dst / name for name in DRAFT_FILES},
+        {"describe": f"DFlash draft {draft.path.name} ({draft.num_layers} layers, block {draft.block_size})"},
+    )
+
+
+def _export(draft: DFlashDraft, weight_files: tuple[Path, ...], dst: Path) -> None:
     from . import graph
 
     lm_head = target_lm_head(weight_files)
