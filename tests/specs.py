@@ -76,6 +76,7 @@ def matrix_spec(
     verify: tuple[str, ...] = (),  # more lines of [verify]
     kinds: tuple[str, ...] = (),  # bundle kinds: draft, target
     collection: str | None = None,  # [release] collection
+    bases: dict[str, str] | None = None,  # a checkpoint's own [model] base_model (its family's), by its name
 ) -> Path:
     path = card_spec(
         folder, base=base, extra=(*(("", "[verify]", 'prompts = "prompts.txt"', *verify) if prompts else ()),)
@@ -96,6 +97,8 @@ def matrix_spec(
     ]
     for name, checkpoint in found.items():
         text += ["", "[[matrix.axes.checkpoint]]", f'name = "{name}"', f'convert = {{ checkpoint = "{checkpoint}" }}']
+        if bases and name in bases:
+            text.append(f'model = {{ base_model = "{bases[name]}" }}')
     for name, bits, block in recipes:
         quant = f"quant_bits = {bits}" + (f", quant_block = {block}" if block else "")
         text += ["", "[[matrix.axes.recipe]]", f'name = "{name}"', f"convert = {{ {quant} }}"]
