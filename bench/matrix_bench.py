@@ -408,8 +408,8 @@ def main() -> None:
     out.write_text(json.dumps(result, indent=2), encoding="utf-8")
     print(f"\nload average at start {result['load_at_start']}, at end {result['load_at_end']}\n")
     print(table(result))
-    shutil.rmtree(ROOT / "hubs", ignore_errors=True)
-    shutil.rmtree(ROOT / "caches", ignore_errors=True)
+    for name in ("hubs", "caches", "runs"):  # every bundle and the Hub's copies of them (GBs); the figures are kept
+        shutil.rmtree(ROOT / name, ignore_errors=True)
 
 
 if __name__ == "__main__":
