@@ -80,13 +80,14 @@ def test_a_2x2x2_matrix_killed_mid_run_lands_every_release_once_and_a_failing_jo
     status = _statuses(again)
     assert list(status) == [*jobs, "broken-q4-draft"]  # the matrix's order
     assert {j for j, s in status.items() if s == "skipped"} == before  # what the killed run released is not redone
-    assert {s for j, s in status.items() if j not in before} == {"released", "failed"}
-    assert status["broken-q4-draft"] == "failed"
+    assert status.pop("broken-q4-draft") == "failed"
+    # the rest released now; "unchanged" if the kill came after its commit landed and before the journal said so
+    assert {s for j, s in status.items() if j not in before} <= {"released", "unchanged"}
     commits = {job: landed_once(hub, repo) for job, repo in repos.items()}  # no duplicate commit, nothing missing
     data = json.loads(again.stdout)
     assert data["failed"] == ["broken-q4-draft"] and data["collection_error"] is None
     assert {row["job"]: row["commit"] for row in data["jobs"]} == {**commits, "broken-q4-draft": None}
-    assert {row["job"]: row["axes"]["kind"] for row in data["jobs"]} == {j: j.split("-")[-1] for j in status}
+    assert [row["axes"]["kind"] for row in data["jobs"]] == [j.split("-")[-1] for j in [*jobs, "broken-q4-draft"]]
     assert json.loads((folder / "summary.json").read_text(encoding="utf-8")) == data
     table = (folder / "summary.md").read_text(encoding="utf-8")
     assert table.startswith("## Release matrix: 9 jobs, 1 failed")
