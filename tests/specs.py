@@ -57,8 +57,11 @@ def family_release_spec(folder: Path, source: Path, base: str) -> Path:
 
 
 # A matrix release spec's [matrix] table over the card spec's tables: recipes by default, a checkpoint axis when
-# given checkpoints (name -> folder).
+# given checkpoints (name -> folder), a kind axis when given kinds (the template then needs a {kind}).
 RECIPES = (("q4", 4, 128), ("q8", 8, 0))
+# Recipes whose graphs the session's graph cache holds for the tiny Qwen3 and the tiny Llama checkpoints: the
+# bundle4/bundle8 and llama_bundle8 fixtures and the Llama family's streaming test build them (8 bits in blocks of 128).
+CACHED_RECIPES = (("q4", 4, 128), ("q8", 8, 128))
 
 
 def matrix_spec(
@@ -71,10 +74,17 @@ def matrix_spec(
     prompts: bool = True,
     base: str = "meta-llama/Llama-3.2-1B-Instruct",
     verify: tuple[str, ...] = (),  # more lines of [verify]
+    kinds: tuple[str, ...] = (),  # bundle kinds: draft, target
+    collection: str | None = None,  # [release] collection
+    bases: dict[str, str] | None = None,  # a checkpoint's own [model] base_model (its family's), by its name
 ) -> Path:
     path = card_spec(
         folder, base=base, extra=(*(("", "[verify]", 'prompts = "prompts.txt"', *verify) if prompts else ()),)
     )
+    if collection is not None:
+        line = f'collection = "{collection}"'
+        text = path.read_text(encoding="utf-8").replace('version = "v1"', f'version = "v1"\n{line}')
+        path.write_text(text, encoding="utf-8")
     if prompts:
         few_prompts(folder)
     found = checkpoints if checkpoints is not None else {"tiny": folder / "tiny"}
@@ -87,8 +97,12 @@ def matrix_spec(
     ]
     for name, checkpoint in found.items():
         text += ["", "[[matrix.axes.checkpoint]]", f'name = "{name}"', f'convert = {{ checkpoint = "{checkpoint}" }}']
+        if bases and name in bases:
+            text.append(f'model = {{ base_model = "{bases[name]}" }}')
     for name, bits, block in recipes:
         quant = f"quant_bits = {bits}" + (f", quant_block = {block}" if block else "")
         text += ["", "[[matrix.axes.recipe]]", f'name = "{name}"', f"convert = {{ {quant} }}"]
+    for kind in kinds:
+        text += ["", "[[matrix.axes.kind]]", f'name = "{kind}"', f'convert = {{ kind = "{kind}" }}']
     path.write_text(path.read_text(encoding="utf-8") + "\n".join(text) + "\n", encoding="utf-8")
     return path

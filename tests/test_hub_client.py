@@ -7,7 +7,8 @@ import pytest
 from huggingface_hub.errors import HfHubHTTPError
 
 from packager.errors import HubAuthError, HubError
-from packager.hub.client import Hub, translate, with_retries
+from packager.hub.client import ATTEMPTS, TOLD_ATTEMPTS, Hub, translate, with_retries
+from tests.localhub import WRITE_TOKEN, LocalHub, hub, online
 
 HUB = Hub(api=None, endpoint="http://127.0.0.1:1", token="hf_secret_value")
 
@@ -29,7 +30,26 @@ def test_transient_failures_back_off_and_honour_retry_after() -> None:
         return "ok"
 
     assert with_retries(HUB, "committing", action, attempts=4, sleep=slept.append) == "ok"
-    assert slept == [1.0, 7.0, 4.0]
+    assert slept == [0.5, 7.0, 2.0]
+
+
+def test_a_rate_limit_that_says_when_to_come_back_does_not_use_up_the_attempts() -> None:
+    """A busy Hub (429 with Retry-After) is waited for up to TOLD_ATTEMPTS; failures that say nothing get
+    ATTEMPTS, as huggingface_hub's own retries."""
+    told = [_http_error(429, retry_after="1") for _ in range(TOLD_ATTEMPTS - 1)]
+    slept: list[float] = []
+    assert with_retries(HUB, "x", lambda: _fail_then(told, "ok"), sleep=slept.append) == "ok"
+    assert slept == [1.0] * (TOLD_ATTEMPTS - 1)
+    untold = [_http_error(503) for _ in range(ATTEMPTS)]
+    with pytest.raises(HubError, match="503 error"):
+        with_retries(HUB, "x", lambda: _fail_then(untold, "ok"), sleep=lambda _: None)
+    assert untold == []  # ATTEMPTS tries, then the error
+
+
+def _fail_then(failures: list[BaseException], result: str) -> str:
+    if failures:
+        raise failures.pop(0)
+    return result
 
 
 def test_a_commit_that_landed_is_not_made_again() -> None:
@@ -157,3 +177,18 @@ def test_token_file_gives_its_first_line_and_never_shows_it(tmp_path) -> None:  
     with pytest.raises(HubAuthError) as caught:
         read_token_file(tmp_path / "empty")
     assert caught.value.exit_code == 41
+
+
+def test_a_repo_is_read_through_a_hub_that_fails_every_other_read(hub: LocalHub, online: None) -> None:
+    """Reading a repo takes two requests (its info, its refs), each retried on its own: retried as a pair, every
+    attempt would meet one failure on this Hub (bench/matrix_bench.py's busy Hub failed jobs so)."""
+    from huggingface_hub import HfApi
+
+    from packager.hub.client import connect
+    from packager.hub.remote import read_repo
+
+    HfApi(endpoint=hub.url, token=WRITE_TOKEN).create_repo("me/box")
+    hub.faults({"method": "GET", "path": "/api/models/me/box", "status": 503, "every": 2, "times": 100})
+    repo = read_repo(connect(hub.url, WRITE_TOKEN), "me/box")
+    assert repo.exists and list(repo.branches) == ["main"]
+    assert hub.stats()["faults_left"] == 99  # the refs failed once, then came through

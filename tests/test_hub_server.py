@@ -427,3 +427,19 @@ def test_fifty_readers_during_uploads_always_see_a_whole_commit(hub: LocalHub, r
         thread.join(timeout=300)
     assert len(seen) >= 50 and {commit for _, commit, _, _ in seen} <= set(expected), seen[:3]
     assert all(status == 200 and data == expected[commit] and size == len(data) for status, commit, data, size in seen)
+
+
+def test_fault_rules_can_answer_a_share_of_every_request_and_never_the_test_hooks(hub: LocalHub, repo: str) -> None:
+    """A busy Hub (bench/matrix_bench.py): 429 to every 6th request of any method, 503 to every 5th of the rest,
+    a third in all; the hooks' own routes pass."""
+    hub.faults(
+        {"method": "*", "path": "/", "status": 429, "every": 6, "times": 1000, "retry_after": 1},
+        {"method": "*", "path": "/", "status": 503, "every": 5, "times": 1000},
+    )
+    answers = []
+    for n in range(30):
+        status, headers, _ = hub.raw("GET" if n % 2 else "HEAD", "/api/models/me/box")
+        answers.append((status, headers.get("retry-after")))
+        assert hub.stats()["faults_left"] == 2000 - sum(1 for s, _ in answers if s != 200)
+    assert answers.count((429, "1")) == 5 and answers.count((503, None)) == 5 and answers.count((200, None)) == 20
+    assert [s for s, _ in answers[:6]] == [200, 200, 200, 200, 503, 429]

@@ -13,7 +13,7 @@ from packager.errors import INVALID_OPTION, MatrixBusy
 from packager.release.matrix import gather
 from packager.release.matrix.jobs import JobOutcome, MatrixResult
 from packager.release.matrix.journal import Journal, fingerprint, parse, replay
-from packager.release.matrix.run import default_folder, graph_group
+from packager.release.matrix.run import default_folder, graph_group, schedule
 from packager.spec import matrix as matrix_spec
 from tests.inprocess import invoke, one_error_line
 from tests.specs import card_spec
@@ -78,6 +78,26 @@ def test_jobs_that_build_one_graph_are_one_group(tmp_path: Path) -> None:
     groups = {job.id: graph_group(job) for job in matrix.jobs}
     assert groups["a-q4-a"] == groups["a-q4-b"]  # the card differs, the graph does not
     assert groups["a-q4-a"] != groups["a-q8-a"]  # another quantization is another graph
+
+
+def test_a_draft_and_a_target_of_one_recipe_share_a_graph_and_wait_for_its_first_build(tmp_path: Path) -> None:
+    """The graph cache's key has no bundle kind: a draft and a target of one checkpoint and recipe are one group,
+    so the target waits for the draft to fill the cache instead of building the same graph beside it."""
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+    spec = write_matrix(
+        tmp_path,
+        checkpoints={"a": tmp_path / "a", "b": tmp_path / "b"},
+        repo_id="me/{checkpoint}-{recipe}-{kind}",
+        kinds=("draft", "target"),
+    )
+    jobs = list(matrix_spec.load(spec).jobs)
+    assert graph_group(jobs[0]) == graph_group(jobs[1]) != graph_group(jobs[2])  # a-q4-draft, a-q4-target, a-q8-draft
+    ready, waiting = schedule(jobs)
+    assert [j.id for j in ready] == ["a-q4-draft", "a-q8-draft", "b-q4-draft", "b-q8-draft"]  # one per graph
+    assert sorted(j.id for members in waiting.values() for j in members) == [
+        "a-q4-target", "a-q8-target", "b-q4-target", "b-q8-target",
+    ]  # fmt: skip
 
 
 def _result(matrix: matrix_spec.Matrix) -> MatrixResult:

@@ -22,6 +22,7 @@ from tests.specs import matrix_spec
 
 COMMIT = "a" * 40
 SOURCE = f"git+https://github.com/example/packager@{COMMIT}"
+KINDS = ("draft", "target")
 
 
 def _workflow(tmp_path: Path) -> dict[str, Any]:
@@ -72,8 +73,12 @@ def test_the_workflows_plan_step_runs_here(tmp_path: Path) -> None:
     step = next(s for s in flow["jobs"]["plan"]["steps"] if s.get("id") == "plan")
     folder = tmp_path / "repo"
     (folder / "a").mkdir()
-    recipes = tuple((f"r{n}", 8, 0) for n in range(5))
-    spec = matrix_spec(folder, checkpoints={f"c{n}": folder / "a" for n in range(2)}, recipes=recipes)
+    spec = matrix_spec(  # the shape: 2 checkpoints x 2 recipes x 2 kinds
+        folder,
+        checkpoints={f"c{n}": folder / "a" for n in range(2)},
+        kinds=("draft", "target"),
+        repo_id="me/tiny-{checkpoint}-{recipe}-{kind}-mnn",
+    )
     assert spec == folder / "release.toml"
     shims = tmp_path / "bin"
     shims.mkdir()
@@ -84,7 +89,7 @@ def test_the_workflows_plan_step_runs_here(tmp_path: Path) -> None:
     env = {
         **os.environ,
         **{k: str(v) for k, v in flow["env"].items()},
-        "CHUNK_SIZE": "4",  # as the workflow's 256 does past 256 jobs (the test above), on 10 jobs
+        "CHUNK_SIZE": "3",  # as the workflow's 256 does past 256 jobs (the test above), on 8 jobs
         "PATH": f"{shims}{os.pathsep}{os.environ['PATH']}",
         "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]),
         "GITHUB_OUTPUT": str(output),
@@ -95,10 +100,14 @@ def test_the_workflows_plan_step_runs_here(tmp_path: Path) -> None:
     outputs = dict(line.split("=", 1) for line in output.read_text(encoding="utf-8").splitlines())
     assert json.loads(outputs["chunks"]) == [0, 1, 2]
     sizes = [len(json.loads(outputs[f"chunk{k}"])["include"]) for k in range(4)]
-    assert sizes == [4, 4, 2, 0]
-    first = json.loads(outputs["chunk0"])["include"][0]
-    assert first == {"checkpoint": "c0", "recipe": "r0", "job": "c0-r0", "repo_id": "me/tiny-c0-r0-mnn", "tag": "v1"}
-    assert "10 jobs" in summary.read_text(encoding="utf-8")
+    assert sizes == [3, 3, 2, 0]
+    included = [row for k in range(3) for row in json.loads(outputs[f"chunk{k}"])["include"]]
+    assert [row["job"] for row in included] == [f"c{c}-{r}-{k}" for c in "01" for r in ("q4", "q8") for k in KINDS]
+    assert included[1] == {
+        "checkpoint": "c0", "recipe": "q4", "kind": "target", "job": "c0-q4-target",
+        "repo_id": "me/tiny-c0-q4-target-mnn", "tag": "v1",
+    }  # fmt: skip
+    assert "8 jobs" in summary.read_text(encoding="utf-8")
 
 
 def test_gather_makes_one_result_of_the_jobs_summaries(tmp_path: Path) -> None:

@@ -210,36 +210,54 @@ def _translated(hub: Hub, exc: BaseException, what: str) -> PackagerError:
     return HubError(f"{what} failed: {text}")
 
 
+ATTEMPTS = 6  # one request: huggingface_hub's own http_backoff makes 6 (5 retries)
+# An action whose requests huggingface_hub already retries (a commit: its preupload, LFS batch and uploads), or
+# that waits its own timeout each time (a download), is retried as a whole fewer times.
+WHOLE_ATTEMPTS = 4
+TOLD_ATTEMPTS = 12  # answers that say when to come back (Retry-After: a rate limit) may take this many in all
+FIRST_WAIT = 0.5  # seconds, doubled after each failure up to LONGEST_WAIT: 15.5 s in all before the sixth attempt
+LONGEST_WAIT = 8.0
+
+
 def with_retries(
     hub: Hub,
     what: str,
     action: Callable[[], T],
     *,
-    attempts: int = 4,
+    attempts: int = ATTEMPTS,
     before_retry: Callable[[], T | None] | None = None,
     sleep: Callable[[float], None] = time.sleep,
     on_retry: Callable[[BaseException, int, int, float], None] | None = None,
 ) -> T:
-    """Run `action`, retrying transient failures with backoff (Retry-After wins).
+    """Run `action`, retrying transient failures with backoff (Retry-After wins). `action` should be one request
+    (or one that cannot be split, as a commit): retried as a whole, a sequence of k requests must get all of them
+    through in one attempt, and on a Hub that fails a share of requests that is far less likely than one.
 
-    `before_retry` may find that the failed attempt in fact succeeded (a commit whose answer was lost) and
-    return its result, so nothing is done twice. `on_retry(failure, next attempt, attempts, wait)` is told of
-    each retry before its wait. A PackagerError from `action` is already one line: passed on as it is.
+    An answer with Retry-After (a rate limit: the Hub says when to come back) does not use up `attempts`, which
+    count the failures that say nothing; TOLD_ATTEMPTS bounds all of them. `before_retry` may find that the failed
+    attempt in fact succeeded (a commit whose answer was lost) and return its result, so nothing is done twice.
+    `on_retry(failure, next attempt, attempts allowed so far, wait)` is told of each retry before its wait. A
+    PackagerError from `action` is already one line: passed on as it is.
     """
-    delay = 1.0
-    for attempt in range(1, attempts + 1):
+    delay = FIRST_WAIT
+    untold = told = 0
+    while True:
         try:
             return action()
         except PackagerError:
             raise
         except Exception as exc:
-            if attempt == attempts or not is_transient(exc):
+            if not is_transient(exc):
                 raise translate(hub, exc, what) from None
-            wait = retry_after(exc) or delay
+            said = retry_after(exc)
+            told, untold = (told + 1, untold) if said is not None else (told, untold + 1)
+            if untold >= attempts or told + untold >= max(attempts, TOLD_ATTEMPTS):
+                raise translate(hub, exc, what) from None
+            wait = said if said else delay
             if on_retry is not None:
-                on_retry(exc, attempt + 1, attempts, wait)
+                on_retry(exc, told + untold + 1, min(attempts + told, max(attempts, TOLD_ATTEMPTS)), wait)
             sleep(wait)
-            delay = min(delay * 2, 8.0)
+            delay = min(delay * 2, LONGEST_WAIT)
             if before_retry is not None:
                 try:
                     done = before_retry()
@@ -249,4 +267,3 @@ def with_retries(
                     raise translate(hub, check_exc, what) from None
                 if done is not None:
                     return done
-    raise AssertionError("unreachable")

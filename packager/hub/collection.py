@@ -34,13 +34,15 @@ class CollectionResult:
 def find(hub: Hub, request: CollectionRequest) -> Any | None:
     """The owner's collection with exactly this title, read whole (a listing shows only four items)."""
 
-    def lookup() -> Any | None:
+    def lookup() -> str | None:
         for listed in hub.api.list_collections(owner=request.owner):
             if listed.title == request.title:
-                return hub.api.get_collection(listed.slug)
+                return str(listed.slug)
         return None
 
-    return with_retries(hub, f"looking for the collection {request.title!r} of {request.owner}", lookup)
+    what = f"the collection {request.title!r} of {request.owner}"
+    slug = with_retries(hub, f"looking for {what}", lookup)  # then its read, retried on its own
+    return None if slug is None else with_retries(hub, f"reading {what}", lambda: hub.api.get_collection(slug))
 
 
 def _owner(collection: Any) -> tuple[str, str | None]:

@@ -22,7 +22,7 @@ from ..errors import (
     HubVerificationFailed,
     shorten,
 )
-from .client import Hub, status_of, with_retries
+from .client import WHOLE_ATTEMPTS, Hub, status_of, with_retries
 from .staging import Staging, write_all
 
 BAR_FROM = 1 << 20  # files from this size get a byte progress bar (when there is a terminal to draw it on)
@@ -65,6 +65,7 @@ def download(
         hub,
         f"downloading {name} of {repo_id}@{commit[:12]}",
         lambda: _get(hub, stage, repo_id, commit, name, size, timeout, bar),
+        attempts=WHOLE_ATTEMPTS,
         on_retry=retrying,
     )
     stage.rename(part, name)

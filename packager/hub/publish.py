@@ -29,7 +29,7 @@ from ..errors import (
 )
 from ..infra.progress import Progress
 from ..validate import validate
-from .client import Hub, configure_xet, connect, with_retries
+from .client import WHOLE_ATTEMPTS, Hub, configure_xet, connect, with_retries
 from .collection import CollectionRequest, CollectionResult, check, place_after_commit
 from .gating import gate
 from .names import ref_problem, repo_id_problem
@@ -343,7 +343,9 @@ def _commit(
             )
         return None
 
-    return with_retries(hub, f"committing to {request.repo_id}", attempt, before_retry=landed, sleep=sleep)
+    return with_retries(
+        hub, f"committing to {request.repo_id}", attempt, attempts=WHOLE_ATTEMPTS, before_retry=landed, sleep=sleep
+    )
 
 
 def _sha256_of(local: LocalFile) -> str:

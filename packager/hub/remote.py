@@ -8,7 +8,7 @@ from typing import Any
 
 from ..bundle.checksum import MANIFEST, MAX_MANIFEST_BYTES
 from ..errors import HubBadTarget, HubForbidden, HubNotFound, InputTooLarge
-from .client import Hub, translate, with_retries
+from .client import Hub, with_retries
 
 KEEP = ".gitattributes"  # every Hub repo has it from its initial commit; packager never adds or deletes it
 
@@ -51,21 +51,24 @@ def check_access(hub: Hub, *, write: bool) -> None:
 def read_repo(hub: Hub, repo_id: str) -> Repo:
     from huggingface_hub.errors import RepositoryNotFoundError
 
-    def read() -> Repo:
+    def info() -> Any:
         try:
-            info = hub.api.repo_info(repo_id)
+            return hub.api.repo_info(repo_id)
         except RepositoryNotFoundError:
-            return Repo(exists=False)
-        refs = hub.api.list_repo_refs(repo_id)
-        return Repo(
-            exists=True,
-            private=bool(info.private),
-            gated=info.gated or False,
-            branches={b.name: b.target_commit for b in refs.branches},
-            tags={t.name: t.target_commit for t in refs.tags},
-        )
+            return None
 
-    return with_retries(hub, f"reading {repo_id}", read)
+    # Two requests, each retried on its own: retried as a pair, both would have to get through in one attempt.
+    found = with_retries(hub, f"reading {repo_id}", info)
+    if found is None:
+        return Repo(exists=False)
+    refs = with_retries(hub, f"reading {repo_id}'s branches and tags", lambda: hub.api.list_repo_refs(repo_id))
+    return Repo(
+        exists=True,
+        private=bool(found.private),
+        gated=found.gated or False,
+        branches={b.name: b.target_commit for b in refs.branches},
+        tags={t.name: t.target_commit for t in refs.tags},
+    )
 
 
 def files_at(hub: Hub, repo_id: str, commit: str) -> dict[str, RemoteFile]:
@@ -103,10 +106,9 @@ def _fact(entry: Any) -> RemoteFile:
 
 def commits_on(hub: Hub, repo_id: str, revision: str) -> list[Any]:
     """The history ending at `revision`, newest first."""
-    try:
-        return list(hub.api.list_repo_commits(repo_id, revision=revision))
-    except Exception as exc:
-        raise translate(hub, exc, f"reading the history of {repo_id}") from None
+    return with_retries(
+        hub, f"reading the history of {repo_id}", lambda: list(hub.api.list_repo_commits(repo_id, revision=revision))
+    )
 
 
 def missing_objects(hub: Hub, repo_id: str, revision: str, files: list[Any]) -> set[str]:

@@ -1,9 +1,9 @@
 """`release SPEC --jobs N` for a matrix spec: every job's release in a process pool, resumable through the journal,
 the collection updated once at the end.
 
-Jobs that would build one graph (one checkpoint, one recipe, kind, head and engine floor) form a group: its first
-job runs alone and fills the graph cache, then the others of the group run, in parallel, from the cache. One
-failing job does not stop the others; the result names every failed one."""
+Jobs that would build one graph (one checkpoint, bits and block, head and engine floor; any bundle kind) form a
+group: its first job runs alone and fills the graph cache, then the others of the group run, in parallel, from the
+cache. One failing job does not stop the others; the result names every failed one."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ...convert.recipe import DEFAULT_BITS, DEFAULT_BLOCK
 from ...errors import PackagerError
 from ...spec.matrix import Job, Matrix
 from . import hfjobs
@@ -47,9 +48,15 @@ def default_folder(matrix: Matrix) -> Path:
 
 
 def graph_group(job: Job) -> tuple[Any, ...]:
-    """What the graph a job builds depends on, of what the spec says: jobs with one group share one graph."""
+    """What the graph a job builds depends on, of what the spec says: jobs with one group share one graph. The
+    graph cache's key (packager.convert.stream.run) holds the checkpoint, the weights' bits and block, an EAGLE-3
+    head, a DFlash draft's layers, the engine floor (its converter options) and what an adapter merges; not the
+    bundle's kind nor a lookahead corpus, so a draft and a target of one recipe are one group (run side by side,
+    both would miss the cache and build the same graph twice)."""
     c = job.spec.convert
-    return (job.group, c.quant_bits, c.quant_block, c.kind, str(c.eagle), str(c.lookahead), c.engine, str(c.lora))
+    bits = c.quant_bits or DEFAULT_BITS
+    block = DEFAULT_BLOCK if c.quant_block is None else c.quant_block
+    return (job.group, bits, block, str(c.eagle), str(c.dflash), c.engine, str(c.lora))
 
 
 def run(request: MatrixRequest, on_event: OnEvent = lambda kind, job, text: None) -> MatrixResult:
@@ -105,14 +112,19 @@ def _still_released(job: Job, facts: dict[str, Any], target: Target) -> bool:
     return bool(facts.get("commit")) and repo.tags.get(job.release.version) == facts.get("commit")
 
 
-def _execute(todo: list[Job], request: MatrixRequest, journal: Journal, on_event: OnEvent) -> list[JobOutcome]:
-    if not todo:
-        return []
+def schedule(todo: list[Job]) -> tuple[deque[Job], dict[tuple[Any, ...], list[Job]]]:
+    """The jobs that may start now (the first of each graph group, in matrix order) and, by group, those that wait
+    for their group's first to fill the graph cache."""
     groups: dict[tuple[Any, ...], list[Job]] = {}
     for job in todo:
         groups.setdefault(graph_group(job), []).append(job)
-    ready = deque(members[0] for members in groups.values())
-    waiting = {key: members[1:] for key, members in groups.items()}
+    return deque(members[0] for members in groups.values()), {key: members[1:] for key, members in groups.items()}
+
+
+def _execute(todo: list[Job], request: MatrixRequest, journal: Journal, on_event: OnEvent) -> list[JobOutcome]:
+    if not todo:
+        return []
+    ready, waiting = schedule(todo)
     workers = max(1, min(request.jobs, len(todo)))
     results: list[JobOutcome] = []
     with _pool(workers, on_event) as pool:
