@@ -72,11 +72,7 @@ def convert(request: ConvertRequest, progress: Progress = lambda _: None, runner
         )
     )
     check_target(out, request.force, protected)
-    with (
-        StagedDir(out, request.force, protected, report=progress) as stage,
-        ThreadPoolExecutor(1) as beside,
-        ThreadPoolExecutor(1) as checking,
-    ):
+    with StagedDir(out, request.force, protected, report=progress) as stage, ThreadPoolExecutor(1) as beside:
         # A DFlash draft's graphs need nothing of the target's graph: packager's own export (dflash.export), beside,
         # first (it takes about as long as the target's conversion).
         dflash_dir, drafted, dflash_prepared = None, None, None
@@ -92,8 +88,9 @@ def convert(request: ConvertRequest, progress: Progress = lambda _: None, runner
             else None
         )
         if draft is not None:
-            # its check's torch side (transformers' states, the reference: 20 s of a 0.6B target), on its own thread
-            dflash_prepared = checking.submit(dflash_faithful.prepare, draft, info, recipe)
+            # its check's torch side (transformers' states, the reference), after the export: at once, the two
+            # took 1.56x the memory of MNN's own exporter on a 0.6B target (bench/RESULTS.md, issue 42)
+            dflash_prepared = beside.submit(dflash_faithful.prepare, draft, info, recipe)
         worker, path = _export(conversion, stage.subdir("work"), runner, progress)
         if drafted is not None:
             progress("exporting the DFlash draft (dflash.mnn, dflash_fc.mnn)")
