@@ -1,7 +1,7 @@
 """A matrix released to the local Hub by the real converter, two processes at once: 2 checkpoints (the tiny Qwen3 and
 the tiny Llama) x 2 recipes x 2 kinds, plus one job of a broken checkpoint, killed by SIGKILL mid-run and run again,
 lands every release exactly once (the Hub's own history and tags), the failing job failing alone, with one summary
-and one collection of all 8; and a matrix runs as Hugging Face Jobs through the local Hub's Jobs endpoints. The
+and one collection of all 8; and the same matrix runs as Hugging Face Jobs through the local Hub's Jobs endpoints. The
 recipes are those whose graphs the session's graph cache holds once built (tests/specs.py CACHED_RECIPES)."""
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ pytestmark = [pytest.mark.converter, pytest.mark.hub]
 
 LENIENT = ("mean_cosine = 0.9",)  # the tiny random checkpoints at 4 bits are not the point here
 KINDS = ("draft", "target")
-Q8 = CACHED_RECIPES[1:]
 
 
 def _release(hub: LocalHub, spec: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -102,36 +101,48 @@ def test_a_2x2x2_matrix_killed_mid_run_lands_every_release_once_and_a_failing_jo
     assert graph_builds() <= 4 + 1  # one per checkpoint and recipe at most, and one the kill may have cut short
 
 
-def test_a_matrix_runs_as_hugging_face_jobs_through_the_local_hubs_jobs_endpoints(
-    jobs_hub: LocalHub, tiny_checkpoint: Path, tmp_path: Path
+def test_a_2x2x2_matrix_runs_as_hugging_face_jobs_through_the_local_hubs_jobs_endpoints(
+    jobs_hub: LocalHub, tiny_checkpoint: Path, llama_checkpoint: Path, tmp_path: Path
 ) -> None:
+    """The issue's matrix (2 checkpoints x 2 recipes x 2 kinds) as 8 Hugging Face Jobs: each runs in its own folder
+    and streams its log by its id, each release lands once; a rerun submits nothing, and a run that lost its journal
+    adopts the jobs the Hub already ran."""
     spec = matrix_spec(
         tmp_path,
-        checkpoints={"tiny": tiny_checkpoint},
-        recipes=Q8,
+        checkpoints={"qwen": tiny_checkpoint, "llama": llama_checkpoint},
+        recipes=CACHED_RECIPES,
         kinds=KINDS,
         repo_id="me/tiny-{checkpoint}-{recipe}-{kind}-mnn",
         base="Qwen/Qwen3-0.6B",
         verify=LENIENT,
+        collection="Tiny jobs",
+        bases={"llama": "meta-llama/Llama-3.2-1B-Instruct"},
     )
-    repos = ("me/tiny-tiny-q8-draft-mnn", "me/tiny-tiny-q8-target-mnn")
+    jobs = [f"{c}-{r}-{k}" for c in ("qwen", "llama") for r in ("q4", "q8") for k in KINDS]
+    repos = [f"me/tiny-{job}-mnn" for job in jobs]
     result = _release(jobs_hub, spec, "--backend", "hf-jobs", "--jobs", "2", "--flavor", "cpu-basic")
     assert result.returncode == 0, result.stderr
-    assert _statuses(result) == {"tiny-q8-draft": "released", "tiny-q8-target": "released"}
-    assert "[tiny-q8-draft] " in result.stderr and "[tiny-q8-target] " in result.stderr  # each job's log, by its id
+    assert _statuses(result) == dict.fromkeys(jobs, "released")
+    assert all(f"[{job}] " in result.stderr for job in jobs)  # each job's log, by its id
     ran = sorted((jobs_hub.root / "jobs").iterdir())
-    assert len(ran) == 2 and all((folder / "journal.jsonl").is_file() for folder in ran)  # each in its own folder
+    assert len(ran) == 8 and all((folder / "journal.jsonl").is_file() for folder in ran)  # each in its own folder
     for repo in repos:
         landed_once(jobs_hub, repo)
+    data = json.loads(result.stdout)
+    table = (tmp_path / "dist" / "matrix-release" / "summary.md").read_text(encoding="utf-8")
+    assert all(f"| {job} | me/tiny-{job}-mnn@v1 (" in table for job in jobs)
+    slug = data["collection"].split("(")[1].split(")")[0]
+    listed = [item["id"] for item in jobs_hub.api(f"/api/collections/{slug}")["items"]]
+    assert sorted(listed) == sorted(repos)  # the collection shows all 8, once each
     journal = (tmp_path / "dist" / "matrix-release" / "journal.jsonl").read_text(encoding="utf-8")
-    assert journal.count('"event": "submitted"') == 2
+    assert journal.count('"event": "submitted"') == 8
     again = _release(jobs_hub, spec, "--backend", "hf-jobs")
     assert set(_statuses(again).values()) == {"skipped"}
-    assert len(list((jobs_hub.root / "jobs").iterdir())) == 2  # nothing submitted again
+    assert len(list((jobs_hub.root / "jobs").iterdir())) == 8  # nothing submitted again
     shutil.rmtree(tmp_path / "dist")  # a run killed before it recorded what it submitted: the Hub's jobs say it
     adopted = _release(jobs_hub, spec, "--backend", "hf-jobs", "--jobs", "2")
     assert adopted.returncode == 0, adopted.stderr
     assert set(_statuses(adopted).values()) == {"released"}
-    assert len(list((jobs_hub.root / "jobs").iterdir())) == 2
+    assert len(list((jobs_hub.root / "jobs").iterdir())) == 8
     for repo in repos:
         landed_once(jobs_hub, repo)
