@@ -12,7 +12,6 @@ lm_head (the draft reads the target's).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeGuard
@@ -26,6 +25,7 @@ from ...errors import (
 )
 from ...infra.jsonfile import read_json
 from ..rope import scaling_of
+from . import values
 from .checkpoint import CheckpointInfo
 from .safetensors_header import tensor_refs
 
@@ -151,15 +151,8 @@ def _describe(folder: Path, config: dict[str, Any], weights: Path, target: Check
         )
         raise DFlashDraftLayout(f"{where} has {what}: not a DFlash draft (z-lab's DFlashDraftModel layout)")
 
-    def positive(key: str, default: Any = None, kind: type = int, table: dict[str, Any] = config) -> Any:
-        value = table.get(key, default)
-        ok = _integer(value) or (kind is float and isinstance(value, float))
-        if not ok or value <= 0 or (kind is float and not math.isfinite(value)):
-            raise DFlashDraftLayout(
-                f"{where}: {key} must be a positive {'number' if kind is float else 'integer'}, "
-                f"found {shorten(repr(value))}"
-            )
-        return value
+    def positive(key: str, default: Any = None, kind: type = int) -> Any:
+        return values.positive(config, key, where, DFlashDraftLayout, default, kind)
 
     hidden = positive("hidden_size")
     if hidden != shape.hidden_size:

@@ -7,7 +7,6 @@ make the exported head compute something else than the checkpoint is refused her
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from ...errors import (
 )
 from ...infra.jsonfile import read_json
 from ..rope import scaling_of
+from . import values
 from .checkpoint import CheckpointInfo
 from .safetensors_header import TensorRef, tensor_refs
 
@@ -134,14 +134,7 @@ def _describe(folder: Path, config: dict[str, Any], weights: Path, pickle: bool,
     shape = target.shape
 
     def positive(key: str, default: Any = None, kind: type = int) -> Any:
-        value = config.get(key, default)
-        ok = isinstance(value, (int, float) if kind is float else int) and not isinstance(value, bool)
-        if not ok or value <= 0 or (kind is float and not math.isfinite(value)):
-            raise EagleHeadLayout(
-                f"{where}: {key} must be a positive {'number' if kind is float else 'integer'}, "
-                f"found {shorten(repr(value))}"
-            )
-        return value
+        return values.positive(config, key, where, EagleHeadLayout, default, kind)
 
     hidden = positive("hidden_size")
     if hidden != shape.hidden_size:
