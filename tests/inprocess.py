@@ -33,7 +33,6 @@ def run_packager(
     stderr), for the fast layer's commands that end before any heavy work: a refusal, a plan, a report. An error
     the command does not turn into its one line is raised here (a process would print its traceback). `env`
     replaces the environment for the call, as it would for a process; `cwd` is the folder it runs in."""
-    load_all()
     previous, environ = os.getcwd(), dict(os.environ)
     try:
         if cwd is not None:
@@ -41,7 +40,7 @@ def run_packager(
         if env is not None:
             os.environ.clear()
             os.environ.update(env)
-        result = CliRunner().invoke(cli, list(args), prog_name="packager")
+        result = invoke(*args)
     finally:
         os.chdir(previous)
         os.environ.clear()

@@ -26,6 +26,24 @@ LENIENT = ("mean_cosine = 0.9",)  # the tiny random checkpoints at 4 bits are no
 KINDS = ("draft", "target")
 
 
+# The issue's matrix: the tiny Qwen3 and the tiny Llama x 4 and 8 bits x draft and target, in the matrix's order.
+JOBS = [f"{c}-{r}-{k}" for c in ("qwen", "llama") for r in ("q4", "q8") for k in KINDS]
+
+
+def _matrix(folder: Path, checkpoints: dict[str, Path], collection: str) -> Path:
+    return matrix_spec(
+        folder,
+        checkpoints=checkpoints,
+        recipes=CACHED_RECIPES,
+        kinds=KINDS,
+        repo_id="me/tiny-{checkpoint}-{recipe}-{kind}-mnn",
+        base="Qwen/Qwen3-0.6B",
+        verify=LENIENT,
+        collection=collection,
+        bases={"llama": "meta-llama/Llama-3.2-1B-Instruct"},
+    )
+
+
 def _release(hub: LocalHub, spec: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return hub.cli("release", str(spec), "--json", *args, timeout=900)
 
@@ -40,21 +58,11 @@ def test_a_2x2x2_matrix_killed_mid_run_lands_every_release_once_and_a_failing_jo
     broken = tmp_path / "broken"
     broken.mkdir()
     (broken / "config.json").write_text("{}", encoding="utf-8")
-    spec = matrix_spec(
-        tmp_path,
-        checkpoints={"qwen": tiny_checkpoint, "llama": llama_checkpoint, "broken": broken},
-        recipes=CACHED_RECIPES,
-        kinds=KINDS,
-        repo_id="me/tiny-{checkpoint}-{recipe}-{kind}-mnn",
-        base="Qwen/Qwen3-0.6B",
-        verify=LENIENT,
-        collection="Tiny bundles",
-        bases={"llama": "meta-llama/Llama-3.2-1B-Instruct"},
-    )
+    spec = _matrix(tmp_path, {"qwen": tiny_checkpoint, "llama": llama_checkpoint, "broken": broken}, "Tiny bundles")
     with spec.open("a", encoding="utf-8") as out:  # one job of the broken checkpoint: it fails at once
         out.write('[[matrix.exclude]]\ncheckpoint = "broken"\nrecipe = "q8"\n\n')
         out.write('[[matrix.exclude]]\ncheckpoint = "broken"\nkind = "target"\n')
-    jobs = [f"{c}-{r}-{k}" for c in ("qwen", "llama") for r in ("q4", "q8") for k in KINDS]
+    jobs = JOBS
     repos = {job: f"me/tiny-{job}-mnn" for job in jobs}
     folder = tmp_path / "dist" / "matrix-release"
     run = subprocess.Popen(
@@ -107,18 +115,8 @@ def test_a_2x2x2_matrix_runs_as_hugging_face_jobs_through_the_local_hubs_jobs_en
     """The issue's matrix (2 checkpoints x 2 recipes x 2 kinds) as 8 Hugging Face Jobs: each runs in its own folder
     and streams its log by its id, each release lands once; a rerun submits nothing, and a run that lost its journal
     adopts the jobs the Hub already ran."""
-    spec = matrix_spec(
-        tmp_path,
-        checkpoints={"qwen": tiny_checkpoint, "llama": llama_checkpoint},
-        recipes=CACHED_RECIPES,
-        kinds=KINDS,
-        repo_id="me/tiny-{checkpoint}-{recipe}-{kind}-mnn",
-        base="Qwen/Qwen3-0.6B",
-        verify=LENIENT,
-        collection="Tiny jobs",
-        bases={"llama": "meta-llama/Llama-3.2-1B-Instruct"},
-    )
-    jobs = [f"{c}-{r}-{k}" for c in ("qwen", "llama") for r in ("q4", "q8") for k in KINDS]
+    spec = _matrix(tmp_path, {"qwen": tiny_checkpoint, "llama": llama_checkpoint}, "Tiny jobs")
+    jobs = JOBS
     repos = [f"me/tiny-{job}-mnn" for job in jobs]
     result = _release(jobs_hub, spec, "--backend", "hf-jobs", "--jobs", "2", "--flavor", "cpu-basic")
     assert result.returncode == 0, result.stderr

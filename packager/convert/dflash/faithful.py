@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import DFlashDraftUnfaithful, DFlashTargetUnfaithful
-from ..eagle.faithful import PROBE, _embeddings, _target_hidden
+from ..eagle.faithful import PROBE, _embeddings, _relative, _target_hidden
 from ..inspect.checkpoint import CheckpointInfo
 from ..inspect.dflash_draft import DFlashDraft
 from ..recipe import QuantRecipe
@@ -68,10 +68,6 @@ def _const(array: np.ndarray, integer: bool = False) -> Any:
 
     data = np.ascontiguousarray(array, dtype=np.int32 if integer else np.float32)
     return F.const(data, list(data.shape), F.NCHW, F.int if integer else F.float)
-
-
-def _relative(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.linalg.norm(a - b)) / max(float(np.linalg.norm(b)), 1e-12)
 
 
 def transformers_states(
@@ -179,8 +175,7 @@ def measure(
             feats = features[:length]
             exported_ctx = np.array(fc.forward([_const(feats[None])])[0].read(), dtype=np.float32).reshape(length, -1)
             want_ctx = reference.context(torch.from_numpy(feats)).numpy()
-            scale = max(float(np.linalg.norm(want_ctx)), 1e-12)
-            context_errors.append(float(np.linalg.norm(exported_ctx - want_ctx)) / scale)
+            context_errors.append(_relative(exported_ctx, want_ctx))
             noise = np.stack([embeds[length], *([mask_row] * (block - 1))])  # the next token, then masks
             out = main.forward(
                 [
