@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from packager.convert.fence import launch
 from packager.convert.pipeline import ConvertRequest, ConvertResult, convert
 from tests import leftovers, shared
 from tests.models import build_eagle_head, build_lora, build_qwen3
@@ -38,6 +39,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("PACKAGER_ENGINES_DIR", str(Path(tempfile.gettempdir()) / f"packager-test-engines-{os.getuid()}"))
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.pop("HF_TOKEN", None)
+_warm: tuple[subprocess.Popen[bytes], Path] | None = None
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -56,6 +58,13 @@ def pytest_configure(config: pytest.Config) -> None:
         # while they wait burn the cycles the other worker needs. Sleeping instead changes no result (the same
         # thread counts) and cut test_verify.py's CPU time by 29% on a busy machine (bench/RESULTS.md, issue 40).
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        # One warm converter for the session (packager.convert.fence.warm): each graph build or reference conversion
+        # a test asks for, in this process or a `packager` it starts, is a fork of it with torch, transformers and
+        # llmexport imported (about 3 s of CPU each otherwise). Started last: it keeps the environment above.
+        global _warm
+        if os.environ.get(launch.WARM_VARIABLE) is None:
+            _warm = launch.start_warm(Path(tempfile.mkdtemp(prefix="packager-test-warm-converter-")))
+            os.environ[launch.WARM_VARIABLE] = str(_warm[1])
     leftovers.become_subreaper()
 
 
@@ -116,6 +125,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
+    if _warm is not None:  # the session's own warm converter is no leftover: stopped (its copies die with it)
+        _warm[0].kill()
+        _warm[0].wait()
+        shutil.rmtree(_warm[1].parent, ignore_errors=True)
     found = leftovers.kill_leftovers()  # every test and session fixture is done: nothing it started may live on
     record = Path(os.environ["PACKAGER_TEST_LEFTOVERS"])
     if found:

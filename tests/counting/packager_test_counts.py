@@ -3,10 +3,12 @@ sitecustomize.py on PYTHONPATH each process they start): one line per event in $
 
 - `conversion`: a bundle moved from its stage onto --out (packager.bundle.staging's commit), in the library or in
   a `packager convert` process;
-- `graph build`: packager's fenced llmexport worker started (a graph cache miss, or a reference conversion);
+- `graph build`: a job of packager's fenced llmexport worker (a graph cache miss, or a reference conversion),
+  in a fresh worker or a warm converter's copy;
 - `llmexport`: plain llmexport run by a test (tests.models.llmexport_raw), to compare packager with it.
 
-Audit hooks see these without touching packager: os.rename and subprocess.Popen raise audit events. Each line also
+Audit hooks see these: os.rename and subprocess.Popen raise audit events, and packager's launch its own
+(`packager.convert.worker`). Each line also
 names the test it happened in and whether that test is marked to convert ($PACKAGER_TEST_NODEID and
 $PACKAGER_TEST_MAY_CONVERT, set by tests/conftest.py around each test and inherited by what it starts), so the
 session can fail a test that converts without its mark: the fast layer's promise is checked, not assumed."""
@@ -33,11 +35,11 @@ def _count(event, args):  # type: ignore[no-untyped-def]
         source, target = str(args[0]), str(args[1])
         if _PARTIAL in source and _PARTIAL not in target and os.path.basename(source) != "replaced":
             _record("conversion")
+    elif event == "packager.convert.worker":  # raised by packager's launch for each job, fresh worker or warm
+        _record("graph build")
     elif event == "subprocess.Popen":
         command = " ".join(str(a) for a in (args[1] or ()))
-        if "packager.convert.fence.worker" in command:
-            _record("graph build")
-        elif "import llmexport" in command:
+        if "import llmexport" in command:
             _record("llmexport")
 
 

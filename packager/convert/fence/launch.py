@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from dataclasses import replace
@@ -30,7 +31,7 @@ _ENV_SET = {
     "TOKENIZERS_PARALLELISM": "false",
     "PYTHONNOUSERSITE": "1",
 }
-_CACHE_DIRS = (
+CACHE_DIRS = (
     "TMPDIR",
     "TORCHINDUCTOR_CACHE_DIR",
     "TRITON_CACHE_DIR",
@@ -66,9 +67,15 @@ def run_worker(job: WorkerJob, progress: Progress) -> WorkerResult:
     # Temporary files and caches of the libraries stay inside the fenced work folder.
     tmp = job.workdir / "tmp"
     tmp.mkdir(exist_ok=True)
-    for key in _CACHE_DIRS:
+    for key in CACHE_DIRS:
         env[key] = str(tmp)
+    # one event for every job, however it is run (a test session counts its graph builds by it)
+    sys.audit("packager.convert.worker", str(job_file))
     with open(log, "wb") as log_file:
+        served = _warm(job, env, log_file.fileno(), read_fd, write_fd, progress)
+        if served is not None:
+            final, code = served
+            return _result(final, code, log, job.workdir)
         process = subprocess.Popen(
             [sys.executable, "-m", WORKER, str(job_file)],
             cwd=job.workdir,
@@ -88,6 +95,75 @@ def run_worker(job: WorkerJob, progress: Progress) -> WorkerResult:
             process.wait()
             raise
     return _result(final, code, log, job.workdir)
+
+
+# A warm converter's socket (packager.convert.fence.warm): jobs it takes skip the worker's imports.
+WARM_VARIABLE = "PACKAGER_WARM_CONVERTER"
+WARM_MODULE = f"{__package__}.warm"
+
+
+def start_warm(folder: Path) -> tuple[subprocess.Popen[bytes], Path]:
+    """A warm converter listening in `folder` (its socket and its temporary files there), and the socket's path; it
+    dies with this process. Jobs reach it when $PACKAGER_WARM_CONVERTER names that socket; stop it with kill()."""
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / "tmp"
+    tmp.mkdir(exist_ok=True)
+    env = worker_env()
+    env["PACKAGER_PARENT_PID"] = str(os.getpid())
+    for key in CACHE_DIRS:
+        env[key] = str(tmp)
+    path = folder / "converter.sock"
+    # listening before it starts: a job asked for while it imports waits for it instead of finding no socket
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen(16)
+    with listener, open(folder / "warm.log", "wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", WARM_MODULE, str(listener.fileno())],
+            cwd=folder,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            pass_fds=(listener.fileno(),),
+        )
+    return process, path
+
+
+def _warm(
+    job: WorkerJob, env: dict[str, str], log_fd: int, read_fd: int, write_fd: int, progress: Progress
+) -> tuple[dict[str, Any] | None, int] | None:
+    """The job run by the warm converter $PACKAGER_WARM_CONVERTER names: (its final event, its exit code), or None
+    when there is none or it does not take this job (then the caller starts a fresh worker; nothing was sent)."""
+    where = os.environ.get(WARM_VARIABLE)
+    if not where:
+        return None
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.connect(where)
+        request = {"job": str(job.workdir / "job.json"), "workdir": str(job.workdir), "env": env}
+        socket.send_fds(conn, [json.dumps(request).encode("utf-8") + b"\n"], [log_fd, write_fd])
+        replies = conn.makefile("rb")
+        first = json.loads(replies.readline() or b"{}")
+    except (OSError, ValueError):
+        conn.close()
+        return None
+    if "pid" not in first:  # refused (another import-time environment): nothing of the job was started
+        conn.close()
+        return None
+    os.close(write_fd)
+    progress("starting the converter (a warm one: torch, transformers and llmexport already loaded)")
+    try:
+        final = _follow(read_fd, progress)
+        last = json.loads(replies.readline() or b"{}")
+    except BaseException:
+        # the warm converter kills the copy when this side stops sending; its answer (EOF) comes once it is dead
+        conn.shutdown(socket.SHUT_WR)
+        replies.read()
+        raise
+    finally:
+        conn.close()
+    return final, int(last.get("code", -9))  # no code: the converter went (killed) before the copy's end
 
 
 def _follow(read_fd: int, progress: Progress) -> dict[str, Any] | None:

@@ -265,11 +265,18 @@ def _os_error(exc: BaseException) -> dict[str, Any]:
 
 def main(argv: list[str]) -> int:
     die_with(int(os.environ.get("PACKAGER_PARENT_PID", os.getppid())))
-    job = WorkerJob.from_json(Path(argv[1]).read_text(encoding="utf-8"))
-    events = Events(int(os.environ["PACKAGER_EVENTS_FD"]))
-    fence = Fence(job.workdir)
+    job_file = Path(argv[1])
+    fence = Fence(WorkerJob.from_json(job_file.read_text(encoding="utf-8")).workdir)
     _prepare_imports()
     fence.install()
+    return serve(job_file, int(os.environ["PACKAGER_EVENTS_FD"]), fence)
+
+
+def serve(job_file: Path, events_fd: int, fence: Fence) -> int:
+    """The job in `job_file`, its events to `events_fd`, inside `fence` (installed): this process's, or a copy of
+    a warm converter's (packager.convert.fence.warm)."""
+    job = WorkerJob.from_json(job_file.read_text(encoding="utf-8"))
+    events = Events(events_fd)
     try:
         result = run(job, events, fence)
     except BaseException as exc:
