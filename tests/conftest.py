@@ -122,12 +122,25 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             kinds.add("engines")
         for kind in sorted(kinds):
             item.add_marker(kind)
+    # Heaviest modules first (xdist's loadfile hands modules out in this order): two workers finish together
+    # instead of one converting the last heavy module alone. A module's weight: its tests that convert or run
+    # engines, a Hub test counting a third of one (what they cost, roughly); a stable sort keeps each module whole.
+    weight: dict[str, float] = {}
+    for item in items:
+        marks = {m.name for m in item.iter_markers()}
+        cost = 1.0 if marks & _MAY_CONVERT else 0.3 if "hub" in marks else 0.0
+        weight[item.nodeid.split("::")[0]] = weight.get(item.nodeid.split("::")[0], 0.0) + cost
+    items.sort(key=lambda item: -weight[item.nodeid.split("::")[0]])
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     if _warm is not None:  # the session's own warm converter is no leftover: stopped (its copies die with it)
         _warm[0].kill()
         _warm[0].wait()
+        said = (_warm[1].parent / "warm.log").read_text(encoding="utf-8", errors="replace").splitlines()
+        refused = sorted({line for line in said if line.startswith("refused: ")})
+        served = sum(1 for line in said if line.startswith("served: "))
+        print(f"\nthe warm converter ran {served} converter jobs; refused: {refused or 'none'}", file=sys.stderr)
         shutil.rmtree(_warm[1].parent, ignore_errors=True)
     found = leftovers.kill_leftovers()  # every test and session fixture is done: nothing it started may live on
     record = Path(os.environ["PACKAGER_TEST_LEFTOVERS"])

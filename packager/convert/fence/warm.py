@@ -151,6 +151,7 @@ def serve(listening: int) -> None:
                     differ = sorted(k for k in {*own, *(theirs or {})} if own.get(k) != (theirs or {}).get(k))
                     reason = f"other values of {', '.join(differ)}" if theirs is not None else "not a request"
                     conn.sendall(json.dumps({"refused": reason}).encode() + b"\n")
+                    print(f"refused: {reason}", flush=True)
                     conn.close()
                     continue
                 sys.stdout.flush()
@@ -167,6 +168,7 @@ def serve(listening: int) -> None:
                 selector.register(conn, selectors.EVENT_READ, ("client", pid))
                 selector.register(pidfd, selectors.EVENT_READ, ("ended", pid))
                 conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
+                print(f"served: {request.get('job')}", flush=True)
             else:
                 kind, pid = key.data
                 if pid in jobs:
