@@ -17,6 +17,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -271,9 +272,29 @@ def write_embeddings(path: Path, ref: TensorRef, rows_per_chunk: int = 0) -> Non
     rows = ref.shape[0]
     step = rows_per_chunk or max(1, TASK_ELEMENTS // max(1, ref.shape[1]))
     with open(path, "wb") as out:
+        if ref.dtype == "BF16" and not rows_per_chunk and _copy_range(ref, out):
+            return
         for first in range(0, rows, step):
             chunk = _read(ref, first, min(rows, first + step))
             out.write(chunk.tobytes() if ref.dtype == "BF16" else _to_bfloat16(_as_float32(chunk, ref.dtype)))
+
+
+def _copy_range(ref: TensorRef, out: BinaryIO) -> bool:
+    """bfloat16 rows as they are, copied by the kernel from the checkpoint's file (311 MB of a 0.6B target's
+    embedding: 1.9 s through Python's buffers); False, `out` left empty, where the file system cannot."""
+    with open(ref.file, "rb") as src:
+        at, left = ref.start, ref.nbytes
+        try:
+            while left:
+                done = os.copy_file_range(src.fileno(), out.fileno(), left, at)
+                if done == 0:
+                    raise OSError("the checkpoint ended before the embedding did")
+                at, left = at + done, left - done
+        except OSError:
+            out.seek(0)
+            out.truncate()
+            return False
+    return True
 
 
 def _to_bfloat16(values: np.ndarray) -> bytes:
