@@ -18,7 +18,7 @@ import pytest
 
 from packager.convert.fence import launch
 from packager.convert.pipeline import ConvertRequest, ConvertResult, convert
-from tests import leftovers, localhub, shared
+from tests import leftovers, shared
 from tests.models import build_eagle_head, build_lora, build_qwen3
 
 # Nothing in the tests may reach a host other than 127.0.0.1 (the same guard is injected into the
@@ -50,11 +50,10 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ["PACKAGER_CACHE_DIR"] = tempfile.mkdtemp(prefix="packager-test-graph-cache-")
         os.environ["PACKAGER_TEST_LEFTOVERS"] = tempfile.mkdtemp(prefix="packager-test-leftovers-")
         os.environ[shared.ROOT_VARIABLE] = tempfile.mkdtemp(prefix="packager-test-shared-")
-        # Every Python process the session starts counts its conversions (tests/counting) into the shared folder,
-        # and refuses hosts other than loopback (tests/netguard, which loads the counting): the path the local
-        # Hub's processes get too, so that one warm converter (below) serves them all.
+        # Every Python process the session starts counts its conversions (tests/counting) into the shared folder.
         os.environ[_counts.VARIABLE] = str(Path(os.environ[shared.ROOT_VARIABLE]) / "conversions.log")
-        os.environ["PYTHONPATH"] = localhub.guarded_pythonpath(os.environ.get("PYTHONPATH", ""))
+        path = [str(Path(__file__).parent / "counting"), os.environ.get("PYTHONPATH", "")]
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in path if p)
         # Two test workers, each with torch's and MNN's two threads, share two cores: OpenMP threads that spin
         # while they wait burn the cycles the other worker needs. Sleeping instead changes no result (the same
         # thread counts) and cut test_verify.py's CPU time by 29% on a busy machine (bench/RESULTS.md, issue 40).

@@ -25,13 +25,6 @@ OTHER_USER = "alice"  # a second user with her own namespace, whose writes and c
 OTHER_TOKEN = "hf_test_alice_0123456789abcdefSECRET"
 
 
-def guarded_pythonpath(existing: str = "") -> str:
-    """PYTHONPATH for the processes of a test session: the network guard first (it loads the conversion counting),
-    this repository, then what was there."""
-    guard = os.pathsep.join([str(TESTS / "netguard"), str(TESTS.parent)])
-    return existing if existing.startswith(guard) else os.pathsep.join(p for p in (guard, existing) if p)
-
-
 class LocalHub:
     def __init__(self, root: Path, guard_log: Path, *extra: str) -> None:
         self.root, self.guard_log, self.extra = root, guard_log, extra
@@ -83,7 +76,7 @@ class LocalHub:
     def env(self, token: str | None = WRITE_TOKEN) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
         env.update(
-            PYTHONPATH=guarded_pythonpath(os.environ.get("PYTHONPATH", "")),
+            PYTHONPATH=os.pathsep.join([str(TESTS / "netguard"), str(TESTS.parent)]),
             PACKAGER_NETGUARD_LOG=str(self.guard_log),
             HF_HOME=str(self.root.parent / "hf-home"),
             HF_HUB_DISABLE_TELEMETRY="1",

@@ -31,6 +31,10 @@ def warm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[subprocess.
     process.wait()
 
 
+def test_only_its_user_may_reach_the_warm_converter(warm: tuple[subprocess.Popen[bytes], Path]) -> None:
+    assert warm[1].stat().st_mode & 0o777 == 0o600
+
+
 def _env(cache: Path, socket: Path | str, **more: str) -> dict[str, str]:
     """A cold graph cache (`cache`, made here): each conversion builds its graph, a converter job."""
     return {**os.environ, WARM_VARIABLE: str(socket), "PACKAGER_CACHE_DIR": str(cache), **more}

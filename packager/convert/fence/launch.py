@@ -116,6 +116,7 @@ def start_warm(folder: Path) -> tuple[subprocess.Popen[bytes], Path]:
     # listening before it starts: a job asked for while it imports waits for it instead of finding no socket
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(path))
+    os.chmod(path, 0o600)  # whoever reaches the socket can have jobs run as this user: this user alone
     listener.listen(16)
     with listener, open(folder / "warm.log", "wb") as log:
         process = subprocess.Popen(
