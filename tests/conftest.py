@@ -122,15 +122,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             kinds.add("engines")
         for kind in sorted(kinds):
             item.add_marker(kind)
+
     # Heaviest modules first (xdist's loadfile hands modules out in this order): two workers finish together
     # instead of one converting the last heavy module alone. A module's weight: its tests that convert or run
     # engines, a Hub test counting a third of one (what they cost, roughly); a stable sort keeps each module whole.
+    def module(item: pytest.Item) -> str:
+        return item.nodeid.split("::")[0]
+
     weight: dict[str, float] = {}
     for item in items:
         marks = {m.name for m in item.iter_markers()}
         cost = 1.0 if marks & _MAY_CONVERT else 0.3 if "hub" in marks else 0.0
-        weight[item.nodeid.split("::")[0]] = weight.get(item.nodeid.split("::")[0], 0.0) + cost
-    items.sort(key=lambda item: -weight[item.nodeid.split("::")[0]])
+        weight[module(item)] = weight.get(module(item), 0.0) + cost
+    items.sort(key=lambda item: -weight[module(item)])
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

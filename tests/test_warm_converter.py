@@ -62,9 +62,8 @@ def test_a_warm_converters_bundle_is_the_fresh_workers_byte_for_byte(
 def test_a_client_that_other_thread_settings_would_change_gets_a_fresh_worker(
     tiny_checkpoint: Path, tmp_path: Path, warm: tuple[subprocess.Popen[bytes], Path]
 ) -> None:
-    env = _env(
-        tmp_path / "cache", warm[1], OMP_NUM_THREADS="1"
-    )  # libgomp reads it once, at import: the warm one has its own
+    # libgomp reads OMP_NUM_THREADS once, at import: the warm converter runs with its own value
+    env = _env(tmp_path / "cache", warm[1], OMP_NUM_THREADS="1")
     result = run_cli("convert", str(tiny_checkpoint), "--out", str(tmp_path / "out"), env=env)
     assert result.returncode == 0, result.stderr
     assert FRESH_LINE in result.stderr and WARM_LINE not in result.stderr

@@ -72,7 +72,7 @@ def run_worker(job: WorkerJob, progress: Progress) -> WorkerResult:
     # one event for every job, however it is run (a test session counts its graph builds by it)
     sys.audit("packager.convert.worker", str(job_file))
     with open(log, "wb") as log_file:
-        served = _warm(job, env, log_file.fileno(), read_fd, write_fd, progress)
+        served = _warm(job_file, job.workdir, env, log_file.fileno(), read_fd, write_fd, progress)
         if served is not None:
             final, code = served
             return _result(final, code, log, job.workdir)
@@ -132,7 +132,7 @@ def start_warm(folder: Path) -> tuple[subprocess.Popen[bytes], Path]:
 
 
 def _warm(
-    job: WorkerJob, env: dict[str, str], log_fd: int, read_fd: int, write_fd: int, progress: Progress
+    job_file: Path, workdir: Path, env: dict[str, str], log_fd: int, read_fd: int, write_fd: int, progress: Progress
 ) -> tuple[dict[str, Any] | None, int] | None:
     """The job run by the warm converter $PACKAGER_WARM_CONVERTER names: (its final event, its exit code), or None
     when there is none or it does not take this job (then the caller starts a fresh worker; nothing was sent)."""
@@ -142,7 +142,7 @@ def _warm(
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         conn.connect(where)
-        request = {"job": str(job.workdir / "job.json"), "workdir": str(job.workdir), "env": env}
+        request = {"job": str(job_file), "workdir": str(workdir), "env": env}
         socket.send_fds(conn, [json.dumps(request).encode("utf-8") + b"\n"], [log_fd, write_fd])
         replies = conn.makefile("rb")
         first = json.loads(replies.readline() or b"{}")
