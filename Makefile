@@ -46,7 +46,7 @@ TEST_WORKERS ?= 2
 TEST_ENV = env -u PYTHONDONTWRITEBYTECODE
 test: venv system-deps registry-fixtures
 	$(TEST_ENV) $(PY) -m compileall -q packager tests
-	$(TEST_ENV) $(PY) -m pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+	$(TEST_ENV) $(PY) -m pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 
 # The fast layer: library and CLI behaviour that needs no converter, no trained fixture, no server and no engine
 # (tests are marked by what they use, in tests/conftest.py; a test that converts without its mark fails the session),

@@ -18,7 +18,8 @@ import pytest
 
 from packager.convert.fence import launch
 from packager.convert.pipeline import ConvertRequest, ConvertResult, convert
-from tests import leftovers, shared
+from tests import durations, leftovers, shared, warmcli
+from tests.localhub import GUARD_CONVERTER, GUARD_PYTHONPATH
 from tests.models import build_eagle_head, build_lora, build_qwen3
 
 # Nothing in the tests may reach a host other than 127.0.0.1 (the same guard is injected into the
@@ -40,6 +41,19 @@ os.environ.setdefault("PACKAGER_ENGINES_DIR", str(Path(tempfile.gettempdir()) / 
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.pop("HF_TOKEN", None)
 _warm: tuple[subprocess.Popen[bytes], Path] | None = None
+_warm_cli: tuple[list[subprocess.Popen[bytes]], Path] | None = None
+_warm_guarded: list[tuple[subprocess.Popen[bytes], Path]] = []
+
+
+def _selects(config: pytest.Config, *marks: str) -> bool:
+    """Whether the session's -m expression lets through a test marked with one of `marks` alone."""
+    from _pytest.mark.expression import Expression
+
+    expression = config.getoption("markexpr", "")
+    if not expression:
+        return True
+    compiled = Expression.compile(expression)
+    return any(compiled.evaluate(lambda name, *_, mark=mark, **__: name == mark) for mark in marks)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -61,10 +75,27 @@ def pytest_configure(config: pytest.Config) -> None:
         # One warm converter for the session (packager.convert.fence.warm): each graph build or reference conversion
         # a test asks for, in this process or a `packager` it starts, is a fork of it with torch, transformers and
         # llmexport imported (about 3 s of CPU each otherwise). Started last: it keeps the environment above.
+        # Only for a session that selects such tests (`make test-fast` selects none: they would cost it seconds).
         global _warm
-        if os.environ.get(launch.WARM_VARIABLE) is None:
+        heavy = _selects(config, "converter", "trained", "engines", "hub")
+        if os.environ.get(launch.WARM_VARIABLE) is None and heavy:
             _warm = launch.start_warm(Path(tempfile.mkdtemp(prefix="packager-test-warm-converter-")))
             os.environ[launch.WARM_VARIABLE] = str(_warm[1])
+            # and one for the local Hub's processes and jobs, whose PYTHONPATH puts the network guard first
+            # (tests/localhub.py gives them this one)
+            guarded = launch.start_warm(
+                Path(tempfile.mkdtemp(prefix="packager-test-warm-converter-")), GUARD_PYTHONPATH
+            )
+            _warm_guarded.append(guarded)
+            os.environ[GUARD_CONVERTER] = str(guarded[1])
+        # The `packager` commands of the tests (run_cli, the local Hub's cli) forked from warm interpreters, one for
+        # the session's PYTHONPATH and one for the network guard's (tests/warmcli.py): each fresh command spent
+        # 0.3-1.5 s of CPU importing, about 1,300 a session. Set $PACKAGER_TEST_WARM_CLI empty to start each fresh.
+        global _warm_cli
+        if os.environ.get(warmcli.VARIABLE) is None and heavy:
+            folder = Path(tempfile.mkdtemp(prefix="packager-test-warm-cli-"))
+            _warm_cli = (warmcli.start(folder, [os.environ["PYTHONPATH"], GUARD_PYTHONPATH]), folder)
+            os.environ[warmcli.VARIABLE] = str(folder)
     leftovers.become_subreaper()
 
 
@@ -123,30 +154,45 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         for kind in sorted(kinds):
             item.add_marker(kind)
 
-    # Heaviest modules first (xdist's loadfile hands modules out in this order): two workers finish together
-    # instead of one converting the last heavy module alone. A module's weight: its tests that convert or run
-    # engines, a Hub test counting a third of one (what they cost, roughly); a stable sort keeps each module whole.
+    # Heaviest modules first (xdist's loadfile hands modules out in this order when run with
+    # --no-loadscope-reorder, as `make test` runs it; xdist's own order is by number of tests): the two workers
+    # finish together instead of one running the last heavy module alone. A module's weight: its measured time
+    # (tests/durations.py), else an estimate from its tests' marks; a stable sort keeps each module whole.
     def module(item: pytest.Item) -> str:
         return item.nodeid.split("::")[0]
 
+    measured = durations.load()
     weight: dict[str, float] = {}
     for item in items:
-        marks = {m.name for m in item.iter_markers()}
-        cost = 1.0 if marks & _MAY_CONVERT else 0.3 if "hub" in marks else 0.0
-        weight[module(item)] = weight.get(module(item), 0.0) + cost
+        name = module(item)
+        if name in measured:
+            weight[name] = measured[name]
+        else:
+            weight[name] = weight.get(name, 0.0) + durations.estimate({m.name for m in item.iter_markers()})
     items.sort(key=lambda item: -weight[module(item)])
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    if _warm is not None:  # the session's own warm converter is no leftover: stopped (its copies die with it)
-        _warm[0].kill()
-        _warm[0].wait()
-        said = (_warm[1].parent / "warm.log").read_text(encoding="utf-8", errors="replace").splitlines()
+    if _warm is not None:  # the session's own warm converters are no leftovers: stopped (their copies die with them)
+        said = []
+        for process, socket in [_warm, *_warm_guarded]:
+            process.kill()
+            process.wait()
+            said += (socket.parent / "warm.log").read_text(encoding="utf-8", errors="replace").splitlines()
+            shutil.rmtree(socket.parent, ignore_errors=True)
         refused = sorted({line for line in said if line.startswith("refused: ")})
         served = sum(1 for line in said if line.startswith("served: "))
-        print(f"\nthe warm converter ran {served} converter jobs; refused: {refused or 'none'}", file=sys.stderr)
-        shutil.rmtree(_warm[1].parent, ignore_errors=True)
-    found = leftovers.kill_leftovers()  # every test and session fixture is done: nothing it started may live on
+        print(f"\nthe warm converters ran {served} converter jobs; refused: {refused or 'none'}", file=sys.stderr)
+    found = []
+    if _warm_cli is not None:  # the warm CLIs are no leftovers; a command of theirs still running is
+        found += warmcli.still_running(_warm_cli[0], _warm_cli[1])
+        for process in _warm_cli[0]:
+            process.kill()
+            process.wait()
+        served, refused = warmcli.said(_warm_cli[1])
+        print(f"\nthe warm CLIs ran {served} commands; refused: {refused or 'none'}", file=sys.stderr)
+        shutil.rmtree(_warm_cli[1], ignore_errors=True)
+    found += leftovers.kill_leftovers()  # every test and session fixture is done: nothing it started may live on
     record = Path(os.environ["PACKAGER_TEST_LEFTOVERS"])
     if found:
         (record / f"{os.getpid()}.txt").write_text("\n".join(found) + "\n", encoding="utf-8")
@@ -236,7 +282,12 @@ def lora_bundle8(tiny_checkpoint: Path, lora_adapter: Path) -> ConvertResult:
 def run_cli(
     *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, prefix: tuple[str, ...] = ()
 ) -> subprocess.CompletedProcess[str]:
-    """The real `packager` command in its own process."""
+    """The real `packager` command in its own process: forked from the session's warm CLI where one serves this
+    environment (tests/warmcli.py), else started fresh; `prefix` (a wrapper command) always starts it fresh."""
+    if not prefix:
+        warm = warmcli.run(list(args), cwd, env, 600)
+        if warm is not None:
+            return warm
     return subprocess.run(
         [*prefix, sys.executable, "-m", "packager.cli", *args],
         capture_output=True,

@@ -17,8 +17,14 @@ from typing import Any
 import pytest
 
 from packager.bundle.checksum import write_manifest
+from tests import warmcli
 
 TESTS = Path(__file__).resolve().parent
+# The local Hub's processes, and the commands run against it: the network guard first (refuses and records any
+# connection off 127.0.0.1), then this repository.
+GUARD_PYTHONPATH = os.pathsep.join([str(TESTS / "netguard"), str(TESTS.parent)])
+# The socket of the session's warm converter for that PYTHONPATH (tests/conftest.py starts it).
+GUARD_CONVERTER = "PACKAGER_TEST_GUARD_CONVERTER"
 WRITE_TOKEN = "hf_test_write_0123456789abcdefSECRET"
 READ_TOKEN = "hf_test_read_0123456789abcdefSECRET"
 OTHER_USER = "alice"  # a second user with her own namespace, whose writes and collections are hers alone
@@ -26,9 +32,11 @@ OTHER_TOKEN = "hf_test_alice_0123456789abcdefSECRET"
 
 
 class LocalHub:
-    def __init__(self, root: Path, guard_log: Path, *extra: str) -> None:
-        self.root, self.guard_log, self.extra = root, guard_log, extra
-        self.process: subprocess.Popen[str] | None = None
+    def __init__(self, root: Path, guard_log: Path, *extra: str, fresh: bool = False) -> None:
+        """`fresh`: the server is a process started for it, never one forked by the warm CLI (for a test of what
+        the process itself shows, such as its command line)."""
+        self.root, self.guard_log, self.extra, self.fresh = root, guard_log, extra, fresh
+        self.process: subprocess.Popen[str] | warmcli.WarmProcess | None = None
         self.url, self.announce = "", ""
 
     def start(self) -> LocalHub:
@@ -37,22 +45,11 @@ class LocalHub:
         tokens = self.root.parent / "hub-tokens"
         tokens.write_text(f"# write tokens\n{WRITE_TOKEN}\n{OTHER_USER}:{OTHER_TOKEN}\n")
         env = {**self.env(token=None), "PACKAGER_HUB_READ_TOKEN": READ_TOKEN}
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "packager.cli",
-                "hub",
-                "serve",
-                "--root",
-                str(self.root),
-                "--port",
-                "0",
-                "--token-file",
-                str(tokens),
-                "--test-hooks",
-                *self.extra,
-            ],
+        argv = ["hub", "serve", "--root", str(self.root), "--port", "0", "--token-file", str(tokens), "--test-hooks"]
+        argv += self.extra
+        warm = None if self.fresh else warmcli.spawn(argv, env)  # forked by the warm CLI where there is one
+        self.process = warm or subprocess.Popen(
+            [sys.executable, "-m", "packager.cli", *argv],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -76,11 +73,13 @@ class LocalHub:
     def env(self, token: str | None = WRITE_TOKEN) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
         env.update(
-            PYTHONPATH=os.pathsep.join([str(TESTS / "netguard"), str(TESTS.parent)]),
+            PYTHONPATH=GUARD_PYTHONPATH,
             PACKAGER_NETGUARD_LOG=str(self.guard_log),
             HF_HOME=str(self.root.parent / "hf-home"),
             HF_HUB_DISABLE_TELEMETRY="1",
         )
+        if os.environ.get(GUARD_CONVERTER):
+            env["PACKAGER_WARM_CONVERTER"] = os.environ[GUARD_CONVERTER]
         if self.url:
             env["HF_ENDPOINT"] = self.url
         if token is not None:
@@ -88,6 +87,10 @@ class LocalHub:
         return env
 
     def cli(self, *args: str, token: str | None = WRITE_TOKEN, timeout: int = 180) -> subprocess.CompletedProcess[str]:
+        """`packager ARGS...` against this Hub in a process of its own (forked by the warm CLI where there is one)."""
+        warm = warmcli.run(list(args), None, self.env(token), timeout)
+        if warm is not None:
+            return warm
         return subprocess.run(
             [sys.executable, "-m", "packager.cli", *args],
             capture_output=True,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -339,11 +340,16 @@ def test_a_request_the_server_cannot_parse_gets_a_400_that_echoes_nothing_and_lo
     assert "SECRET" not in log and "Bearer" not in log, log
 
 
-def test_tokens_are_not_on_the_server_command_line(hub: LocalHub) -> None:
-    assert hub.process is not None
-    cmdline = Path(f"/proc/{hub.process.pid}/cmdline").read_bytes()
-    assert WRITE_TOKEN.encode() not in cmdline and READ_TOKEN.encode() not in cmdline
-    assert hub.raw("GET", "/api/whoami-v2", token=READ_TOKEN)[0] == 200  # the environment's read token counts
+def test_tokens_are_not_on_the_server_command_line(tmp_path: Path) -> None:
+    hub = LocalHub(tmp_path / "hub", tmp_path / "netguard.log", fresh=True).start()  # its own command line
+    try:
+        assert isinstance(hub.process, subprocess.Popen)
+        cmdline = Path(f"/proc/{hub.process.pid}/cmdline").read_bytes()
+        assert b"hub\x00serve" in cmdline
+        assert WRITE_TOKEN.encode() not in cmdline and READ_TOKEN.encode() not in cmdline
+        assert hub.raw("GET", "/api/whoami-v2", token=READ_TOKEN)[0] == 200  # the environment's read token counts
+    finally:
+        hub.stop()
 
 
 # -- fuzz --------------------------------------------------------------------------------------------------------

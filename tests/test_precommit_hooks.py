@@ -1,4 +1,5 @@
-"""The pre-commit hooks, run by the real pre-commit (`try-repo`) in a publisher's git repo, on base dependencies."""
+"""The pre-commit hooks, run by the real pre-commit (`pre-commit run`, the hook repo named at its commit) in a
+publisher's git repo, on base dependencies."""
 
 from __future__ import annotations
 
@@ -73,12 +74,30 @@ def publisher(bundle4: ConvertResult, tmp_path: Path) -> Path:
     return repo
 
 
-def _try_repo(hook_repo: Path, publisher: Path, *files: str, verbose: bool = False) -> subprocess.CompletedProcess[str]:
+@pytest.fixture(scope="module")
+def hook_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """pre-commit's own store (PRE_COMMIT_HOME) for this module: the hooks' environment (pip install of the hook
+    repo, about 20 s) is made by the first run and reused by the others, as on a publisher's machine."""
+    return tmp_path_factory.mktemp("pre-commit-home")
+
+
+def _run_hooks(
+    hook_repo: Path, store: Path, publisher: Path, *files: str, verbose: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """`pre-commit run` in the publisher's repo with a config naming the hook repo at its commit, every hook."""
     tool = Path(sys.executable).parent / "pre-commit"
+    rev = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=hook_repo, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    config = publisher.parent / f"{publisher.name}-pre-commit-config.yaml"  # outside the repo: not its own file
+    config.write_text(
+        f"repos:\n- repo: {hook_repo}\n  rev: {rev}\n  hooks:\n  - id: packager-validate\n  - id: packager-check-spec\n"
+    )
     selection = ["--files", *files] if files else ["--all-files"]
     selection += ["--verbose"] if verbose else []  # a passing hook's output too
     env = {
         **os.environ,
+        "PRE_COMMIT_HOME": str(store),
         "PIP_DISABLE_PIP_VERSION_CHECK": "1",
         "PIP_NO_COMPILE": "1",
         "NO_COLOR": "1",
@@ -86,7 +105,7 @@ def _try_repo(hook_repo: Path, publisher: Path, *files: str, verbose: bool = Fal
     }
     env.pop("PYTHONPATH", None)  # the hooks run packager from their own environment, nothing from here
     return subprocess.run(
-        [str(tool), "try-repo", str(hook_repo), *selection, "--color", "never"],
+        [str(tool), "run", "--config", str(config), *selection, "--color", "never"],
         cwd=publisher,
         env=env,
         capture_output=True,
@@ -95,16 +114,18 @@ def _try_repo(hook_repo: Path, publisher: Path, *files: str, verbose: bool = Fal
     )
 
 
-def test_try_repo_passes_a_good_bundle_and_spec(hook_repo: Path, publisher: Path) -> None:
+def test_the_hooks_pass_a_good_bundle_and_spec(hook_repo: Path, hook_store: Path, publisher: Path) -> None:
     good = sorted(str(p.relative_to(publisher)) for p in (publisher / "dist" / "good").iterdir())
-    result = _try_repo(hook_repo, publisher, *good, "release.toml", "notes.md")
+    result = _run_hooks(hook_repo, hook_store, publisher, *good, "release.toml", "notes.md")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "packager validate" in result.stdout and "packager check-spec" in result.stdout
     assert result.stdout.count("Passed") == 2
 
 
-def test_try_repo_fails_a_broken_bundle_and_spec_naming_each(hook_repo: Path, publisher: Path) -> None:
-    result = _try_repo(hook_repo, publisher)
+def test_the_hooks_fail_a_broken_bundle_and_spec_naming_each(
+    hook_repo: Path, hook_store: Path, publisher: Path
+) -> None:
+    result = _run_hooks(hook_repo, hook_store, publisher)
     assert result.returncode == 1, result.stdout + result.stderr
     out = result.stdout
     assert "ERROR   config_cpu.json /thread_num: '2' is not of type 'integer'" in out
@@ -114,14 +135,14 @@ def test_try_repo_fails_a_broken_bundle_and_spec_naming_each(hook_repo: Path, pu
     assert "Traceback" not in out + result.stderr
 
 
-def test_try_repo_notes_the_eagle_engine_check_it_skips_on_base_dependencies(
-    hook_repo: Path, eagle_bundle: ConvertResult, tmp_path: Path
+def test_the_hooks_note_the_eagle_engine_check_they_skip_on_base_dependencies(
+    hook_repo: Path, hook_store: Path, eagle_bundle: ConvertResult, tmp_path: Path
 ) -> None:
     repo = tmp_path / "publisher"
     shutil.copytree(eagle_bundle.out, repo / "dist" / "eagle")
     _git(repo, "init", "-q")
     _git(repo, "add", "-A")
-    result = _try_repo(hook_repo, repo, verbose=True)
+    result = _run_hooks(hook_repo, hook_store, repo, verbose=True)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "NOTE    eagle.mnn: the engine check was skipped: MNN is not installed here" in result.stdout
     assert "dist/eagle: ok (0 errors, 0 warnings; a target+eagle bundle)" in result.stdout

@@ -288,10 +288,15 @@ def load_all() -> None:
         importlib.import_module(f"{__name__}.{module}")
 
 
-def main() -> None:
-    # huggingface_hub reads these at import: no telemetry call and no progress bars unless the user asks.
+def library_defaults() -> None:
+    """What packager asks of its libraries unless the user says otherwise. huggingface_hub reads these at import: no
+    telemetry call and no progress bars."""
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+
+def main() -> None:
+    library_defaults()
     signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         cli(prog_name="packager")

@@ -47,8 +47,9 @@ class Runner(Protocol):
     def __call__(self, job: WorkerJob, progress: Progress) -> WorkerResult: ...
 
 
-def worker_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in _ENV_DROP}
+def worker_env(base: dict[str, str] | None = None) -> dict[str, str]:
+    """The worker's environment, made from `base` (default: this process's)."""
+    env = {k: v for k, v in (os.environ if base is None else base).items() if k not in _ENV_DROP}
     env.update(_ENV_SET)
     root = str(package_root())
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
@@ -102,13 +103,15 @@ WARM_VARIABLE = "PACKAGER_WARM_CONVERTER"
 WARM_MODULE = f"{__package__}.warm"
 
 
-def start_warm(folder: Path) -> tuple[subprocess.Popen[bytes], Path]:
+def start_warm(folder: Path, pythonpath: str | None = None) -> tuple[subprocess.Popen[bytes], Path]:
     """A warm converter listening in `folder` (its socket and its temporary files there), and the socket's path; it
-    dies with this process. Jobs reach it when $PACKAGER_WARM_CONVERTER names that socket; stop it with kill()."""
+    dies with this process. Jobs reach it when $PACKAGER_WARM_CONVERTER names that socket; stop it with kill().
+    `pythonpath`: the PYTHONPATH of the clients it is for, if not this process's (it serves only clients whose
+    import-time environment is its own)."""
     folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / "tmp"
     tmp.mkdir(exist_ok=True)
-    env = worker_env()
+    env = worker_env(None if pythonpath is None else {**os.environ, "PYTHONPATH": pythonpath})
     env["PACKAGER_PARENT_PID"] = str(os.getpid())
     for key in CACHE_DIRS:
         env[key] = str(tmp)

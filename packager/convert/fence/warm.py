@@ -15,16 +15,14 @@ variables once, at import, and a copy would otherwise run with the server's.
 
 from __future__ import annotations
 
-import json
 import os
-import selectors
-import signal
 import socket
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from ...infra.forks import Copies, receive, refuse
 from ...infra.lifeline import die_with, exit_now
 from .launch import CACHE_DIRS
 from .sandbox import Fence
@@ -33,7 +31,6 @@ from .sandbox import Fence
 # libraries' offline switches and cache roots, Python's own): a client whose values differ gets a fresh worker.
 IMPORT_TIME = ("OMP_", "GOMP_", "KMP_", "MKL_", "OPENBLAS_", "TORCH", "PYTORCH", "HF_HUB_OFFLINE", "TRANSFORMERS_")
 IMPORT_TIME_EXACT = ("PYTHONPATH", "PYTHONHASHSEED", "LD_PRELOAD", "LD_LIBRARY_PATH", "TOKENIZERS_PARALLELISM")
-REQUEST_LIMIT = 1 << 20
 
 
 def import_time_env(env: dict[str, str]) -> dict[str, str]:
@@ -56,22 +53,6 @@ def _warm_up() -> None:
     from utils.tokenizer import LlmTokenizer  # noqa: F401
 
     from . import headbeside, skeleton  # noqa: F401
-
-
-def _receive(conn: socket.socket) -> tuple[dict[str, Any], list[int]]:
-    """The client's request line and its two descriptors."""
-    data, fds = b"", []
-    while not data.endswith(b"\n"):
-        chunk, got, _flags, _addr = socket.recv_fds(conn, 65536, 4)
-        fds.extend(got)
-        if not chunk or len(data) + len(chunk) > REQUEST_LIMIT:
-            break
-        data += chunk
-    try:
-        request = json.loads(data)
-    except ValueError:
-        request = {}
-    return request if isinstance(request, dict) else {}, fds
 
 
 def _child(request: dict[str, Any], fds: list[int], fence: Fence, server_pid: int, inherited: list[int]) -> None:
@@ -118,62 +99,24 @@ def serve(listening: int) -> None:
     fence = Fence(work)
     fence.install()
     _warm_up()
-    selector = selectors.EpollSelector()
-    selector.register(listener, selectors.EVENT_READ, None)
     server_pid = os.getpid()
-    jobs: dict[int, tuple[socket.socket, int]] = {}  # copy's pid -> (its client's connection, its pidfd)
-
-    def finish(pid: int, kill: bool) -> None:
-        conn, pidfd = jobs.pop(pid)
-        if kill:
-            os.kill(pid, signal.SIGKILL)
-        _, status = os.waitpid(pid, 0)
-        selector.unregister(conn)
-        selector.unregister(pidfd)
-        os.close(pidfd)
-        if not kill:
-            code = os.waitstatus_to_exitcode(status)
-            try:
-                conn.sendall(json.dumps({"code": code}).encode() + b"\n")
-            except OSError:
-                pass
-        conn.close()
-
-    while True:
-        for key, _ in selector.select():
-            if key.data is None:
-                conn, _ = listener.accept()
-                request, fds = _receive(conn)
-                theirs = import_time_env(request.get("env", {})) if isinstance(request.get("env"), dict) else None
-                if len(fds) != 2 or theirs != own:
-                    for fd in fds:
-                        os.close(fd)
-                    differ = sorted(k for k in {*own, *(theirs or {})} if own.get(k) != (theirs or {}).get(k))
-                    reason = f"other values of {', '.join(differ)}" if theirs is not None else "not a request"
-                    conn.sendall(json.dumps({"refused": reason}).encode() + b"\n")
-                    print(f"refused: {reason}", flush=True)
-                    conn.close()
-                    continue
-                sys.stdout.flush()
-                sys.stderr.flush()
-                inherited = [selector.fileno(), listener.fileno(), conn.fileno()]
-                inherited += [c.fileno() for c, _ in jobs.values()] + [p for _, p in jobs.values()]
-                pid = fence.fork()
-                if pid == 0:
-                    _child(request, fds, fence, server_pid, inherited)
-                for fd in fds:
-                    os.close(fd)
-                pidfd = os.pidfd_open(pid)
-                jobs[pid] = (conn, pidfd)
-                selector.register(conn, selectors.EVENT_READ, ("client", pid))
-                selector.register(pidfd, selectors.EVENT_READ, ("ended", pid))
-                conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
-                print(f"served: {request.get('job')}", flush=True)
-            else:
-                kind, pid = key.data
-                if pid in jobs:
-                    # a client sends nothing more: readable means it went away before its copy ended
-                    finish(pid, kill=kind == "client")
+    copies = Copies(listener)
+    for conn in copies.clients():
+        request, fds = receive(conn, 4)
+        theirs = import_time_env(request["env"]) if isinstance(request.get("env"), dict) else None
+        if len(fds) != 2 or theirs != own:
+            refuse(conn, fds, own, theirs)
+            continue
+        sys.stdout.flush()
+        sys.stderr.flush()
+        inherited = copies.inherited(conn)
+        pid = fence.fork()
+        if pid == 0:
+            _child(request, fds, fence, server_pid, inherited)
+        for fd in fds:
+            os.close(fd)
+        print(f"served: {request.get('job')}", flush=True)
+        copies.started(pid, conn)
 
 
 if __name__ == "__main__":
