@@ -169,7 +169,10 @@ def run(
         return None
     env = dict(os.environ if env is None else env)
     where = Path(folder) / socket_name(env.get("PYTHONPATH", ""))
-    request = {"argv": argv, "cwd": os.path.abspath(cwd if cwd is not None else os.getcwd()), "env": env}
+    folder_in = os.path.abspath(cwd if cwd is not None else os.getcwd())
+    if not os.path.isdir(folder_in):  # subprocess.run's own error, from the fresh start
+        return None
+    request = {"argv": argv, "cwd": folder_in, "env": env}
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
