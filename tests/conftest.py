@@ -285,9 +285,7 @@ def run_cli(
     """The real `packager` command in its own process: forked from the session's warm CLI where one serves this
     environment (tests/warmcli.py), else started fresh; `prefix` (a wrapper command) always starts it fresh."""
     if not prefix:
-        warm = warmcli.run(list(args), cwd, env, 600)
-        if warm is not None:
-            return warm
+        return warmcli.packager(list(args), cwd, env, 600)
     return subprocess.run(
         [*prefix, sys.executable, "-m", "packager.cli", *args],
         capture_output=True,

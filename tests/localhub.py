@@ -88,16 +88,7 @@ class LocalHub:
 
     def cli(self, *args: str, token: str | None = WRITE_TOKEN, timeout: int = 180) -> subprocess.CompletedProcess[str]:
         """`packager ARGS...` against this Hub in a process of its own (forked by the warm CLI where there is one)."""
-        warm = warmcli.run(list(args), None, self.env(token), timeout)
-        if warm is not None:
-            return warm
-        return subprocess.run(
-            [sys.executable, "-m", "packager.cli", *args],
-            capture_output=True,
-            text=True,
-            env=self.env(token),
-            timeout=timeout,
-        )
+        return warmcli.packager(list(args), None, self.env(token), timeout)
 
     def _call(self, method: str, path: str, data: Any = None) -> Any:
         body = json.dumps(data).encode() if data is not None else None

@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from packager.infra.forks import Copies, receive, refuse
+from packager.infra.forks import Copies, listening, receive, refuse
 
 VARIABLE = "PACKAGER_TEST_WARM_CLI"  # a folder: one socket per PYTHONPATH, and the warm CLIs' logs
 MODULE = "tests.warmcli"
@@ -102,11 +102,7 @@ def start(folder: Path, pythonpaths: Iterable[str]) -> list[subprocess.Popen[byt
     for pythonpath in dict.fromkeys(pythonpaths):
         path = folder / socket_name(pythonpath)
         env = {**os.environ, "PYTHONPATH": pythonpath, "PACKAGER_PARENT_PID": str(os.getpid())}
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        listener.bind(str(path))
-        os.chmod(path, 0o600)
-        listener.listen(64)
-        with listener, open(folder / f"{path.stem}.log", "wb") as log:
+        with listening(path, 64) as listener, open(folder / f"{path.stem}.log", "wb") as log:
             started.append(
                 subprocess.Popen(
                     [sys.executable, "-m", MODULE, str(listener.fileno())],
@@ -121,9 +117,13 @@ def start(folder: Path, pythonpaths: Iterable[str]) -> list[subprocess.Popen[byt
     return started
 
 
+def _logged(folder: Path) -> list[str]:
+    return [line for log in sorted(folder.glob("*.log")) for line in log.read_text(errors="replace").splitlines()]
+
+
 def said(folder: Path) -> tuple[int, list[str]]:
     """What the warm CLIs of `folder` logged: how many commands they served, and their distinct refusals."""
-    lines = [line for log in sorted(folder.glob("*.log")) for line in log.read_text(errors="replace").splitlines()]
+    lines = _logged(folder)
     return sum(1 for line in lines if line.startswith("served: ")), sorted(
         {line for line in lines if line.startswith("refused: ")}
     )
@@ -133,11 +133,10 @@ def still_running(processes: Iterable[subprocess.Popen[bytes]], folder: Path) ->
     """The commands the warm CLIs forked that have not ended (at a session's end: left running by a test), as
     `pid command` lines; they die with their warm CLI."""
     served = {}
-    for log in folder.glob("*.log"):
-        for line in log.read_text(errors="replace").splitlines():
-            if line.startswith("served: "):
-                pid, _, command = line.removeprefix("served: ").partition(": ")
-                served[pid] = command
+    for line in _logged(folder):
+        if line.startswith("served: "):
+            pid, _, command = line.removeprefix("served: ").partition(": ")
+            served[pid] = command
     found = []
     for process in processes:
         try:
@@ -154,6 +153,76 @@ def still_running(processes: Iterable[subprocess.Popen[bytes]], folder: Path) ->
     return found
 
 
+def packager(
+    argv: list[str], cwd: Path | str | None = None, env: Mapping[str, str] | None = None, timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
+    """The real `packager ARGV...` in a process of its own: forked by the warm CLI where one serves this environment,
+    else started fresh; answered as subprocess.run(capture_output=True, text=True) answers."""
+    warm = run(argv, cwd, env, timeout)
+    if warm is not None:
+        return warm
+    return subprocess.run(
+        [sys.executable, "-m", "packager.cli", *argv],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=None if env is None else dict(env),
+        timeout=timeout,
+    )
+
+
+class _Asked:
+    """A command the warm CLI started: its connection (the answers), pid and the read ends of its stdout and
+    stderr."""
+
+    def __init__(self, conn: socket.socket, replies: BinaryIO, pid: int, out_r: int, err_r: int) -> None:
+        self.conn, self.replies, self.pid, self.out_r, self.err_r = conn, replies, pid, out_r, err_r
+
+    def code(self) -> int:
+        """The command's exit status, once it has ended (no answer: the warm CLI went, killed, before the copy)."""
+        return int(json.loads(self.replies.readline() or b"{}").get("code", -signal.SIGKILL))
+
+
+def _ask(argv: list[str], cwd: Path | str | None, env: Mapping[str, str] | None, stdin: int | None) -> _Asked | None:
+    """`packager ARGV...` started by the warm CLI for this environment's PYTHONPATH, its stdout and stderr piped back
+    and its stdin the caller's `stdin` (None: /dev/null); None when there is none or it does not serve this caller
+    (nothing was run)."""
+    folder = os.environ.get(VARIABLE)
+    if not folder:
+        return None
+    env = dict(os.environ if env is None else env)
+    where = Path(folder) / socket_name(env.get("PYTHONPATH", ""))
+    folder_in = os.path.abspath(cwd if cwd is not None else os.getcwd())
+    if not os.path.isdir(folder_in):  # subprocess's own error, from the fresh start
+        return None
+    request = {"argv": argv, "cwd": folder_in, "env": env}
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    first: dict[str, Any] = {}
+    try:
+        conn.connect(str(where))
+        given = stdin if stdin is not None and _usable(stdin) else os.open(os.devnull, os.O_RDONLY)
+        try:
+            socket.send_fds(conn, [json.dumps(request).encode("utf-8") + b"\n"], [given, out_w, err_w])
+        finally:
+            if given != stdin:
+                os.close(given)
+        replies = conn.makefile("rb")
+        first = json.loads(replies.readline() or b"{}")
+    except (OSError, ValueError):
+        pass
+    finally:
+        os.close(out_w)
+        os.close(err_w)
+    if "pid" not in first:
+        conn.close()
+        os.close(out_r)
+        os.close(err_r)
+        return None
+    return _Asked(conn, replies, int(first["pid"]), out_r, err_r)
+
+
 def run(
     argv: list[str],
     cwd: Path | str | None,
@@ -161,53 +230,26 @@ def run(
     timeout: float,
     started: Callable[[int], object] | None = None,
 ) -> subprocess.CompletedProcess[str] | None:
-    """`packager ARGV...` forked by the warm CLI for this environment's PYTHONPATH, answered as subprocess.run
-    (capture_output, text) answers; None when there is none or it does not serve this caller (nothing was run).
+    """`packager ARGV...` forked by the warm CLI, run to its end, answered as subprocess.run(capture_output=True,
+    text=True) answers (its stdin the caller's); None when no warm CLI serves this caller (nothing was run).
     `started` is told the command's pid once it runs."""
-    folder = os.environ.get(VARIABLE)
-    if not folder:
+    asked = _ask(argv, cwd, env, 0)
+    if asked is None:
         return None
-    env = dict(os.environ if env is None else env)
-    where = Path(folder) / socket_name(env.get("PYTHONPATH", ""))
-    folder_in = os.path.abspath(cwd if cwd is not None else os.getcwd())
-    if not os.path.isdir(folder_in):  # subprocess.run's own error, from the fresh start
-        return None
-    request = {"argv": argv, "cwd": folder_in, "env": env}
-    out_r, out_w = os.pipe()
-    err_r, err_w = os.pipe()
-    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        try:
-            conn.connect(str(where))
-            stdin = 0 if _usable(0) else os.open(os.devnull, os.O_RDONLY)
-            try:
-                socket.send_fds(conn, [json.dumps(request).encode("utf-8") + b"\n"], [stdin, out_w, err_w])
-            finally:
-                if stdin != 0:
-                    os.close(stdin)
-            replies = conn.makefile("rb")
-            first = json.loads(replies.readline() or b"{}")
-        except (OSError, ValueError):
-            return None
-        finally:
-            os.close(out_w)
-            os.close(err_w)
-        if "pid" not in first:
-            return None
         if started is not None:
-            started(int(first["pid"]))
+            started(asked.pid)
         try:
-            out, err = _drain(out_r, err_r, timeout)
+            out, err = _drain(asked.out_r, asked.err_r, timeout)
         except subprocess.TimeoutExpired:
-            conn.shutdown(socket.SHUT_WR)  # the warm CLI kills the copy when its caller stops: then it answers EOF
-            replies.read()
+            asked.conn.shutdown(socket.SHUT_WR)  # the warm CLI kills the copy when its caller stops, then says EOF
+            asked.replies.read()
             raise subprocess.TimeoutExpired(["packager", *argv], timeout) from None
-        last = json.loads(replies.readline() or b"{}")
+        code = asked.code()
     finally:
-        conn.close()
-        os.close(out_r)
-        os.close(err_r)
-    code = int(last.get("code", -signal.SIGKILL))  # no code: the warm CLI went (killed) before the copy ended
+        asked.conn.close()
+        os.close(asked.out_r)
+        os.close(asked.err_r)
     return subprocess.CompletedProcess([sys.executable, "-m", "packager.cli", *argv], code, _text(out), _text(err))
 
 
@@ -215,23 +257,21 @@ class WarmProcess:
     """A long-running `packager` command forked by the warm CLI, with what tests use of subprocess.Popen: pid,
     stdout and stderr (text pipes), poll, wait, terminate, kill, returncode."""
 
-    def __init__(
-        self, conn: socket.socket, replies: BinaryIO, pid: int, out_r: int, err_r: int, argv: list[str]
-    ) -> None:
-        self._conn, self._replies = conn, replies
-        self.pid, self.args = pid, [sys.executable, "-m", "packager.cli", *argv]
-        self.stdout = open(out_r, encoding=None, errors="strict")
-        self.stderr = open(err_r, encoding=None, errors="strict")
+    def __init__(self, asked: _Asked, argv: list[str]) -> None:
+        self._asked = asked
+        self.pid, self.args = asked.pid, [sys.executable, "-m", "packager.cli", *argv]
+        self.stdout = open(asked.out_r)
+        self.stderr = open(asked.err_r)
         self.returncode: int | None = None
 
     def poll(self) -> int | None:
-        if self.returncode is None and select.select([self._conn], [], [], 0)[0]:
+        if self.returncode is None and select.select([self._asked.conn], [], [], 0)[0]:
             self._read_code()  # the answer is one line, written at once (or the end of the connection)
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
         if self.returncode is None:
-            self._conn.settimeout(timeout)
+            self._asked.conn.settimeout(timeout)
             try:
                 self._read_code()
             except TimeoutError:
@@ -240,10 +280,9 @@ class WarmProcess:
         return self.returncode
 
     def _read_code(self) -> None:
-        line = self._replies.readline()
-        self.returncode = int(json.loads(line or b"{}").get("code", -signal.SIGKILL))
-        self._replies.close()
-        self._conn.close()
+        self.returncode = self._asked.code()
+        self._asked.replies.close()
+        self._asked.conn.close()
 
     def send_signal(self, sig: int) -> None:
         if self.returncode is None:
@@ -257,37 +296,10 @@ class WarmProcess:
 
 
 def spawn(argv: list[str], env: Mapping[str, str] | None) -> WarmProcess | None:
-    """`packager ARGV...` started by the warm CLI for this environment's PYTHONPATH and left running, its stdout and
-    stderr piped (as subprocess.Popen(stdout=PIPE, stderr=PIPE, text=True)); None when no warm CLI serves it."""
-    folder = os.environ.get(VARIABLE)
-    if not folder:
-        return None
-    env = dict(os.environ if env is None else env)
-    where = Path(folder) / socket_name(env.get("PYTHONPATH", ""))
-    request = {"argv": argv, "cwd": os.getcwd(), "env": env}
-    out_r, out_w = os.pipe()
-    err_r, err_w = os.pipe()
-    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        conn.connect(str(where))
-        stdin = os.open(os.devnull, os.O_RDONLY)
-        try:
-            socket.send_fds(conn, [json.dumps(request).encode("utf-8") + b"\n"], [stdin, out_w, err_w])
-        finally:
-            os.close(stdin)
-        replies = conn.makefile("rb")
-        first = json.loads(replies.readline() or b"{}")
-    except (OSError, ValueError):
-        first = {}
-    finally:
-        os.close(out_w)
-        os.close(err_w)
-    if "pid" not in first:
-        conn.close()
-        os.close(out_r)
-        os.close(err_r)
-        return None
-    return WarmProcess(conn, replies, int(first["pid"]), out_r, err_r, argv)
+    """`packager ARGV...` started by the warm CLI and left running, stdin /dev/null, stdout and stderr piped (as
+    subprocess.Popen(stdout=PIPE, stderr=PIPE, text=True)); None when no warm CLI serves it."""
+    asked = _ask(argv, None, env, None)
+    return None if asked is None else WarmProcess(asked, argv)
 
 
 def _usable(fd: int) -> bool:
@@ -486,14 +498,9 @@ def serve(listening: int) -> None:
         if len(fds) != 3 or theirs != own or not isinstance(request.get("argv"), list):
             refuse(conn, fds, own, theirs)
             continue
-        sys.stdout.flush()
-        sys.stderr.flush()
-        inherited = copies.inherited(conn)
-        pid = os.fork()
+        pid, inherited = copies.fork(conn, fds)
         if pid == 0:
             _child(request, fds, server, inherited)
-        for fd in fds:
-            os.close(fd)
         print(f"served: {pid}: {' '.join(map(str, request['argv']))[:160]}", flush=True)
         copies.started(pid, conn)
 

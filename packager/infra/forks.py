@@ -10,10 +10,22 @@ import os
 import selectors
 import signal
 import socket
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 REQUEST_LIMIT = 4 << 20
+
+
+def listening(path: Path, backlog: int) -> socket.socket:
+    """A Unix socket bound at `path` and listening, reachable by this user alone (whoever reaches it can have work
+    run as this user); made before the server starts, so a client that comes while it imports waits for it."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    os.chmod(path, 0o600)
+    listener.listen(backlog)
+    return listener
 
 
 def receive(conn: socket.socket, most_fds: int) -> tuple[dict[str, Any], list[int]]:
@@ -79,6 +91,19 @@ class Copies:
         end must not wait for this copy)."""
         fds = [self._selector.fileno(), self._listener.fileno(), conn.fileno()]
         return fds + [c.fileno() for c, _ in self._jobs.values()] + [p for _, p in self._jobs.values()]
+
+    def fork(self, conn: socket.socket, fds: list[int], fork: Callable[[], int] = os.fork) -> tuple[int, list[int]]:
+        """Fork a copy for the client of `conn` (`fork`: os.fork or a fenced one): (0, the descriptors the copy must
+        close first) in the copy; (its pid, []) here, where the descriptors the client sent are closed."""
+        sys.stdout.flush()
+        sys.stderr.flush()
+        inherited = self.inherited(conn)
+        pid = fork()
+        if pid == 0:
+            return 0, inherited
+        for fd in fds:
+            os.close(fd)
+        return pid, []
 
     def started(self, pid: int, conn: socket.socket) -> None:
         """The copy `pid` runs for the client of `conn`: it is told the pid (killed if the client is gone already)."""

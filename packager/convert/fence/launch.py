@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ...errors import ConversionFailed, FileSystemError, SandboxViolation
+from ...infra.forks import listening
 from ...infra.progress import Progress
 from ...resources import package_root
 from .job import WorkerJob, WorkerResult
@@ -116,12 +117,7 @@ def start_warm(folder: Path, pythonpath: str | None = None) -> tuple[subprocess.
     for key in CACHE_DIRS:
         env[key] = str(tmp)
     path = folder / "converter.sock"
-    # listening before it starts: a job asked for while it imports waits for it instead of finding no socket
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(str(path))
-    os.chmod(path, 0o600)  # whoever reaches the socket can have jobs run as this user: this user alone
-    listener.listen(16)
-    with listener, open(folder / "warm.log", "wb") as log:
+    with listening(path, 16) as listener, open(folder / "warm.log", "wb") as log:
         process = subprocess.Popen(
             [sys.executable, "-m", WARM_MODULE, str(listener.fileno())],
             cwd=folder,

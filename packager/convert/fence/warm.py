@@ -107,14 +107,9 @@ def serve(listening: int) -> None:
         if len(fds) != 2 or theirs != own:
             refuse(conn, fds, own, theirs)
             continue
-        sys.stdout.flush()
-        sys.stderr.flush()
-        inherited = copies.inherited(conn)
-        pid = fence.fork()
+        pid, inherited = copies.fork(conn, fds, fence.fork)
         if pid == 0:
             _child(request, fds, fence, server_pid, inherited)
-        for fd in fds:
-            os.close(fd)
         print(f"served: {request.get('job')}", flush=True)
         copies.started(pid, conn)
 
