@@ -5,11 +5,13 @@ passes the faithful check against the torch reference of z-lab's DFlashDraftMode
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from packager.bundle.graph import read
 from packager.bundle.kinds import DFLASH_FILES, TARGET_DFLASH, kind_of
 from packager.convert.dflash.export import cache_key
 from packager.convert.dflash.faithful import MAX_STATE_ERROR, MIN_COSINE, check
@@ -80,6 +82,17 @@ def test_a_llama31_target_with_a_random_dflash_draft_converts_and_passes_the_fai
     assert validate(Path(result.out)).errors == ()
 
 
+def test_the_drafts_head_is_the_targets_lm_head_byte_for_byte(llama31_dflash: ConvertResult) -> None:
+    """dflash_lmhead.mnn.weight is the lm_head's range of llm.mnn.weight, and the config names its graph."""
+    out = Path(llama31_dflash.out)
+    head = read(json.loads((out / "llm.mnn.json").read_text())).lm_head
+    assert head is not None and "lm_head" in head.name
+    with open(out / "llm.mnn.weight", "rb") as weights:
+        weights.seek(head.external[0])
+        assert (out / "dflash_lmhead.mnn.weight").read_bytes() == weights.read(sum(head.external[1:]))
+    assert json.loads((out / "config.json").read_text())["dflash_lmhead"] == "dflash_lmhead.mnn"
+
+
 def test_the_exposed_target_states_are_transformers_states_after_the_named_layers(
     llama31_dflash: ConvertResult,
 ) -> None:
@@ -104,9 +117,9 @@ def test_a_graph_exposing_other_layers_than_the_draft_reads_is_refused(
 def test_a_cached_dflash_draft_is_reused_and_a_damaged_one_rebuilt(
     llama31_dflash: ConvertResult, llama31_target: Path, tmp_path: Path
 ) -> None:
-    """The draft's two graphs are a graph cache entry of their own (keyed by the draft's and the lm_head's bytes):
-    converting the same target and draft again takes them from the cache, byte for byte what the export made; an
-    entry damaged on disk is removed and exported again, never used."""
+    """The draft's two graphs are a graph cache entry of their own (keyed by the draft's bytes): converting the same
+    target and draft again takes them from the cache, byte for byte what the export made (and the head lifted
+    again, the same bytes); an entry damaged on disk is removed and exported again, never used."""
     assert llama31_dflash.dflash is not None
     draft = llama31_dflash.dflash.path
     said: list[str] = []
@@ -114,7 +127,7 @@ def test_a_cached_dflash_draft_is_reused_and_a_damaged_one_rebuilt(
     assert any("graph cache hit for the DFlash draft" in line for line in said), said
     for name in DFLASH_FILES:
         assert again.digests[name] == llama31_dflash.digests[name]
-    key = cache_key(llama31_dflash.dflash, inspect_checkpoint(llama31_target, allow_untied=True).weight_files)
+    key = cache_key(llama31_dflash.dflash)
     entry = graphcache.root() / key
     with open(entry / "dflash_fc.mnn", "r+b") as handle:
         handle.seek(100)

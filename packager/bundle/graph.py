@@ -17,13 +17,14 @@ class Linear:
     asymmetric: bool
     external: tuple[int, ...]
     shape_int32: bool = False  # the quant header stores the dims as int32 (a dim over 65535)
+    scale_bytes: int = 4  # float32 scales (llmexport's, packager's); 2 where scaleStorage is FP16 (MNN's exporter)
 
     @property
     def block(self) -> int | None:
-        """Block size implied by the alpha bytes: oc * (ic / block) * (2 if asymmetric) * 4 bytes."""
+        """Block size implied by the alpha bytes: oc * (ic / block) * (2 if asymmetric) * scale_bytes bytes."""
         if self.bits is None or len(self.external) < 3 or self.external[2] == 0:
             return None
-        per_row = self.external[2] // (self.out_features * (2 if self.asymmetric else 1) * 4)
+        per_row = self.external[2] // (self.out_features * (2 if self.asymmetric else 1) * self.scale_bytes)
         return self.in_features // per_row if per_row else None
 
 
@@ -73,6 +74,7 @@ def read(graph: dict[str, Any]) -> GraphFacts:
                     asymmetric=bool(quant.get("aMin")) if isinstance(quant, dict) else False,
                     external=tuple(int(x) for x in external) if isinstance(external, list) else (),
                     shape_int32=bool(quant.get("shapeInt32")) if isinstance(quant, dict) else False,
+                    scale_bytes=2 if isinstance(quant, dict) and quant.get("scaleStorage") == "FP16" else 4,
                 )
             )
     return GraphFacts(

@@ -48,9 +48,14 @@ EAGLE_FILES: dict[str, str] = {
     "eagle_d2t.mnn": "EAGLE-3 draft-to-target vocabulary map",
 }
 DFLASH_FILES: dict[str, str] = {
-    "dflash.mnn": "DFlash draft graph and weights (8-bit; the draft layers and the target's lm_head)",
+    "dflash.mnn": "DFlash draft graph and weights (the draft layers, 8-bit)",
     "dflash_fc.mnn": "DFlash context projection (fc and hidden_norm over the target's hidden states, float)",
+    "dflash_lmhead.mnn": "DFlash draft's lm_head graph (the target's own lm_head, as llm.mnn.weight stores it)",
+    "dflash_lmhead.mnn.weight": "DFlash draft's lm_head weights (the bytes of the target's lm_head)",
 }
+# The draft's own graphs (made from its checkpoint; the rest of DFLASH_FILES come from the target's graph)
+DFLASH_GRAPHS = ("dflash.mnn", "dflash_fc.mnn")
+DFLASH_LMHEAD = "dflash_lmhead.mnn"
 LOOKUP = "lookup_file.txt"
 # Files a bundle of any kind may hold; `embeddings_bf16.bin` is required where llm_config.json has no tie.
 OPTIONAL: dict[str, str] = {

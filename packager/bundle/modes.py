@@ -14,10 +14,20 @@ ARGMAX_MODES = ("eagle", "mtp", "dflash")
 EAGLE_KEYS = {"eagle_model": "eagle.mnn", "eagle_fc": "eagle_fc.mnn", "eagle_d2t": "eagle_d2t.mnn"}
 # MNN 3.6.1's llmconfig.hpp defaults for the DFlash files (dflash_lmhead, a separate head, is read only when set).
 DFLASH_KEYS = {"dflash_model": "dflash.mnn", "dflash_fc": "dflash_fc.mnn"}
-# The DFlash graphs' inputs and outputs as DFlashGeneration::load names them (speculative_decoding/dflash.cpp).
+DFLASH_LMHEAD_KEY = "dflash_lmhead"
+# The DFlash graphs' inputs and outputs as DFlashGeneration::load names them (speculative_decoding/dflash.cpp):
+# the draft graph gives the block's logits, or, when dflash_lmhead names a file, its final states, which that
+# graph (the separate lm_head) turns into logits.
 DFLASH_FC_INPUTS, DFLASH_FC_OUTPUTS = ["target_hidden"], ["context_hidden"]
 DFLASH_INPUTS = ["noise_embedding", "context_hidden", "attention_mask", "q_position_ids", "k_position_ids"]
 DFLASH_OUTPUTS = ["logits"]
+DFLASH_STATES_OUTPUTS = ["hidden_states"]  # the draft graph's output beside a separate lm_head
+DFLASH_LMHEAD_INPUTS, DFLASH_LMHEAD_OUTPUTS = ["hidden_states"], ["logits"]
+
+
+def dflash_draft_outputs(separate_head: bool) -> list[str]:
+    """What DFlashGeneration::load asks the draft graph for: its states beside a separate lm_head, else logits."""
+    return DFLASH_STATES_OUTPUTS if separate_head else DFLASH_OUTPUTS
 
 
 def graph_io(dump: Any) -> tuple[dict[str, list[int]], list[str]]:

@@ -139,6 +139,7 @@ DFLASH: dict[str, Any] = {
     "hidden_states": True,
     "dflash_model": "dflash.mnn",
     "dflash_fc": "dflash_fc.mnn",
+    "dflash_lmhead": "dflash_lmhead.mnn",  # the draft's head: the target's own (its weights' bytes), as a graph
 }
 
 

@@ -16,7 +16,7 @@ from ..bundle.engine import (
     format_version,
     graph_requirement,
 )
-from ..bundle.kinds import DFLASH_FILES, DRAFT, EAGLE_FILES, EMBEDDINGS, LOOKUP, BundleKind
+from ..bundle.kinds import DFLASH_GRAPHS, DRAFT, EAGLE_FILES, EMBEDDINGS, LOOKUP, BundleKind
 from ..bundle.lookahead import Lookahead
 from ..bundle.staging import StagedDir
 from ..bundle.tokenizer_txt import MIN_ENGINE
@@ -25,6 +25,7 @@ from ..infra.hashing import xxh3_128_file
 from ..infra.progress import Progress
 from ..spec.model import ReleaseSpec
 from . import provenance
+from .dflash import export as dflash_export
 from .dflash import faithful as dflash_faithful
 from .eagle import faithful
 from .fence.job import WorkerResult
@@ -183,16 +184,22 @@ def _assemble(
             raise ConversionFailed(f"the converter did not write {name}")
         os.replace(export / name, built / name)
     if conversion.dflash is not None:
-        for name in DFLASH_FILES:
-            if dflash_dir is None or not (dflash_dir / name).is_file():
+        if dflash_dir is None:
+            raise ConversionFailed("the DFlash export wrote nothing")
+        for name in DFLASH_GRAPHS:
+            if not (dflash_dir / name).is_file():
                 raise ConversionFailed(f"the DFlash export did not write {name}")
             os.replace(dflash_dir / name, built / name)
+        try:  # the draft's head: the target's own lm_head, lifted out of its graph (before the graph's uuid changes)
+            dflash_export.lm_head_graph(built, built, dflash_dir)
+        except (dflash_export.LmHeadUnexpected, RuntimeError) as exc:
+            raise ConversionFailed(f"the DFlash draft's lm_head graph could not be made: {exc}") from None
     weight_digest = xxh3_128_file(built / "llm.mnn.weight")  # the stamp does not touch the weights
     graph_uuid = stamp_uuid(built / "llm.mnn", built / "llm.mnn.json", weight_digest)
     if head is not None:  # the head's graphs carry a uuid drawn on every export too
         for graph in ("eagle.mnn", "eagle_fc.mnn"):
             stamp_graph_uuid(built / graph, xxh3_128_file(built / f"{graph}.weight"))
-    # (a DFlash draft's two graphs come stamped from their export: dflash.export)
+    # (a DFlash draft's graphs come stamped from their export: dflash.export)
     graph_engine = graph_requirement(built / "llm.mnn.json")
     agreements = tuple(
         agreement(fmt, worker.encodings[fmt], reference, corpus)

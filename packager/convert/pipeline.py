@@ -78,7 +78,7 @@ def convert(request: ConvertRequest, progress: Progress = lambda _: None, runner
         dflash_dir, drafted, dflash_prepared = None, None, None
         if draft is not None:
             dflash_dir = stage.subdir("dflash")
-            drafted = beside.submit(dflash_export.export, draft, info.weight_files, dflash_dir, progress)
+            drafted = beside.submit(dflash_export.export, draft, dflash_dir, progress)
         reference, inputs = _start_beside(beside, conversion)
         # The head check's torch side needs nothing of the bundle: made while the converter runs (a core is idle
         # once the weights are written), it leaves only the MNN side for after the export.

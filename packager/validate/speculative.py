@@ -29,8 +29,11 @@ from ..bundle.modes import (
     DFLASH_FC_OUTPUTS,
     DFLASH_INPUTS,
     DFLASH_KEYS,
-    DFLASH_OUTPUTS,
+    DFLASH_LMHEAD_INPUTS,
+    DFLASH_LMHEAD_KEY,
+    DFLASH_LMHEAD_OUTPUTS,
     EAGLE_KEYS,
+    dflash_draft_outputs,
     graph_io,
 )
 from ..report.findings import Collector
@@ -277,8 +280,8 @@ def _check_dflash(
 ) -> None:
     _check_hidden_states(config, outputs, have_graph, "DFlash", "draft (packager convert --dflash)", out)
     files = {key: config.get(key, default) for key, default in DFLASH_KEYS.items()}
-    if config.get("dflash_lmhead"):
-        files["dflash_lmhead"] = config["dflash_lmhead"]
+    if config.get(DFLASH_LMHEAD_KEY):
+        files[DFLASH_LMHEAD_KEY] = config[DFLASH_LMHEAD_KEY]
     missing = False
     for key, name in files.items():
         if not isinstance(name, str) or not (bundle / name).is_file():
@@ -333,7 +336,8 @@ def _check_dflash_graphs(
     bundle: Path, files: dict[str, str], hidden: int, width: int, block: int, vocab: int, out: Collector
 ) -> None:
     """Load the draft's graphs in MNN and run them as the engine's first step does: dflash_fc on one position of
-    the target's hidden states, dflash.mnn on one block of the configured size."""
+    the target's hidden states, dflash.mnn on one block of the configured size (its states then through
+    dflash_lmhead when the config names one, as the engine then asks dflash.mnn for them)."""
     from ..runtime.mnn import quiet_stdout
 
     try:
@@ -365,7 +369,9 @@ def _check_dflash_graphs(
         return
     try:
         with quiet_stdout():
-            draft = nn.load_module_from_file(str(bundle / files["dflash_model"]), DFLASH_INPUTS, DFLASH_OUTPUTS)
+            separate = DFLASH_LMHEAD_KEY in files
+            outputs = dflash_draft_outputs(separate)
+            draft = nn.load_module_from_file(str(bundle / files["dflash_model"]), DFLASH_INPUTS, outputs)
             logits = draft.forward(
                 [
                     const(np.zeros((1, block, hidden), np.float32)),
@@ -380,9 +386,32 @@ def _check_dflash_graphs(
         out.error(
             files["dflash_model"],
             "",
-            f"MNN cannot load or run the DFlash draft on a block of {block} ({type(exc).__name__}: {str(exc)[:160]})",
+            f"MNN cannot load or run the DFlash draft on a block of {block}, asked for {outputs[0]} "
+            f"({type(exc).__name__}: {str(exc)[:160]})",
         )
         return
+    if separate:
+        if size != block * hidden:
+            out.error(
+                files["dflash_model"],
+                "",
+                f"gives {size} values for a block of {block}, not {block} states of the target's hidden size {hidden}",
+            )
+            return
+        try:
+            with quiet_stdout():
+                head = nn.load_module_from_file(
+                    str(bundle / files[DFLASH_LMHEAD_KEY]), DFLASH_LMHEAD_INPUTS, DFLASH_LMHEAD_OUTPUTS
+                )
+                size = int(np.array(head.forward([logits[0]])[0].read()).size)
+        except Exception as exc:
+            out.error(
+                files[DFLASH_LMHEAD_KEY],
+                "",
+                f"MNN cannot load or run the draft's lm_head on {block} states "
+                f"({type(exc).__name__}: {str(exc)[:160]})",
+            )
+            return
     if got != hidden:
         out.error(
             files["dflash_fc"],
@@ -391,7 +420,7 @@ def _check_dflash_graphs(
         )
     if vocab and size != block * vocab:
         out.error(
-            files["dflash_model"],
+            files[DFLASH_LMHEAD_KEY] if separate else files["dflash_model"],
             "",
             f"scores {size} logits for a block of {block}, not {block} x the target's vocabulary of {vocab}",
         )

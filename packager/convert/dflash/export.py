@@ -1,14 +1,22 @@
-"""dflash.mnn and dflash_fc.mnn from a checked draft: packager's graphs (dflash.graph) with the checkpoint's weights
-and the target's lm_head, traced to ONNX and converted by pymnn's MNNConvert in this process (the converter
-worker's, inside the fence). As MNN's own exporter does, the draft graph is converted without transformer fusion
-(fused attention assumes causal masking; the draft attends to everything) and at 8 bits; dflash_fc stays float
-(the engine runs it in fp32: its input is several hidden states wide)."""
+"""The DFlash draft's graphs: dflash.mnn and dflash_fc.mnn from a checked draft (packager's graphs, dflash.graph, with
+the checkpoint's weights, traced to ONNX and converted by pymnn's MNNConvert), and dflash_lmhead.mnn, the target's
+own lm_head as a graph of its own (lm_head_graph).
+
+As MNN's own exporter does, the draft graph is converted without transformer fusion (fused attention assumes
+causal masking; the draft attends to everything) and at 8 bits; dflash_fc stays float (the engine runs it in fp32:
+its input is several hidden states wide). The draft graph ends at its final norm: MNN 3.6.1 reads `hidden_states`
+from it when the config names dflash_lmhead, and turns them into logits with that graph. z-lab's drafts share the
+target's lm_head, so the lm_head graph is the target graph's own lm_head op and its bytes in llm.mnn.weight, copied:
+nothing of a vocabulary-sized head is traced, converted or quantized again (a 0.6B target's head alone took most
+of the draft's export time), and the draft scores with the very head the target verifies with.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+from ...bundle.kinds import DFLASH_GRAPHS, DFLASH_LMHEAD
 from ...infra.hashing import xxh3_128_file
 from ...infra.progress import Progress
 from ..inspect.dflash_draft import DFlashDraft
@@ -16,21 +24,7 @@ from ..reproducible import stamp_graph_uuid
 
 DRAFT_BITS = 8
 DRAFT_BLOCK = 64  # per-block scales where the block divides every input width, else per channel
-DRAFT_FILES = ("dflash.mnn", "dflash_fc.mnn")
-LM_HEAD_NAMES = ("lm_head.weight", "model.embed_tokens.weight")  # untied first, else the tied embedding
-
-
-def target_lm_head(weight_files: tuple[Path, ...], names: tuple[str, ...] = LM_HEAD_NAMES) -> Any:
-    """The target's lm_head [vocab, hidden] (float32), read from its safetensors: its own, else the embedding."""
-    import torch
-    from safetensors import safe_open
-
-    for name in names:
-        for file in weight_files:
-            with safe_open(str(file), framework="pt") as handle:
-                if name in handle.keys():  # noqa: SIM118 - safe_open has keys(), not __contains__
-                    return handle.get_tensor(name).to(torch.float32)
-    raise ValueError(f"the target's weights hold none of {', '.join(names)}")
+DRAFT_FILES = DFLASH_GRAPHS
 
 
 def block_for(draft: DFlashDraft) -> int:
@@ -55,15 +49,15 @@ _MALLOC = {
 }
 
 
-def mnnconvert(onnx: Path, out: Path, flags: tuple[str, ...] = ()) -> None:
+def mnnconvert(model: Path, out: Path, flags: tuple[str, ...] = (), fmt: str = "ONNX") -> None:
     import os
     import subprocess
     import sys
 
-    args = ["MNNConvert", "-f", "ONNX", "--modelFile", str(onnx), "--MNNModel", str(out), "--bizCode", "MNN", *flags]
+    args = ["MNNConvert", "-f", fmt, "--modelFile", str(model), "--MNNModel", str(out), "--bizCode", "MNN", *flags]
     done = subprocess.run(
         [sys.executable, "-c", _CONVERT, *args],
-        cwd=onnx.parent,
+        cwd=model.parent,
         env={**os.environ, **_MALLOC},
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
@@ -72,98 +66,46 @@ def mnnconvert(onnx: Path, out: Path, flags: tuple[str, ...] = ()) -> None:
     )
     if done.returncode != 0 or not out.is_file():
         tail = done.stderr.decode("utf-8", "replace")[-300:].strip()
-        raise RuntimeError(f"MNNConvert did not convert {onnx.name} (exit {done.returncode}): {tail}")
+        raise RuntimeError(f"MNNConvert did not convert {model.name} (exit {done.returncode}): {tail}")
 
 
-# torch's ONNX exporter spends most of its time on the lm_head's size (its shape inference serialises every weight:
-# 15 s of a 0.6B target's draft with 151,936 rows); the graph does not depend on the vocabulary's size. So the draft
-# is traced with this many of the lm_head's rows, and the whole lm_head spliced in after, as external data beside
-# the ONNX file (the faithful check compares the result with the reference over the whole vocabulary).
-TRACED_ROWS = 11
-LM_HEAD_DATA = "dflash.lm_head.bin"
-
-
-def splice_lm_head(path: Path, lm_head: Any) -> bool:
-    """Put the whole `lm_head` [vocab, hidden] into the ONNX draft at `path`, traced with its first TRACED_ROWS rows:
-    the one initializer that holds those rows transposed becomes all of them (external data beside the file), and
-    the logits' vocabulary dimension follows. False (the file untouched) if no single initializer is those rows."""
-    import numpy as np
-    import onnx
-    from onnx import numpy_helper
-
-    model = onnx.load(str(path))
-    traced = lm_head[:TRACED_ROWS].t().contiguous().numpy()
-    found = [
-        i
-        for i in model.graph.initializer
-        if list(i.dims) == list(traced.shape) and np.array_equal(numpy_helper.to_array(i), traced)
-    ]
-    if len(found) != 1:
-        return False
-    (init,) = found
-    whole = lm_head.t().contiguous().numpy()
-    whole.tofile(path.parent / LM_HEAD_DATA)
-    init.ClearField("raw_data")
-    del init.dims[:]
-    init.dims.extend(whole.shape)
-    init.data_location = onnx.TensorProto.EXTERNAL
-    del init.external_data[:]
-    for key, value in (("location", LM_HEAD_DATA), ("offset", "0"), ("length", str(whole.nbytes))):
-        entry = init.external_data.add()
-        entry.key, entry.value = key, value
-    for output in model.graph.output:
-        for dim in output.type.tensor_type.shape.dim:
-            if dim.HasField("dim_value") and dim.dim_value == TRACED_ROWS:
-                dim.dim_value = whole.shape[1]
-    onnx.save(model, str(path))
-    return True
-
-
-def cache_key(draft: DFlashDraft, weight_files: tuple[Path, ...]) -> str:
-    """The graph cache's key of the draft's two graphs: the draft's own bytes and facts, the bytes of the target's
-    lm_head they carry, how they are made (bits, block, traced rows) and the versions that make them."""
+def cache_key(draft: DFlashDraft) -> str:
+    """The graph cache's key of the draft's two graphs: the draft's own bytes and facts, how they are made (bits,
+    block) and the versions that make them."""
     import dataclasses
     import json
 
     from ... import __version__
-    from ...infra.hashing import xxh3_128_bytes
     from ...infra.versions import installed
     from ..stream import graphcache
-    from ..stream.weightwriter import index
 
-    refs = index(weight_files)
-    ref = next(refs[name] for name in LM_HEAD_NAMES if name in refs)
-    with open(ref.file, "rb") as handle:
-        handle.seek(ref.start)
-        lm_head = xxh3_128_bytes(handle.read(ref.nbytes))
     facts = {k: v for k, v in dataclasses.asdict(draft).items() if k not in ("path", "weights")}
     return graphcache.key(
         {
             "dflash_draft": xxh3_128_file(draft.weights),
             "facts": json.loads(json.dumps(facts, default=str)),
-            "lm_head": [ref.dtype, list(ref.shape), lm_head],
-            "made": {"bits": DRAFT_BITS, "block": block_for(draft), "traced_rows": TRACED_ROWS},
+            "made": {"bits": DRAFT_BITS, "block": block_for(draft), "outputs": "hidden_states"},
             "packager": __version__,
             "versions": installed(("mnn", "torch", "onnx")),
         }
     )
 
 
-def export(draft: DFlashDraft, weight_files: tuple[Path, ...], dst: Path, progress: Progress = lambda _: None) -> None:
-    """Both graphs into `dst`, from the graph cache when an entry of the same draft and lm_head is there, else
+def export(draft: DFlashDraft, dst: Path, progress: Progress = lambda _: None) -> None:
+    """The draft's two graphs into `dst`, from the graph cache when an entry of the same draft is there, else
     exported and stored in it (their ONNX files in dst/onnx-dflash, left for the caller's work folder)."""
     import shutil
 
     from ..stream import graphcache
 
-    entry_key = cache_key(draft, weight_files)
+    entry_key = cache_key(draft)
     cached = graphcache.lookup(entry_key, progress)
     if cached is not None:
         progress(f"graph cache hit for the DFlash draft ({entry_key[:12]})")
         for name in DRAFT_FILES:
             shutil.copyfile(cached / name, dst / name)
         return
-    _export(draft, weight_files, dst)
+    _export(draft, dst)
     graphcache.store(
         entry_key,
         {name: dst / name for name in DRAFT_FILES},
@@ -171,24 +113,110 @@ def export(draft: DFlashDraft, weight_files: tuple[Path, ...], dst: Path, progre
     )
 
 
-def _export(draft: DFlashDraft, weight_files: tuple[Path, ...], dst: Path) -> None:
+def _export(draft: DFlashDraft, dst: Path) -> None:
     from . import graph
 
-    lm_head = target_lm_head(weight_files)
     onnx = dst / "onnx-dflash"
     onnx.mkdir(parents=True, exist_ok=True)
-    main, fc = graph.load(draft, lm_head[:TRACED_ROWS])
+    main, fc = graph.load(draft)
     main_onnx, fc_onnx = graph.export_onnx(main, fc, draft, onnx)
-    if not splice_lm_head(main_onnx, lm_head):  # traced otherwise than expected: trace it whole
-        main, fc = graph.load(draft, lm_head)
-        main_onnx, fc_onnx = graph.export_onnx(main, fc, draft, onnx)
-    del main, fc, lm_head
+    del main, fc
     mnnconvert(fc_onnx, dst / "dflash_fc.mnn")
     block = block_for(draft)
     quant = ("--weightQuantBits", str(DRAFT_BITS), *(("--weightQuantBlock", str(block)) if block else ()))
     mnnconvert(main_onnx, dst / "dflash.mnn", quant)
-    # MNNConvert draws a uuid into each graph (their weights are inside): one made from the content instead, here
-    # beside the target's conversion rather than after it (a 0.6B target's dflash.mnn is 211 MB to read and write)
+    # MNNConvert draws a uuid into each graph (their weights are inside): one made from the content instead
     digest = xxh3_128_file(draft.weights)
     for name in DRAFT_FILES:
         stamp_graph_uuid(dst / name, digest)
+
+
+class LmHeadUnexpected(ValueError):
+    """The target graph's lm_head is not the one op chain lm_head_graph knows how to lift out."""
+
+
+def lm_head_graph(target: Path, dst: Path, work: Path) -> None:
+    """dflash_lmhead.mnn (+ .weight) in `dst` from the target's graph in `target` (llm.mnn.json, llm.mnn.weight;
+    its JSON made in `work`):
+    the ops of its lm_head (llmexport's reshape, layout change, the quantized 1x1 convolution and back) with a
+    `hidden_states` input [1, n, hidden] and a `logits` output, the convolution's bytes copied from llm.mnn.weight
+    to the new graph's own weight file (MNN loads X.mnn's external weights from X.mnn.weight)."""
+    import json
+
+    from ...bundle.graph import read
+
+    dump = json.loads((target / "llm.mnn.json").read_text(encoding="utf-8"))
+    head = read(dump).lm_head
+    ops = dump.get("oplists") or []
+    if head is None or "lm_head" not in head.name or not head.bits or len(head.external) < 3:
+        raise LmHeadUnexpected("the target graph has no quantized lm_head with external weights")
+    chain = [op for op in ops if str(op.get("name", "")).startswith(head.name)]
+    convs = [op for op in chain if op.get("type") == "Convolution"]
+    produced = {t for op in chain for t in op.get("outputIndexes", [])}
+    entries = [t for op in chain for t in op.get("inputIndexes", []) if t not in produced]
+    if len(convs) != 1 or len(entries) != 1 or len(chain) > 8:
+        raise LmHeadUnexpected(f"the target graph's {head.name} is not one convolution in one chain of ops")
+    names = dump["tensorName"]
+    tensors, index = ["hidden_states"], {entries[0]: 0}
+    lifted: list[dict[str, Any]] = [
+        {
+            "type": "Input",
+            "main_type": "Input",
+            "name": "hidden_states",
+            "inputIndexes": [],
+            "outputIndexes": [0],
+            "main": {"dims": [1, -1, head.in_features], "dtype": "DT_FLOAT", "dformat": "NCHW"},
+            "defaultDimentionFormat": "NHWC",
+        }
+    ]
+    for position, op in enumerate(chain):
+        op = json.loads(json.dumps(op))
+        op["inputIndexes"] = [index[t] for t in op["inputIndexes"]]
+        outputs = []
+        for t in op["outputIndexes"]:
+            index[t] = len(tensors)
+            outputs.append(len(tensors))
+            tensors.append("logits" if position == len(chain) - 1 else names[t])
+        op["outputIndexes"] = outputs
+        if op.get("type") == "Convolution":
+            op["main"]["external"] = [0, *op["main"]["external"][1:]]
+        lifted.append(op)
+    graph = {key: dump[key] for key in ("bizCode", "preferForwardType", "sourceType", "usage") if key in dump}
+    graph.update({"oplists": lifted, "outputName": ["logits"], "tensorName": tensors, "tensorNumber": 0})
+    graph["mnn_uuid"] = "00000000-0000-0000-0000-000000000000"  # stamped below with one made from the content
+    spec = work / "dflash_lmhead.json"
+    spec.write_text(json.dumps(graph), encoding="utf-8")
+    length = sum(head.external[1:])
+    weights = dst / f"{DFLASH_LMHEAD}.weight"
+    _copy_bytes(target / "llm.mnn.weight", head.external[0], length, weights)
+    mnnconvert(spec, dst / DFLASH_LMHEAD, fmt="JSON")
+    stamp_graph_uuid(dst / DFLASH_LMHEAD, xxh3_128_file(weights))
+
+
+def _copy_bytes(source: Path, start: int, length: int, out: Path) -> None:
+    """`length` bytes of `source` from `start` into a new file `out` (nothing written when `source` is shorter): by
+    the kernel where the file system can, else through a buffer."""
+    import os
+
+    with open(source, "rb") as src:
+        if os.fstat(src.fileno()).st_size < start + length:
+            raise LmHeadUnexpected(f"{source.name} ends before the lm_head's bytes do")
+        with open(out, "wb") as dst:
+            copied = 0
+            try:
+                while copied < length:
+                    sent = os.copy_file_range(src.fileno(), dst.fileno(), length - copied, start + copied)
+                    if sent == 0:
+                        raise OSError("nothing copied")
+                    copied += sent
+            except OSError:
+                dst.seek(0)
+                dst.truncate()
+                src.seek(start)
+                left = length
+                while left:
+                    chunk = src.read(min(left, 1 << 24))
+                    if not chunk:
+                        raise LmHeadUnexpected(f"{source.name} ends before the lm_head's bytes do") from None
+                    dst.write(chunk)
+                    left -= len(chunk)

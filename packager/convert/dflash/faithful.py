@@ -2,10 +2,12 @@
 
 On the same inputs (the target's hidden states from the converted target graph's `hidden_states` output over a
 short chat prompt, and the checkpoint's embeddings of each block: the next token, then mask tokens), the bundle's
-dflash_fc.mnn + dflash.mnn run in MNN and z-lab's architecture runs in torch (dflash.reference, float32). The
-block's logits must agree: per position the cosine of the two logit vectors, and the top-1 token. The draft graph
-is 8-bit, so the logits differ by what rounding leaves (measured on a random draft: cosine above 0.999, every top-1
-equal), where a wrong rope, a layer out of order or a swapped weight gives cosines far lower.
+dflash_fc.mnn + dflash.mnn (+ dflash_lmhead.mnn) run in MNN and z-lab's architecture runs in torch
+(dflash.reference, float32), scoring with the target's lm_head as the target graph stores it (both sides then use
+the same head, which the target's own checks cover). The block's logits must agree: per position the cosine of the
+two logit vectors, and the top-1 token. The draft graph is 8-bit, so the logits differ by what rounding leaves
+(measured on a random draft: cosine above 0.999, every top-1 equal), where a wrong rope, a layer out of order or a
+swapped weight gives cosines far lower.
 
 Those hidden states are the target graph's, and they are checked too: each layer's state the graph exposes
 against transformers' (the target checkpoint in float32, hidden_states[id + 1], the convention z-lab's drafts are
@@ -76,29 +78,49 @@ def transformers_states(
     """transformers' hidden_states of the target over `embeds` [n, hidden], float32: [0] the embeddings, [i + 1]
     after layer i, through layer `upto` (the model is built with the layers up to one past it only, so the state
     after `upto` is the raw one unless `upto` is the model's last layer, as transformers gives it). With `recipe`,
-    the layers' linears are rounded as it stores them first."""
+    the layers' linears are rounded as it stores them first.
+
+    The model is transformers' own, built without weights (on the meta device); each decoder layer gets its weights
+    from the checkpoint as the forward reaches it and gives them back after, so one layer is in memory at a time and
+    the embedding table (not used: the inputs are embeddings) never is. (A 0.6B target whole in float32 is 2.3 GB,
+    whose pages cost more than its arithmetic; the states are the same, tested.)"""
     import torch
     from transformers import AutoConfig, AutoModel
-    from transformers.utils import logging
 
     from ..eagle.faithful import quantized
+    from ..stream.weightwriter import index
 
     config = AutoConfig.from_pretrained(str(info.path))
     config.num_hidden_layers = min(int(config.num_hidden_layers), upto + 2)
-    verbosity, bars = logging.get_verbosity(), logging.is_progress_bar_enabled()
-    logging.set_verbosity_error()  # the load report names the lm_head this model does not take
-    logging.disable_progress_bar()
-    try:
-        model = AutoModel.from_pretrained(str(info.path), config=config, dtype=torch.float32).eval()
-    finally:
-        logging.set_verbosity(verbosity)
-        if bars:
-            logging.enable_progress_bar()
+    with torch.device("meta"):
+        model = AutoModel.from_config(config, dtype=torch.float32).eval()
+    for name, module in list(model.named_modules()):  # rotary tables are made at init: make them again, for real
+        if any(buffer.is_meta for buffer in module.buffers(recurse=False)) and not list(module.parameters()):
+            model.set_submodule(name, type(module)(config=config))
+    refs = index(info.weight_files)
+    prefix = "model." if any(key.startswith("model.") for key in refs) else ""
+
+    def load(module: Any, name: str) -> None:
+        from safetensors import safe_open
+
+        module.to_empty(device="cpu")
+        with torch.no_grad():
+            for key, param in module.named_parameters():
+                ref = refs[f"{prefix}{name}.{key}"]
+                with safe_open(str(ref.file), framework="pt") as handle:
+                    value = handle.get_tensor(f"{prefix}{name}.{key}").to(torch.float32)
+                if recipe is not None and isinstance(module.get_submodule(key.rpartition(".")[0]), torch.nn.Linear):
+                    value = quantized(value, recipe.bits, recipe.block, recipe.symmetric)
+                param.copy_(value)
+
+    def unload(module: Any, _args: Any, _out: Any) -> None:  # (a hook that returned something would replace the output)
+        module.to("meta")
+
+    for index_, layer in enumerate(model.layers):
+        layer.register_forward_pre_hook(lambda module, _args, name=f"layers.{index_}": load(module, name))
+        layer.register_forward_hook(unload)
+    load(model.norm, "norm")
     with torch.no_grad():
-        if recipe is not None:
-            for module in model.modules():
-                if isinstance(module, torch.nn.Linear):
-                    module.weight.copy_(quantized(module.weight, recipe.bits, recipe.block, recipe.symmetric))
         out = model(inputs_embeds=torch.from_numpy(embeds)[None], output_hidden_states=True)
     return [state[0].numpy() for state in out.hidden_states[: upto + 2]]
 
@@ -137,13 +159,12 @@ class Prepared:
 def prepare(draft: DFlashDraft, info: CheckpointInfo, recipe: QuantRecipe) -> Prepared:
     from tokenizers import Tokenizer
 
-    from .export import target_lm_head
     from .reference import Reference
 
     ids = Tokenizer.from_file(str(info.path / "tokenizer.json")).encode(PROBE, add_special_tokens=False).ids
     embeds = _embeddings(info, [*ids, draft.mask_token_id])
     wanted = transformers_states(info, embeds[:-1], max(draft.target_layer_ids), recipe if emulated(recipe) else None)
-    return Prepared(ids, embeds[:-1], embeds[-1], wanted, Reference(draft, target_lm_head(info.weight_files)))
+    return Prepared(ids, embeds[:-1], embeds[-1], wanted, Reference(draft))
 
 
 def measure(
@@ -156,20 +177,25 @@ def measure(
 ) -> Faithfulness:
     import torch
 
+    from ...bundle.modes import DFLASH_LMHEAD_INPUTS, DFLASH_LMHEAD_OUTPUTS, dflash_draft_outputs
     from ...runtime.mnn import quiet_stdout
-    from .graph import DRAFT_INPUTS, DRAFT_OUTPUTS, FC_INPUTS, FC_OUTPUTS
+    from .graph import DRAFT_INPUTS, FC_INPUTS, FC_OUTPUTS
 
     ready = prepared if prepared is not None else prepare(draft, info, recipe)
     ids, embeds, mask_row, reference = ready.ids, ready.embeds, ready.mask_row, ready.reference
     features = _target_hidden(bundle, embeds, threads)  # [n, k*hidden]: after each target layer named
     states = target_states(features, ready.states, draft.target_layer_ids)
+    separate = _separate_head(bundle)
     with quiet_stdout():
         import MNN.nn as nn
 
         fc = nn.load_module_from_file(str(bundle / "dflash_fc.mnn"), FC_INPUTS, FC_OUTPUTS)
-        main = nn.load_module_from_file(str(bundle / "dflash.mnn"), DRAFT_INPUTS, DRAFT_OUTPUTS)
+        main = nn.load_module_from_file(str(bundle / "dflash.mnn"), DRAFT_INPUTS, dflash_draft_outputs(bool(separate)))
+        scorer = (
+            nn.load_module_from_file(str(separate), DFLASH_LMHEAD_INPUTS, DFLASH_LMHEAD_OUTPUTS) if separate else None
+        )
         block = draft.block_size
-        cosines, agree, context_errors = [], [], []
+        context_errors, exported, states_ref = [], [], []
         n = len(ids)
         for length in sorted({max(1, n * (s + 1) // (STEPS + 1)) for s in range(STEPS)}):
             feats = features[:length]
@@ -186,12 +212,16 @@ def measure(
                     _const(np.arange(length + block)[None], integer=True),
                 ]
             )[0]
-            got = np.array(out.read(), dtype=np.float32).reshape(block, -1)[1:]  # position 0 is never a draft
-            want = reference.logits(torch.from_numpy(feats), torch.from_numpy(noise)).numpy()[1:]
-            cosines.extend(_cosines(got, want).tolist())
-            picked = np.take_along_axis(want, got.argmax(-1)[:, None], axis=-1)[:, 0]
-            spread = want.max(-1) - want.min(-1)
-            agree.extend((picked >= want.max(-1) - NEAR_TIE * spread).tolist())
+            if scorer is not None:
+                out = scorer.forward([out])[0]
+            exported.append(np.array(out.read(), dtype=np.float32).reshape(block, -1)[1:])  # 0 is never a draft
+            states_ref.append(reference.hidden(reference.context(torch.from_numpy(feats)), torch.from_numpy(noise))[1:])
+    got = np.concatenate(exported)
+    want = stored_head_logits(bundle, torch.cat(states_ref).numpy())  # every step's positions in one pass
+    cosines = _cosines(got, want).tolist()
+    picked = np.take_along_axis(want, got.argmax(-1)[:, None], axis=-1)[:, 0]
+    spread = want.max(-1) - want.min(-1)
+    agree = (picked >= want.max(-1) - NEAR_TIE * spread).tolist()
     return Faithfulness(
         positions=len(cosines),
         min_cosine=float(min(cosines)),
@@ -200,6 +230,35 @@ def measure(
         state_error=states[0],
         state_margin=states[1],
     )
+
+
+def stored_head_logits(bundle: Path, states: np.ndarray) -> np.ndarray:
+    """`states` [n, hidden] scored by the target's lm_head as its graph computes with it (dequantized from
+    llm.mnn.weight a few thousand rows at a time: a 0.6B target's head whole in float32 is 622 MB, whose pages
+    cost more than the arithmetic)."""
+    import json
+
+    from ...bundle.graph import read
+    from ...bundle.quantized import dequantized_rows
+
+    head = read(json.loads((bundle / "llm.mnn.json").read_text(encoding="utf-8"))).lm_head
+    if head is None:
+        raise ValueError("the target graph has no lm_head")
+    states = np.ascontiguousarray(states, dtype=np.float32)
+    logits = np.empty((states.shape[0], head.out_features), np.float32)
+    for first, rows in dequantized_rows(bundle / "llm.mnn.weight", head):
+        np.matmul(states, rows.T, out=logits[:, first : first + rows.shape[0]])
+    return logits
+
+
+def _separate_head(bundle: Path) -> Path | None:
+    """The lm_head graph the bundle's config names for its draft (dflash_lmhead), if any."""
+    import json
+
+    from ...bundle.modes import DFLASH_LMHEAD_KEY
+
+    name = json.loads((bundle / "config.json").read_text(encoding="utf-8")).get(DFLASH_LMHEAD_KEY)
+    return bundle / name if isinstance(name, str) and name else None
 
 
 def check(

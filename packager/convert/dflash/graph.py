@@ -7,9 +7,10 @@ is an error, never a random one).
 - dflash: `noise_embedding` [1, block, hidden] (the target's embeddings of the block: the last accepted token, then
   mask tokens), `context_hidden` [1, n, hidden] (every context position so far), `attention_mask`
   [1, 1, block, n+block] (zeros: nothing is masked), `q_position_ids` [1, block] and `k_position_ids`
-  [1, n+block] -> `logits` [1, block, vocab]: each decoder layer's queries come from the normed block, its keys
-  and values from the context (as it is) and the normed block together, keys and queries RMS-normed per head
-  and rotated; the final norm, then the target's lm_head (3.6.1's engine reads logits from this graph).
+  [1, n+block] -> `hidden_states` [1, block, hidden]: each decoder layer's queries come from the normed block, its
+  keys and values from the context (as it is) and the normed block together, keys and queries RMS-normed per head
+  and rotated; then the final norm. The engine turns them into logits with dflash_lmhead (export.lm_head_graph:
+  the target's own lm_head as its graph stores it), which 3.6.1 reads when the config names it.
 """
 
 from __future__ import annotations
@@ -19,14 +20,14 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
-from ...bundle.modes import DFLASH_FC_INPUTS, DFLASH_FC_OUTPUTS, DFLASH_INPUTS, DFLASH_OUTPUTS
+from ...bundle.modes import DFLASH_FC_INPUTS, DFLASH_FC_OUTPUTS, DFLASH_INPUTS, DFLASH_STATES_OUTPUTS
 from ..rope import frequencies
 
 if TYPE_CHECKING:
     from ..inspect.dflash_draft import DFlashDraft
 
 FC_INPUTS, FC_OUTPUTS = DFLASH_FC_INPUTS, DFLASH_FC_OUTPUTS
-DRAFT_INPUTS, DRAFT_OUTPUTS = DFLASH_INPUTS, DFLASH_OUTPUTS
+DRAFT_INPUTS, DRAFT_OUTPUTS = DFLASH_INPUTS, DFLASH_STATES_OUTPUTS
 
 
 class Norm(nn.Module):
@@ -100,13 +101,12 @@ class _Layer(nn.Module):
 
 
 class DraftGraph(nn.Module):
-    """dflash.mnn: the block's logits from its embeddings and the context."""
+    """dflash.mnn: the block's final states from its embeddings and the context."""
 
-    def __init__(self, d: DFlashDraft, vocab_rows: int) -> None:
+    def __init__(self, d: DFlashDraft) -> None:
         super().__init__()
         self.layers = nn.ModuleList([_Layer(d) for _ in range(d.num_layers)])
         self.norm = Norm(d.hidden_size, d.rms_norm_eps)
-        self.lm_head = nn.Linear(d.hidden_size, vocab_rows, bias=False)
         self.inv_freq: Tensor
         self.register_buffer("inv_freq", frequencies(d.head_dim, d.rope_theta, d.rope_scaling), persistent=False)
 
@@ -122,7 +122,7 @@ class DraftGraph(nn.Module):
         x = noise_embedding
         for layer in self.layers:
             x = layer(x, context_hidden, rope, attention_mask)
-        return self.lm_head(self.norm(x))
+        return self.norm(x)
 
 
 class FcGraph(nn.Module):
@@ -137,14 +137,14 @@ class FcGraph(nn.Module):
         return self.hidden_norm(self.fc(target_hidden))
 
 
-def load(draft: DFlashDraft, lm_head: Tensor) -> tuple[DraftGraph, FcGraph]:
-    """Both graphs with the checkpoint's weights (float32), loaded strictly, and the target's lm_head."""
+def load(draft: DFlashDraft) -> tuple[DraftGraph, FcGraph]:
+    """Both graphs with the checkpoint's weights (float32), loaded strictly."""
     from safetensors.torch import load_file
 
     state = {k: v.to(torch.float32) for k, v in load_file(str(draft.weights)).items()}
-    main, fc = DraftGraph(draft, lm_head.shape[0]), FcGraph(draft)
+    main, fc = DraftGraph(draft), FcGraph(draft)
     fc.load_state_dict({k: state.pop(k) for k in ("fc.weight", "hidden_norm.weight")}, strict=True)
-    main.load_state_dict({**state, "lm_head.weight": lm_head.to(torch.float32)}, strict=True)
+    main.load_state_dict(state, strict=True)
     return main.eval(), fc.eval()
 
 

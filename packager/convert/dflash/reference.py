@@ -8,7 +8,8 @@ states after each layer of target_layer_ids, concatenated; the draft sees them t
 block is the target's embeddings of [last accepted token, mask, ..., mask] at positions start..start+block-1, the
 context at 0..start-1. Each layer: queries from the normed block; keys and values from the context and the normed
 block (in that order), keys and queries normed per head, rotary by position; attention over everything (not
-causal); residual; MLP. The final norm, then the target's lm_head.
+causal); residual; MLP. The final norm, then the target's lm_head (not here: the check scores these states with the
+head as the target's graph stores it, which the bundle's draft scores with too: faithful.stored_head_logits).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ def _config(draft: DFlashDraft) -> Any:
 class Reference:
     """The checkpoint's draft, float32."""
 
-    def __init__(self, draft: DFlashDraft, lm_head: Tensor) -> None:
+    def __init__(self, draft: DFlashDraft) -> None:
         from safetensors.torch import load_file
         from transformers.models.qwen3.modeling_qwen3 import Qwen3MLP, Qwen3RMSNorm, Qwen3RotaryEmbedding
 
@@ -80,7 +81,6 @@ class Reference:
                     "mlp": mlp,
                 }
             )
-        self.lm_head = lm_head.to(torch.float32)
 
     def context(self, target_hidden: Tensor) -> Tensor:
         """[n, k*hidden] target features -> [n, hidden] (fc, hidden_norm)."""
@@ -115,7 +115,3 @@ class Reference:
                 x = x + out
                 x = x + layer["mlp"](layer["post"](x))
             return self.final_norm(x)[0]
-
-    def logits(self, target_hidden: Tensor, block: Tensor) -> Tensor:
-        """The block's logits [b, vocab] for target features [n, k*hidden] and block embeddings [b, hidden]."""
-        return self.hidden(self.context(target_hidden), block) @ self.lm_head.T

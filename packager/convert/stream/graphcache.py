@@ -17,14 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ...bundle.kinds import DFLASH_FILES, EAGLE_FILES
+from ...bundle.kinds import DFLASH_GRAPHS, EAGLE_FILES
 from ...infra.hashing import xxh3_128_bytes, xxh3_128_file
 from ...infra.progress import Progress as Report
 
 FILES = ("llm.mnn", "llm.mnn.json", "llm_config.json", "tokenizer.mtok", "meta.json")
-# An entry of another kind: a DFlash draft's two graphs (their weights inside, the target's lm_head included),
-# keyed by the draft's and the lm_head's bytes (convert.dflash.export).
-DRAFT_ENTRY = (*DFLASH_FILES, "meta.json")
+# An entry of another kind: a DFlash draft's two graphs (their weights inside), keyed by the draft's bytes
+# (convert.dflash.export).
+DRAFT_ENTRY = (*DFLASH_GRAPHS, "meta.json")
 # Files an entry may hold beside FILES: the text-format tokenizer (for the families it is right for) and an
 # EAGLE-3 head's, exported with the target's graph.
 EXTRA = ("tokenizer-text.txt", *EAGLE_FILES)
@@ -99,8 +99,8 @@ def contents(folder: Path) -> tuple[str, ...]:
 
 def store(entry_key: str, files: dict[str, Path], meta: dict[str, Any]) -> Path:
     """Add an entry atomically (a concurrent writer's identical entry wins), then trim the cache."""
-    if not set(files) <= set(FILES) | set(EXTRA) and set(files) != set(DFLASH_FILES):
-        raise ValueError(f"a graph cache entry holds only {FILES + EXTRA}, or {DFLASH_FILES}")
+    if not set(files) <= set(FILES) | set(EXTRA) and set(files) != set(DFLASH_GRAPHS):
+        raise ValueError(f"a graph cache entry holds only {FILES + EXTRA}, or {DFLASH_GRAPHS}")
     base = root()
     base.mkdir(parents=True, exist_ok=True)
     temp = Path(tempfile.mkdtemp(prefix=".incoming-", dir=base))
