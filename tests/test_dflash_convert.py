@@ -6,6 +6,9 @@ passes the faithful check against the torch reference of z-lab's DFlashDraftMode
 from __future__ import annotations
 
 import json
+import os
+import shutil
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -138,3 +141,31 @@ def test_a_cached_dflash_draft_is_reused_and_a_damaged_one_rebuilt(
     assert not any("graph cache hit for the DFlash draft" in line for line in said)
     assert rebuilt.digests["dflash_fc.mnn"] == llama31_dflash.digests["dflash_fc.mnn"]
     assert graphcache.lookup(key) is not None  # stored again, intact
+
+
+@pytest.mark.parametrize(
+    "damage, said",
+    [
+        (lambda path: os.truncate(path, path.stat().st_size // 2), "cut short or another head's"),
+        (lambda path: _flip(path, 1234), "its byte 1,234 differs from the head's in llm.mnn.weight"),
+    ],
+    ids=["cut short", "one byte changed"],
+)
+def test_a_drafts_head_that_is_not_the_targets_is_an_error(
+    llama31_dflash: ConvertResult, tmp_path: Path, damage: Callable[[Path], object], said: str
+) -> None:
+    """MNN runs a head whose weights end early on whatever it reads past the end, without a word: validate
+    compares the head's bytes with the target's own."""
+    copy = tmp_path / "bundle"
+    shutil.copytree(llama31_dflash.out, copy)
+    damage(copy / "dflash_lmhead.mnn.weight")
+    errors = validate(copy).errors
+    assert [e.file for e in errors] == ["dflash_lmhead.mnn.weight"] and said in errors[0].message, errors
+
+
+def _flip(path: Path, at: int) -> None:
+    with open(path, "r+b") as handle:
+        handle.seek(at)
+        byte = handle.read(1)
+        handle.seek(at)
+        handle.write(bytes([byte[0] ^ 0xFF]))

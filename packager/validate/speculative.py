@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..bundle.graph import GraphFacts
-from ..bundle.kinds import DRAFT, EAGLE_FILES, LOOKUP, TARGET_DFLASH, TARGET_EAGLE, BundleKind
+from ..bundle.kinds import DFLASH_FILES, DRAFT, EAGLE_FILES, LOOKUP, TARGET_DFLASH, TARGET_EAGLE, BundleKind
 from ..bundle.lookahead import MAX_CORPUS, MIB, WARN_CORPUS, text_problem
 from ..bundle.modes import (
     ARGMAX_MODES,
@@ -320,7 +320,49 @@ def _check_dflash(
     if not all(name in usable for name in files.values() if (bundle / name).exists()):
         return  # links or non-regular files, already reported
     width = len(layers) * hidden if isinstance(layers, list) else 0
+    if DFLASH_LMHEAD_KEY in files and not _check_dflash_head(bundle, files[DFLASH_LMHEAD_KEY], facts, out):
+        return  # MNN would run a truncated head on whatever it reads past the end, without a word
     _check_dflash_graphs(bundle, files, hidden, width, block, rows, out)
+
+
+def _check_dflash_head(bundle: Path, name: str, facts: GraphFacts | None, out: Collector) -> bool:
+    """The separate head's weights are the target's lm_head, byte for byte (packager copies them: the draft scores
+    with the head the target verifies with); False when they are missing, cut short or another head's."""
+    weights = f"{name}.weight"
+    head = facts.lm_head if facts is not None else None
+    if not (bundle / weights).is_file():
+        if weights not in DFLASH_FILES:  # (the kind's own files are reported missing already)
+            out.error(weights, "", f"is missing: {name} reads its weights from it (MNN would run the head on nothing)")
+        return False
+    if head is None or len(head.external) < 3 or not (bundle / "llm.mnn.weight").is_file():
+        return True  # no target head to compare with (reported where the target graph is checked)
+    start, length = head.external[0], sum(head.external[1:])
+    size = (bundle / weights).stat().st_size
+    if size != length:
+        out.error(
+            weights,
+            "",
+            f"holds {size:,} bytes, not the {length:,} of the target's lm_head ({head.name}) it copies: cut short or "
+            "another head's (convert the bundle again)",
+        )
+        return False
+    with open(bundle / weights, "rb") as mine, open(bundle / "llm.mnn.weight", "rb") as target:
+        target.seek(start)
+        at = 0
+        while at < length:
+            chunk = mine.read(1 << 22)
+            theirs = target.read(len(chunk))
+            if chunk != theirs or not chunk:
+                first = at + next((i for i, (a, b) in enumerate(zip(chunk, theirs)) if a != b), len(theirs))
+                out.error(
+                    weights,
+                    "",
+                    f"is not the target's lm_head ({head.name}): its byte {first:,} differs from the head's in "
+                    "llm.mnn.weight (convert the bundle again)",
+                )
+                return False
+            at += len(chunk)
+    return True
 
 
 def _embedding_rows(bundle: Path, config: dict[str, Any], hidden: int | None, facts: GraphFacts | None) -> int:
