@@ -10,7 +10,8 @@ bench cache, never part of this repository. MNN's exporter imports pymnn's telem
 packager's converter does) and refuses any process that names pip (an audit hook), so nothing is installed.
 
 Three cases, alternating order, fresh processes: the source-tree exporter, packager cold (graph cache emptied)
-and warm; wall time and the process tree's peak summed PSS and RSS (bench.convert_bench.measure). Then fidelity:
+and warm; wall time of runs left alone, then one more run of each with the process tree's peak summed PSS and
+RSS sampled (bench.convert_bench.measure: sampling slows what it samples). Then fidelity:
 each bundle's dflash_fc.mnn + dflash.mnn run in MNN against packager's torch reference of z-lab's
 DFlashDraftModel on the same inputs (packager.convert.dflash.faithful.measure: block logits cosine, top-1).
 Last, the drafts the source-tree exporter loads partly random or with a made-up mask id: a misnamed tensor and
@@ -171,9 +172,12 @@ def main() -> None:
 
 
 def time_them(cases: dict, cache: Path, outs: dict, work: Path, env: dict, runs: int) -> dict:  # type: ignore[type-arg]
+    """`runs` alternating runs of each case timed alone, then one more of each with its memory sampled (the sampler
+    slows what it samples: bench.convert_bench.measure)."""
     load_before = [round(x, 2) for x in os.getloadavg()]
     results: dict[str, list[dict[str, float]]] = {name: [] for name in cases}
-    for run in range(runs):
+    memory: dict[str, dict[str, float]] = {}
+    for run in range(runs + 1):
         # the source tree first on even runs and last on odd ones; warm always after the cold run it reuses
         names = list(cases) if run % 2 == 0 else [*list(cases)[1:], next(iter(cases))]
         for name in names:
@@ -182,19 +186,23 @@ def time_them(cases: dict, cache: Path, outs: dict, work: Path, env: dict, runs:
                 shutil.rmtree(cache, ignore_errors=True)
             if cold is None:
                 shutil.rmtree(outs["source"], ignore_errors=True)
-            print(f"run {run + 1}: {name}", file=sys.stderr, flush=True)
-            results[name].append(measure(cmd, work, env))
+            sampled = run == runs
+            print(f"run {run + 1}{' (memory sampled)' if sampled else ''}: {name}", file=sys.stderr, flush=True)
+            if sampled:
+                memory[name] = measure(cmd, work, env)
+            else:
+                results[name].append(measure(cmd, work, env, sample=False))
     base = results[next(iter(cases))]
     summary: dict[str, object] = {
         "load_before": load_before,
         "load_after": [round(x, 2) for x in os.getloadavg()],
         "runs": results,
+        "memory sampled": memory,
     }
+    first = memory[next(iter(cases))]
     for name in list(cases)[1:]:
         summary[f"{name}: time ratio"] = spread([r["wall_s"] / b["wall_s"] for r, b in zip(results[name], base)])
-        summary[f"{name}: PSS ratio"] = spread(
-            [r["peak_pss_mb"] / b["peak_pss_mb"] for r, b in zip(results[name], base)]
-        )
+        summary[f"{name}: PSS ratio"] = round(memory[name]["peak_pss_mb"] / first["peak_pss_mb"], 3)
     return summary
 
 
