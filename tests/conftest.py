@@ -72,6 +72,10 @@ def pytest_configure(config: pytest.Config) -> None:
         # while they wait burn the cycles the other worker needs. Sleeping instead changes no result (the same
         # thread counts) and cut test_verify.py's CPU time by 29% on a busy machine (bench/RESULTS.md, issue 40).
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        # A Hub request that fails without saying when to come back is retried after 0.01 s, then 0.02, ..., not
+        # 0.5, 1, ... 8 s: the tests of what happens once retries run out (no Hub at an address, the network guard)
+        # sat through 15.5 s each. The retries themselves are the same; tests/test_hub_client.py pins the default.
+        os.environ.setdefault("PACKAGER_HUB_RETRY_WAIT", "0.01")  # packager.hub.client.FIRST_WAIT_VARIABLE
         # One warm converter for the session (packager.convert.fence.warm): each graph build or reference conversion
         # a test asks for, in this process or a `packager` it starts, is a fork of it with torch, transformers and
         # llmexport imported (about 3 s of CPU each otherwise). Started last: it keeps the environment above.

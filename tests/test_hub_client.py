@@ -6,8 +6,8 @@ import httpx2
 import pytest
 from huggingface_hub.errors import HfHubHTTPError
 
-from packager.errors import HubAuthError, HubError
-from packager.hub.client import ATTEMPTS, TOLD_ATTEMPTS, Hub, translate, with_retries
+from packager.errors import HubAuthError, HubError, InvalidOption
+from packager.hub.client import ATTEMPTS, FIRST_WAIT_VARIABLE, TOLD_ATTEMPTS, Hub, translate, with_retries
 from tests.localhub import WRITE_TOKEN, LocalHub, hub, online
 
 HUB = Hub(api=None, endpoint="http://127.0.0.1:1", token="hf_secret_value")
@@ -20,7 +20,8 @@ def _http_error(status: int, retry_after: str | None = None, message: str = "") 
     return HfHubHTTPError(f"{status} error", response=response, server_message=message or None)
 
 
-def test_transient_failures_back_off_and_honour_retry_after() -> None:
+def test_transient_failures_back_off_and_honour_retry_after(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(FIRST_WAIT_VARIABLE, raising=False)  # (the test session sets it: tests/conftest.py)
     failures = [_http_error(503), _http_error(429, retry_after="7"), httpx2.ConnectError("reset")]
     slept: list[float] = []
 
@@ -31,6 +32,24 @@ def test_transient_failures_back_off_and_honour_retry_after() -> None:
 
     assert with_retries(HUB, "committing", action, attempts=4, sleep=slept.append) == "ok"
     assert slept == [0.5, 7.0, 2.0]
+
+
+@pytest.mark.parametrize("given, waits", [("0.01", [0.01, 7.0, 0.04]), ("0", [0.0, 7.0, 0.0]), ("8", [8.0, 7.0, 8.0])])
+def test_the_first_wait_is_the_variables_and_doubles_from_there(
+    monkeypatch: pytest.MonkeyPatch, given: str, waits: list[float]
+) -> None:
+    monkeypatch.setenv(FIRST_WAIT_VARIABLE, given)
+    failures = [_http_error(503), _http_error(429, retry_after="7"), httpx2.ConnectError("reset")]
+    slept: list[float] = []
+    assert with_retries(HUB, "x", lambda: _fail_then(failures, "ok"), attempts=4, sleep=slept.append) == "ok"
+    assert slept == waits
+
+
+@pytest.mark.parametrize("given", ["soon", "-1", "9", "nan", "1e400"])
+def test_a_first_wait_that_is_no_number_of_seconds_is_one_line(monkeypatch: pytest.MonkeyPatch, given: str) -> None:
+    monkeypatch.setenv(FIRST_WAIT_VARIABLE, given)
+    with pytest.raises(InvalidOption, match="PACKAGER_HUB_RETRY_WAIT is .*, not a number of seconds from 0 to 8"):
+        with_retries(HUB, "x", lambda: _fail_then([_http_error(503)], "ok"), sleep=lambda _: None)
 
 
 def test_a_rate_limit_that_says_when_to_come_back_does_not_use_up_the_attempts() -> None:

@@ -21,6 +21,7 @@ from ..errors import (
     HubForbidden,
     HubGated,
     HubNotFound,
+    InvalidOption,
     PackagerError,
     shorten,
 )
@@ -217,6 +218,26 @@ WHOLE_ATTEMPTS = 4
 TOLD_ATTEMPTS = 12  # answers that say when to come back (Retry-After: a rate limit) may take this many in all
 FIRST_WAIT = 0.5  # seconds, doubled after each failure up to LONGEST_WAIT: 15.5 s in all before the sixth attempt
 LONGEST_WAIT = 8.0
+# The first wait, when set: seconds (the test session sets a hundredth of a second, so that a test of what
+# packager does once the retries run out does not sit through 15 s of them).
+FIRST_WAIT_VARIABLE = "PACKAGER_HUB_RETRY_WAIT"
+
+
+def first_wait() -> float:
+    """FIRST_WAIT, or $PACKAGER_HUB_RETRY_WAIT's seconds (0 to LONGEST_WAIT)."""
+    given = os.environ.get(FIRST_WAIT_VARIABLE)
+    if not given:
+        return FIRST_WAIT
+    try:
+        seconds = float(given)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds <= LONGEST_WAIT:  # (NaN too)
+        raise InvalidOption(
+            f"{FIRST_WAIT_VARIABLE} is {shorten(given, 40)!r}, not a number of seconds from 0 to {LONGEST_WAIT:g}",
+            f"unset it (the first retry then waits {FIRST_WAIT:g} s) or give seconds",
+        )
+    return seconds
 
 
 def with_retries(
@@ -239,7 +260,7 @@ def with_retries(
     `on_retry(failure, next attempt, attempts allowed so far, wait)` is told of each retry before its wait. A
     PackagerError from `action` is already one line: passed on as it is.
     """
-    delay = FIRST_WAIT
+    delay = first_wait()
     untold = told = 0
     while True:
         try:
