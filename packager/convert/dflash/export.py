@@ -136,11 +136,11 @@ class LmHeadUnexpected(ValueError):
 
 
 def lm_head_graph(target: Path, dst: Path, work: Path) -> None:
-    """dflash_lmhead.mnn (+ .weight) in `dst` from the target's graph in `target` (llm.mnn.json, llm.mnn.weight;
-    its JSON made in `work`):
-    the ops of its lm_head (llmexport's reshape, layout change, the quantized 1x1 convolution and back) with a
-    `hidden_states` input [1, n, hidden] and a `logits` output, the convolution's bytes copied from llm.mnn.weight
-    to the new graph's own weight file (MNN loads X.mnn's external weights from X.mnn.weight)."""
+    """dflash_lmhead.mnn (+ .weight) in `dst` from the target's graph in `target` (llm.mnn.json, llm.mnn.weight): the
+    ops of its lm_head (llmexport's reshape, layout change, the quantized 1x1 convolution and back) with a
+    `hidden_states` input [1, n, hidden] and a `logits` output, written as MNN's JSON in `work` and converted; the
+    convolution's bytes copied from llm.mnn.weight to the new graph's own weight file (MNN loads X.mnn's external
+    weights from X.mnn.weight)."""
     import json
 
     from ...bundle.graph import read
