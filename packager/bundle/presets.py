@@ -21,6 +21,8 @@ from typing import Any
 
 from ..families.base import Family
 from .engine import EngineRequirement
+from .kinds import DFLASH_LMHEAD
+from .modes import DFLASH_KEYS, DFLASH_LMHEAD_KEY
 
 DRAFT: dict[str, Any] = {
     "backend_type": "cpu",
@@ -137,9 +139,8 @@ EAGLE: dict[str, Any] = {
 DFLASH: dict[str, Any] = {
     "speculative_type": "dflash",
     "hidden_states": True,
-    "dflash_model": "dflash.mnn",
-    "dflash_fc": "dflash_fc.mnn",
-    "dflash_lmhead": "dflash_lmhead.mnn",  # the draft's head: the target's own (its weights' bytes), as a graph
+    **DFLASH_KEYS,
+    DFLASH_LMHEAD_KEY: DFLASH_LMHEAD,  # the draft's head: the target's own (its weights' bytes), as a graph
 }
 
 

@@ -46,12 +46,11 @@ def dequantized_rows(
     pairs = 2 if linear.asymmetric else 1
     packed_size = rows * cols * bits // 8
     scales = np.float16 if linear.scale_bytes == 2 else np.float32
-    if linear.external[1] != header_size(linear) + packed_size or linear.external[2] != rows * blocks * pairs * (
-        linear.scale_bytes
-    ):
+    header = header_size(linear)
+    if linear.external[1] != header + packed_size or linear.external[2] != rows * blocks * pairs * linear.scale_bytes:
         raise ValueError(f"{linear.name}'s byte ranges do not match its shape, bits and blocks")
     raw = np.memmap(weight_file, np.uint8, "r", offset=linear.external[0], shape=(sum(linear.external[1:3]),))
-    values = raw[header_size(linear) : header_size(linear) + packed_size]
+    values = raw[header : header + packed_size]
     alpha = raw[linear.external[1] :].view(scales).reshape(rows, blocks, pairs)
     offset = np.float32(1 << (bits - 1))
     step = max(1, rows_at_once)

@@ -320,21 +320,27 @@ def _check_dflash(
     if not all(name in usable for name in files.values() if (bundle / name).exists()):
         return  # links or non-regular files, already reported
     width = len(layers) * hidden if isinstance(layers, list) else 0
-    if DFLASH_LMHEAD_KEY in files and not _check_dflash_head(bundle, files[DFLASH_LMHEAD_KEY], facts, out):
+    if DFLASH_LMHEAD_KEY in files and not _check_dflash_head(bundle, files[DFLASH_LMHEAD_KEY], facts, usable, out):
         return  # MNN would run a truncated head on whatever it reads past the end, without a word
     _check_dflash_graphs(bundle, files, hidden, width, block, rows, out)
 
 
-def _check_dflash_head(bundle: Path, name: str, facts: GraphFacts | None, out: Collector) -> bool:
+def _check_dflash_head(bundle: Path, name: str, facts: GraphFacts | None, usable: list[str], out: Collector) -> bool:
     """The separate head's weights are the target's lm_head, byte for byte (packager copies them: the draft scores
-    with the head the target verifies with); False when they are missing, cut short or another head's."""
+    with the head the target verifies with); False when they are missing, no regular file, cut short or another
+    head's."""
     weights = f"{name}.weight"
     head = facts.lm_head if facts is not None else None
-    if not (bundle / weights).is_file():
-        if weights not in DFLASH_FILES:  # (the kind's own files are reported missing already)
-            out.error(weights, "", f"is missing: {name} reads its weights from it (MNN would run the head on nothing)")
+    if weights in DFLASH_FILES and weights not in usable:  # missing, a link or no regular file: reported already
         return False
-    if head is None or len(head.external) < 3 or not (bundle / "llm.mnn.weight").is_file():
+    if not (bundle / weights).is_file() or (bundle / weights).is_symlink():
+        out.error(
+            weights,
+            "",
+            f"is missing or no regular file: {name} reads its weights from it (MNN would run the head on nothing)",
+        )
+        return False
+    if head is None or len(head.external) < 3 or "llm.mnn.weight" not in usable:
         return True  # no target head to compare with (reported where the target graph is checked)
     start, length = head.external[0], sum(head.external[1:])
     size = (bundle / weights).stat().st_size

@@ -198,25 +198,19 @@ def _copy_bytes(source: Path, start: int, length: int, out: Path) -> None:
     the kernel where the file system can, else through a buffer."""
     import os
 
-    with open(source, "rb") as src:
-        if os.fstat(src.fileno()).st_size < start + length:
-            raise LmHeadUnexpected(f"{source.name} ends before the lm_head's bytes do")
-        with open(out, "wb") as dst:
-            copied = 0
-            try:
-                while copied < length:
-                    sent = os.copy_file_range(src.fileno(), dst.fileno(), length - copied, start + copied)
-                    if sent == 0:
-                        raise OSError("nothing copied")
-                    copied += sent
-            except OSError:
-                dst.seek(0)
-                dst.truncate()
-                src.seek(start)
-                left = length
-                while left:
-                    chunk = src.read(min(left, 1 << 24))
-                    if not chunk:
-                        raise LmHeadUnexpected(f"{source.name} ends before the lm_head's bytes do") from None
-                    dst.write(chunk)
-                    left -= len(chunk)
+    from ...infra.fdio import copy_range
+
+    if os.stat(source).st_size < start + length:
+        raise LmHeadUnexpected(f"{source.name} ends before the lm_head's bytes do")
+    with open(out, "wb") as dst:
+        if copy_range(source, start, length, dst):
+            return
+        with open(source, "rb") as src:
+            src.seek(start)
+            left = length
+            while left:
+                chunk = src.read(min(left, 1 << 24))
+                if not chunk:
+                    raise LmHeadUnexpected(f"{source.name} ends before the lm_head's bytes do")
+                dst.write(chunk)
+                left -= len(chunk)

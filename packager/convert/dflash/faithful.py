@@ -84,7 +84,10 @@ def transformers_states(
     from the checkpoint as the forward reaches it and gives them back after, so one layer is in memory at a time and
     the embedding table (not used: the inputs are embeddings) never is. (A 0.6B target whole in float32 is 2.3 GB,
     whose pages cost more than its arithmetic; the states are the same, tested.)"""
+    from contextlib import ExitStack
+
     import torch
+    from safetensors import safe_open
     from transformers import AutoConfig, AutoModel
 
     from ..eagle.faithful import quantized
@@ -99,29 +102,28 @@ def transformers_states(
             model.set_submodule(name, type(module)(config=config))
     refs = index(info.weight_files)
     prefix = "model." if any(key.startswith("model.") for key in refs) else ""
+    with ExitStack() as opened:
+        handles = {file: opened.enter_context(safe_open(str(file), framework="pt")) for file in info.weight_files}
 
-    def load(module: Any, name: str) -> None:
-        from safetensors import safe_open
+        def load(module: Any, name: str) -> None:
+            module.to_empty(device="cpu")
+            with torch.no_grad():
+                for key, param in module.named_parameters():
+                    tensor = f"{prefix}{name}.{key}"
+                    value = handles[refs[tensor].file].get_tensor(tensor).to(torch.float32)
+                    if recipe is not None and isinstance(module.get_submodule(key.rpartition(".")[0]), torch.nn.Linear):
+                        value = quantized(value, recipe.bits, recipe.block, recipe.symmetric)
+                    param.copy_(value)
 
-        module.to_empty(device="cpu")
+        def unload(module: Any, _args: Any, _out: Any) -> None:  # (a hook returning something replaces the output)
+            module.to("meta")
+
+        for index_, layer in enumerate(model.layers):
+            layer.register_forward_pre_hook(lambda module, _args, name=f"layers.{index_}": load(module, name))
+            layer.register_forward_hook(unload)
+        load(model.norm, "norm")
         with torch.no_grad():
-            for key, param in module.named_parameters():
-                ref = refs[f"{prefix}{name}.{key}"]
-                with safe_open(str(ref.file), framework="pt") as handle:
-                    value = handle.get_tensor(f"{prefix}{name}.{key}").to(torch.float32)
-                if recipe is not None and isinstance(module.get_submodule(key.rpartition(".")[0]), torch.nn.Linear):
-                    value = quantized(value, recipe.bits, recipe.block, recipe.symmetric)
-                param.copy_(value)
-
-    def unload(module: Any, _args: Any, _out: Any) -> None:  # (a hook that returned something would replace the output)
-        module.to("meta")
-
-    for index_, layer in enumerate(model.layers):
-        layer.register_forward_pre_hook(lambda module, _args, name=f"layers.{index_}": load(module, name))
-        layer.register_forward_hook(unload)
-    load(model.norm, "norm")
-    with torch.no_grad():
-        out = model(inputs_embeds=torch.from_numpy(embeds)[None], output_hidden_states=True)
+            out = model(inputs_embeds=torch.from_numpy(embeds)[None], output_hidden_states=True)
     return [state[0].numpy() for state in out.hidden_states[: upto + 2]]
 
 

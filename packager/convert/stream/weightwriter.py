@@ -21,6 +21,7 @@ from typing import BinaryIO
 
 import numpy as np
 
+from ...infra.fdio import copy_range
 from ...infra.lifeline import die_with
 from ...infra.progress import Progress, Step
 from ..inspect.safetensors_header import TensorRef, tensor_refs
@@ -282,19 +283,7 @@ def write_embeddings(path: Path, ref: TensorRef, rows_per_chunk: int = 0) -> Non
 def _copy_range(ref: TensorRef, out: BinaryIO) -> bool:
     """bfloat16 rows as they are, copied by the kernel from the checkpoint's file (311 MB of a 0.6B target's
     embedding: 1.9 s through Python's buffers); False, `out` left empty, where the file system cannot."""
-    with open(ref.file, "rb") as src:
-        at, left = ref.start, ref.nbytes
-        try:
-            while left:
-                done = os.copy_file_range(src.fileno(), out.fileno(), left, at)
-                if done == 0:
-                    raise OSError("the checkpoint ended before the embedding did")
-                at, left = at + done, left - done
-        except OSError:
-            out.seek(0)
-            out.truncate()
-            return False
-    return True
+    return copy_range(ref.file, ref.start, ref.nbytes, out)
 
 
 def _to_bfloat16(values: np.ndarray) -> bytes:

@@ -11,8 +11,8 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from ...bundle.kinds import EMBEDDINGS, LOOKUP
-from ...bundle.modes import DFLASH_KEYS, EAGLE_KEYS
+from ...bundle.kinds import DFLASH_LMHEAD, EMBEDDINGS, LOOKUP
+from ...bundle.modes import DFLASH_KEYS, DFLASH_LMHEAD_KEY, EAGLE_KEYS
 from ...errors import PackagerError, shorten
 
 # config.json's keys for the files every mode reads, with the engine's defaults.
@@ -35,8 +35,8 @@ def read_by_engine(bundle: Path, config: dict[str, Any], mode: str) -> dict[str,
         keys.update(EAGLE_KEYS)
     if mode == "dflash":
         keys.update(DFLASH_KEYS)
-        if config.get("dflash_lmhead"):
-            keys["dflash_lmhead"] = "dflash_lmhead.mnn"
+        if config.get(DFLASH_LMHEAD_KEY):
+            keys[DFLASH_LMHEAD_KEY] = DFLASH_LMHEAD
     if mode == "lookahead" and ("lookup_file" in config or os.path.lexists(bundle / LOOKUP)):
         keys["lookup_file"] = LOOKUP
     base = config.get("base_dir", "")
@@ -66,7 +66,7 @@ def read_by_engine(bundle: Path, config: dict[str, Any], mode: str) -> dict[str,
         found.update(
             {
                 f"{key} weights": f"{found[key]}.weight"
-                for key in ("dflash_model", "dflash_fc", "dflash_lmhead")
+                for key in (*DFLASH_KEYS, DFLASH_LMHEAD_KEY)
                 if key in found and os.path.lexists(bundle / f"{found[key]}.weight")
             }
         )
